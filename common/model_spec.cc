@@ -1,0 +1,77 @@
+#include "common/model_spec.h"
+
+#include <google/protobuf/util/message_differencer.h>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/initializer.h"
+#include "common/optimizer.h"
+#include "common/partitioner.h"
+
+namespace asyncps {
+namespace {
+
+bool ValidName(absl::string_view name) {
+  if (name.empty() || name.size() > 256) return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+                    c == '/' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::Status ValidateModelSpec(const v1::ModelSpec& spec) {
+  if (spec.tensors_size() == 0) {
+    return absl::InvalidArgumentError("model spec has no tensors");
+  }
+  if (spec.num_shards() == 0) {
+    return absl::InvalidArgumentError("model spec has num_shards = 0");
+  }
+  if (spec.slice_bytes() < 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model spec has slice_bytes = ", spec.slice_bytes(), " (must be >= 4)"));
+  }
+  absl::flat_hash_set<std::string> names;
+  uint64_t total_bytes = 0;
+  for (const v1::TensorSpec& t : spec.tensors()) {
+    if (!ValidName(t.name())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad tensor name '", t.name(),
+                       "' (want 1-256 characters of [A-Za-z0-9_./-])"));
+    }
+    if (!names.insert(t.name()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", t.name(), "' is declared twice"));
+    }
+    auto n = NumElements(t);
+    if (!n.ok()) return n.status();
+    if (*n > kMaxModelBytes / 4 || total_bytes + *n * 4 > kMaxModelBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model is larger than the ", kMaxModelBytes, "-byte limit"));
+    }
+    total_bytes += *n * 4;
+    absl::Status s = ValidateInitializer(t.init(), t.name());
+    if (!s.ok()) return s;
+  }
+  absl::Status s = ValidateOptimizer(spec.optimizer());
+  if (!s.ok()) return s;
+  return Partition::Create(spec).status();
+}
+
+std::string DescribeSpecDifference(const v1::ModelSpec& a,
+                                   const v1::ModelSpec& b) {
+  std::string report;
+  google::protobuf::util::MessageDifferencer differencer;
+  differencer.ReportDifferencesToString(&report);
+  if (differencer.Compare(a, b)) return "";
+  std::string out(absl::StripTrailingAsciiWhitespace(report));
+  if (out.size() > 500) out = absl::StrCat(out.substr(0, 500), " ...");
+  return out.empty() ? "specs differ" : out;
+}
+
+}  // namespace asyncps

@@ -1,0 +1,27 @@
+// Checks on a ModelSpec: whether it is usable, and how two specs differ.
+#ifndef ASYNCPS_COMMON_MODEL_SPEC_H_
+#define ASYNCPS_COMMON_MODEL_SPEC_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "proto/asyncps.pb.h"
+
+namespace asyncps {
+
+// Largest model a shard accepts, in payload bytes over all tensors.
+inline constexpr uint64_t kMaxModelBytes = uint64_t{64} << 30;
+
+// OK, or INVALID_ARGUMENT naming the first problem: an empty or duplicate
+// tensor name, a bad shape or dtype, a bad initializer or optimizer, a
+// slice_bytes or num_shards of 0, a model over kMaxModelBytes.
+absl::Status ValidateModelSpec(const v1::ModelSpec& spec);
+
+// "" if `a` and `b` are the same spec; otherwise a short description of
+// where they differ (e.g. "modified: optimizer.learning_rate: 0.1 -> 0.2").
+std::string DescribeSpecDifference(const v1::ModelSpec& a,
+                                   const v1::ModelSpec& b);
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_COMMON_MODEL_SPEC_H_

@@ -1,0 +1,147 @@
+#include "common/optimizer.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace asyncps {
+
+void SgdStep(float lr, float weight_decay, absl::Span<const float> g,
+             absl::Span<float> w) {
+  for (size_t i = 0; i < w.size(); ++i) {
+    w[i] -= lr * (g[i] + weight_decay * w[i]);
+  }
+}
+
+void MomentumStep(float lr, float momentum, bool nesterov, float weight_decay,
+                  absl::Span<const float> g, absl::Span<float> velocity,
+                  absl::Span<float> w) {
+  for (size_t i = 0; i < w.size(); ++i) {
+    const float gi = g[i] + weight_decay * w[i];
+    velocity[i] = momentum * velocity[i] + gi;
+    w[i] -= nesterov ? lr * (gi + momentum * velocity[i]) : lr * velocity[i];
+  }
+}
+
+void AdamStep(float lr, float beta1, float beta2, float epsilon,
+              float weight_decay, int64_t step, absl::Span<const float> g,
+              absl::Span<float> m, absl::Span<float> v, absl::Span<float> w) {
+  const double c1 = 1.0 - std::pow(static_cast<double>(beta1), step);
+  const double c2 = 1.0 - std::pow(static_cast<double>(beta2), step);
+  for (size_t i = 0; i < w.size(); ++i) {
+    const float gi = g[i] + weight_decay * w[i];
+    m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
+    v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    const double m_hat = m[i] / c1;
+    const double v_hat = v[i] / c2;
+    w[i] -= static_cast<float>(lr * m_hat / (std::sqrt(v_hat) + epsilon));
+  }
+}
+
+void AdagradStep(float lr, float epsilon, float weight_decay,
+                 absl::Span<const float> g, absl::Span<float> accumulator,
+                 absl::Span<float> w) {
+  for (size_t i = 0; i < w.size(); ++i) {
+    const float gi = g[i] + weight_decay * w[i];
+    accumulator[i] += gi * gi;
+    w[i] -= lr * gi / (std::sqrt(accumulator[i]) + epsilon);
+  }
+}
+
+namespace {
+
+absl::Status CheckField(bool ok, absl::string_view field, float value,
+                        absl::string_view want) {
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("optimizer ", field, " = ", value, " (must be ", want, ")"));
+}
+
+}  // namespace
+
+absl::Status ValidateOptimizer(const v1::OptimizerSpec& spec) {
+  using v1::OptimizerSpec;
+  if (spec.kind() != OptimizerSpec::SGD &&
+      spec.kind() != OptimizerSpec::MOMENTUM &&
+      spec.kind() != OptimizerSpec::ADAM &&
+      spec.kind() != OptimizerSpec::ADAGRAD) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown optimizer kind ", static_cast<int>(spec.kind())));
+  }
+  auto finite_nonneg = [](float x) { return std::isfinite(x) && x >= 0; };
+  absl::Status s = CheckField(finite_nonneg(spec.learning_rate()),
+                              "learning_rate", spec.learning_rate(),
+                              "finite and >= 0");
+  if (!s.ok()) return s;
+  s = CheckField(finite_nonneg(spec.weight_decay()), "weight_decay",
+                 spec.weight_decay(), "finite and >= 0");
+  if (!s.ok()) return s;
+  switch (spec.kind()) {
+    case OptimizerSpec::MOMENTUM:
+      return CheckField(finite_nonneg(spec.momentum()) && spec.momentum() < 1,
+                        "momentum", spec.momentum(), "in [0, 1)");
+    case OptimizerSpec::ADAM:
+      s = CheckField(finite_nonneg(spec.beta1()) && spec.beta1() < 1, "beta1",
+                     spec.beta1(), "in [0, 1)");
+      if (!s.ok()) return s;
+      s = CheckField(finite_nonneg(spec.beta2()) && spec.beta2() < 1, "beta2",
+                     spec.beta2(), "in [0, 1)");
+      if (!s.ok()) return s;
+      return CheckField(std::isfinite(spec.epsilon()) && spec.epsilon() > 0,
+                        "epsilon", spec.epsilon(), "finite and > 0");
+    case OptimizerSpec::ADAGRAD:
+      s = CheckField(finite_nonneg(spec.initial_accumulator_value()),
+                     "initial_accumulator_value",
+                     spec.initial_accumulator_value(), "finite and >= 0");
+      if (!s.ok()) return s;
+      return CheckField(std::isfinite(spec.epsilon()) && spec.epsilon() > 0,
+                        "epsilon", spec.epsilon(), "finite and > 0");
+    default:
+      return absl::OkStatus();
+  }
+}
+
+OptimizerSlots::OptimizerSlots(const v1::OptimizerSpec& spec, size_t n) {
+  switch (spec.kind()) {
+    case v1::OptimizerSpec::MOMENTUM:
+      slot1_.assign(n, 0.0f);
+      break;
+    case v1::OptimizerSpec::ADAM:
+      slot1_.assign(n, 0.0f);
+      slot2_.assign(n, 0.0f);
+      break;
+    case v1::OptimizerSpec::ADAGRAD:
+      slot1_.assign(n, spec.initial_accumulator_value());
+      break;
+    default:
+      break;
+  }
+}
+
+void OptimizerSlots::Apply(const v1::OptimizerSpec& spec, float lr_scale,
+                           absl::Span<const float> g, absl::Span<float> w) {
+  ++steps_;
+  const float lr = spec.learning_rate() * lr_scale;
+  switch (spec.kind()) {
+    case v1::OptimizerSpec::SGD:
+      SgdStep(lr, spec.weight_decay(), g, w);
+      break;
+    case v1::OptimizerSpec::MOMENTUM:
+      MomentumStep(lr, spec.momentum(), spec.nesterov(), spec.weight_decay(),
+                   g, absl::MakeSpan(slot1_), w);
+      break;
+    case v1::OptimizerSpec::ADAM:
+      AdamStep(lr, spec.beta1(), spec.beta2(), spec.epsilon(),
+               spec.weight_decay(), steps_, g, absl::MakeSpan(slot1_),
+               absl::MakeSpan(slot2_), w);
+      break;
+    case v1::OptimizerSpec::ADAGRAD:
+      AdagradStep(lr, spec.epsilon(), spec.weight_decay(), g,
+                  absl::MakeSpan(slot1_), w);
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace asyncps

@@ -1,0 +1,63 @@
+// Optimizers as plain functions over spans of f32, so the servers (async,
+// ssp, bsp) and the all-reduce workers apply the very same arithmetic.
+// Thread-compatible: callers serialise updates to one slice.
+#ifndef ASYNCPS_COMMON_OPTIMIZER_H_
+#define ASYNCPS_COMMON_OPTIMIZER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "proto/asyncps.pb.h"
+
+namespace asyncps {
+
+// w -= lr * (g + wd * w).
+void SgdStep(float lr, float weight_decay, absl::Span<const float> g,
+             absl::Span<float> w);
+
+// v = momentum * v + g'; w -= lr * v, or with Nesterov w -= lr * (g' +
+// momentum * v), where g' = g + wd * w.
+void MomentumStep(float lr, float momentum, bool nesterov, float weight_decay,
+                  absl::Span<const float> g, absl::Span<float> velocity,
+                  absl::Span<float> w);
+
+// Adam with bias correction; `step` is this update's 1-based count.
+void AdamStep(float lr, float beta1, float beta2, float epsilon,
+              float weight_decay, int64_t step, absl::Span<const float> g,
+              absl::Span<float> m, absl::Span<float> v, absl::Span<float> w);
+
+// acc += g'^2; w -= lr * g' / (sqrt(acc) + epsilon).
+void AdagradStep(float lr, float epsilon, float weight_decay,
+                 absl::Span<const float> g, absl::Span<float> accumulator,
+                 absl::Span<float> w);
+
+// Returns INVALID_ARGUMENT naming the bad field if `spec` is not usable
+// (unknown kind, non-finite or negative learning rate, beta outside [0, 1),
+// ...).
+absl::Status ValidateOptimizer(const v1::OptimizerSpec& spec);
+
+// The optimizer state of one slice: what the kind needs beyond the weights.
+class OptimizerSlots {
+ public:
+  // REQUIRES: ValidateOptimizer(spec).ok().
+  OptimizerSlots(const v1::OptimizerSpec& spec, size_t n);
+
+  // Applies one update of `g` to `w`, with the learning rate multiplied by
+  // `lr_scale` (1 normally; < 1 for staleness-aware scaling).
+  // REQUIRES: g.size() == w.size() == n.
+  void Apply(const v1::OptimizerSpec& spec, float lr_scale,
+             absl::Span<const float> g, absl::Span<float> w);
+
+  int64_t steps() const { return steps_; }
+
+ private:
+  std::vector<float> slot1_;  // Momentum velocity, Adam m, AdaGrad accumulator.
+  std::vector<float> slot2_;  // Adam v.
+  int64_t steps_ = 0;
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_COMMON_OPTIMIZER_H_

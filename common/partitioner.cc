@@ -1,0 +1,114 @@
+#include "common/partitioner.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+
+namespace asyncps {
+
+size_t DTypeSize(int dtype) {
+  switch (dtype) {
+    case v1::DTYPE_F32:
+      return 4;
+    case v1::DTYPE_BF16:
+    case v1::DTYPE_F16:
+      return 2;
+    default:
+      return 0;
+  }
+}
+
+absl::StatusOr<uint64_t> NumElements(const v1::TensorSpec& tensor) {
+  if (tensor.shape_size() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", tensor.name(), "' has no shape"));
+  }
+  uint64_t n = 1;
+  for (int64_t d : tensor.shape()) {
+    if (d <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", tensor.name(), "' has dimension ", d, " (must be >= 1)"));
+    }
+    if (n > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", tensor.name(), "' is too large"));
+    }
+    n *= static_cast<uint64_t>(d);
+  }
+  return n;
+}
+
+absl::StatusOr<Partition> Partition::Create(const v1::ModelSpec& spec) {
+  if (spec.num_shards() == 0) {
+    return absl::InvalidArgumentError("model spec has num_shards = 0");
+  }
+  if (spec.tensors_size() == 0) {
+    return absl::InvalidArgumentError("model spec has no tensors");
+  }
+  if (spec.slice_bytes() < 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model spec has slice_bytes = ", spec.slice_bytes(), " (must be >= 4)"));
+  }
+  Partition p;
+  p.num_shards_ = static_cast<int>(spec.num_shards());
+  uint64_t total_bytes = 0;
+  for (const v1::TensorSpec& t : spec.tensors()) {
+    if (t.dtype() != v1::DTYPE_F32) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", t.name(), "' has dtype ",
+                       v1::DType_Name(t.dtype()).empty()
+                           ? absl::StrCat(static_cast<int>(t.dtype()))
+                           : v1::DType_Name(t.dtype()),
+                       "; servers store DTYPE_F32 only"));
+    }
+    auto n = NumElements(t);
+    if (!n.ok()) return n.status();
+    p.tensor_elements_.push_back(*n);
+    total_bytes += *n * 4;
+  }
+  const uint64_t target =
+      (total_bytes + p.num_shards_ * kTargetSlicesPerShard - 1) /
+      (p.num_shards_ * kTargetSlicesPerShard);
+  const uint64_t slice_bytes = std::min<uint64_t>(spec.slice_bytes(), target);
+  p.slice_elements_ = std::max<uint64_t>(1, slice_bytes / 4);
+
+  p.tensor_slices_.resize(spec.tensors_size());
+  for (int t = 0; t < spec.tensors_size(); ++t) {
+    const uint64_t n = p.tensor_elements_[t];
+    uint32_t index = 0;
+    for (uint64_t begin = 0; begin < n; begin += p.slice_elements_, ++index) {
+      SliceInfo s;
+      s.tensor = t;
+      s.index = index;
+      s.begin = begin;
+      s.count = std::min(p.slice_elements_, n - begin);
+      p.tensor_slices_[t].push_back(static_cast<int>(p.slices_.size()));
+      p.slices_.push_back(s);
+    }
+  }
+
+  // Largest first; the stable sort keeps tensor and index order among equals.
+  std::vector<int> order(p.slices_.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&p](int a, int b) {
+    return p.slices_[a].count > p.slices_[b].count;
+  });
+  std::vector<uint64_t> load(p.num_shards_, 0);
+  for (int i : order) {
+    const int shard = static_cast<int>(
+        std::min_element(load.begin(), load.end()) - load.begin());
+    p.slices_[i].shard = shard;
+    load[shard] += p.slices_[i].count;
+  }
+  return p;
+}
+
+std::vector<uint64_t> Partition::ShardBytes() const {
+  std::vector<uint64_t> bytes(num_shards_, 0);
+  for (const SliceInfo& s : slices_) bytes[s.shard] += s.count * 4;
+  return bytes;
+}
+
+}  // namespace asyncps

@@ -1,0 +1,31 @@
+// Little-endian f32 payloads: the wire form of every tensor slice.
+#ifndef ASYNCPS_COMMON_TENSOR_BYTES_H_
+#define ASYNCPS_COMMON_TENSOR_BYTES_H_
+
+#include <cstring>
+#include <string>
+
+#include "absl/base/config.h"
+#include "absl/types/span.h"
+
+namespace asyncps {
+
+#if !defined(ABSL_IS_LITTLE_ENDIAN)
+#error "asyncps assumes a little-endian host; add byte swapping here"
+#endif
+
+// Writes `values` as little-endian f32 into `out` (replacing its contents).
+inline void EncodeF32(absl::Span<const float> values, std::string* out) {
+  out->resize(values.size() * sizeof(float));
+  if (!values.empty()) std::memcpy(&(*out)[0], values.data(), out->size());
+}
+
+// Reads little-endian f32 from `bytes` into `out`.
+// REQUIRES: bytes.size() == out.size() * 4.
+inline void DecodeF32(absl::string_view bytes, absl::Span<float> out) {
+  if (!out.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
+}
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_COMMON_TENSOR_BYTES_H_

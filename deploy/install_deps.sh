@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package asyncps needs to build, test and run.
+# Idempotent: packages already present are left alone, and apt is only
+# consulted when something is missing. Every other script calls this first.
+set -euo pipefail
+
+PACKAGES=(
+  bazel-bootstrap           # Bazel 4.2.3 (/usr/bin/bazel)
+  g++
+  libgrpc++-dev             # gRPC 1.51 C++
+  protobuf-compiler-grpc    # grpc_cpp_plugin
+  protobuf-compiler         # protoc 3.21
+  libprotobuf-dev
+  libabsl-dev               # Abseil 20220623: flags, status, strings, sync, time
+  libgoogle-glog-dev        # logging (this Abseil has no logging library)
+  libgtest-dev
+  libgmock-dev
+  libbenchmark-dev
+  libopenblas-dev           # CPU backend (cblas_sgemm)
+  libgloo-dev               # CPU ring all-reduce
+  zlib1g-dev                # gzip'd IDX files
+  dataset-fashion-mnist     # /usr/share/datasets/fashion-mnist/
+  gnuplot-nox               # experiment plots
+  procps                    # pkill/pgrep in scripts
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+echo "install_deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,122 @@
+#include "common/optimizer.h"
+
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace asyncps {
+namespace {
+
+// Expected values below are worked out by hand in the comments.
+
+TEST(Optimizer, Sgd) {
+  std::vector<float> w = {1.0f, -2.0f};
+  std::vector<float> g = {0.5f, 0.25f};
+  SgdStep(0.1f, 0.0f, g, absl::MakeSpan(w));
+  EXPECT_FLOAT_EQ(w[0], 0.95f);    // 1 - 0.1 * 0.5
+  EXPECT_FLOAT_EQ(w[1], -2.025f);  // -2 - 0.1 * 0.25
+}
+
+TEST(Optimizer, SgdWeightDecay) {
+  std::vector<float> w = {2.0f};
+  std::vector<float> g = {1.0f};
+  SgdStep(0.1f, 0.5f, g, absl::MakeSpan(w));
+  EXPECT_FLOAT_EQ(w[0], 1.8f);  // 2 - 0.1 * (1 + 0.5 * 2)
+}
+
+TEST(Optimizer, MomentumTwoSteps) {
+  std::vector<float> w = {1.0f};
+  std::vector<float> v = {0.0f};
+  std::vector<float> g = {1.0f};
+  MomentumStep(0.1f, 0.9f, false, 0.0f, g, absl::MakeSpan(v),
+               absl::MakeSpan(w));
+  EXPECT_FLOAT_EQ(v[0], 1.0f);
+  EXPECT_FLOAT_EQ(w[0], 0.9f);  // 1 - 0.1 * 1
+  MomentumStep(0.1f, 0.9f, false, 0.0f, g, absl::MakeSpan(v),
+               absl::MakeSpan(w));
+  EXPECT_FLOAT_EQ(v[0], 1.9f);   // 0.9 * 1 + 1
+  EXPECT_FLOAT_EQ(w[0], 0.71f);  // 0.9 - 0.1 * 1.9
+}
+
+TEST(Optimizer, NesterovTwoSteps) {
+  std::vector<float> w = {1.0f};
+  std::vector<float> v = {0.0f};
+  std::vector<float> g = {1.0f};
+  MomentumStep(0.1f, 0.9f, true, 0.0f, g, absl::MakeSpan(v), absl::MakeSpan(w));
+  // v = 1; w = 1 - 0.1 * (1 + 0.9 * 1) = 0.81
+  EXPECT_FLOAT_EQ(w[0], 0.81f);
+  MomentumStep(0.1f, 0.9f, true, 0.0f, g, absl::MakeSpan(v), absl::MakeSpan(w));
+  // v = 1.9; w = 0.81 - 0.1 * (1 + 0.9 * 1.9) = 0.81 - 0.271 = 0.539
+  EXPECT_FLOAT_EQ(w[0], 0.539f);
+}
+
+TEST(Optimizer, AdamFirstStepMovesByLearningRate) {
+  // Step 1: m = 0.1 g, v = 0.001 g^2; m_hat = g, v_hat = g^2, so the step
+  // is lr * g / (|g| + eps) = lr * sign(g) (eps negligible).
+  std::vector<float> w = {1.0f, 1.0f};
+  std::vector<float> m = {0, 0}, v = {0, 0};
+  std::vector<float> g = {4.0f, -0.5f};
+  AdamStep(0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, 1, g, absl::MakeSpan(m),
+           absl::MakeSpan(v), absl::MakeSpan(w));
+  EXPECT_NEAR(w[0], 0.99f, 1e-6);
+  EXPECT_NEAR(w[1], 1.01f, 1e-6);
+  EXPECT_FLOAT_EQ(m[0], 0.4f);
+  EXPECT_NEAR(v[0], 0.016f, 1e-6);  // 0.001 * 16
+}
+
+TEST(Optimizer, AdamSecondStep) {
+  // g1 = 1, g2 = 3 with beta1 0.5, beta2 0.5, lr 1, eps 0:
+  // m1 = 0.5, v1 = 0.5; w1 = 0 - 1 * (0.5/0.5) / sqrt(0.5/0.5) = -1.
+  // m2 = 0.25 + 1.5 = 1.75, v2 = 0.25 + 4.5 = 4.75;
+  // m_hat = 1.75 / 0.75 = 2.3333, v_hat = 4.75 / 0.75 = 6.3333;
+  // w2 = -1 - 2.3333 / 2.51661 = -1.927173.
+  std::vector<float> w = {0.0f}, m = {0}, v = {0};
+  std::vector<float> g1 = {1.0f}, g2 = {3.0f};
+  AdamStep(1.0f, 0.5f, 0.5f, 1e-12f, 0.0f, 1, g1, absl::MakeSpan(m),
+           absl::MakeSpan(v), absl::MakeSpan(w));
+  EXPECT_NEAR(w[0], -1.0f, 1e-6);
+  AdamStep(1.0f, 0.5f, 0.5f, 1e-12f, 0.0f, 2, g2, absl::MakeSpan(m),
+           absl::MakeSpan(v), absl::MakeSpan(w));
+  EXPECT_NEAR(w[0], -1.927173f, 1e-5);
+}
+
+TEST(Optimizer, Adagrad) {
+  // acc = 0.1 + 4 = 4.1 after g = 2; w = 1 - 0.5 * 2 / (sqrt(4.1) + 0)
+  //   = 1 - 1 / 2.024846 = 0.506135.
+  std::vector<float> w = {1.0f}, acc = {0.1f}, g = {2.0f};
+  AdagradStep(0.5f, 1e-10f, 0.0f, g, absl::MakeSpan(acc), absl::MakeSpan(w));
+  EXPECT_FLOAT_EQ(acc[0], 4.1f);
+  EXPECT_NEAR(w[0], 0.506135f, 1e-6);
+}
+
+TEST(Optimizer, SlotsDispatchAndScale) {
+  v1::OptimizerSpec spec;
+  spec.set_kind(v1::OptimizerSpec::SGD);
+  spec.set_learning_rate(1.0f);
+  OptimizerSlots slots(spec, 1);
+  std::vector<float> w = {1.0f}, g = {1.0f};
+  slots.Apply(spec, 0.5f, g, absl::MakeSpan(w));
+  EXPECT_FLOAT_EQ(w[0], 0.5f);
+  EXPECT_EQ(slots.steps(), 1);
+}
+
+TEST(Optimizer, ValidateNamesTheBadField) {
+  v1::OptimizerSpec spec;
+  EXPECT_EQ(ValidateOptimizer(spec).code(), absl::StatusCode::kInvalidArgument);
+  spec.set_kind(v1::OptimizerSpec::ADAM);
+  spec.set_learning_rate(0.001f);
+  spec.set_beta1(0.9f);
+  spec.set_beta2(1.5f);
+  spec.set_epsilon(1e-8f);
+  absl::Status s = ValidateOptimizer(spec);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("beta2"), absl::string_view::npos) << s;
+  spec.set_beta2(0.999f);
+  EXPECT_TRUE(ValidateOptimizer(spec).ok());
+  spec.set_learning_rate(std::numeric_limits<float>::quiet_NaN());
+  EXPECT_NE(ValidateOptimizer(spec).message().find("learning_rate"),
+            absl::string_view::npos);
+}
+
+}  // namespace
+}  // namespace asyncps

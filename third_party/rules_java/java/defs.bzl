@@ -1,0 +1,16 @@
+"""Forwards the rules_java API to Bazel 4's native rules (offline stand-in)."""
+
+def java_import(**kwargs):
+    native.java_import(**kwargs)
+
+def java_runtime(**kwargs):
+    native.java_runtime(**kwargs)
+
+def java_toolchain(**kwargs):
+    native.java_toolchain(**kwargs)
+
+def java_binary(**kwargs):
+    native.java_binary(**kwargs)
+
+def java_library(**kwargs):
+    native.java_library(**kwargs)
