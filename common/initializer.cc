@@ -72,8 +72,7 @@ absl::Status ValidateInitializer(const v1::Initializer& init,
       if (init.fan_in() <= 0) return bad("HE_NORMAL needs fan_in >= 1");
       return absl::OkStatus();
     default:
-      return bad(
-          absl::StrCat("unknown kind ", static_cast<int>(init.kind())));
+      return bad(absl::StrCat("unknown kind ", static_cast<int>(init.kind())));
   }
 }
 

@@ -33,8 +33,9 @@ absl::Status ValidateModelSpec(const v1::ModelSpec& spec) {
     return absl::InvalidArgumentError("model spec has num_shards = 0");
   }
   if (spec.slice_bytes() < 4) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model spec has slice_bytes = ", spec.slice_bytes(), " (must be >= 4)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model spec has slice_bytes = ", spec.slice_bytes(),
+                     " (must be >= 4)"));
   }
   absl::flat_hash_set<std::string> names;
   uint64_t total_bytes = 0;

@@ -65,13 +65,13 @@ absl::Status ValidateOptimizer(const v1::OptimizerSpec& spec) {
       spec.kind() != OptimizerSpec::MOMENTUM &&
       spec.kind() != OptimizerSpec::ADAM &&
       spec.kind() != OptimizerSpec::ADAGRAD) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown optimizer kind ", static_cast<int>(spec.kind())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown optimizer kind ", static_cast<int>(spec.kind())));
   }
   auto finite_nonneg = [](float x) { return std::isfinite(x) && x >= 0; };
-  absl::Status s = CheckField(finite_nonneg(spec.learning_rate()),
-                              "learning_rate", spec.learning_rate(),
-                              "finite and >= 0");
+  absl::Status s =
+      CheckField(finite_nonneg(spec.learning_rate()), "learning_rate",
+                 spec.learning_rate(), "finite and >= 0");
   if (!s.ok()) return s;
   s = CheckField(finite_nonneg(spec.weight_decay()), "weight_decay",
                  spec.weight_decay(), "finite and >= 0");
@@ -127,8 +127,8 @@ void OptimizerSlots::Apply(const v1::OptimizerSpec& spec, float lr_scale,
       SgdStep(lr, spec.weight_decay(), g, w);
       break;
     case v1::OptimizerSpec::MOMENTUM:
-      MomentumStep(lr, spec.momentum(), spec.nesterov(), spec.weight_decay(),
-                   g, absl::MakeSpan(slot1_), w);
+      MomentumStep(lr, spec.momentum(), spec.nesterov(), spec.weight_decay(), g,
+                   absl::MakeSpan(slot1_), w);
       break;
     case v1::OptimizerSpec::ADAM:
       AdamStep(lr, spec.beta1(), spec.beta2(), spec.epsilon(),

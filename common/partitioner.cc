@@ -48,8 +48,9 @@ absl::StatusOr<Partition> Partition::Create(const v1::ModelSpec& spec) {
     return absl::InvalidArgumentError("model spec has no tensors");
   }
   if (spec.slice_bytes() < 4) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model spec has slice_bytes = ", spec.slice_bytes(), " (must be >= 4)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model spec has slice_bytes = ", spec.slice_bytes(),
+                     " (must be >= 4)"));
   }
   Partition p;
   p.num_shards_ = static_cast<int>(spec.num_shards());

@@ -27,14 +27,14 @@ absl::Status Annotate(const absl::Status& status, absl::string_view context);
 #define ASYNCPS_STATUS_CONCAT_(a, b) ASYNCPS_STATUS_CONCAT_INNER_(a, b)
 
 // Returns from the enclosing function if `expr` (an absl::Status) is not OK.
-#define RETURN_IF_ERROR(expr)                              \
-  do {                                                     \
-    ::absl::Status asyncps_status_ = (expr);               \
-    if (!asyncps_status_.ok()) return asyncps_status_;     \
+#define RETURN_IF_ERROR(expr)                          \
+  do {                                                 \
+    ::absl::Status asyncps_status_ = (expr);           \
+    if (!asyncps_status_.ok()) return asyncps_status_; \
   } while (false)
 
 // `lhs` = the value of `rexpr` (an absl::StatusOr<T>), or returns its status.
-#define ASSIGN_OR_RETURN(lhs, rexpr)                                         \
+#define ASSIGN_OR_RETURN(lhs, rexpr)                                          \
   ASSIGN_OR_RETURN_IMPL_(ASYNCPS_STATUS_CONCAT_(asyncps_statusor_, __LINE__), \
                          lhs, rexpr)
 #define ASSIGN_OR_RETURN_IMPL_(statusor, lhs, rexpr) \

@@ -17,9 +17,8 @@ TEST(ClusterSpec, ParsesHostsAndPorts) {
 }
 
 TEST(ClusterSpec, RejectsBadEntriesByName) {
-  for (const char* bad :
-       {"", "127.0.0.1", "h:0", "h:70000", "h:x", ":5", "a:1,,b:2", "a:1,a:1",
-        "::1:5"}) {
+  for (const char* bad : {"", "127.0.0.1", "h:0", "h:70000", "h:x", ":5",
+                          "a:1,,b:2", "a:1,a:1", "::1:5"}) {
     auto list = ParseServerList(bad);
     EXPECT_EQ(list.status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }

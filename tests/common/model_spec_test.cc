@@ -27,7 +27,9 @@ v1::ModelSpec Valid() {
   return spec;
 }
 
-TEST(ModelSpec, ValidSpecPasses) { EXPECT_TRUE(ValidateModelSpec(Valid()).ok()); }
+TEST(ModelSpec, ValidSpecPasses) {
+  EXPECT_TRUE(ValidateModelSpec(Valid()).ok());
+}
 
 TEST(ModelSpec, DuplicateAndBadNamesRejected) {
   v1::ModelSpec spec = Valid();

@@ -90,8 +90,8 @@ TEST(Partitioner, MlpDefaultSliceBytesStillBalances) {
 
 TEST(Partitioner, OneHugeTensorAmongSmallOnesBalances) {
   for (int shards = 1; shards <= 8; ++shards) {
-    v1::ModelSpec spec = MakeSpec(
-        {{30000, 1024}, {10}, {7, 3}, {1}, {1000}}, shards, 4 << 20);
+    v1::ModelSpec spec =
+        MakeSpec({{30000, 1024}, {10}, {7, 3}, {1}, {1000}}, shards, 4 << 20);
     auto p = Partition::Create(spec);
     ASSERT_TRUE(p.ok()) << p.status();
     ExpectExactCover(spec, *p);

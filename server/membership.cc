@@ -1,0 +1,86 @@
+#include "server/membership.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace asyncps {
+
+Membership::Membership(Clock* clock, absl::Duration worker_timeout)
+    : clock_(clock), worker_timeout_(worker_timeout) {}
+
+bool Membership::Live(const Worker& w, absl::Time now) const {
+  return now - w.last_heard <= worker_timeout_;
+}
+
+absl::StatusOr<v1::RegisterResponse> Membership::Register(
+    const v1::RegisterRequest& request) {
+  if (request.rank() < -1 || request.rank() > kMaxRank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", request.rank(), " is outside [-1, ", kMaxRank, "]"));
+  }
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  int rank = request.rank();
+  if (rank == -1) {
+    rank = 0;
+    for (auto it = workers_.find(rank);
+         it != workers_.end() && Live(it->second, now);
+         it = workers_.find(rank)) {
+      ++rank;
+    }
+  }
+  Worker& w = workers_[rank];
+  w.incarnation = next_incarnation_++;
+  w.last_heard = now;
+  w.host = request.host().substr(0, 256);
+  v1::RegisterResponse response;
+  response.set_rank(rank);
+  response.set_incarnation(w.incarnation);
+  return response;
+}
+
+absl::Status Membership::Heartbeat(const v1::HeartbeatRequest& request) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(request.rank());
+  if (it == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat(
+        "rank ", request.rank(), " has not registered; call Register first"));
+  }
+  if (request.incarnation() != it->second.incarnation) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", request.rank(), " incarnation ", request.incarnation(),
+        " was superseded by incarnation ", it->second.incarnation));
+  }
+  it->second.last_heard = clock_->Now();
+  it->second.clock = std::max(it->second.clock, request.clock());
+  return absl::OkStatus();
+}
+
+void Membership::Touch(int rank, int64_t clock) {
+  if (rank < 0) return;
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(rank);
+  if (it == workers_.end()) return;
+  it->second.last_heard = clock_->Now();
+  it->second.clock = std::max(it->second.clock, clock);
+}
+
+std::vector<v1::WorkerInfo> Membership::Workers() const {
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::WorkerInfo> out;
+  for (const auto& [rank, w] : workers_) {
+    v1::WorkerInfo info;
+    info.set_rank(rank);
+    info.set_incarnation(w.incarnation);
+    info.set_clock(w.clock);
+    info.set_seconds_since_heard(absl::ToDoubleSeconds(now - w.last_heard));
+    info.set_live(Live(w, now));
+    info.set_host(w.host);
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+}  // namespace asyncps

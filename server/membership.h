@@ -1,0 +1,62 @@
+// Membership: which workers are in the job, their clocks, and whether each is
+// live (heard from within --worker_timeout). Thread-safe.
+#ifndef ASYNCPS_SERVER_MEMBERSHIP_H_
+#define ASYNCPS_SERVER_MEMBERSHIP_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "proto/asyncps.pb.h"
+
+namespace asyncps {
+
+// Largest rank a worker may ask for.
+inline constexpr int kMaxRank = 1 << 16;
+
+class Membership {
+ public:
+  // `clock` is borrowed and must outlive this object.
+  Membership(Clock* clock, absl::Duration worker_timeout);
+
+  // Adds or re-adds a worker. rank = -1 gives the lowest rank that is not
+  // live; a rank that registers again gets a new incarnation (a restarted
+  // worker rejoins). INVALID_ARGUMENT for a rank outside [-1, kMaxRank].
+  absl::StatusOr<v1::RegisterResponse> Register(
+      const v1::RegisterRequest& request);
+
+  // Records that the worker is alive at `clock`. NOT_FOUND if the rank never
+  // registered; FAILED_PRECONDITION if a newer incarnation has registered.
+  absl::Status Heartbeat(const v1::HeartbeatRequest& request);
+
+  // Notes the clock a worker reports on a pull or push (rank < 0 ignored).
+  void Touch(int rank, int64_t clock);
+
+  std::vector<v1::WorkerInfo> Workers() const;
+
+ private:
+  struct Worker {
+    int64_t incarnation = 0;
+    int64_t clock = 0;
+    absl::Time last_heard;
+    std::string host;
+  };
+  bool Live(const Worker& w, absl::Time now) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  Clock* const clock_;
+  const absl::Duration worker_timeout_;
+
+  mutable absl::Mutex mu_;
+  std::map<int, Worker> workers_ ABSL_GUARDED_BY(mu_);
+  int64_t next_incarnation_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_MEMBERSHIP_H_

@@ -1,0 +1,131 @@
+// ps_server: one shard of the asyncps parameter server.
+//
+//   ps_server --port=5000 --shard=0 --num_shards=2
+//
+// Serves the ParameterServer gRPC service (proto/asyncps.proto) until SIGTERM
+// or SIGINT, then drains in-flight calls and exits 0. Once listening it
+// prints one line to stdout, "ps_server shard I/N listening on HOST:PORT",
+// which scripts and tests wait for (with --port=0 the port is the one the
+// kernel chose).
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "glog/logging.h"
+#include "server/membership.h"
+#include "server/service.h"
+#include "server/shard_store.h"
+
+ABSL_FLAG(std::string, host, "0.0.0.0",
+          "Address to listen on (0.0.0.0 for every interface, 127.0.0.1 for "
+          "this machine only).");
+ABSL_FLAG(int, port, 5000, "TCP port to listen on; 0 picks a free one.");
+ABSL_FLAG(int, shard, 0, "This server's shard index, in [0, num_shards).");
+ABSL_FLAG(int, num_shards, 1, "Number of shards in the job.");
+ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,
+          "Largest gRPC message accepted or sent, in bytes. Larger requests "
+          "fail with RESOURCE_EXHAUSTED; clients split pulls and pushes to "
+          "stay under it. Must be at least twice --slice_bytes of the model.");
+ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(10),
+          "A worker not heard from for this long is no longer live.");
+ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
+          "On SIGTERM, how long in-flight calls may take to finish.");
+
+namespace asyncps {
+namespace {
+
+// Bytes reserved in each response for keys and framing.
+constexpr int64_t kResponseOverhead = 64 << 10;
+
+int Run() {
+  const int shard = absl::GetFlag(FLAGS_shard);
+  const int num_shards = absl::GetFlag(FLAGS_num_shards);
+  const int port = absl::GetFlag(FLAGS_port);
+  const int64_t max_message = absl::GetFlag(FLAGS_max_message_bytes);
+  if (num_shards < 1 || shard < 0 || shard >= num_shards) {
+    LOG(ERROR) << "--shard=" << shard
+               << " must be in [0, --num_shards=" << num_shards << ")";
+    return 2;
+  }
+  if (port < 0 || port > 65535) {
+    LOG(ERROR) << "--port=" << port << " is not a TCP port";
+    return 2;
+  }
+  if (max_message < 2 * kResponseOverhead ||
+      max_message > (int64_t{1} << 31) - 1) {
+    LOG(ERROR) << "--max_message_bytes=" << max_message << " must be in ["
+               << 2 * kResponseOverhead << ", 2^31 - 1]";
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_worker_timeout) <= absl::ZeroDuration()) {
+    LOG(ERROR) << "--worker_timeout must be positive";
+    return 2;
+  }
+
+  // Block the stop signals in every thread; this one waits for them below.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+
+  ShardStore store(shard, num_shards, max_message - kResponseOverhead);
+  Membership membership(Clock::Real(), absl::GetFlag(FLAGS_worker_timeout));
+  ParameterServerService service(&store, &membership, Clock::Real(),
+                                 num_shards);
+
+  const std::string address =
+      absl::StrCat(absl::GetFlag(FLAGS_host), ":", port);
+  int bound_port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
+                           &bound_port);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(max_message));
+  builder.SetMaxSendMessageSize(static_cast<int>(max_message));
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || bound_port == 0) {
+    LOG(ERROR) << "could not listen on " << address;
+    return 1;
+  }
+  LOG(INFO) << "ps_server shard " << shard << "/" << num_shards
+            << " serving asyncps.v1.ParameterServer on "
+            << absl::GetFlag(FLAGS_host) << ":" << bound_port
+            << " (max message " << max_message << " bytes)";
+  std::printf("ps_server shard %d/%d listening on %s:%d\n", shard, num_shards,
+              absl::GetFlag(FLAGS_host).c_str(), bound_port);
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&stop, &sig);
+  LOG(INFO) << "signal " << sig << ": shutting down shard " << shard;
+  server->Shutdown(std::chrono::system_clock::now() +
+                   absl::ToChronoSeconds(absl::GetFlag(FLAGS_shutdown_grace)));
+  server->Wait();
+  ShardCounters c = store.Counters();
+  LOG(INFO) << "shard " << shard << " stopped after " << c.pushes << " pushes, "
+            << c.pulls << " pulls, " << c.rejected << " rejected";
+  return 0;
+}
+
+}  // namespace
+}  // namespace asyncps
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "One shard of the asyncps parameter server.\n"
+      "  ps_server --port=5000 --shard=0 --num_shards=2");
+  absl::ParseCommandLine(argc, argv);
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  return asyncps::Run();
+}

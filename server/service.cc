@@ -1,0 +1,110 @@
+#include "server/service.h"
+
+#include <chrono>
+
+#include "common/status.h"
+
+namespace asyncps {
+
+ParameterServerService::ParameterServerService(ShardStore* store,
+                                               Membership* membership,
+                                               Clock* clock, int num_shards)
+    : store_(store),
+      membership_(membership),
+      clock_(clock),
+      num_shards_(num_shards),
+      start_(clock->Now()) {}
+
+grpc::ServerUnaryReactor* ParameterServerService::Begin(
+    grpc::CallbackServerContext* context) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (context->deadline() < std::chrono::system_clock::now()) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                                 "deadline passed before the server began"));
+    return nullptr;
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::DeclareModel(
+    grpc::CallbackServerContext* context,
+    const v1::DeclareModelRequest* request,
+    v1::DeclareModelResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto result = store_->Declare(request->spec());
+  if (result.ok()) *response = *std::move(result);
+  reactor->Finish(ToGrpcStatus(result.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Pull(
+    grpc::CallbackServerContext* context, const v1::PullRequest* request,
+    v1::PullResponse* response) {
+  grpc::ServerUnaryReactor* reactor = Begin(context);
+  if (reactor == nullptr) return context->DefaultReactor();
+  membership_->Touch(request->rank(), request->clock());
+  reactor->Finish(ToGrpcStatus(store_->Pull(*request, response)));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Push(
+    grpc::CallbackServerContext* context, const v1::PushRequest* request,
+    v1::PushResponse* response) {
+  grpc::ServerUnaryReactor* reactor = Begin(context);
+  if (reactor == nullptr) return context->DefaultReactor();
+  membership_->Touch(request->rank(), request->clock());
+  reactor->Finish(ToGrpcStatus(store_->Push(*request, response)));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Register(
+    grpc::CallbackServerContext* context, const v1::RegisterRequest* request,
+    v1::RegisterResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto result = membership_->Register(*request);
+  if (result.ok()) {
+    *response = *std::move(result);
+  } else {
+    store_->CountRejected();
+  }
+  reactor->Finish(ToGrpcStatus(result.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Heartbeat(
+    grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
+    v1::HeartbeatResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status s = membership_->Heartbeat(*request);
+  if (!s.ok()) store_->CountRejected();
+  reactor->Finish(ToGrpcStatus(s));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Stats(
+    grpc::CallbackServerContext* context, const v1::StatsRequest* request,
+    v1::StatsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  ShardCounters c = store_->Counters();
+  response->set_shard(store_->shard());
+  response->set_num_shards(num_shards_);
+  response->set_model_declared(store_->declared());
+  response->set_model_name(store_->model_name());
+  response->set_num_slices(store_->num_slices());
+  response->set_num_bytes(store_->num_bytes());
+  response->set_updates_applied(c.updates_applied);
+  response->set_pushes(c.pushes);
+  response->set_pulls(c.pulls);
+  response->set_rejected_requests(c.rejected);
+  for (int64_t n : c.staleness_histogram) {
+    response->add_staleness_histogram(n);
+  }
+  for (v1::WorkerInfo& w : membership_->Workers()) {
+    *response->add_workers() = std::move(w);
+  }
+  response->set_uptime_seconds(absl::ToDoubleSeconds(clock_->Now() - start_));
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace asyncps

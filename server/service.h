@@ -1,0 +1,55 @@
+// ParameterServerService: the gRPC face of one shard (callback API). Each
+// handler checks its deadline, hands the request to the ShardStore or
+// Membership, and answers the status they give. Thread-safe.
+#ifndef ASYNCPS_SERVER_SERVICE_H_
+#define ASYNCPS_SERVER_SERVICE_H_
+
+#include "common/clock.h"
+#include "proto/asyncps.grpc.pb.h"
+#include "server/membership.h"
+#include "server/shard_store.h"
+
+namespace asyncps {
+
+class ParameterServerService final
+    : public v1::ParameterServer::CallbackService {
+ public:
+  // `store`, `membership` and `clock` are borrowed and must outlive this.
+  ParameterServerService(ShardStore* store, Membership* membership,
+                         Clock* clock, int num_shards);
+
+  grpc::ServerUnaryReactor* DeclareModel(
+      grpc::CallbackServerContext* context,
+      const v1::DeclareModelRequest* request,
+      v1::DeclareModelResponse* response) override;
+  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context,
+                                 const v1::PullRequest* request,
+                                 v1::PullResponse* response) override;
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
+                                 const v1::PushRequest* request,
+                                 v1::PushResponse* response) override;
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
+                                     const v1::RegisterRequest* request,
+                                     v1::RegisterResponse* response) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
+                                      const v1::HeartbeatRequest* request,
+                                      v1::HeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context,
+                                  const v1::StatsRequest* request,
+                                  v1::StatsResponse* response) override;
+
+ private:
+  // Finishes the call with DEADLINE_EXCEEDED if its deadline has passed and
+  // returns null; otherwise returns the reactor to finish later.
+  grpc::ServerUnaryReactor* Begin(grpc::CallbackServerContext* context);
+
+  ShardStore* const store_;
+  Membership* const membership_;
+  Clock* const clock_;
+  const int num_shards_;
+  const absl::Time start_;
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_SERVICE_H_

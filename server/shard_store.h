@@ -1,0 +1,113 @@
+// ShardStore: the slices of a model that one shard holds, and the rules for
+// reading and updating them. Thread-safe: pulls and pushes to different
+// slices run in parallel; each slice has its own lock.
+#ifndef ASYNCPS_SERVER_SHARD_STORE_H_
+#define ASYNCPS_SERVER_SHARD_STORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/optimizer.h"
+#include "common/partitioner.h"
+#include "proto/asyncps.pb.h"
+
+namespace asyncps {
+
+// Staleness values 0 .. kStalenessBuckets-2 have their own bucket; the last
+// bucket counts everything larger.
+inline constexpr int kStalenessBuckets = 64;
+
+struct ShardCounters {
+  int64_t updates_applied = 0;
+  int64_t pushes = 0;
+  int64_t pulls = 0;
+  int64_t rejected = 0;
+  std::vector<int64_t> staleness_histogram;
+};
+
+class ShardStore {
+ public:
+  // REQUIRES: 0 <= shard < num_shards.
+  ShardStore(int shard, int num_shards, uint64_t max_response_bytes);
+  ShardStore(const ShardStore&) = delete;
+  ShardStore& operator=(const ShardStore&) = delete;
+
+  // Declares the model and initialises this shard's slices from the spec's
+  // seed. The same spec again is OK (created = false); a different one is
+  // FAILED_PRECONDITION naming the difference; an unusable one, or one whose
+  // num_shards is not this server's, is INVALID_ARGUMENT / FAILED_PRECONDITION.
+  absl::StatusOr<v1::DeclareModelResponse> Declare(const v1::ModelSpec& spec);
+
+  // Copies the requested slices and their versions into `response`.
+  // On error `response` is unspecified and nothing changed.
+  absl::Status Pull(const v1::PullRequest& request, v1::PullResponse* response);
+
+  // Validates every gradient in `request` first (known slice on this shard,
+  // matching range, dtype, byte length, finite values, version not from the
+  // future, no slice twice); if any fails nothing is applied. Otherwise
+  // applies the optimizer to each slice under its lock and answers each
+  // slice's new version and the push's staleness.
+  absl::Status Push(const v1::PushRequest& request, v1::PushResponse* response);
+
+  int shard() const { return shard_; }
+  bool declared() const;
+  // Slices and payload bytes held; zero before Declare.
+  uint32_t num_slices() const;
+  uint64_t num_bytes() const;
+  std::string model_name() const;
+  ShardCounters Counters() const;
+  // Counts an RPC refused before it reached the store (e.g. a bad Register).
+  void CountRejected() { rejected_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  struct SliceState {
+    explicit SliceState(const v1::OptimizerSpec& spec, size_t n)
+        : weights(n), slots(spec, n) {}
+    absl::Mutex mu;
+    std::vector<float> weights ABSL_GUARDED_BY(mu);
+    OptimizerSlots slots ABSL_GUARDED_BY(mu);
+    int64_t version ABSL_GUARDED_BY(mu) = 0;
+  };
+
+  // Everything fixed by Declare. Immutable once published.
+  struct Model {
+    v1::ModelSpec spec;
+    Partition partition;
+    absl::flat_hash_map<std::string, int> tensor_index;
+    // Indexed like partition.slices(); null for slices on other shards.
+    std::vector<std::unique_ptr<SliceState>> slices;
+    uint32_t num_slices = 0;
+    uint64_t num_bytes = 0;
+  };
+
+  // Resolves `key` to a slice of this shard, or a status saying why not.
+  absl::StatusOr<int> Resolve(const Model& model,
+                              const v1::SliceKey& key) const;
+  std::shared_ptr<const Model> model() const;
+  absl::Status Reject(absl::Status status);
+
+  // Constant after construction.
+  const int shard_;
+  const int num_shards_;
+  const uint64_t max_response_bytes_;
+
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const Model> model_ ABSL_GUARDED_BY(mu_);
+
+  std::atomic<int64_t> updates_applied_{0};
+  std::atomic<int64_t> pushes_{0};
+  std::atomic<int64_t> pulls_{0};
+  std::atomic<int64_t> rejected_{0};
+  std::vector<std::atomic<int64_t>> staleness_;
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_SHARD_STORE_H_

@@ -1,0 +1,50 @@
+#include "tests/integration/test_cluster.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace asyncps::testing {
+
+absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(
+    int num_shards, const std::vector<std::string>& extra_flags) {
+  auto cluster = std::make_unique<TestCluster>();
+  for (int s = 0; s < num_shards; ++s) {
+    int port = 0;
+    auto proc = StartServer(s, num_shards, &port, extra_flags);
+    if (!proc.ok()) return proc.status();
+    cluster->procs_.push_back(*std::move(proc));
+    cluster->servers_.push_back(ServerAddress{"127.0.0.1", port});
+  }
+  return cluster;
+}
+
+std::string TestCluster::ServerList() const {
+  return absl::StrJoin(servers_, ",",
+                       [](std::string* out, const ServerAddress& a) {
+                         out->append(a.ToString());
+                       });
+}
+
+v1::ModelSpec ConstantSpec(const std::vector<std::vector<int64_t>>& shapes,
+                           int num_shards, float init, float lr,
+                           uint64_t slice_bytes) {
+  v1::ModelSpec spec;
+  spec.set_name("test");
+  spec.set_seed(1);
+  spec.set_slice_bytes(slice_bytes);
+  spec.set_num_shards(num_shards);
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(lr);
+  int i = 0;
+  for (const auto& shape : shapes) {
+    v1::TensorSpec* t = spec.add_tensors();
+    t->set_name(absl::StrCat("t", i++));
+    t->set_dtype(v1::DTYPE_F32);
+    for (int64_t d : shape) t->add_shape(d);
+    t->mutable_init()->set_kind(v1::Initializer::CONSTANT);
+    t->mutable_init()->set_value(init);
+  }
+  return spec;
+}
+
+}  // namespace asyncps::testing

@@ -1,0 +1,39 @@
+// Test helper: a model spec for tests and a running set of ps_server shards.
+#ifndef ASYNCPS_TESTS_INTEGRATION_TEST_CLUSTER_H_
+#define ASYNCPS_TESTS_INTEGRATION_TEST_CLUSTER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/cluster_spec.h"
+#include "proto/asyncps.pb.h"
+#include "tests/integration/subprocess.h"
+
+namespace asyncps::testing {
+
+// n ps_server processes on 127.0.0.1, shard i at servers()[i]. Killed when
+// the object dies.
+class TestCluster {
+ public:
+  static absl::StatusOr<std::unique_ptr<TestCluster>> Start(
+      int num_shards, const std::vector<std::string>& extra_flags = {});
+  const std::vector<ServerAddress>& servers() const { return servers_; }
+  // "127.0.0.1:p0,127.0.0.1:p1,..."
+  std::string ServerList() const;
+  Subprocess& process(int shard) { return *procs_[shard]; }
+
+ private:
+  std::vector<std::unique_ptr<Subprocess>> procs_;
+  std::vector<ServerAddress> servers_;
+};
+
+// A spec of tensors with the given shapes, CONSTANT `init` everywhere, SGD.
+v1::ModelSpec ConstantSpec(const std::vector<std::vector<int64_t>>& shapes,
+                           int num_shards, float init, float lr,
+                           uint64_t slice_bytes);
+
+}  // namespace asyncps::testing
+
+#endif  // ASYNCPS_TESTS_INTEGRATION_TEST_CLUSTER_H_

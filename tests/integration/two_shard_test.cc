@@ -1,0 +1,113 @@
+// Two real ps_server processes, eight client threads pushing at once: no
+// update may be lost, and versions must count every push.
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/integration/test_cluster.h"
+#include "worker/ps_client.h"
+
+namespace asyncps::testing {
+namespace {
+
+constexpr int kThreads = 8;
+constexpr int kPushes = 100;
+
+// Integer-valued gradients, so every sum is exact in f32 whatever the order.
+float Grad(int thread, int push, size_t element) {
+  return static_cast<float>((thread * 7 + push * 3 + element) % 5) - 2.0f;
+}
+
+TEST(TwoShards, ConcurrentPushesLoseNoUpdate) {
+  auto cluster = TestCluster::Start(2);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  // 3000 + 200 + 10 elements in 1 KiB slices: a few dozen slices per shard.
+  v1::ModelSpec spec =
+      ConstantSpec({{100, 30}, {200}, {10}}, 2, 1000.0f, 1.0f, 1024);
+  PsClientOptions options;
+  options.servers = (*cluster)->servers();
+  auto setup = PsClient::Create(options);
+  ASSERT_TRUE(setup.ok());
+  ASSERT_TRUE((*setup)->DeclareModel(spec).ok());
+  const std::vector<int> tensors = {0, 1, 2};
+  const Partition& partition = (*setup)->partition();
+  const int num_slices = static_cast<int>(partition.slices().size());
+
+  std::vector<std::thread> threads;
+  std::vector<absl::Status> results(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      // Each thread has its own client: separate processes would.
+      auto client = PsClient::Create(options);
+      if (!client.ok()) {
+        results[t] = client.status();
+        return;
+      }
+      results[t] = (*client)->DeclareModel(spec);  // Idempotent.
+      std::vector<std::vector<float>> weights(3), grads(3);
+      for (int k = 0; k < 3; ++k) {
+        weights[k].resize(partition.tensor_elements(k));
+        grads[k].resize(partition.tensor_elements(k));
+      }
+      std::vector<int64_t> versions;
+      for (int p = 0; p < kPushes && results[t].ok(); ++p) {
+        results[t] = (*client)->Pull(tensors, &weights, &versions, t, p);
+        if (!results[t].ok()) break;
+        for (int k = 0; k < 3; ++k) {
+          for (size_t e = 0; e < grads[k].size(); ++e) {
+            grads[k][e] = Grad(t, p, e);
+          }
+        }
+        results[t] =
+            (*client)->Push(tensors, grads, versions, t, p + 1, nullptr);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    ASSERT_TRUE(results[t].ok()) << "thread " << t << ": " << results[t];
+  }
+
+  std::vector<std::vector<float>> weights(3);
+  for (int k = 0; k < 3; ++k) weights[k].resize(partition.tensor_elements(k));
+  std::vector<int64_t> versions;
+  ASSERT_TRUE((*setup)->Pull(tensors, &weights, &versions, -1, 0).ok());
+  for (int k = 0; k < 3; ++k) {
+    for (size_t e = 0; e < weights[k].size(); ++e) {
+      double expected = 1000.0;
+      for (int t = 0; t < kThreads; ++t) {
+        for (int p = 0; p < kPushes; ++p) expected -= Grad(t, p, e);
+      }
+      ASSERT_EQ(weights[k][e], static_cast<float>(expected))
+          << "tensor " << k << " element " << e;
+    }
+  }
+  for (int i = 0; i < num_slices; ++i) {
+    EXPECT_EQ(versions[i], kThreads * kPushes) << "slice " << i;
+  }
+  auto stats = (*setup)->StatsAll();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  int64_t applied = 0, pushes = 0;
+  for (const auto& s : *stats) {
+    applied += s.updates_applied();
+    pushes += s.pushes();
+    EXPECT_GT(s.num_slices(), 0u) << "shard " << s.shard() << " holds nothing";
+  }
+  EXPECT_EQ(applied, int64_t{kThreads} * kPushes * num_slices);
+  EXPECT_EQ(pushes, 2 * kThreads * kPushes);  // One RPC per shard per push.
+}
+
+TEST(TwoShards, SigtermShutsDownCleanly) {
+  auto cluster = TestCluster::Start(2);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  for (int s = 0; s < 2; ++s) {
+    (*cluster)->process(s).Signal(SIGTERM);
+    const int status = (*cluster)->process(s).Wait(absl::Seconds(20));
+    ASSERT_NE(status, -1) << "shard " << s << " did not exit on SIGTERM";
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "shard " << s << " wait status " << status;
+  }
+}
+
+}  // namespace
+}  // namespace asyncps::testing

@@ -1,0 +1,289 @@
+// Every kind of bad request to a real ps_server gets a precise status and
+// changes no weight.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <cmath>
+#include <limits>
+
+#include "absl/synchronization/notification.h"
+#include "common/partitioner.h"
+#include "common/tensor_bytes.h"
+#include "gtest/gtest.h"
+#include "proto/asyncps.grpc.pb.h"
+#include "tests/integration/test_cluster.h"
+
+namespace asyncps::testing {
+namespace {
+
+constexpr int64_t kMaxMessage = 1 << 20;
+
+class ValidationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto cluster = TestCluster::Start(
+        2, {absl::StrCat("--max_message_bytes=", kMaxMessage)});
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+    grpc::ChannelArguments args;
+    args.SetMaxSendMessageSize(64 << 20);
+    channel_ =
+        grpc::CreateCustomChannel(cluster_->servers()[0].ToString(),
+                                  grpc::InsecureChannelCredentials(), args);
+    stub_ = v1::ParameterServer::NewStub(channel_);
+    spec_ = ConstantSpec({{40, 30}, {7}}, 2, 0.5f, 0.1f, 256);
+    auto p = Partition::Create(spec_);
+    ASSERT_TRUE(p.ok());
+    partition_ = *std::move(p);
+    for (size_t i = 0; i < partition_.slices().size(); ++i) {
+      (partition_.slices()[i].shard == 0 ? mine_ : theirs_).push_back(i);
+    }
+    ASSERT_GE(mine_.size(), 2u);
+    ASSERT_GE(theirs_.size(), 1u);
+  }
+
+  void Declare() {
+    v1::DeclareModelRequest req;
+    *req.mutable_spec() = spec_;
+    v1::DeclareModelResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->DeclareModel(&ctx, req, &resp).ok());
+    ASSERT_TRUE(resp.created());
+  }
+
+  v1::SliceKey Key(int i) const {
+    const SliceInfo& s = partition_.slices()[i];
+    v1::SliceKey key;
+    key.set_tensor(spec_.tensors(s.tensor).name());
+    key.set_index(s.index);
+    key.set_begin(s.begin);
+    key.set_count(s.count);
+    return key;
+  }
+
+  // A well-formed gradient of all `value` for slice i.
+  v1::SliceData Grad(int i, float value = 1.0f) const {
+    v1::SliceData d;
+    *d.mutable_key() = Key(i);
+    d.set_dtype(v1::DTYPE_F32);
+    std::vector<float> g(partition_.slices()[i].count, value);
+    EncodeF32(g, d.mutable_data());
+    return d;
+  }
+
+  grpc::Status Push(const std::vector<v1::SliceData>& grads) {
+    v1::PushRequest req;
+    for (const auto& g : grads) *req.add_gradients() = g;
+    v1::PushResponse resp;
+    grpc::ClientContext ctx;
+    return stub_->Push(&ctx, req, &resp);
+  }
+
+  grpc::Status Pull(const std::vector<v1::SliceKey>& keys,
+                    v1::PullResponse* resp) {
+    v1::PullRequest req;
+    for (const auto& k : keys) *req.add_slices() = k;
+    grpc::ClientContext ctx;
+    return stub_->Pull(&ctx, req, resp);
+  }
+
+  // Every slice of shard 0 still holds its initial value at version 0.
+  void ExpectUntouched() {
+    std::vector<v1::SliceKey> keys;
+    for (int i : mine_) keys.push_back(Key(i));
+    v1::PullResponse resp;
+    ASSERT_TRUE(Pull(keys, &resp).ok());
+    for (const auto& d : resp.slices()) {
+      EXPECT_EQ(d.version(), 0) << d.key().tensor() << "#" << d.key().index();
+      std::vector<float> w(d.data().size() / 4);
+      DecodeF32(d.data(), absl::MakeSpan(w));
+      for (float x : w) ASSERT_EQ(x, 0.5f);
+    }
+  }
+
+  void ExpectRejected(const grpc::Status& s, grpc::StatusCode code,
+                      absl::string_view words) {
+    EXPECT_EQ(s.error_code(), code) << s.error_message();
+    EXPECT_NE(s.error_message().find(std::string(words)), std::string::npos)
+        << "message '" << s.error_message() << "' lacks '" << words << "'";
+    ExpectUntouched();
+  }
+
+  std::unique_ptr<TestCluster> cluster_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::ParameterServer::Stub> stub_;
+  v1::ModelSpec spec_;
+  Partition partition_;
+  std::vector<int> mine_, theirs_;
+};
+
+TEST_F(ValidationTest, PushBeforeDeclareIsFailedPrecondition) {
+  EXPECT_EQ(Push({Grad(mine_[0])}).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  v1::PullResponse resp;
+  grpc::Status s = Pull({Key(mine_[0])}, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("before any model"), std::string::npos);
+}
+
+TEST_F(ValidationTest, DeclareIsIdempotentButRefusesADifferentSpec) {
+  Declare();
+  v1::DeclareModelRequest req;
+  *req.mutable_spec() = spec_;
+  v1::DeclareModelResponse resp;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->DeclareModel(&ctx, req, &resp).ok());
+    EXPECT_FALSE(resp.created());
+  }
+  req.mutable_spec()->mutable_optimizer()->set_learning_rate(0.2f);
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->DeclareModel(&ctx, req, &resp);
+    ExpectRejected(s, grpc::StatusCode::FAILED_PRECONDITION, "learning_rate");
+  }
+  req.mutable_spec()->set_num_shards(3);
+  {
+    grpc::ClientContext ctx;
+    ExpectRejected(stub_->DeclareModel(&ctx, req, &resp),
+                   grpc::StatusCode::FAILED_PRECONDITION, "--num_shards=2");
+  }
+  req.mutable_spec()->mutable_tensors(0)->set_shape(0, -4);
+  {
+    grpc::ClientContext ctx;
+    ExpectRejected(stub_->DeclareModel(&ctx, req, &resp),
+                   grpc::StatusCode::INVALID_ARGUMENT, "dimension -4");
+  }
+}
+
+TEST_F(ValidationTest, UnknownTensorIsNotFound) {
+  Declare();
+  v1::SliceData g = Grad(mine_[0]);
+  g.mutable_key()->set_tensor("nope");
+  ExpectRejected(Push({g}), grpc::StatusCode::NOT_FOUND,
+                 "unknown tensor 'nope'");
+  v1::PullResponse resp;
+  EXPECT_EQ(Pull({g.key()}, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(ValidationTest, UnknownSliceIsNotFound) {
+  Declare();
+  v1::SliceData g = Grad(mine_[0]);
+  g.mutable_key()->set_index(999);
+  ExpectRejected(Push({g}), grpc::StatusCode::NOT_FOUND, "no slice 999");
+}
+
+TEST_F(ValidationTest, SliceOfAnotherShardIsNotFound) {
+  Declare();
+  ExpectRejected(Push({Grad(theirs_[0])}), grpc::StatusCode::NOT_FOUND,
+                 "lives on shard 1");
+}
+
+TEST_F(ValidationTest, SliceOutOfBoundsIsInvalidArgument) {
+  Declare();
+  v1::SliceData g = Grad(mine_[0]);
+  g.mutable_key()->set_begin(1199);
+  ExpectRejected(Push({g}), grpc::StatusCode::INVALID_ARGUMENT,
+                 "out of bounds");
+  v1::PullResponse resp;
+  EXPECT_EQ(Pull({g.key()}, &resp).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(ValidationTest, RangeThatDisagreesWithThePartitionIsInvalidArgument) {
+  Declare();
+  v1::SliceData g = Grad(mine_[0]);
+  g.mutable_key()->set_count(g.key().count() - 1);
+  ExpectRejected(Push({g}), grpc::StatusCode::INVALID_ARGUMENT,
+                 "disagree about the partition");
+}
+
+TEST_F(ValidationTest, WrongByteLengthIsInvalidArgument) {
+  Declare();
+  v1::SliceData g = Grad(mine_[0]);
+  g.mutable_data()->resize(g.data().size() - 3);
+  ExpectRejected(Push({g}), grpc::StatusCode::INVALID_ARGUMENT, "bytes");
+}
+
+TEST_F(ValidationTest, UnknownOrUnsupportedDtypeIsInvalidArgument) {
+  Declare();
+  v1::SliceData g = Grad(mine_[0]);
+  g.set_dtype(static_cast<v1::DType>(7));
+  ExpectRejected(Push({g}), grpc::StatusCode::INVALID_ARGUMENT,
+                 "unknown dtype 7");
+  g.set_dtype(v1::DTYPE_BF16);
+  ExpectRejected(Push({g}), grpc::StatusCode::INVALID_ARGUMENT, "DTYPE_BF16");
+}
+
+TEST_F(ValidationTest, NanOrInfGradientIsInvalidArgument) {
+  Declare();
+  // The first slice is fine; the NaN in the second must stop both.
+  v1::SliceData good = Grad(mine_[0]);
+  v1::SliceData bad = Grad(mine_[1]);
+  std::vector<float> g(partition_.slices()[mine_[1]].count, 1.0f);
+  g[3] = std::numeric_limits<float>::quiet_NaN();
+  EncodeF32(g, bad.mutable_data());
+  ExpectRejected(Push({good, bad}), grpc::StatusCode::INVALID_ARGUMENT, "NaN");
+  g[3] = std::numeric_limits<float>::infinity();
+  EncodeF32(g, bad.mutable_data());
+  ExpectRejected(Push({good, bad}), grpc::StatusCode::INVALID_ARGUMENT, "Inf");
+}
+
+TEST_F(ValidationTest, VersionFromTheFutureIsInvalidArgument) {
+  Declare();
+  v1::SliceData g = Grad(mine_[0]);
+  g.set_version(5);
+  ExpectRejected(Push({g}), grpc::StatusCode::INVALID_ARGUMENT,
+                 "only at version 0");
+}
+
+TEST_F(ValidationTest, SliceTwiceInOnePushIsInvalidArgument) {
+  Declare();
+  ExpectRejected(Push({Grad(mine_[0]), Grad(mine_[0])}),
+                 grpc::StatusCode::INVALID_ARGUMENT, "twice");
+}
+
+TEST_F(ValidationTest, MessageOverTheLimitIsResourceExhausted) {
+  Declare();
+  v1::SliceData g = Grad(mine_[0]);
+  g.mutable_data()->assign(kMaxMessage + 16, '\0');
+  grpc::Status s = Push({g});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << s.error_message();
+  ExpectUntouched();
+}
+
+TEST_F(ValidationTest, GarbageBytesDoNotCrashTheServer) {
+  Declare();
+  grpc::GenericStub generic(channel_);
+  const std::string junk = "\xff\xff\xff\xff\x0f garbage that is not a proto";
+  grpc::Slice slice(junk);
+  grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  grpc::ClientContext ctx;
+  absl::Notification done;
+  grpc::Status status;
+  generic.UnaryCall(&ctx, "/asyncps.v1.ParameterServer/Push",
+                    grpc::StubOptions(), &request, &response,
+                    [&](grpc::Status s) {
+                      status = std::move(s);
+                      done.Notify();
+                    });
+  done.WaitForNotification();
+  EXPECT_FALSE(status.ok());
+  ExpectUntouched();  // And the server still answers.
+}
+
+TEST_F(ValidationTest, GoodPushAfterRejectionsApplies) {
+  Declare();
+  ASSERT_TRUE(Push({Grad(mine_[0], 2.0f)}).ok());
+  v1::PullResponse resp;
+  ASSERT_TRUE(Pull({Key(mine_[0])}, &resp).ok());
+  EXPECT_EQ(resp.slices(0).version(), 1);
+  std::vector<float> w(resp.slices(0).data().size() / 4);
+  DecodeF32(resp.slices(0).data(), absl::MakeSpan(w));
+  EXPECT_FLOAT_EQ(w[0], 0.5f - 0.1f * 2.0f);
+}
+
+}  // namespace
+}  // namespace asyncps::testing

@@ -1,0 +1,314 @@
+#include "worker/ps_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/blocking_counter.h"
+#include "common/status.h"
+#include "common/tensor_bytes.h"
+
+namespace asyncps {
+namespace {
+
+// Payload bytes kept free in each request for keys and framing.
+constexpr int64_t kRequestOverhead = 64 << 10;
+
+}  // namespace
+
+PsClient::PsClient(PsClientOptions options) : options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
+    PsClientOptions options) {
+  if (options.servers.empty()) {
+    return absl::InvalidArgumentError("PsClient needs at least one server");
+  }
+  if (options.max_message_bytes < 2 * kRequestOverhead) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_message_bytes ", options.max_message_bytes,
+                     " is below the minimum ", 2 * kRequestOverhead));
+  }
+  std::unique_ptr<PsClient> client(new PsClient(std::move(options)));
+  for (const ServerAddress& addr : client->options_.servers) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(
+        static_cast<int>(client->options_.max_message_bytes));
+    args.SetMaxSendMessageSize(
+        static_cast<int>(client->options_.max_message_bytes));
+    // A restarted shard is found again within a second.
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    auto channel = grpc::CreateCustomChannel(
+        addr.ToString(), grpc::InsecureChannelCredentials(), args);
+    client->stubs_.push_back(v1::ParameterServer::NewStub(channel));
+  }
+  return client;
+}
+
+template <typename Request, typename Response, typename Method>
+absl::Status PsClient::CallAll(std::vector<Call<Request, Response>>* calls,
+                               Method method, const char* what) {
+  std::vector<size_t> pending(calls->size());
+  for (size_t i = 0; i < pending.size(); ++i) pending[i] = i;
+  const absl::Time give_up = absl::Now() + options_.retry_for;
+  absl::Duration backoff = options_.backoff_initial;
+  while (true) {
+    std::vector<grpc::Status> results(pending.size());
+    std::vector<std::unique_ptr<grpc::ClientContext>> contexts(pending.size());
+    absl::BlockingCounter done(static_cast<int>(pending.size()));
+    for (size_t k = 0; k < pending.size(); ++k) {
+      Call<Request, Response>& call = (*calls)[pending[k]];
+      contexts[k] = std::make_unique<grpc::ClientContext>();
+      contexts[k]->set_deadline(
+          std::chrono::system_clock::now() +
+          absl::ToChronoMilliseconds(options_.rpc_timeout));
+      method(stubs_[call.shard].get(), contexts[k].get(), &call.request,
+             &call.response, [&results, &done, k](grpc::Status s) {
+               results[k] = std::move(s);
+               done.DecrementCount();
+             });
+    }
+    done.Wait();
+    std::vector<size_t> retry;
+    std::string last_error;
+    for (size_t k = 0; k < pending.size(); ++k) {
+      const grpc::Status& s = results[k];
+      if (s.ok()) continue;
+      const int shard = (*calls)[pending[k]].shard;
+      const std::string where =
+          absl::StrCat(what, " to shard ", shard, " at ",
+                       options_.servers[shard].ToString());
+      if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+        retry.push_back(pending[k]);
+        last_error = absl::StrCat(where, ": ", s.error_message());
+        continue;
+      }
+      return Annotate(FromGrpcStatus(s), where);
+    }
+    if (retry.empty()) return absl::OkStatus();
+    if (absl::Now() + backoff > give_up) {
+      return absl::UnavailableError(absl::StrCat(
+          "giving up after ", absl::FormatDuration(options_.retry_for),
+          " of retries: ", last_error));
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, options_.backoff_max);
+    pending = std::move(retry);
+  }
+}
+
+absl::Status PsClient::UseModel(const v1::ModelSpec& spec) {
+  if (static_cast<int>(spec.num_shards()) != num_shards()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model spec has num_shards = ", spec.num_shards(), " but ",
+                     num_shards(), " servers are configured"));
+  }
+  auto partition = Partition::Create(spec);
+  if (!partition.ok()) return partition.status();
+  spec_ = spec;
+  partition_ = *std::move(partition);
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::DeclareModel(const v1::ModelSpec& spec) {
+  RETURN_IF_ERROR(UseModel(spec));
+  std::vector<Call<v1::DeclareModelRequest, v1::DeclareModelResponse>> calls(
+      num_shards());
+  for (int s = 0; s < num_shards(); ++s) {
+    calls[s].shard = s;
+    *calls[s].request.mutable_spec() = spec;
+  }
+  return CallAll(
+      &calls,
+      [](v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+         const v1::DeclareModelRequest* req, v1::DeclareModelResponse* resp,
+         std::function<void(grpc::Status)> cb) {
+        stub->async()->DeclareModel(ctx, req, resp, std::move(cb));
+      },
+      "DeclareModel");
+}
+
+std::vector<std::vector<int>> PsClient::Batches(
+    absl::Span<const int> tensors) const {
+  const uint64_t limit = options_.max_message_bytes - kRequestOverhead;
+  std::vector<std::vector<int>> batches;
+  std::vector<int> open(num_shards(), -1);  // Open batch per shard.
+  std::vector<uint64_t> open_bytes(num_shards(), 0);
+  for (int t : tensors) {
+    for (int i : partition_->tensor_slices(t)) {
+      const SliceInfo& s = partition_->slices()[i];
+      const uint64_t bytes = s.count * 4;
+      if (open[s.shard] < 0 || open_bytes[s.shard] + bytes > limit) {
+        open[s.shard] = static_cast<int>(batches.size());
+        open_bytes[s.shard] = 0;
+        batches.emplace_back();
+      }
+      batches[open[s.shard]].push_back(i);
+      open_bytes[s.shard] += bytes;
+    }
+  }
+  return batches;
+}
+
+namespace {
+
+void FillKey(const v1::ModelSpec& spec, const SliceInfo& s, v1::SliceKey* key) {
+  key->set_tensor(spec.tensors(s.tensor).name());
+  key->set_index(s.index);
+  key->set_begin(s.begin);
+  key->set_count(s.count);
+}
+
+}  // namespace
+
+absl::Status PsClient::Pull(absl::Span<const int> tensors,
+                            std::vector<std::vector<float>>* values,
+                            std::vector<int64_t>* versions, int rank,
+                            int64_t clock) {
+  std::vector<std::vector<int>> batches = Batches(tensors);
+  std::vector<Call<v1::PullRequest, v1::PullResponse>> calls(batches.size());
+  for (size_t b = 0; b < batches.size(); ++b) {
+    calls[b].shard = partition_->slices()[batches[b][0]].shard;
+    calls[b].request.set_rank(rank);
+    calls[b].request.set_clock(clock);
+    for (int i : batches[b]) {
+      FillKey(spec_, partition_->slices()[i], calls[b].request.add_slices());
+    }
+  }
+  RETURN_IF_ERROR(CallAll(
+      &calls,
+      [](v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+         const v1::PullRequest* req, v1::PullResponse* resp,
+         std::function<void(grpc::Status)> cb) {
+        stub->async()->Pull(ctx, req, resp, std::move(cb));
+      },
+      "Pull"));
+  versions->resize(partition_->slices().size());
+  for (size_t b = 0; b < batches.size(); ++b) {
+    const v1::PullResponse& resp = calls[b].response;
+    if (resp.slices_size() != static_cast<int>(batches[b].size())) {
+      return absl::InternalError(absl::StrCat(
+          "shard ", calls[b].shard, " answered ", resp.slices_size(),
+          " slices for a pull of ", batches[b].size()));
+    }
+    for (size_t k = 0; k < batches[b].size(); ++k) {
+      const SliceInfo& s = partition_->slices()[batches[b][k]];
+      const v1::SliceData& d = resp.slices(static_cast<int>(k));
+      if (d.dtype() != v1::DTYPE_F32 || d.data().size() != s.count * 4) {
+        return absl::InternalError(absl::StrCat(
+            "shard ", calls[b].shard, " answered a malformed slice for '",
+            spec_.tensors(s.tensor).name(), "'#", s.index));
+      }
+      std::vector<float>& dst = (*values)[s.tensor];
+      DecodeF32(d.data(), absl::MakeSpan(dst.data() + s.begin, s.count));
+      (*versions)[batches[b][k]] = d.version();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::Push(absl::Span<const int> tensors,
+                            const std::vector<std::vector<float>>& grads,
+                            const std::vector<int64_t>& versions, int rank,
+                            int64_t clock, PushResult* result) {
+  std::vector<std::vector<int>> batches = Batches(tensors);
+  std::vector<Call<v1::PushRequest, v1::PushResponse>> calls(batches.size());
+  for (size_t b = 0; b < batches.size(); ++b) {
+    calls[b].shard = partition_->slices()[batches[b][0]].shard;
+    calls[b].request.set_rank(rank);
+    calls[b].request.set_clock(clock);
+    for (int i : batches[b]) {
+      const SliceInfo& s = partition_->slices()[i];
+      v1::SliceData* d = calls[b].request.add_gradients();
+      FillKey(spec_, s, d->mutable_key());
+      d->set_dtype(v1::DTYPE_F32);
+      d->set_version(versions[i]);
+      EncodeF32(absl::MakeConstSpan(grads[s.tensor].data() + s.begin, s.count),
+                d->mutable_data());
+    }
+  }
+  RETURN_IF_ERROR(CallAll(
+      &calls,
+      [](v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+         const v1::PushRequest* req, v1::PushResponse* resp,
+         std::function<void(grpc::Status)> cb) {
+        stub->async()->Push(ctx, req, resp, std::move(cb));
+      },
+      "Push"));
+  if (result != nullptr) {
+    *result = PushResult();
+    for (const auto& call : calls) {
+      for (int64_t s : call.response.staleness()) {
+        ++result->slices;
+        result->total_staleness += s;
+        result->max_staleness = std::max(result->max_staleness, s);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::RegisterResponse> PsClient::Register(
+    int shard, const v1::RegisterRequest& req) {
+  std::vector<Call<v1::RegisterRequest, v1::RegisterResponse>> calls(1);
+  calls[0].shard = shard;
+  calls[0].request = req;
+  RETURN_IF_ERROR(CallAll(
+      &calls,
+      [](v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+         const v1::RegisterRequest* r, v1::RegisterResponse* resp,
+         std::function<void(grpc::Status)> cb) {
+        stub->async()->Register(ctx, r, resp, std::move(cb));
+      },
+      "Register"));
+  return calls[0].response;
+}
+
+absl::Status PsClient::Heartbeat(int shard, const v1::HeartbeatRequest& req) {
+  std::vector<Call<v1::HeartbeatRequest, v1::HeartbeatResponse>> calls(1);
+  calls[0].shard = shard;
+  calls[0].request = req;
+  return CallAll(
+      &calls,
+      [](v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+         const v1::HeartbeatRequest* r, v1::HeartbeatResponse* resp,
+         std::function<void(grpc::Status)> cb) {
+        stub->async()->Heartbeat(ctx, r, resp, std::move(cb));
+      },
+      "Heartbeat");
+}
+
+absl::StatusOr<std::vector<v1::StatsResponse>> PsClient::StatsAll() {
+  std::vector<Call<v1::StatsRequest, v1::StatsResponse>> calls(num_shards());
+  for (int s = 0; s < num_shards(); ++s) calls[s].shard = s;
+  RETURN_IF_ERROR(CallAll(
+      &calls,
+      [](v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+         const v1::StatsRequest* r, v1::StatsResponse* resp,
+         std::function<void(grpc::Status)> cb) {
+        stub->async()->Stats(ctx, r, resp, std::move(cb));
+      },
+      "Stats"));
+  std::vector<v1::StatsResponse> out;
+  for (auto& c : calls) out.push_back(std::move(c.response));
+  return out;
+}
+
+absl::StatusOr<v1::StatsResponse> PsClient::Stats(int shard) {
+  std::vector<Call<v1::StatsRequest, v1::StatsResponse>> calls(1);
+  calls[0].shard = shard;
+  RETURN_IF_ERROR(CallAll(
+      &calls,
+      [](v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+         const v1::StatsRequest* r, v1::StatsResponse* resp,
+         std::function<void(grpc::Status)> cb) {
+        stub->async()->Stats(ctx, r, resp, std::move(cb));
+      },
+      "Stats"));
+  return calls[0].response;
+}
+
+}  // namespace asyncps

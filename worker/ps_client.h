@@ -1,0 +1,115 @@
+// PsClient: a worker's connection to every shard of the parameter server.
+// One Pull or Push fans out to all shards at once over gRPC's callback API
+// (one channel per shard, reused), each call with a deadline; requests are
+// split to stay under the message limit; UNAVAILABLE is retried with capped
+// exponential backoff until `retry_for` has passed, then the call fails with
+// a message naming the shard.
+//
+// Thread-safe: several threads may pull and push at once (e.g. a prefetch
+// thread and a push thread); each call blocks only its caller.
+#ifndef ASYNCPS_WORKER_PS_CLIENT_H_
+#define ASYNCPS_WORKER_PS_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/cluster_spec.h"
+#include "common/partitioner.h"
+#include "proto/asyncps.grpc.pb.h"
+
+namespace asyncps {
+
+struct PsClientOptions {
+  std::vector<ServerAddress> servers;  // Shard i at servers[i].
+  absl::Duration rpc_timeout = absl::Seconds(30);
+  // How long a shard may stay UNAVAILABLE before a call gives up.
+  absl::Duration retry_for = absl::Seconds(60);
+  absl::Duration backoff_initial = absl::Milliseconds(50);
+  absl::Duration backoff_max = absl::Seconds(2);
+  int64_t max_message_bytes = 64 << 20;
+};
+
+// What one Push did, summed over its slices.
+struct PushResult {
+  int64_t slices = 0;
+  int64_t total_staleness = 0;
+  int64_t max_staleness = 0;
+};
+
+class PsClient {
+ public:
+  static absl::StatusOr<std::unique_ptr<PsClient>> Create(
+      PsClientOptions options);
+
+  int num_shards() const { return static_cast<int>(stubs_.size()); }
+
+  // Declares `spec` on every shard (idempotent) and adopts its partition.
+  // REQUIRES: spec.num_shards() == num_shards().
+  absl::Status DeclareModel(const v1::ModelSpec& spec);
+
+  // Adopts `spec`'s partition without declaring it (e.g. the evaluator).
+  absl::Status UseModel(const v1::ModelSpec& spec);
+
+  // Pulls every slice of the given tensors: values[t] (sized to tensor t's
+  // element count) gets the weights, versions[slice] each slice's version
+  // (versions is indexed like partition().slices()). `rank` and `clock`
+  // tell the server who asks (rank -1: not a training worker).
+  // REQUIRES: a model was declared or adopted.
+  absl::Status Pull(absl::Span<const int> tensors,
+                    std::vector<std::vector<float>>* values,
+                    std::vector<int64_t>* versions, int rank, int64_t clock);
+
+  // Pushes gradients for every slice of the given tensors; grads[t] holds
+  // tensor t's gradient, versions[slice] the version it was computed from.
+  absl::Status Push(absl::Span<const int> tensors,
+                    const std::vector<std::vector<float>>& grads,
+                    const std::vector<int64_t>& versions, int rank,
+                    int64_t clock, PushResult* result);
+
+  absl::StatusOr<v1::RegisterResponse> Register(int shard,
+                                                const v1::RegisterRequest& req);
+  absl::Status Heartbeat(int shard, const v1::HeartbeatRequest& req);
+  absl::StatusOr<v1::StatsResponse> Stats(int shard);
+  // Stats of every shard, in shard order.
+  absl::StatusOr<std::vector<v1::StatsResponse>> StatsAll();
+
+  // REQUIRES: a model was declared or adopted.
+  const Partition& partition() const { return *partition_; }
+  const v1::ModelSpec& spec() const { return spec_; }
+
+ private:
+  explicit PsClient(PsClientOptions options);
+
+  // One request to one shard, and where its answer goes.
+  template <typename Request, typename Response>
+  struct Call {
+    int shard = 0;
+    Request request;
+    Response response;
+  };
+
+  // Sends every call at once, retrying UNAVAILABLE ones with backoff; returns
+  // the first other error, annotated with the shard and `what`.
+  template <typename Request, typename Response, typename Method>
+  absl::Status CallAll(std::vector<Call<Request, Response>>* calls,
+                       Method method, const char* what);
+
+  // Groups the slices of `tensors` by shard, in requests of at most
+  // max_message_bytes of payload.
+  std::vector<std::vector<int>> Batches(absl::Span<const int> tensors) const;
+
+  const PsClientOptions options_;
+  std::vector<std::unique_ptr<v1::ParameterServer::Stub>> stubs_;
+  v1::ModelSpec spec_;
+  std::optional<Partition> partition_;
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_WORKER_PS_CLIENT_H_
