@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what asyncps needs, builds everything, runs every test, and ends
+# with one line "N passed, N failed". Exit status 0 only if all passed.
+#
+#   tests/run_tests.sh            # the whole suite
+#   tests/run_tests.sh //common/...   # a subset (any bazel target patterns)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+deploy/install_deps.sh || { echo "0 passed, 1 failed"; exit 1; }
+
+targets=("$@")
+if ((${#targets[@]} == 0)); then targets=(//...); fi
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+bazel test --test_tag_filters=-benchmark,-gpu "${targets[@]}" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+
+# Bazel prints one status line per test target:
+#   //pkg:name   PASSED in 0.3s / FAILED in 1.2s / FAILED TO BUILD / TIMEOUT ...
+passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
+failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|INCOMPLETE|FLAKY)' "$log")
+if ((rc != 0 && failed == 0)); then
+  failed=1  # The build itself broke before any test ran.
+fi
+bazel shutdown >/dev/null 2>&1 || true
+echo "${passed} passed, ${failed} failed"
+((rc == 0 && failed == 0))
