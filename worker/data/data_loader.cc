@@ -1,0 +1,47 @@
+#include "worker/data/data_loader.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace asyncps {
+
+DataLoader::DataLoader(const Dataset* data, int rank, int num_workers,
+                       uint64_t seed, int64_t max_examples)
+    : data_(data), seed_(seed * 1000003 + rank) {
+  for (int64_t i = rank; i < data->size; i += num_workers) {
+    indices_.push_back(i);
+    if (max_examples > 0 && static_cast<int64_t>(indices_.size()) >= max_examples) {
+      break;
+    }
+  }
+  Shuffle();
+}
+
+void DataLoader::Shuffle() {
+  std::mt19937_64 rng(seed_ + static_cast<uint64_t>(epoch_) * 7919);
+  std::shuffle(indices_.begin(), indices_.end(), rng);
+  next_ = 0;
+}
+
+int DataLoader::NextBatch(int batch, std::vector<float>* x,
+                          std::vector<int>* y) {
+  if (next_ >= indices_.size()) {
+    ++epoch_;
+    Shuffle();
+  }
+  const int n = static_cast<int>(
+      std::min<size_t>(batch, indices_.size() - next_));
+  const int64_t f = data_->features;
+  x->resize(static_cast<size_t>(n) * f);
+  y->resize(n);
+  for (int k = 0; k < n; ++k) {
+    const int64_t i = indices_[next_ + k];
+    std::memcpy(x->data() + k * f, data_->pixels.data() + i * f,
+                f * sizeof(float));
+    (*y)[k] = data_->labels[i];
+  }
+  next_ += n;
+  return n;
+}
+
+}  // namespace asyncps

@@ -1,0 +1,43 @@
+// DataLoader: one worker's share of a data set, served in minibatches and
+// reshuffled every epoch from a seed. Not thread-safe.
+#ifndef ASYNCPS_WORKER_DATA_DATA_LOADER_H_
+#define ASYNCPS_WORKER_DATA_DATA_LOADER_H_
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "worker/data/idx_reader.h"
+
+namespace asyncps {
+
+class DataLoader {
+ public:
+  // Worker `rank` of `num_workers` gets examples rank, rank + n, rank + 2n,
+  // ... (capped to `max_examples` if > 0). `data` is borrowed.
+  // REQUIRES: 0 <= rank < num_workers; the share is not empty.
+  DataLoader(const Dataset* data, int rank, int num_workers, uint64_t seed,
+             int64_t max_examples = 0);
+
+  // Fills `x` (batch x features) and `y` with the next `batch` examples of
+  // this epoch's order; an epoch that runs out is followed by a new,
+  // reshuffled one (the batch never straddles two epochs: it is short).
+  // Returns the number of examples filled.
+  int NextBatch(int batch, std::vector<float>* x, std::vector<int>* y);
+
+  int64_t epoch() const { return epoch_; }
+  int64_t share() const { return static_cast<int64_t>(indices_.size()); }
+
+ private:
+  void Shuffle();
+
+  const Dataset* const data_;
+  const uint64_t seed_;
+  std::vector<int64_t> indices_;
+  size_t next_ = 0;
+  int64_t epoch_ = 0;
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_WORKER_DATA_DATA_LOADER_H_

@@ -1,0 +1,144 @@
+#include "worker/data/idx_reader.h"
+
+#include <zlib.h>
+
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+
+namespace asyncps {
+namespace {
+
+constexpr uint32_t kImagesMagic = 0x00000803;  // ubyte, 3 dimensions.
+constexpr uint32_t kLabelsMagic = 0x00000801;  // ubyte, 1 dimension.
+constexpr int64_t kMaxExamples = 100'000'000;
+constexpr int64_t kMaxSide = 4096;
+
+struct GzCloser {
+  void operator()(gzFile f) const { gzclose(f); }
+};
+using GzFile = std::unique_ptr<gzFile_s, GzCloser>;
+
+// Reads exactly n bytes or fails naming `path` and `what`.
+absl::Status ReadExactly(gzFile f, const std::string& path, void* dst,
+                         size_t n, absl::string_view what) {
+  size_t got = 0;
+  auto* out = static_cast<char*>(dst);
+  while (got < n) {
+    const unsigned chunk =
+        static_cast<unsigned>(std::min<size_t>(n - got, 1u << 30));
+    const int r = gzread(f, out + got, chunk);
+    if (r < 0) {
+      int errnum = 0;
+      const char* msg = gzerror(f, &errnum);
+      return absl::DataLossError(absl::StrCat(path, ": corrupt gzip data (",
+                                              msg, ") while reading ", what));
+    }
+    if (r == 0) {
+      return absl::DataLossError(absl::StrCat(path, ": truncated: ", what,
+                                              " needs ", n, " bytes, file has ",
+                                              got));
+    }
+    got += r;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint32_t> ReadBigEndian32(gzFile f, const std::string& path,
+                                         absl::string_view what) {
+  unsigned char b[4];
+  absl::Status s = ReadExactly(f, path, b, 4, what);
+  if (!s.ok()) return s;
+  return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) |
+         (uint32_t{b[2]} << 8) | uint32_t{b[3]};
+}
+
+absl::StatusOr<GzFile> Open(const std::string& path) {
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  }
+  return GzFile(f);
+}
+
+absl::Status CheckMagic(uint32_t magic, uint32_t want,
+                        const std::string& path) {
+  if (magic == want) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(path, ": bad magic number 0x", absl::Hex(magic, absl::kZeroPad8),
+                   " (want 0x", absl::Hex(want, absl::kZeroPad8), ")"));
+}
+
+}  // namespace
+
+absl::StatusOr<Dataset> ReadIdxPair(const std::string& images_path,
+                                    const std::string& labels_path,
+                                    int num_classes) {
+  Dataset d;
+  {
+    auto f = Open(images_path);
+    if (!f.ok()) return f.status();
+    gzFile g = f->get();
+    auto magic = ReadBigEndian32(g, images_path, "the magic number");
+    if (!magic.ok()) return magic.status();
+    absl::Status s = CheckMagic(*magic, kImagesMagic, images_path);
+    if (!s.ok()) return s;
+    auto n = ReadBigEndian32(g, images_path, "the image count");
+    auto rows = ReadBigEndian32(g, images_path, "the row count");
+    auto cols = ReadBigEndian32(g, images_path, "the column count");
+    for (const auto* v : {&n, &rows, &cols}) {
+      if (!v->ok()) return v->status();
+    }
+    if (*n > kMaxExamples || *rows == 0 || *cols == 0 || *rows > kMaxSide ||
+        *cols > kMaxSide) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(images_path, ": implausible header: ", *n, " images of ",
+                       *rows, "x", *cols));
+    }
+    d.size = *n;
+    d.features = int64_t{*rows} * *cols;
+    std::vector<uint8_t> raw(d.size * d.features);
+    s = ReadExactly(g, images_path, raw.data(), raw.size(),
+                    absl::StrCat(*n, " images of ", *rows, "x", *cols));
+    if (!s.ok()) return s;
+    d.pixels.resize(raw.size());
+    for (size_t i = 0; i < raw.size(); ++i) d.pixels[i] = raw[i] / 255.0f;
+  }
+  {
+    auto f = Open(labels_path);
+    if (!f.ok()) return f.status();
+    gzFile g = f->get();
+    auto magic = ReadBigEndian32(g, labels_path, "the magic number");
+    if (!magic.ok()) return magic.status();
+    absl::Status s = CheckMagic(*magic, kLabelsMagic, labels_path);
+    if (!s.ok()) return s;
+    auto n = ReadBigEndian32(g, labels_path, "the label count");
+    if (!n.ok()) return n.status();
+    if (static_cast<int64_t>(*n) != d.size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(labels_path, ": wrong count: ", *n, " labels for ",
+                       d.size, " images in ", images_path));
+    }
+    d.labels.resize(d.size);
+    s = ReadExactly(g, labels_path, d.labels.data(), d.labels.size(),
+                    absl::StrCat(*n, " labels"));
+    if (!s.ok()) return s;
+    for (int64_t i = 0; i < d.size; ++i) {
+      if (d.labels[i] >= num_classes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(labels_path, ": label ", int{d.labels[i]},
+                         " of example ", i, " is not below ", num_classes));
+      }
+    }
+  }
+  return d;
+}
+
+absl::StatusOr<Dataset> ReadFashionMnist(const std::string& dir,
+                                         const std::string& split) {
+  return ReadIdxPair(
+      absl::StrCat(dir, "/", split, "-images-idx3-ubyte.gz"),
+      absl::StrCat(dir, "/", split, "-labels-idx1-ubyte.gz"));
+}
+
+}  // namespace asyncps

@@ -1,0 +1,87 @@
+#include "worker/evaluator.h"
+
+#include <cstdio>
+#include <fstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/status.h"
+
+namespace asyncps {
+namespace {
+
+constexpr int kEvalBatch = 1000;
+
+}  // namespace
+
+absl::StatusOr<Evaluation> EvaluateOnce(PsClient* client, Mlp* model,
+                                        const Dataset& test, absl::Time start) {
+  std::vector<std::vector<float>> weights;
+  for (size_t n : model->TensorSizes()) weights.emplace_back(n, 0.0f);
+  std::vector<int> all(model->num_tensors());
+  for (int t = 0; t < model->num_tensors(); ++t) all[t] = t;
+  std::vector<int64_t> versions;
+  RETURN_IF_ERROR(client->Pull(all, &weights, &versions, -1, 0));
+  ASSIGN_OR_RETURN(std::vector<v1::StatsResponse> stats, client->StatsAll());
+  model->SetWeights(weights);
+
+  double loss = 0;
+  int64_t right = 0;
+  std::vector<int> labels(kEvalBatch);
+  for (int64_t i = 0; i < test.size; i += kEvalBatch) {
+    const int n = static_cast<int>(std::min<int64_t>(kEvalBatch, test.size - i));
+    for (int k = 0; k < n; ++k) labels[k] = test.labels[i + k];
+    double l = 0;
+    int64_t c = 0;
+    model->Evaluate(test.pixels.data() + i * test.features, labels.data(), n,
+                    &l, &c);
+    loss += l;
+    right += c;
+  }
+  int64_t slice_updates = 0;
+  for (const auto& s : stats) slice_updates += s.updates_applied();
+  Evaluation e;
+  e.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  e.updates = static_cast<double>(slice_updates) /
+              client->partition().slices().size();
+  e.loss = loss / test.size;
+  e.accuracy = static_cast<double>(right) / test.size;
+  return e;
+}
+
+absl::Status AppendCurveRow(const std::string& path, const Evaluation& e) {
+  bool fresh;
+  {
+    std::ifstream in(path);
+    fresh = !in.good() || in.peek() == std::ifstream::traits_type::eof();
+  }
+  std::ofstream out(path, std::ios::app);
+  if (!out) return absl::NotFoundError(absl::StrCat(path, ": cannot write"));
+  if (fresh) out << "seconds,updates,test_loss,test_accuracy\n";
+  out << absl::StrFormat("%.3f,%.1f,%.6f,%.6f\n", e.seconds, e.updates,
+                         e.loss, e.accuracy);
+  out.flush();
+  if (!out) return absl::DataLossError(absl::StrCat(path, ": write failed"));
+  return absl::OkStatus();
+}
+
+absl::Status RunEvaluator(PsClient* client, Mlp* model, const Dataset& test,
+                          absl::Duration every, const std::string& curve,
+                          absl::Notification* stop) {
+  const absl::Time start = absl::Now();
+  while (true) {
+    // Sleeping until the next period or a stop request, whichever first.
+    const bool stopping = stop->WaitForNotificationWithTimeout(every);
+    ASSIGN_OR_RETURN(Evaluation e, EvaluateOnce(client, model, test, start));
+    std::printf(
+        "evaluator t=%.1fs updates=%.0f test_loss=%.4f accuracy=%.4f%s\n",
+        e.seconds, e.updates, e.loss, e.accuracy, stopping ? " (final)" : "");
+    std::fflush(stdout);
+    if (!curve.empty()) RETURN_IF_ERROR(AppendCurveRow(curve, e));
+    if (stopping) return absl::OkStatus();
+  }
+}
+
+}  // namespace asyncps

@@ -1,0 +1,104 @@
+#include "worker/trainer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <numeric>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/status.h"
+
+namespace asyncps {
+
+absl::Status Train(const TrainerConfig& config, Mlp* model, DataLoader* loader,
+                   GradientExchange* exchange, const std::atomic<bool>* stop,
+                   TrainerResult* result) {
+  std::vector<std::vector<float>> weights;
+  for (size_t n : model->TensorSizes()) weights.emplace_back(n, 0.0f);
+  RETURN_IF_ERROR(exchange->Start(&weights));
+
+  const absl::Time start = absl::Now();
+  absl::Time last_log = start;
+  int64_t samples_at_log = 0;
+  std::vector<double> first;
+  std::deque<double> recent;
+  double window_loss = 0;
+  int64_t window_steps = 0, window_staleness = 0, window_slices = 0;
+  int64_t total_staleness = 0, total_slices = 0;
+  std::vector<float> x;
+  std::vector<int> y;
+  *result = TrainerResult();
+
+  int64_t step = 0;
+  while (!stop->load(std::memory_order_relaxed)) {
+    if (config.steps > 0 && step >= config.steps) break;
+    if (loader->epoch() >= config.epochs) break;
+    model->SetWeights(weights);
+    double loss = 0;
+    const int64_t clock = step + 1;
+    for (int m = 0; m < config.accumulate; ++m) {
+      const int n = loader->NextBatch(config.batch_size, &x, &y);
+      const bool last = m + 1 == config.accumulate;
+      Mlp::LayerDone done;
+      if (last) {
+        done = [&](int layer) {
+          exchange->LayerReady(layer, model->grads(), clock);
+        };
+      }
+      loss += model->TrainStep(x.data(), y.data(), n,
+                               1.0f / config.accumulate, m > 0, done) /
+              config.accumulate;
+      result->samples += n;
+    }
+    if (!std::isfinite(loss)) {
+      return absl::InternalError(absl::StrFormat(
+          "rank %d: loss is %f at step %d; lower the learning rate",
+          config.rank, loss, step));
+    }
+    StepStats stats;
+    RETURN_IF_ERROR(exchange->FinishStep(clock, &weights, &stats));
+    ++step;
+    if (first.size() < 10) first.push_back(loss);
+    recent.push_back(loss);
+    if (recent.size() > 10) recent.pop_front();
+    window_loss += loss;
+    ++window_steps;
+    window_staleness += stats.total_staleness;
+    window_slices += stats.slices_pushed;
+    total_staleness += stats.total_staleness;
+    total_slices += stats.slices_pushed;
+
+    const absl::Time now = absl::Now();
+    if (now - last_log >= config.log_every) {
+      const double secs = absl::ToDoubleSeconds(now - last_log);
+      std::printf(
+          "rank %d step %lld epoch %lld loss %.4f samples/s %.0f staleness "
+          "%.2f\n",
+          config.rank, static_cast<long long>(step),
+          static_cast<long long>(loader->epoch()), window_loss / window_steps,
+          (result->samples - samples_at_log) / secs,
+          window_slices ? static_cast<double>(window_staleness) / window_slices
+                        : 0.0);
+      std::fflush(stdout);
+      last_log = now;
+      samples_at_log = result->samples;
+      window_loss = 0;
+      window_steps = window_staleness = window_slices = 0;
+    }
+  }
+  result->steps = step;
+  result->seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  if (!first.empty()) {
+    result->first_loss =
+        std::accumulate(first.begin(), first.end(), 0.0) / first.size();
+    result->last_loss =
+        std::accumulate(recent.begin(), recent.end(), 0.0) / recent.size();
+  }
+  result->mean_staleness =
+      total_slices ? static_cast<double>(total_staleness) / total_slices : 0;
+  return absl::OkStatus();
+}
+
+}  // namespace asyncps

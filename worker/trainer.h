@@ -1,0 +1,47 @@
+// Trainer: a worker's training loop, the same for every mode. Each step:
+// upload the current weights, forward/backward over `accumulate`
+// micro-batches (handing each layer's gradient to the exchange as soon as
+// the last micro-batch produces it), then let the exchange deliver the next
+// weights.
+#ifndef ASYNCPS_WORKER_TRAINER_H_
+#define ASYNCPS_WORKER_TRAINER_H_
+
+#include <atomic>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "worker/data/data_loader.h"
+#include "worker/exchange.h"
+#include "worker/model/mlp.h"
+
+namespace asyncps {
+
+struct TrainerConfig {
+  int rank = 0;
+  int batch_size = 64;
+  int accumulate = 1;
+  int64_t epochs = 1;  // Stop after this many passes over the share...
+  int64_t steps = 0;   // ... or this many steps, if > 0, whichever first.
+  absl::Duration log_every = absl::Seconds(5);
+};
+
+struct TrainerResult {
+  int64_t steps = 0;
+  int64_t samples = 0;
+  double first_loss = 0;  // Mean over the first 10 steps.
+  double last_loss = 0;   // Mean over the last 10 steps.
+  double seconds = 0;
+  double mean_staleness = 0;
+};
+
+// Runs the loop until the configured epochs or steps are done, `stop` turns
+// true, or the exchange fails (its error is returned). `model`, `loader`,
+// `exchange` are borrowed.
+absl::Status Train(const TrainerConfig& config, Mlp* model, DataLoader* loader,
+                   GradientExchange* exchange, const std::atomic<bool>* stop,
+                   TrainerResult* result);
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_WORKER_TRAINER_H_
