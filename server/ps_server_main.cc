@@ -8,7 +8,6 @@
 // which scripts and tests wait for (with --port=0 the port is the one the
 // kernel chose).
 #include <grpcpp/grpcpp.h>
-#include <signal.h>
 
 #include <cstdio>
 #include <memory>
@@ -20,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/stop_signal.h"
 #include "glog/logging.h"
 #include "server/membership.h"
 #include "server/service.h"
@@ -71,12 +71,7 @@ int Run() {
     return 2;
   }
 
-  // Block the stop signals in every thread; this one waits for them below.
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGTERM);
-  sigaddset(&stop, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  InstallStopSignalHandlers();
 
   ShardStore store(shard, num_shards, max_message - kResponseOverhead);
   Membership membership(Clock::Real(), absl::GetFlag(FLAGS_worker_timeout));
@@ -105,8 +100,7 @@ int Run() {
               absl::GetFlag(FLAGS_host).c_str(), bound_port);
   std::fflush(stdout);
 
-  int sig = 0;
-  sigwait(&stop, &sig);
+  const int sig = WaitForStopSignal();
   LOG(INFO) << "signal " << sig << ": shutting down shard " << shard;
   server->Shutdown(std::chrono::system_clock::now() +
                    absl::ToChronoSeconds(absl::GetFlag(FLAGS_shutdown_grace)));

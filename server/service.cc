@@ -57,6 +57,16 @@ grpc::ServerUnaryReactor* ParameterServerService::Push(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* ParameterServerService::GetModel(
+    grpc::CallbackServerContext* context, const v1::GetModelRequest* request,
+    v1::GetModelResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto spec = store_->Spec();
+  if (spec.ok()) *response->mutable_spec() = *std::move(spec);
+  reactor->Finish(ToGrpcStatus(spec.status()));
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* ParameterServerService::Register(
     grpc::CallbackServerContext* context, const v1::RegisterRequest* request,
     v1::RegisterResponse* response) {

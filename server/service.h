@@ -28,6 +28,9 @@ class ParameterServerService final
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
                                  const v1::PushRequest* request,
                                  v1::PushResponse* response) override;
+  grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* context,
+                                     const v1::GetModelRequest* request,
+                                     v1::GetModelResponse* response) override;
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const v1::RegisterRequest* request,
                                      v1::RegisterResponse* response) override;

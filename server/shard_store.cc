@@ -248,6 +248,15 @@ absl::Status ShardStore::Push(const v1::PushRequest& request,
   return absl::OkStatus();
 }
 
+absl::StatusOr<v1::ModelSpec> ShardStore::Spec() const {
+  auto m = model();
+  if (m == nullptr) {
+    return absl::FailedPreconditionError(
+        "no model has been declared on this shard yet");
+  }
+  return m->spec;
+}
+
 bool ShardStore::declared() const { return model() != nullptr; }
 
 uint32_t ShardStore::num_slices() const {

@@ -57,6 +57,8 @@ class ShardStore {
   absl::Status Push(const v1::PushRequest& request, v1::PushResponse* response);
 
   int shard() const { return shard_; }
+  // The declared spec, or FAILED_PRECONDITION before Declare.
+  absl::StatusOr<v1::ModelSpec> Spec() const;
   bool declared() const;
   // Slices and payload bytes held; zero before Declare.
   uint32_t num_slices() const;

@@ -31,7 +31,8 @@ absl::StatusOr<Evaluation> EvaluateOnce(PsClient* client, Mlp* model,
   int64_t right = 0;
   std::vector<int> labels(kEvalBatch);
   for (int64_t i = 0; i < test.size; i += kEvalBatch) {
-    const int n = static_cast<int>(std::min<int64_t>(kEvalBatch, test.size - i));
+    const int n =
+        static_cast<int>(std::min<int64_t>(kEvalBatch, test.size - i));
     for (int k = 0; k < n; ++k) labels[k] = test.labels[i + k];
     double l = 0;
     int64_t c = 0;
@@ -44,8 +45,8 @@ absl::StatusOr<Evaluation> EvaluateOnce(PsClient* client, Mlp* model,
   for (const auto& s : stats) slice_updates += s.updates_applied();
   Evaluation e;
   e.seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  e.updates = static_cast<double>(slice_updates) /
-              client->partition().slices().size();
+  e.updates =
+      static_cast<double>(slice_updates) / client->partition().slices().size();
   e.loss = loss / test.size;
   e.accuracy = static_cast<double>(right) / test.size;
   return e;
@@ -60,8 +61,8 @@ absl::Status AppendCurveRow(const std::string& path, const Evaluation& e) {
   std::ofstream out(path, std::ios::app);
   if (!out) return absl::NotFoundError(absl::StrCat(path, ": cannot write"));
   if (fresh) out << "seconds,updates,test_loss,test_accuracy\n";
-  out << absl::StrFormat("%.3f,%.1f,%.6f,%.6f\n", e.seconds, e.updates,
-                         e.loss, e.accuracy);
+  out << absl::StrFormat("%.3f,%.1f,%.6f,%.6f\n", e.seconds, e.updates, e.loss,
+                         e.accuracy);
   out.flush();
   if (!out) return absl::DataLossError(absl::StrCat(path, ": write failed"));
   return absl::OkStatus();

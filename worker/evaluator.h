@@ -15,11 +15,11 @@
 namespace asyncps {
 
 struct Evaluation {
-  double seconds = 0;     // Since the evaluator started.
-  double updates = 0;     // Whole-model updates applied on the servers
-                          // (slice updates / slices).
-  double loss = 0;        // Mean test loss.
-  double accuracy = 0;    // Fraction of the test set classified right.
+  double seconds = 0;   // Since the evaluator started.
+  double updates = 0;   // Whole-model updates applied on the servers
+                        // (slice updates / slices).
+  double loss = 0;      // Mean test loss.
+  double accuracy = 0;  // Fraction of the test set classified right.
 };
 
 // Pulls the current weights and scores `test` once. `client` has the model.

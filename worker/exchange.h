@@ -29,7 +29,8 @@ class GradientExchange {
                           const std::vector<std::vector<float>>& grads,
                           int64_t clock) = 0;
   // Every layer is ready; returns once `weights` (the same buffer given to
-  // Start) hold the next step's weights. `clock` is the number of steps this worker has completed.
+  // Start) hold the next step's weights. `clock` is the number of steps this
+  // worker has completed.
   virtual absl::Status FinishStep(int64_t clock,
                                   std::vector<std::vector<float>>* weights,
                                   StepStats* stats) = 0;

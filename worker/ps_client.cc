@@ -113,6 +113,29 @@ absl::Status PsClient::UseModel(const v1::ModelSpec& spec) {
   return absl::OkStatus();
 }
 
+absl::Status PsClient::FetchModel() {
+  const absl::Time give_up = absl::Now() + options_.retry_for;
+  absl::Duration backoff = options_.backoff_initial;
+  while (true) {
+    std::vector<Call<v1::GetModelRequest, v1::GetModelResponse>> calls(1);
+    absl::Status s = CallAll(
+        &calls,
+        [](v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+           const v1::GetModelRequest* req, v1::GetModelResponse* resp,
+           std::function<void(grpc::Status)> cb) {
+          stub->async()->GetModel(ctx, req, resp, std::move(cb));
+        },
+        "GetModel");
+    if (s.ok()) return UseModel(calls[0].response.spec());
+    if (s.code() != absl::StatusCode::kFailedPrecondition ||
+        absl::Now() + backoff > give_up) {
+      return s;
+    }
+    absl::SleepFor(backoff);  // No model yet: the workers declare it.
+    backoff = std::min(backoff * 2, options_.backoff_max);
+  }
+}
+
 absl::Status PsClient::DeclareModel(const v1::ModelSpec& spec) {
   RETURN_IF_ERROR(UseModel(spec));
   std::vector<Call<v1::DeclareModelRequest, v1::DeclareModelResponse>> calls(

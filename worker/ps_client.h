@@ -53,7 +53,11 @@ class PsClient {
   // REQUIRES: spec.num_shards() == num_shards().
   absl::Status DeclareModel(const v1::ModelSpec& spec);
 
-  // Adopts `spec`'s partition without declaring it (e.g. the evaluator).
+  // Fetches the spec declared on shard 0, waiting (with backoff, up to
+  // retry_for) while none is declared yet, and adopts it.
+  absl::Status FetchModel();
+
+  // Adopts `spec`'s partition without declaring it.
   absl::Status UseModel(const v1::ModelSpec& spec);
 
   // Pulls every slice of the given tensors: values[t] (sized to tensor t's

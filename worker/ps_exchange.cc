@@ -54,7 +54,8 @@ void PsExchange::Enqueue(std::function<absl::Status()> task) {
 
 absl::Status PsExchange::Start(std::vector<std::vector<float>>* weights) {
   std::vector<int> all;
-  for (const auto& l : layer_tensors_) all.insert(all.end(), l.begin(), l.end());
+  for (const auto& l : layer_tensors_)
+    all.insert(all.end(), l.begin(), l.end());
   std::sort(all.begin(), all.end());
   weights_ = weights;
   return client_->Pull(all, weights, &versions_, rank_, 0);

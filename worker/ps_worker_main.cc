@@ -24,6 +24,7 @@
 #include "common/cluster_spec.h"
 #include "common/optimizer.h"
 #include "common/status.h"
+#include "common/stop_signal.h"
 #include "glog/logging.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/data/data_loader.h"
@@ -49,19 +50,21 @@ ABSL_FLAG(std::string, layers, "784,256,128,10",
           "MLP layer sizes, input first, classes last.");
 ABSL_FLAG(std::string, optimizer, "momentum",
           "Server-side optimizer: sgd, momentum, nesterov, adam, adagrad.");
-ABSL_FLAG(double, lr, 0.05, "Learning rate.");
+ABSL_FLAG(double, lr, 0.02, "Learning rate.");
 ABSL_FLAG(double, momentum, 0.9, "Momentum for momentum and nesterov.");
 ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay.");
 ABSL_FLAG(int, batch_size, 64, "Examples per micro-batch.");
 ABSL_FLAG(int, accumulate, 1, "Micro-batches summed before one push.");
 ABSL_FLAG(int64_t, epochs, 1, "Passes over this worker's share of the data.");
 ABSL_FLAG(int64_t, steps, 0, "If > 0, stop after this many steps.");
-ABSL_FLAG(uint64_t, seed, 1, "Seeds the weights (via the servers) and data order.");
+ABSL_FLAG(uint64_t, seed, 1,
+          "Seeds the weights (via the servers) and data order.");
 ABSL_FLAG(uint64_t, slice_bytes, 4 << 20, "Largest slice of a tensor.");
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
           "Directory with the Fashion-MNIST IDX files.");
-ABSL_FLAG(int64_t, max_train_examples, 0,
-          "If > 0, train on at most this many examples of this worker's share.");
+ABSL_FLAG(
+    int64_t, max_train_examples, 0,
+    "If > 0, train on at most this many examples of this worker's share.");
 ABSL_FLAG(int64_t, max_test_examples, 0,
           "If > 0, the evaluator scores only the first this-many test images.");
 ABSL_FLAG(absl::Duration, log_every, absl::Seconds(5),
@@ -71,7 +74,8 @@ ABSL_FLAG(absl::Duration, eval_every, absl::Seconds(5),
 ABSL_FLAG(bool, eval_once, false, "Evaluator: score once and exit.");
 ABSL_FLAG(std::string, curve, "", "Evaluator: CSV file to append rows to.");
 ABSL_FLAG(int, blas_threads, 1, "OpenBLAS threads (CPU backend).");
-ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(30), "Deadline of each RPC.");
+ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(30),
+          "Deadline of each RPC.");
 ABSL_FLAG(absl::Duration, retry_for, absl::Seconds(60),
           "Give up after the servers have been unreachable this long.");
 ABSL_FLAG(absl::Duration, heartbeat_every, absl::Seconds(1),
@@ -99,8 +103,9 @@ absl::StatusOr<v1::OptimizerSpec> OptimizerFromFlags() {
     o.set_epsilon(1e-10f);
     o.set_initial_accumulator_value(0.1f);
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--optimizer=", name, " (want sgd, momentum, nesterov, adam, adagrad)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--optimizer=", name,
+                     " (want sgd, momentum, nesterov, adam, adagrad)"));
   }
   o.set_learning_rate(static_cast<float>(absl::GetFlag(FLAGS_lr)));
   o.set_weight_decay(static_cast<float>(absl::GetFlag(FLAGS_weight_decay)));
@@ -118,9 +123,9 @@ absl::Status CheckFlags() {
         absl::StrCat("--role=", role, " (want worker or evaluator)"));
   }
   if (absl::GetFlag(FLAGS_mode) != "async") {
-    return absl::UnimplementedError(absl::StrCat(
-        "--mode=", absl::GetFlag(FLAGS_mode),
-        ": this build implements --mode=async only"));
+    return absl::UnimplementedError(
+        absl::StrCat("--mode=", absl::GetFlag(FLAGS_mode),
+                     ": this build implements --mode=async only"));
   }
   if (n < 1 || rank < 0 || rank >= n) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -139,10 +144,10 @@ absl::Status CheckFlags() {
   const std::string device = absl::GetFlag(FLAGS_device);
   if (device != "auto" && device != "cpu") {
     if (device.rfind("cuda:", 0) == 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "--device=", device,
-          ": this ps_worker was built without CUDA (build with "
-          "--config=cuda)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("--device=", device,
+                       ": this ps_worker was built without CUDA (build with "
+                       "--config=cuda)"));
     }
     return absl::InvalidArgumentError(
         absl::StrCat("--device=", device, " (want auto, cpu or cuda:N)"));
@@ -168,17 +173,12 @@ int Run() {
   const bool evaluator = absl::GetFlag(FLAGS_role) == "evaluator";
   const int rank = absl::GetFlag(FLAGS_rank);
 
-  // Stop signals are handled by one thread; block them everywhere else.
-  sigset_t stop_set;
-  sigemptyset(&stop_set);
-  sigaddset(&stop_set, SIGTERM);
-  sigaddset(&stop_set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
-  std::atomic<bool> stop{false};
-  absl::Notification stopped;
-  std::thread([&stop_set, &stop, &stopped] {
-    int sig = 0;
-    sigwait(&stop_set, &sig);
+  // A stop signal ends training after the current step.
+  InstallStopSignalHandlers();
+  static std::atomic<bool> stop{false};
+  static absl::Notification stopped;
+  std::thread([] {
+    WaitForStopSignal();
     stop = true;
     stopped.Notify();
   }).detach();
@@ -186,11 +186,6 @@ int Run() {
   const std::string split = evaluator ? "t10k" : "train";
   auto data = ReadFashionMnist(absl::GetFlag(FLAGS_data_dir), split);
   if (!data.ok()) return Fail(data.status());
-  if ((*layers)[0] != data->features || layers->back() != 10) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--layers must start with ", data->features,
-        " (pixels per image) and end with 10 (classes)")));
-  }
 
   PsClientOptions options;
   options.servers = *servers;
@@ -198,12 +193,25 @@ int Run() {
   options.retry_for = absl::GetFlag(FLAGS_retry_for);
   auto client = PsClient::Create(options);
   if (!client.ok()) return Fail(client.status());
-  const v1::ModelSpec spec =
-      MlpSpec(*layers, *optimizer, absl::GetFlag(FLAGS_seed),
-              absl::GetFlag(FLAGS_slice_bytes),
-              static_cast<int>(servers->size()));
-  absl::Status declared = (*client)->DeclareModel(spec);
-  if (!declared.ok()) return Fail(declared);
+  v1::ModelSpec spec = MlpSpec(*layers, *optimizer, absl::GetFlag(FLAGS_seed),
+                               absl::GetFlag(FLAGS_slice_bytes),
+                               static_cast<int>(servers->size()));
+  if (evaluator) {
+    // The evaluator scores whatever model the workers declared.
+    absl::Status fetched = (*client)->FetchModel();
+    if (!fetched.ok()) return Fail(fetched);
+    spec = (*client)->spec();
+    layers = LayersFromSpec(spec);
+    if (!layers.ok()) return Fail(layers.status());
+  } else {
+    absl::Status declared = (*client)->DeclareModel(spec);
+    if (!declared.ok()) return Fail(declared);
+  }
+  if (layers->front() != data->features || layers->back() != 10) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--layers must start with ", data->features,
+                     " (pixels per image) and end with 10 (classes)")));
+  }
 
   std::unique_ptr<Backend> backend =
       MakeCpuBackend(absl::GetFlag(FLAGS_blas_threads));
@@ -226,10 +234,9 @@ int Run() {
       }
       return 0;
     }
-    absl::Status s =
-        RunEvaluator(client->get(), &model, *data,
-                     absl::GetFlag(FLAGS_eval_every),
-                     absl::GetFlag(FLAGS_curve), &stopped);
+    absl::Status s = RunEvaluator(client->get(), &model, *data,
+                                  absl::GetFlag(FLAGS_eval_every),
+                                  absl::GetFlag(FLAGS_curve), &stopped);
     return s.ok() ? 0 : Fail(s);
   }
 
@@ -264,7 +271,9 @@ int Run() {
         absl::Status hs = (*client)->Heartbeat(s, req);
         if (!hs.ok() && hs.code() != absl::StatusCode::kUnavailable) {
           auto r = (*client)->Register(s, again);
-          if (!r.ok()) LOG(WARNING) << "re-register with shard " << s << ": " << r.status();
+          if (!r.ok())
+            LOG(WARNING) << "re-register with shard " << s << ": "
+                         << r.status();
         }
       }
     }

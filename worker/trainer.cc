@@ -47,8 +47,8 @@ absl::Status Train(const TrainerConfig& config, Mlp* model, DataLoader* loader,
           exchange->LayerReady(layer, model->grads(), clock);
         };
       }
-      loss += model->TrainStep(x.data(), y.data(), n,
-                               1.0f / config.accumulate, m > 0, done) /
+      loss += model->TrainStep(x.data(), y.data(), n, 1.0f / config.accumulate,
+                               m > 0, done) /
               config.accumulate;
       result->samples += n;
     }

@@ -49,10 +49,9 @@ class CpuBackend final : public Backend {
     for (size_t i = 0; i < n; ++i) dz[i] = z[i] > 0 ? dh[i] : 0.0f;
   }
 
-  void SoftmaxCrossEntropy(const float* logits, const int32_t* labels,
-                           int rows, int cols, float grad_scale,
-                           float* dlogits, double* loss_sum,
-                           int64_t* correct) override {
+  void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int rows,
+                           int cols, float grad_scale, float* dlogits,
+                           double* loss_sum, int64_t* correct) override {
     double loss = 0;
     int64_t right = 0;
     for (int r = 0; r < rows; ++r) {
@@ -75,7 +74,8 @@ class CpuBackend final : public Backend {
         float* d = dlogits + static_cast<size_t>(r) * cols;
         for (int c = 0; c < cols; ++c) {
           const double p = std::exp(double{z[c]} - log_sum);
-          d[c] = static_cast<float>((p - (c == label ? 1.0 : 0.0)) * grad_scale);
+          d[c] =
+              static_cast<float>((p - (c == label ? 1.0 : 0.0)) * grad_scale);
         }
       }
     }

@@ -10,7 +10,8 @@ DataLoader::DataLoader(const Dataset* data, int rank, int num_workers,
     : data_(data), seed_(seed * 1000003 + rank) {
   for (int64_t i = rank; i < data->size; i += num_workers) {
     indices_.push_back(i);
-    if (max_examples > 0 && static_cast<int64_t>(indices_.size()) >= max_examples) {
+    if (max_examples > 0 &&
+        static_cast<int64_t>(indices_.size()) >= max_examples) {
       break;
     }
   }
@@ -25,12 +26,8 @@ void DataLoader::Shuffle() {
 
 int DataLoader::NextBatch(int batch, std::vector<float>* x,
                           std::vector<int>* y) {
-  if (next_ >= indices_.size()) {
-    ++epoch_;
-    Shuffle();
-  }
-  const int n = static_cast<int>(
-      std::min<size_t>(batch, indices_.size() - next_));
+  const int n =
+      static_cast<int>(std::min<size_t>(batch, indices_.size() - next_));
   const int64_t f = data_->features;
   x->resize(static_cast<size_t>(n) * f);
   y->resize(n);
@@ -41,6 +38,10 @@ int DataLoader::NextBatch(int batch, std::vector<float>* x,
     (*y)[k] = data_->labels[i];
   }
   next_ += n;
+  if (next_ >= indices_.size()) {
+    ++epoch_;
+    Shuffle();
+  }
   return n;
 }
 

@@ -20,9 +20,10 @@ class DataLoader {
              int64_t max_examples = 0);
 
   // Fills `x` (batch x features) and `y` with the next `batch` examples of
-  // this epoch's order; an epoch that runs out is followed by a new,
-  // reshuffled one (the batch never straddles two epochs: it is short).
-  // Returns the number of examples filled.
+  // this epoch's order; the last batch of an epoch may be short (a batch
+  // never straddles two epochs). Returns the number of examples filled.
+  // epoch() counts the epochs completed, so it advances with the batch that
+  // ends one, and the next epoch's order is reshuffled.
   int NextBatch(int batch, std::vector<float>* x, std::vector<int>* y);
 
   int64_t epoch() const { return epoch_; }

@@ -20,8 +20,8 @@ struct GzCloser {
 using GzFile = std::unique_ptr<gzFile_s, GzCloser>;
 
 // Reads exactly n bytes or fails naming `path` and `what`.
-absl::Status ReadExactly(gzFile f, const std::string& path, void* dst,
-                         size_t n, absl::string_view what) {
+absl::Status ReadExactly(gzFile f, const std::string& path, void* dst, size_t n,
+                         absl::string_view what) {
   size_t got = 0;
   auto* out = static_cast<char*>(dst);
   while (got < n) {
@@ -35,9 +35,8 @@ absl::Status ReadExactly(gzFile f, const std::string& path, void* dst,
                                               msg, ") while reading ", what));
     }
     if (r == 0) {
-      return absl::DataLossError(absl::StrCat(path, ": truncated: ", what,
-                                              " needs ", n, " bytes, file has ",
-                                              got));
+      return absl::DataLossError(absl::StrCat(
+          path, ": truncated: ", what, " needs ", n, " bytes, file has ", got));
     }
     got += r;
   }
@@ -64,9 +63,9 @@ absl::StatusOr<GzFile> Open(const std::string& path) {
 absl::Status CheckMagic(uint32_t magic, uint32_t want,
                         const std::string& path) {
   if (magic == want) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(path, ": bad magic number 0x", absl::Hex(magic, absl::kZeroPad8),
-                   " (want 0x", absl::Hex(want, absl::kZeroPad8), ")"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      path, ": bad magic number 0x", absl::Hex(magic, absl::kZeroPad8),
+      " (want 0x", absl::Hex(want, absl::kZeroPad8), ")"));
 }
 
 }  // namespace
@@ -136,9 +135,8 @@ absl::StatusOr<Dataset> ReadIdxPair(const std::string& images_path,
 
 absl::StatusOr<Dataset> ReadFashionMnist(const std::string& dir,
                                          const std::string& split) {
-  return ReadIdxPair(
-      absl::StrCat(dir, "/", split, "-images-idx3-ubyte.gz"),
-      absl::StrCat(dir, "/", split, "-labels-idx1-ubyte.gz"));
+  return ReadIdxPair(absl::StrCat(dir, "/", split, "-images-idx3-ubyte.gz"),
+                     absl::StrCat(dir, "/", split, "-labels-idx1-ubyte.gz"));
 }
 
 }  // namespace asyncps

@@ -52,6 +52,27 @@ v1::ModelSpec MlpSpec(const std::vector<int>& layers,
   return spec;
 }
 
+absl::StatusOr<std::vector<int>> LayersFromSpec(const v1::ModelSpec& spec) {
+  std::vector<int> layers;
+  if (spec.tensors_size() < 2 || spec.tensors_size() % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", spec.name(), "' is not an MLP"));
+  }
+  for (int l = 0; l < spec.tensors_size() / 2; ++l) {
+    const v1::TensorSpec& w = spec.tensors(2 * l);
+    const v1::TensorSpec& b = spec.tensors(2 * l + 1);
+    if (w.shape_size() != 2 || b.shape_size() != 1 ||
+        b.shape(0) != w.shape(1) || (l > 0 && w.shape(0) != layers.back()) ||
+        w.name() != absl::StrCat("layer", l, "/w")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model '", spec.name(), "' is not an MLP (layer ", l, ")"));
+    }
+    if (l == 0) layers.push_back(static_cast<int>(w.shape(0)));
+    layers.push_back(static_cast<int>(w.shape(1)));
+  }
+  return layers;
+}
+
 Mlp::Mlp(Backend* backend, std::vector<int> layers, int max_batch)
     : backend_(backend), layers_(std::move(layers)), max_batch_(max_batch) {
   const int L = num_layers();
@@ -107,8 +128,8 @@ void Mlp::Forward(const float* x, const int* y, int batch) {
   }
 }
 
-double Mlp::TrainStep(const float* x, const int* y, int batch,
-                      float grad_scale, bool accumulate, const LayerDone& done,
+double Mlp::TrainStep(const float* x, const int* y, int batch, float grad_scale,
+                      bool accumulate, const LayerDone& done,
                       int64_t* correct) {
   Forward(x, y, batch);
   const int L = num_layers();
@@ -121,8 +142,8 @@ double Mlp::TrainStep(const float* x, const int* y, int batch,
   for (int l = L - 1; l >= 0; --l) {
     const int in = layers_[l], out = layers_[l + 1];
     // dW = h^T dz; db = column sums of dz.
-    backend_->Gemm(true, false, in, out, batch, 1.0f, h_[l].data(),
-                   dz_.data(), 0.0f, dparams_[2 * l].data());
+    backend_->Gemm(true, false, in, out, batch, 1.0f, h_[l].data(), dz_.data(),
+                   0.0f, dparams_[2 * l].data());
     backend_->ColumnSum(dz_.data(), batch, out, 0.0f,
                         dparams_[2 * l + 1].data());
     if (l > 0) {

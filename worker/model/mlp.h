@@ -24,6 +24,10 @@ v1::ModelSpec MlpSpec(const std::vector<int>& layers,
                       const v1::OptimizerSpec& optimizer, uint64_t seed,
                       uint64_t slice_bytes, int num_shards);
 
+// The layer sizes of an MLP spec made by MlpSpec, or INVALID_ARGUMENT if the
+// spec is not such an MLP.
+absl::StatusOr<std::vector<int>> LayersFromSpec(const v1::ModelSpec& spec);
+
 class Mlp {
  public:
   // Called during Backward once layer L's gradients are on the host in

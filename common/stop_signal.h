@@ -1,0 +1,19 @@
+// Turns SIGTERM and SIGINT into an event a thread can wait for. A handler
+// (installed process-wide, so it works whichever thread the kernel picks,
+// including threads that libraries such as OpenBLAS start before main)
+// writes the signal number to a self-pipe; WaitForStopSignal reads it.
+#ifndef ASYNCPS_COMMON_STOP_SIGNAL_H_
+#define ASYNCPS_COMMON_STOP_SIGNAL_H_
+
+namespace asyncps {
+
+// Installs the handlers. Call once, early in main.
+void InstallStopSignalHandlers();
+
+// Blocks until SIGTERM or SIGINT arrives; returns its number.
+// REQUIRES: InstallStopSignalHandlers() was called.
+int WaitForStopSignal();
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_COMMON_STOP_SIGNAL_H_

@@ -1,0 +1,120 @@
+// Real processes: two ps_server shards and two ps_worker processes training
+// the MLP on a slice of Fashion-MNIST, and an evaluator scoring the result.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "tests/integration/test_cluster.h"
+#include "worker/ps_client.h"
+
+namespace asyncps::testing {
+namespace {
+
+std::vector<std::string> WorkerArgs(const TestCluster& cluster, int rank,
+                                    const std::vector<std::string>& extra) {
+  std::vector<std::string> argv = {
+      RunfilePath("worker/ps_worker"),
+      absl::StrCat("--servers=", cluster.ServerList()),
+      absl::StrCat("--rank=", rank),
+      "--num_workers=2",
+      "--seed=3",
+      "--batch_size=32",
+      "--log_every=100ms",
+      "--rpc_timeout=20s"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+// The number after `key` in a "... key value ..." line.
+double Field(const std::string& line, const std::string& key) {
+  std::vector<std::string> parts = absl::StrSplit(line, absl::ByAnyChar(" ="));
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    double v;
+    if (parts[i] == key && absl::SimpleAtod(parts[i + 1], &v)) return v;
+  }
+  ADD_FAILURE() << "no '" << key << "' in: " << line;
+  return -1;
+}
+
+int ExitCode(Subprocess& p) {
+  const int status = p.Wait(absl::Seconds(120));
+  if (status == -1) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+TEST(Training, TwoWorkersLearnFashionMnist) {
+  auto cluster = TestCluster::Start(2);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto w = Subprocess::Start(WorkerArgs(
+        **cluster, rank, {"--max_train_examples=3000", "--epochs=3"}));
+    ASSERT_TRUE(w.ok()) << w.status();
+    workers.push_back(*std::move(w));
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    auto done = workers[rank]->WaitForLine("done:", absl::Seconds(120));
+    ASSERT_TRUE(done.ok()) << done.status() << "\n" << workers[rank]->output();
+    const double first = Field(*done, "first_loss");
+    const double last = Field(*done, "last_loss");
+    EXPECT_LT(last, 0.6 * first) << *done;
+    EXPECT_EQ(ExitCode(*workers[rank]), 0);
+  }
+  auto eval = Subprocess::Start(
+      {RunfilePath("worker/ps_worker"),
+       absl::StrCat("--servers=", (*cluster)->ServerList()), "--role=evaluator",
+       "--eval_once", "--max_test_examples=2000"});
+  ASSERT_TRUE(eval.ok());
+  auto line = (*eval)->WaitForLine("accuracy=", absl::Seconds(60));
+  ASSERT_TRUE(line.ok()) << line.status();
+  EXPECT_GT(Field(*line, "accuracy"), 0.70) << *line;
+  // 2 workers x 3 epochs x ceil(3000 / 32) steps, every step one update of
+  // the whole model.
+  EXPECT_EQ(Field(*line, "updates"), 2 * 3 * 94) << *line;
+  EXPECT_EQ(ExitCode(**eval), 0);
+}
+
+TEST(Training, SigkilledWorkerLeavesTheOthersTraining) {
+  auto cluster = TestCluster::Start(2, {"--worker_timeout=2s"});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto victim = Subprocess::Start(
+      WorkerArgs(**cluster, 1, {"--steps=100000000", "--epochs=1000000"}));
+  ASSERT_TRUE(victim.ok());
+  ASSERT_TRUE((*victim)->WaitForLine("rank 1 step", absl::Seconds(60)).ok())
+      << (*victim)->output();
+  auto survivor = Subprocess::Start(WorkerArgs(**cluster, 0, {"--steps=400"}));
+  ASSERT_TRUE(survivor.ok());
+  ASSERT_TRUE((*survivor)->WaitForLine("rank 0 step", absl::Seconds(60)).ok());
+
+  (*victim)->Signal(SIGKILL);
+  ASSERT_NE((*victim)->Wait(absl::Seconds(10)), -1);
+  PsClientOptions options;
+  options.servers = (*cluster)->servers();
+  auto client = PsClient::Create(options);
+  ASSERT_TRUE(client.ok());
+  auto before = (*client)->StatsAll();
+  ASSERT_TRUE(before.ok()) << before.status();
+
+  auto done = (*survivor)->WaitForLine("done:", absl::Seconds(120));
+  ASSERT_TRUE(done.ok()) << done.status() << "\n" << (*survivor)->output();
+  EXPECT_EQ(Field(*done, "steps"), 400);
+  EXPECT_EQ(ExitCode(**survivor), 0);
+  auto after = (*client)->StatsAll();
+  ASSERT_TRUE(after.ok()) << after.status();
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_GT((*after)[s].pushes(), (*before)[s].pushes())
+        << "shard " << s << " stopped applying pushes after the kill";
+    bool saw_victim = false;
+    for (const auto& w : (*after)[s].workers()) saw_victim |= w.rank() == 1;
+    EXPECT_TRUE(saw_victim);
+  }
+}
+
+}  // namespace
+}  // namespace asyncps::testing
