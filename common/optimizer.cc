@@ -76,6 +76,9 @@ absl::Status ValidateOptimizer(const v1::OptimizerSpec& spec) {
   s = CheckField(finite_nonneg(spec.weight_decay()), "weight_decay",
                  spec.weight_decay(), "finite and >= 0");
   if (!s.ok()) return s;
+  s = CheckField(finite_nonneg(spec.lr_decay()), "lr_decay", spec.lr_decay(),
+                 "finite and >= 0");
+  if (!s.ok()) return s;
   switch (spec.kind()) {
     case OptimizerSpec::MOMENTUM:
       return CheckField(finite_nonneg(spec.momentum()) && spec.momentum() < 1,
@@ -120,8 +123,9 @@ OptimizerSlots::OptimizerSlots(const v1::OptimizerSpec& spec, size_t n) {
 
 void OptimizerSlots::Apply(const v1::OptimizerSpec& spec, float lr_scale,
                            absl::Span<const float> g, absl::Span<float> w) {
+  const float lr = spec.learning_rate() * lr_scale /
+                   (1.0f + spec.lr_decay() * static_cast<float>(steps_));
   ++steps_;
-  const float lr = spec.learning_rate() * lr_scale;
   switch (spec.kind()) {
     case v1::OptimizerSpec::SGD:
       SgdStep(lr, spec.weight_decay(), g, w);

@@ -29,6 +29,15 @@ class Backend {
   // CPU backend copies at once).
   virtual void Download(const void* src, void* host, size_t bytes) = 0;
   virtual void Synchronize() = 0;
+  // Starts copying to the host and returns a ticket; the data is in `host`
+  // once WaitDownload(ticket) returns. Kernels launched in between may run
+  // while the copy is in flight (the CUDA backend copies on its own stream
+  // through pinned memory). `src` must not change until then.
+  virtual int64_t DownloadAsync(const void* src, void* host, size_t bytes) {
+    Download(src, host, bytes);
+    return 0;
+  }
+  virtual void WaitDownload(int64_t ticket) { Synchronize(); }
 
   // c = alpha * op(a) * op(b) + beta * c, with op(a) m x k, op(b) k x n.
   virtual void Gemm(bool trans_a, bool trans_b, int m, int n, int k,

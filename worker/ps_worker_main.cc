@@ -26,9 +26,9 @@
 #include "common/status.h"
 #include "common/stop_signal.h"
 #include "glog/logging.h"
-#include "worker/cpu/cpu_backend.h"
 #include "worker/data/data_loader.h"
 #include "worker/data/idx_reader.h"
+#include "worker/device.h"
 #include "worker/evaluator.h"
 #include "worker/model/mlp.h"
 #include "worker/ps_client.h"
@@ -46,6 +46,9 @@ ABSL_FLAG(std::string, mode, "async",
 ABSL_FLAG(std::string, device, "auto",
           "auto, cpu, or cuda:N. auto takes a GPU if this build has CUDA and "
           "one is present, else the CPU.");
+ABSL_FLAG(std::string, precision, "fp32",
+          "GEMM precision on a GPU: fp32, tf32, or bf16 (tensor cores, f32 "
+          "accumulation; the servers keep f32 weights).");
 ABSL_FLAG(std::string, layers, "784,256,128,10",
           "MLP layer sizes, input first, classes last.");
 ABSL_FLAG(std::string, optimizer, "momentum",
@@ -53,6 +56,9 @@ ABSL_FLAG(std::string, optimizer, "momentum",
 ABSL_FLAG(double, lr, 0.02, "Learning rate.");
 ABSL_FLAG(double, momentum, 0.9, "Momentum for momentum and nesterov.");
 ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay.");
+ABSL_FLAG(double, lr_decay, 0.0,
+          "Inverse-time decay: the t-th update of a slice uses lr / (1 + "
+          "lr_decay * t).");
 ABSL_FLAG(int, batch_size, 64, "Examples per micro-batch.");
 ABSL_FLAG(int, accumulate, 1, "Micro-batches summed before one push.");
 ABSL_FLAG(int64_t, epochs, 1, "Passes over this worker's share of the data.");
@@ -109,6 +115,7 @@ absl::StatusOr<v1::OptimizerSpec> OptimizerFromFlags() {
   }
   o.set_learning_rate(static_cast<float>(absl::GetFlag(FLAGS_lr)));
   o.set_weight_decay(static_cast<float>(absl::GetFlag(FLAGS_weight_decay)));
+  o.set_lr_decay(static_cast<float>(absl::GetFlag(FLAGS_lr_decay)));
   absl::Status s = ValidateOptimizer(o);
   if (!s.ok()) return s;
   return o;
@@ -141,17 +148,6 @@ absl::Status CheckFlags() {
   if (absl::GetFlag(FLAGS_epochs) < 1) {
     return absl::InvalidArgumentError("--epochs must be >= 1");
   }
-  const std::string device = absl::GetFlag(FLAGS_device);
-  if (device != "auto" && device != "cpu") {
-    if (device.rfind("cuda:", 0) == 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("--device=", device,
-                       ": this ps_worker was built without CUDA (build with "
-                       "--config=cuda)"));
-    }
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device=", device, " (want auto, cpu or cuda:N)"));
-  }
   return absl::OkStatus();
 }
 
@@ -172,6 +168,13 @@ int Run() {
   if (!optimizer.ok()) return Fail(optimizer.status());
   const bool evaluator = absl::GetFlag(FLAGS_role) == "evaluator";
   const int rank = absl::GetFlag(FLAGS_rank);
+
+  auto precision = ParsePrecision(absl::GetFlag(FLAGS_precision));
+  if (!precision.ok()) return Fail(precision.status());
+  auto made = MakeBackend(absl::GetFlag(FLAGS_device), *precision, rank,
+                          absl::GetFlag(FLAGS_blas_threads));
+  if (!made.ok()) return Fail(made.status());
+  std::unique_ptr<Backend> backend = *std::move(made);
 
   // A stop signal ends training after the current step.
   InstallStopSignalHandlers();
@@ -211,12 +214,6 @@ int Run() {
     return Fail(absl::InvalidArgumentError(
         absl::StrCat("--layers must start with ", data->features,
                      " (pixels per image) and end with 10 (classes)")));
-  }
-
-  std::unique_ptr<Backend> backend =
-      MakeCpuBackend(absl::GetFlag(FLAGS_blas_threads));
-  if (absl::GetFlag(FLAGS_device) == "auto") {
-    LOG(INFO) << "--device=auto: this build has no CUDA; running on the CPU";
   }
 
   if (evaluator) {

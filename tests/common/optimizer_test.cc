@@ -100,6 +100,21 @@ TEST(Optimizer, SlotsDispatchAndScale) {
   EXPECT_EQ(slots.steps(), 1);
 }
 
+TEST(Optimizer, InverseTimeDecay) {
+  v1::OptimizerSpec spec;
+  spec.set_kind(v1::OptimizerSpec::SGD);
+  spec.set_learning_rate(1.0f);
+  spec.set_lr_decay(0.5f);
+  OptimizerSlots slots(spec, 1);
+  std::vector<float> w = {0.0f}, g = {1.0f};
+  slots.Apply(spec, 1.0f, g, absl::MakeSpan(w));  // lr 1 / (1 + 0) = 1
+  EXPECT_FLOAT_EQ(w[0], -1.0f);
+  slots.Apply(spec, 1.0f, g, absl::MakeSpan(w));  // lr 1 / (1 + 0.5) = 2/3
+  EXPECT_FLOAT_EQ(w[0], -1.0f - 2.0f / 3.0f);
+  slots.Apply(spec, 1.0f, g, absl::MakeSpan(w));  // lr 1 / (1 + 1) = 1/2
+  EXPECT_FLOAT_EQ(w[0], -1.0f - 2.0f / 3.0f - 0.5f);
+}
+
 TEST(Optimizer, ValidateNamesTheBadField) {
   v1::OptimizerSpec spec;
   EXPECT_EQ(ValidateOptimizer(spec).code(), absl::StatusCode::kInvalidArgument);

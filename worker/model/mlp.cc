@@ -82,6 +82,7 @@ Mlp::Mlp(Backend* backend, std::vector<int> layers, int max_batch)
     params_.emplace_back(backend_, size);
     dparams_.emplace_back(backend_, size);
     grads_.emplace_back(size, 0.0f);
+    scratch_.emplace_back();
   }
   h_.emplace_back(backend_, static_cast<size_t>(max_batch) * layers_[0]);
   for (int l = 0; l < L; ++l) {
@@ -139,6 +140,22 @@ double Mlp::TrainStep(const float* x, const int* y, int batch, float grad_scale,
                                 layers_[L], grad_scale / batch, dz_.data(),
                                 &loss_sum, &right);
   if (correct != nullptr) *correct = right;
+  // Layer l's gradients are copied to the host while the GPU goes on with
+  // layer l-1; the host waits for layer l's copy only after queueing that
+  // work, then hands the layer to `done` (which starts its push).
+  int64_t tickets[2] = {0, 0};
+  int pending = -1;
+  auto finish = [&](int layer) {
+    for (int k = 0; k < 2; ++k) {
+      const int t = 2 * layer + k;
+      backend_->WaitDownload(tickets[k]);
+      if (accumulate) {
+        std::vector<float>& host = grads_[t];
+        for (size_t i = 0; i < host.size(); ++i) host[i] += scratch_[t][i];
+      }
+    }
+    if (done) done(layer);
+  };
   for (int l = L - 1; l >= 0; --l) {
     const int in = layers_[l], out = layers_[l + 1];
     // dW = h^T dz; db = column sums of dz.
@@ -146,29 +163,24 @@ double Mlp::TrainStep(const float* x, const int* y, int batch, float grad_scale,
                    0.0f, dparams_[2 * l].data());
     backend_->ColumnSum(dz_.data(), batch, out, 0.0f,
                         dparams_[2 * l + 1].data());
+    if (pending >= 0) finish(pending);
+    for (int k = 0; k < 2; ++k) {
+      const int t = 2 * l + k;
+      std::vector<float>& host = accumulate ? scratch_[t] : grads_[t];
+      host.resize(grads_[t].size());
+      tickets[k] = backend_->DownloadAsync(dparams_[t].data(), host.data(),
+                                           host.size() * sizeof(float));
+    }
+    pending = l;
     if (l > 0) {
       // dh = dz W^T, then through the ReLU of layer l-1.
       backend_->Gemm(false, true, batch, in, out, 1.0f, dz_.data(),
                      params_[2 * l].data(), 0.0f, dh_.data());
-    }
-    for (int t : {2 * l, 2 * l + 1}) {
-      std::vector<float>& host = grads_[t];
-      if (accumulate) {
-        scratch_.resize(host.size());
-        dparams_[t].Download(absl::MakeSpan(scratch_));
-        backend_->Synchronize();
-        for (size_t i = 0; i < host.size(); ++i) host[i] += scratch_[i];
-      } else {
-        dparams_[t].Download(absl::MakeSpan(host));
-      }
-    }
-    backend_->Synchronize();
-    if (done) done(l);
-    if (l > 0) {
       backend_->ReluBackward(z_[l - 1].data(), dh_.data(), dz_.data(),
                              static_cast<size_t>(batch) * in);
     }
   }
+  finish(pending);
   return loss_sum / batch;
 }
 

@@ -78,7 +78,7 @@ class Mlp {
   DeviceArray<float> dz_, dh_;
   DeviceArray<int32_t> labels_;
   std::vector<std::vector<float>> grads_;
-  std::vector<float> scratch_;
+  std::vector<std::vector<float>> scratch_;  // Per tensor, for accumulate.
 };
 
 }  // namespace asyncps
