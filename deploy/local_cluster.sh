@@ -44,6 +44,7 @@ echo "== building"
 bazel build --noshow_progress //server:ps_server //worker:ps_worker
 bin=$(bazel info bazel-bin 2>/dev/null)
 # Private copies, so a rebuild during the run cannot pull them away.
+rm -f "$out/ps_server" "$out/ps_worker"
 cp "$bin/server/ps_server" "$bin/worker/ps_worker" "$out/"
 bazel shutdown
 
