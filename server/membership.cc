@@ -37,6 +37,13 @@ absl::StatusOr<v1::RegisterResponse> Membership::Register(
   v1::RegisterResponse response;
   response.set_rank(rank);
   response.set_incarnation(w.incarnation);
+  int64_t max_clock = 0;
+  for (const auto& [r, other] : workers_) {
+    max_clock = std::max(max_clock, other.clock);
+  }
+  // A rejoining worker starts where the job is, not at 0.
+  w.clock = max_clock;
+  response.set_resume_clock(max_clock);
   return response;
 }
 
@@ -81,6 +88,50 @@ std::vector<v1::WorkerInfo> Membership::Workers() const {
     out.push_back(std::move(info));
   }
   return out;
+}
+
+}  // namespace asyncps
+
+namespace asyncps {
+
+int Membership::LiveCount() const {
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  int n = 0;
+  for (const auto& [rank, w] : workers_) n += Live(w, now);
+  return n;
+}
+
+int64_t Membership::MinLiveClock() const {
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  bool any = false;
+  int64_t min = 0;
+  for (const auto& [rank, w] : workers_) {
+    if (!Live(w, now)) continue;
+    min = any ? std::min(min, w.clock) : w.clock;
+    any = true;
+  }
+  return min;
+}
+
+int64_t Membership::MaxClock() const {
+  absl::MutexLock lock(&mu_);
+  int64_t max = 0;
+  for (const auto& [rank, w] : workers_) max = std::max(max, w.clock);
+  return max;
+}
+
+std::vector<std::pair<int, bool>> Membership::LivenessChanges() {
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  std::vector<std::pair<int, bool>> changes;
+  for (auto& [rank, w] : workers_) {
+    const bool live = Live(w, now);
+    if (live != w.was_live) changes.emplace_back(rank, live);
+    w.was_live = live;
+  }
+  return changes;
 }
 
 }  // namespace asyncps

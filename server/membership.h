@@ -39,8 +39,19 @@ class Membership {
 
   std::vector<v1::WorkerInfo> Workers() const;
 
+  // Live workers now, and the lowest and highest clock among them (0 if
+  // none is live).
+  int LiveCount() const;
+  int64_t MinLiveClock() const;
+  // Highest clock any worker, live or not, has reported.
+  int64_t MaxClock() const;
+
+  // Ranks whose liveness changed since the last call: (rank, now live).
+  std::vector<std::pair<int, bool>> LivenessChanges();
+
  private:
   struct Worker {
+    bool was_live = false;  // As last reported by LivenessChanges.
     int64_t incarnation = 0;
     int64_t clock = 0;
     absl::Time last_heard;

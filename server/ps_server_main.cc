@@ -19,8 +19,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/mode.h"
 #include "common/stop_signal.h"
 #include "glog/logging.h"
+#include "server/consistency.h"
+#include "server/kv_store.h"
 #include "server/membership.h"
 #include "server/service.h"
 #include "server/shard_store.h"
@@ -37,6 +40,23 @@ ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,
           "stay under it. Must be at least twice --slice_bytes of the model.");
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(10),
           "A worker not heard from for this long is no longer live.");
+ABSL_FLAG(std::string, mode, "async",
+          "async: apply every push on arrival; ssp: also hold a worker's pull "
+          "until it is within --staleness clocks of the slowest live worker; "
+          "bsp: apply the mean of each step's gradients once every live "
+          "worker (less --backup_workers) has pushed; allreduce: workers "
+          "all-reduce among themselves, the servers only keep their weights "
+          "and the rendezvous store.");
+ABSL_FLAG(int64_t, staleness, 2, "ssp: clocks a worker may run ahead.");
+ABSL_FLAG(int, backup_workers, 0,
+          "bsp: apply a step once live workers - this many have pushed; "
+          "later gradients for it are dropped (counted in Stats).");
+ABSL_FLAG(absl::Duration, step_deadline, absl::ZeroDuration(),
+          "bsp: apply a step this long after its first gradient even if "
+          "gradients are missing (0: no deadline).");
+ABSL_FLAG(std::string, stale_policy, "none",
+          "async/ssp: none, drop:K (drop gradients staler than K versions), "
+          "or scale (learning rate / (1 + staleness)).");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
           "On SIGTERM, how long in-flight calls may take to finish.");
 
@@ -70,13 +90,40 @@ int Run() {
     LOG(ERROR) << "--worker_timeout must be positive";
     return 2;
   }
+  ConsistencyConfig consistency_config;
+  {
+    auto mode = ParseMode(absl::GetFlag(FLAGS_mode));
+    auto stale = ParseStalePolicy(absl::GetFlag(FLAGS_stale_policy));
+    for (const absl::Status& s : {mode.status(), stale.status()}) {
+      if (!s.ok()) {
+        LOG(ERROR) << s.message();
+        return 2;
+      }
+    }
+    consistency_config.mode = *mode;
+    consistency_config.stale = *stale;
+    consistency_config.staleness = absl::GetFlag(FLAGS_staleness);
+    consistency_config.backup_workers = absl::GetFlag(FLAGS_backup_workers);
+    consistency_config.step_deadline = absl::GetFlag(FLAGS_step_deadline);
+    if (consistency_config.staleness < 0 ||
+        consistency_config.backup_workers < 0 ||
+        consistency_config.step_deadline < absl::ZeroDuration()) {
+      LOG(ERROR) << "--staleness, --backup_workers and --step_deadline must "
+                    "not be negative";
+      return 2;
+    }
+  }
 
   InstallStopSignalHandlers();
 
   ShardStore store(shard, num_shards, max_message - kResponseOverhead);
   Membership membership(Clock::Real(), absl::GetFlag(FLAGS_worker_timeout));
-  ParameterServerService service(&store, &membership, Clock::Real(),
-                                 num_shards);
+  Consistency consistency(consistency_config, &store, &membership,
+                          Clock::Real());
+  KvStore kv;
+  consistency.AddTickHook([&kv](absl::Time now) { kv.Expire(now); });
+  ParameterServerService service(&store, &membership, &consistency, &kv,
+                                 Clock::Real(), num_shards);
 
   const std::string address =
       absl::StrCat(absl::GetFlag(FLAGS_host), ":", port);
@@ -94,14 +141,18 @@ int Run() {
   }
   LOG(INFO) << "ps_server shard " << shard << "/" << num_shards
             << " serving asyncps.v1.ParameterServer on "
-            << absl::GetFlag(FLAGS_host) << ":" << bound_port
-            << " (max message " << max_message << " bytes)";
+            << absl::GetFlag(FLAGS_host) << ":" << bound_port << " (mode "
+            << ModeName(consistency_config.mode) << ", max message "
+            << max_message << " bytes)";
   std::printf("ps_server shard %d/%d listening on %s:%d\n", shard, num_shards,
               absl::GetFlag(FLAGS_host).c_str(), bound_port);
   std::fflush(stdout);
 
   const int sig = WaitForStopSignal();
   LOG(INFO) << "signal " << sig << ": shutting down shard " << shard;
+  // Held calls would otherwise wait out the grace period.
+  consistency.Shutdown();
+  kv.Shutdown();
   server->Shutdown(std::chrono::system_clock::now() +
                    absl::ToChronoSeconds(absl::GetFlag(FLAGS_shutdown_grace)));
   server->Wait();

@@ -8,9 +8,13 @@ namespace asyncps {
 
 ParameterServerService::ParameterServerService(ShardStore* store,
                                                Membership* membership,
-                                               Clock* clock, int num_shards)
+                                               Consistency* consistency,
+                                               KvStore* kv, Clock* clock,
+                                               int num_shards)
     : store_(store),
       membership_(membership),
+      consistency_(consistency),
+      kv_(kv),
       clock_(clock),
       num_shards_(num_shards),
       start_(clock->Now()) {}
@@ -43,7 +47,7 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(
   grpc::ServerUnaryReactor* reactor = Begin(context);
   if (reactor == nullptr) return context->DefaultReactor();
   membership_->Touch(request->rank(), request->clock());
-  reactor->Finish(ToGrpcStatus(store_->Pull(*request, response)));
+  consistency_->Pull(context, request, response, reactor);
   return reactor;
 }
 
@@ -53,7 +57,7 @@ grpc::ServerUnaryReactor* ParameterServerService::Push(
   grpc::ServerUnaryReactor* reactor = Begin(context);
   if (reactor == nullptr) return context->DefaultReactor();
   membership_->Touch(request->rank(), request->clock());
-  reactor->Finish(ToGrpcStatus(store_->Push(*request, response)));
+  reactor->Finish(ToGrpcStatus(consistency_->Push(*request, response)));
   return reactor;
 }
 
@@ -74,6 +78,7 @@ grpc::ServerUnaryReactor* ParameterServerService::Register(
   auto result = membership_->Register(*request);
   if (result.ok()) {
     *response = *std::move(result);
+    response->set_mode(ModeName(consistency_->config().mode));
   } else {
     store_->CountRejected();
   }
@@ -87,7 +92,35 @@ grpc::ServerUnaryReactor* ParameterServerService::Heartbeat(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::Status s = membership_->Heartbeat(*request);
   if (!s.ok()) store_->CountRejected();
+  if (s.ok()) consistency_->ClockAdvanced();
   reactor->Finish(ToGrpcStatus(s));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Assign(
+    grpc::CallbackServerContext* context, const v1::AssignRequest* request,
+    v1::AssignResponse* response) {
+  grpc::ServerUnaryReactor* reactor = Begin(context);
+  if (reactor == nullptr) return context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(store_->Assign(*request)));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::StoreSet(
+    grpc::CallbackServerContext* context, const v1::StoreSetRequest* request,
+    v1::StoreSetResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status s = kv_->Set(request->key(), request->value());
+  if (!s.ok()) store_->CountRejected();
+  reactor->Finish(ToGrpcStatus(s));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::StoreGet(
+    grpc::CallbackServerContext* context, const v1::StoreGetRequest* request,
+    v1::StoreGetResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  kv_->Get(context, request, response, reactor);
   return reactor;
 }
 
@@ -113,6 +146,13 @@ grpc::ServerUnaryReactor* ParameterServerService::Stats(
     *response->add_workers() = std::move(w);
   }
   response->set_uptime_seconds(absl::ToDoubleSeconds(clock_->Now() - start_));
+  response->set_mode(ModeName(consistency_->config().mode));
+  response->set_dropped_stale(c.dropped_stale);
+  response->set_dropped_late(c.dropped_late);
+  response->set_steps_applied(c.steps_applied);
+  response->set_steps_short(c.steps_short);
+  response->set_held_pulls(consistency_->held_pulls());
+  response->set_live_workers(membership_->LiveCount());
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

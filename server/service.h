@@ -6,6 +6,8 @@
 
 #include "common/clock.h"
 #include "proto/asyncps.grpc.pb.h"
+#include "server/consistency.h"
+#include "server/kv_store.h"
 #include "server/membership.h"
 #include "server/shard_store.h"
 
@@ -14,9 +16,10 @@ namespace asyncps {
 class ParameterServerService final
     : public v1::ParameterServer::CallbackService {
  public:
-  // `store`, `membership` and `clock` are borrowed and must outlive this.
+  // Every pointer is borrowed and must outlive this.
   ParameterServerService(ShardStore* store, Membership* membership,
-                         Clock* clock, int num_shards);
+                         Consistency* consistency, KvStore* kv, Clock* clock,
+                         int num_shards);
 
   grpc::ServerUnaryReactor* DeclareModel(
       grpc::CallbackServerContext* context,
@@ -37,6 +40,15 @@ class ParameterServerService final
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
                                       const v1::HeartbeatRequest* request,
                                       v1::HeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* Assign(grpc::CallbackServerContext* context,
+                                   const v1::AssignRequest* request,
+                                   v1::AssignResponse* response) override;
+  grpc::ServerUnaryReactor* StoreSet(grpc::CallbackServerContext* context,
+                                     const v1::StoreSetRequest* request,
+                                     v1::StoreSetResponse* response) override;
+  grpc::ServerUnaryReactor* StoreGet(grpc::CallbackServerContext* context,
+                                     const v1::StoreGetRequest* request,
+                                     v1::StoreGetResponse* response) override;
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context,
                                   const v1::StatsRequest* request,
                                   v1::StatsResponse* response) override;
@@ -48,6 +60,8 @@ class ParameterServerService final
 
   ShardStore* const store_;
   Membership* const membership_;
+  Consistency* const consistency_;
+  KvStore* const kv_;
   Clock* const clock_;
   const int num_shards_;
   const absl::Time start_;

@@ -1,5 +1,6 @@
 #include "server/shard_store.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -130,8 +131,8 @@ absl::StatusOr<int> ShardStore::Resolve(const Model& model,
   return i;
 }
 
-absl::Status ShardStore::Pull(const v1::PullRequest& request,
-                              v1::PullResponse* response) {
+absl::StatusOr<std::vector<int>> ShardStore::ResolvePull(
+    const v1::PullRequest& request) {
   std::shared_ptr<const Model> m = model();
   if (m == nullptr) {
     return Reject(absl::FailedPreconditionError(
@@ -151,21 +152,83 @@ absl::Status ShardStore::Pull(const v1::PullRequest& request,
         "pull of ", bytes, " bytes exceeds this server's message limit of ",
         max_response_bytes_, " bytes; ask for fewer slices per request")));
   }
+  return indices;
+}
+
+void ShardStore::FinishPull(const v1::PullRequest& request,
+                            const std::vector<int>& slices,
+                            v1::PullResponse* response) {
+  std::shared_ptr<const Model> m = model();
   response->clear_slices();
-  for (size_t k = 0; k < indices.size(); ++k) {
-    SliceState& state = *m->slices[indices[k]];
+  for (size_t k = 0; k < slices.size(); ++k) {
+    SliceState& state = *m->slices[slices[k]];
     v1::SliceData* out = response->add_slices();
-    *out->mutable_key() = request.slices(k);
+    *out->mutable_key() = request.slices(static_cast<int>(k));
     out->set_dtype(v1::DTYPE_F32);
     absl::MutexLock lock(&state.mu);
     EncodeF32(state.weights, out->mutable_data());
     out->set_version(state.version);
   }
   pulls_.fetch_add(1, std::memory_order_relaxed);
+}
+
+absl::Status ShardStore::Pull(const v1::PullRequest& request,
+                              v1::PullResponse* response) {
+  auto slices = ResolvePull(request);
+  if (!slices.ok()) return slices.status();
+  FinishPull(request, *slices, response);
+  return absl::OkStatus();
+}
+
+absl::Status ShardStore::ValidatePayloads(
+    const Model& model,
+    const google::protobuf::RepeatedPtrField<v1::SliceData>& data,
+    absl::string_view what, std::vector<int>* indices,
+    std::vector<std::vector<float>>* values) const {
+  indices->clear();
+  values->assign(data.size(), {});
+  absl::flat_hash_set<int> seen;
+  for (int k = 0; k < data.size(); ++k) {
+    const v1::SliceData& g = data.Get(k);
+    auto i = Resolve(model, g.key());
+    if (!i.ok()) return i.status();
+    if (!seen.insert(*i).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "slice ", SliceName(g.key()), " appears twice in one request"));
+    }
+    if (g.dtype() != v1::DTYPE_F32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " for slice ", SliceName(g.key()), " has ",
+          DTypeName(g.dtype()), "; this server accepts DTYPE_F32"));
+    }
+    const SliceInfo& info = model.partition.slices()[*i];
+    if (g.data().size() != info.count * 4) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " for slice ", SliceName(g.key()), " has ", g.data().size(),
+          " bytes; ", info.count, " f32 elements need ", info.count * 4));
+    }
+    if (g.version() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " for slice ", SliceName(g.key()),
+                       " has negative version ", g.version()));
+    }
+    std::vector<float>& v = (*values)[k];
+    v.resize(info.count);
+    DecodeF32(g.data(), absl::MakeSpan(v));
+    for (size_t e = 0; e < v.size(); ++e) {
+      if (!std::isfinite(v[e])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, " for slice ", SliceName(g.key()), " has ",
+            std::isnan(v[e]) ? "NaN" : "Inf", " at element ", info.begin + e));
+      }
+    }
+    indices->push_back(*i);
+  }
   return absl::OkStatus();
 }
 
 absl::Status ShardStore::Push(const v1::PushRequest& request,
+                              const PushPolicy& policy,
                               v1::PushResponse* response) {
   std::shared_ptr<const Model> m = model();
   if (m == nullptr) {
@@ -174,46 +237,17 @@ absl::Status ShardStore::Push(const v1::PushRequest& request,
   }
   // Validate everything before touching any weight.
   std::vector<int> indices;
-  std::vector<std::vector<float>> grads(request.gradients_size());
-  absl::flat_hash_set<int> seen;
-  for (int k = 0; k < request.gradients_size(); ++k) {
-    const v1::SliceData& g = request.gradients(k);
-    auto i = Resolve(*m, g.key());
-    if (!i.ok()) return Reject(i.status());
-    if (!seen.insert(*i).second) {
-      return Reject(absl::InvalidArgumentError(absl::StrCat(
-          "slice ", SliceName(g.key()), " appears twice in one push")));
-    }
-    if (g.dtype() != v1::DTYPE_F32) {
-      return Reject(absl::InvalidArgumentError(absl::StrCat(
-          "gradient for slice ", SliceName(g.key()), " has ",
-          DTypeName(g.dtype()), "; this server accepts DTYPE_F32")));
-    }
-    const SliceInfo& info = m->partition.slices()[*i];
-    if (g.data().size() != info.count * 4) {
-      return Reject(absl::InvalidArgumentError(absl::StrCat(
-          "gradient for slice ", SliceName(g.key()), " has ", g.data().size(),
-          " bytes; ", info.count, " f32 elements need ", info.count * 4)));
-    }
-    if (g.version() < 0) {
-      return Reject(absl::InvalidArgumentError(
-          absl::StrCat("gradient for slice ", SliceName(g.key()),
-                       " has negative version ", g.version())));
-    }
-    grads[k].resize(info.count);
-    DecodeF32(g.data(), absl::MakeSpan(grads[k]));
-    for (size_t e = 0; e < grads[k].size(); ++e) {
-      if (!std::isfinite(grads[k][e])) {
-        return Reject(absl::InvalidArgumentError(
-            absl::StrCat("gradient for slice ", SliceName(g.key()), " has ",
-                         std::isnan(grads[k][e]) ? "NaN" : "Inf",
-                         " at element ", info.begin + e)));
-      }
-    }
-    indices.push_back(*i);
+  std::vector<std::vector<float>> grads;
+  absl::Status valid =
+      ValidatePayloads(*m, request.gradients(), "gradient", &indices, &grads);
+  if (!valid.ok()) return Reject(valid);
+  const bool bsp = policy.mode == Mode::kBsp;
+  if (bsp && request.clock() < 1) {
+    return Reject(absl::InvalidArgumentError(absl::StrCat(
+        "bsp push with clock ", request.clock(), "; steps count from 1")));
   }
-  // Versions only grow, so one that is not ahead now will not be ahead at
-  // apply time either.
+  // Versions and applied steps only grow, so what passes here still holds
+  // at apply time.
   for (int k = 0; k < request.gradients_size(); ++k) {
     SliceState& state = *m->slices[indices[k]];
     absl::MutexLock lock(&state.mu);
@@ -223,28 +257,154 @@ absl::Status ShardStore::Push(const v1::PushRequest& request,
           " claims version ", request.gradients(k).version(),
           " but the slice is only at version ", state.version)));
     }
+    if (bsp && request.clock() > state.applied_step + 1) {
+      return Reject(absl::FailedPreconditionError(absl::StrCat(
+          "bsp step ", request.clock(), " for slice ",
+          SliceName(request.gradients(k).key()), " pushed before step ",
+          state.applied_step + 1, " was applied")));
+    }
   }
   response->clear_versions();
   response->clear_staleness();
+  response->clear_dropped();
   for (int k = 0; k < request.gradients_size(); ++k) {
     SliceState& state = *m->slices[indices[k]];
     int64_t staleness, version;
+    bool dropped = false;
     {
       absl::MutexLock lock(&state.mu);
       staleness = state.version - request.gradients(k).version();
-      state.slots.Apply(m->spec.optimizer(), 1.0f, grads[k],
-                        absl::MakeSpan(state.weights));
-      version = ++state.version;
+      if (bsp) {
+        const bool duplicate =
+            std::find(state.step_ranks.begin(), state.step_ranks.end(),
+                      request.rank()) != state.step_ranks.end();
+        if (request.clock() <= state.applied_step || duplicate) {
+          dropped = true;
+          dropped_late_.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          if (state.step_ranks.empty()) {
+            state.step_sum.assign(grads[k].size(), 0.0f);
+            state.step_first = policy.now;
+          }
+          for (size_t e = 0; e < grads[k].size(); ++e) {
+            state.step_sum[e] += grads[k][e];
+          }
+          state.step_ranks.push_back(request.rank());
+          if (static_cast<int>(state.step_ranks.size()) >= policy.quorum) {
+            ApplyStep(*m, state, policy.live_workers);
+          } else {
+            absl::MutexLock pending(&pending_mu_);
+            pending_.insert(indices[k]);
+          }
+        }
+      } else if (policy.stale.kind == StalePolicy::kDrop &&
+                 staleness > policy.stale.max_staleness) {
+        dropped = true;
+        dropped_stale_.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        const float scale = policy.stale.kind == StalePolicy::kScale
+                                ? 1.0f / (1.0f + static_cast<float>(staleness))
+                                : 1.0f;
+        state.slots.Apply(m->spec.optimizer(), scale, grads[k],
+                          absl::MakeSpan(state.weights));
+        ++state.version;
+        updates_applied_.fetch_add(1, std::memory_order_relaxed);
+      }
+      version = state.version;
     }
     response->add_versions(version);
     response->add_staleness(staleness);
-    const int bucket =
-        static_cast<int>(std::min<int64_t>(staleness, kStalenessBuckets - 1));
-    staleness_[bucket].fetch_add(1, std::memory_order_relaxed);
+    response->add_dropped(dropped);
+    if (!bsp) {
+      const int bucket =
+          static_cast<int>(std::min<int64_t>(staleness, kStalenessBuckets - 1));
+      staleness_[bucket].fetch_add(1, std::memory_order_relaxed);
+    }
   }
-  updates_applied_.fetch_add(request.gradients_size(),
-                             std::memory_order_relaxed);
   pushes_.fetch_add(1, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+void ShardStore::ApplyStep(const Model& model, SliceState& state,
+                           int live_workers) {
+  const size_t n = state.step_ranks.size();
+  const float inv = 1.0f / static_cast<float>(n);
+  for (float& g : state.step_sum) g *= inv;
+  state.slots.Apply(model.spec.optimizer(), 1.0f, state.step_sum,
+                    absl::MakeSpan(state.weights));
+  ++state.version;
+  ++state.applied_step;
+  state.step_ranks.clear();
+  updates_applied_.fetch_add(1, std::memory_order_relaxed);
+  steps_applied_.fetch_add(1, std::memory_order_relaxed);
+  if (static_cast<int>(n) < live_workers) {
+    steps_short_.fetch_add(1, std::memory_order_relaxed);
+  }
+  const int bucket = 0;  // A bsp step is computed from the current weights.
+  staleness_[bucket].fetch_add(1, std::memory_order_relaxed);
+}
+
+int ShardStore::CompletePendingSteps(int quorum, int live_workers,
+                                     absl::Duration deadline, absl::Time now) {
+  std::shared_ptr<const Model> m = model();
+  if (m == nullptr) return 0;
+  std::vector<int> pending;
+  {
+    absl::MutexLock lock(&pending_mu_);
+    pending.assign(pending_.begin(), pending_.end());
+  }
+  int applied = 0;
+  for (int i : pending) {
+    SliceState& state = *m->slices[i];
+    bool done;
+    {
+      absl::MutexLock lock(&state.mu);
+      if (!state.step_ranks.empty() &&
+          (static_cast<int>(state.step_ranks.size()) >= quorum ||
+           (deadline > absl::ZeroDuration() &&
+            now - state.step_first >= deadline))) {
+        ApplyStep(*m, state, live_workers);
+        ++applied;
+      }
+      done = state.step_ranks.empty();
+    }
+    if (done) {
+      absl::MutexLock lock(&pending_mu_);
+      pending_.erase(i);
+    }
+  }
+  return applied;
+}
+
+bool ShardStore::StepApplied(const std::vector<int>& slices,
+                             int64_t clock) const {
+  std::shared_ptr<const Model> m = model();
+  if (m == nullptr) return true;
+  for (int i : slices) {
+    SliceState& state = *m->slices[i];
+    absl::MutexLock lock(&state.mu);
+    if (state.applied_step < clock) return false;
+  }
+  return true;
+}
+
+absl::Status ShardStore::Assign(const v1::AssignRequest& request) {
+  std::shared_ptr<const Model> m = model();
+  if (m == nullptr) {
+    return Reject(absl::FailedPreconditionError(
+        "assign before any model was declared on this shard"));
+  }
+  std::vector<int> indices;
+  std::vector<std::vector<float>> values;
+  absl::Status valid =
+      ValidatePayloads(*m, request.weights(), "weights", &indices, &values);
+  if (!valid.ok()) return Reject(valid);
+  for (int k = 0; k < request.weights_size(); ++k) {
+    SliceState& state = *m->slices[indices[k]];
+    absl::MutexLock lock(&state.mu);
+    state.weights = std::move(values[k]);
+    state.version = request.weights(k).version();
+  }
   return absl::OkStatus();
 }
 
@@ -280,6 +440,10 @@ ShardCounters ShardStore::Counters() const {
   c.pushes = pushes_.load(std::memory_order_relaxed);
   c.pulls = pulls_.load(std::memory_order_relaxed);
   c.rejected = rejected_.load(std::memory_order_relaxed);
+  c.dropped_stale = dropped_stale_.load(std::memory_order_relaxed);
+  c.dropped_late = dropped_late_.load(std::memory_order_relaxed);
+  c.steps_applied = steps_applied_.load(std::memory_order_relaxed);
+  c.steps_short = steps_short_.load(std::memory_order_relaxed);
   for (const auto& b : staleness_) {
     c.staleness_histogram.push_back(b.load(std::memory_order_relaxed));
   }

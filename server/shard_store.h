@@ -11,9 +11,12 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/mode.h"
 #include "common/optimizer.h"
 #include "common/partitioner.h"
 #include "proto/asyncps.pb.h"
@@ -29,7 +32,22 @@ struct ShardCounters {
   int64_t pushes = 0;
   int64_t pulls = 0;
   int64_t rejected = 0;
+  int64_t dropped_stale = 0;
+  int64_t dropped_late = 0;
+  int64_t steps_applied = 0;
+  int64_t steps_short = 0;
   std::vector<int64_t> staleness_histogram;
+};
+
+// How a push is applied, decided by the server's mode and membership.
+struct PushPolicy {
+  Mode mode = Mode::kAsync;
+  StalePolicy stale;
+  // bsp: gradients that complete a step (live workers - backup workers), and
+  // the live worker count (a step applied with fewer is "short").
+  int quorum = 1;
+  int live_workers = 1;
+  absl::Time now;
 };
 
 class ShardStore {
@@ -48,13 +66,40 @@ class ShardStore {
   // Copies the requested slices and their versions into `response`.
   // On error `response` is unspecified and nothing changed.
   absl::Status Pull(const v1::PullRequest& request, v1::PullResponse* response);
+  // Pull in two halves, for pulls the server holds: ResolvePull validates
+  // and returns the slices; FinishPull copies them out.
+  absl::StatusOr<std::vector<int>> ResolvePull(const v1::PullRequest& request);
+  void FinishPull(const v1::PullRequest& request,
+                  const std::vector<int>& slices, v1::PullResponse* response);
 
   // Validates every gradient in `request` first (known slice on this shard,
   // matching range, dtype, byte length, finite values, version not from the
-  // future, no slice twice); if any fails nothing is applied. Otherwise
-  // applies the optimizer to each slice under its lock and answers each
-  // slice's new version and the push's staleness.
-  absl::Status Push(const v1::PushRequest& request, v1::PushResponse* response);
+  // future, no slice twice, a bsp step that is not ahead); if any fails
+  // nothing is applied. Then, per slice under its lock:
+  // - async/ssp: applies the optimizer (the learning rate scaled, or the
+  //   gradient dropped, per `policy.stale`);
+  // - bsp: adds the gradient to its step's sum; the step's mean is applied
+  //   once `policy.quorum` gradients are in; a gradient for a step already
+  //   applied (or a second one from the same rank) is dropped.
+  absl::Status Push(const v1::PushRequest& request, const PushPolicy& policy,
+                    v1::PushResponse* response);
+  // Async push with no stale policy (tests, tools).
+  absl::Status Push(const v1::PushRequest& request,
+                    v1::PushResponse* response) {
+    return Push(request, PushPolicy{}, response);
+  }
+
+  // bsp: applies every pending step that has `quorum` gradients, or whose
+  // first gradient is older than `deadline` (if > 0). Returns the number of
+  // steps applied.
+  int CompletePendingSteps(int quorum, int live_workers,
+                           absl::Duration deadline, absl::Time now);
+  // bsp: true if step `clock` has been applied to every slice in `slices`.
+  bool StepApplied(const std::vector<int>& slices, int64_t clock) const;
+
+  // Replaces weights (allreduce mode), validated like a push's gradients;
+  // each slice's version becomes the given one.
+  absl::Status Assign(const v1::AssignRequest& request);
 
   int shard() const { return shard_; }
   // The declared spec, or FAILED_PRECONDITION before Declare.
@@ -76,6 +121,12 @@ class ShardStore {
     std::vector<float> weights ABSL_GUARDED_BY(mu);
     OptimizerSlots slots ABSL_GUARDED_BY(mu);
     int64_t version ABSL_GUARDED_BY(mu) = 0;
+    // bsp: the last step applied, and the sum of step applied_step + 1's
+    // gradients so far.
+    int64_t applied_step ABSL_GUARDED_BY(mu) = 0;
+    std::vector<float> step_sum ABSL_GUARDED_BY(mu);
+    std::vector<int> step_ranks ABSL_GUARDED_BY(mu);
+    absl::Time step_first ABSL_GUARDED_BY(mu);
   };
 
   // Everything fixed by Declare. Immutable once published.
@@ -92,6 +143,16 @@ class ShardStore {
   // Resolves `key` to a slice of this shard, or a status saying why not.
   absl::StatusOr<int> Resolve(const Model& model,
                               const v1::SliceKey& key) const;
+  // Validates payloads (gradients or weights): slice, dtype, length, finite,
+  // no slice twice. Fills the slice indices and decoded values.
+  absl::Status ValidatePayloads(
+      const Model& model,
+      const google::protobuf::RepeatedPtrField<v1::SliceData>& data,
+      absl::string_view what, std::vector<int>* indices,
+      std::vector<std::vector<float>>* values) const;
+  // bsp: applies the mean of the pending step of `state`.
+  void ApplyStep(const Model& model, SliceState& state, int live_workers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state.mu);
   std::shared_ptr<const Model> model() const;
   absl::Status Reject(absl::Status status);
 
@@ -107,7 +168,15 @@ class ShardStore {
   std::atomic<int64_t> pushes_{0};
   std::atomic<int64_t> pulls_{0};
   std::atomic<int64_t> rejected_{0};
+  std::atomic<int64_t> dropped_stale_{0};
+  std::atomic<int64_t> dropped_late_{0};
+  std::atomic<int64_t> steps_applied_{0};
+  std::atomic<int64_t> steps_short_{0};
   std::vector<std::atomic<int64_t>> staleness_;
+
+  // bsp: slices with a step pending.
+  mutable absl::Mutex pending_mu_;
+  absl::flat_hash_set<int> pending_ ABSL_GUARDED_BY(pending_mu_);
 };
 
 }  // namespace asyncps

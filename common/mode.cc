@@ -1,0 +1,48 @@
+#include "common/mode.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace asyncps {
+
+absl::StatusOr<Mode> ParseMode(const std::string& text) {
+  if (text == "async") return Mode::kAsync;
+  if (text == "ssp") return Mode::kSsp;
+  if (text == "bsp") return Mode::kBsp;
+  if (text == "allreduce") return Mode::kAllreduce;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--mode=", text, " (want async, ssp, bsp or allreduce)"));
+}
+
+std::string ModeName(Mode mode) {
+  switch (mode) {
+    case Mode::kAsync:
+      return "async";
+    case Mode::kSsp:
+      return "ssp";
+    case Mode::kBsp:
+      return "bsp";
+    case Mode::kAllreduce:
+      return "allreduce";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<StalePolicy> ParseStalePolicy(const std::string& text) {
+  StalePolicy p;
+  if (text == "none") return p;
+  if (text == "scale") {
+    p.kind = StalePolicy::kScale;
+    return p;
+  }
+  if (text.rfind("drop:", 0) == 0 &&
+      absl::SimpleAtoi(text.substr(5), &p.max_staleness) &&
+      p.max_staleness >= 0) {
+    p.kind = StalePolicy::kDrop;
+    return p;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--stale_policy=", text, " (want none, drop:K with K >= 0, or scale)"));
+}
+
+}  // namespace asyncps
