@@ -87,6 +87,12 @@ void Consistency::Pull(grpc::CallbackServerContext* context,
 
 absl::Status Consistency::Push(const v1::PushRequest& request,
                                v1::PushResponse* response) {
+  if (config_.mode == Mode::kAllreduce) {
+    store_->CountRejected();
+    return absl::FailedPreconditionError(
+        "this server runs --mode=allreduce: workers all-reduce gradients "
+        "among themselves and send weights with Assign");
+  }
   PushPolicy policy;
   policy.mode = config_.mode;
   policy.stale = config_.stale;

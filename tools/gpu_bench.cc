@@ -157,7 +157,7 @@ int Run() {
       layer_tensors.push_back({2 * l, 2 * l + 1});
     }
     PsExchange exchange(client->get(), 0, layer_tensors);
-    s = exchange.Start(&w);
+    s = exchange.Start(&w, 0);
     double wait_s = 0;
     const absl::Time t1 = absl::Now();
     for (int i = 0; i < steps && s.ok(); ++i) {

@@ -16,13 +16,17 @@ struct StepStats {
   int64_t slices_pushed = 0;
   int64_t total_staleness = 0;
   int64_t max_staleness = 0;
+  int64_t dropped = 0;
 };
 
 class GradientExchange {
  public:
   virtual ~GradientExchange() = default;
-  // Fills `weights` (one vector per tensor, already sized) for step 0.
-  virtual absl::Status Start(std::vector<std::vector<float>>* weights) = 0;
+  // Fills `weights` (one vector per tensor, already sized) for the first
+  // step; `clock` is the steps completed before it (0, or where a rejoining
+  // worker resumes).
+  virtual absl::Status Start(std::vector<std::vector<float>>* weights,
+                             int64_t clock) = 0;
   // Layer `layer`'s gradients are ready in grads; the exchange may start
   // sending them. `grads` stays untouched until FinishStep returns.
   virtual void LayerReady(int layer,
@@ -34,6 +38,8 @@ class GradientExchange {
   virtual absl::Status FinishStep(int64_t clock,
                                   std::vector<std::vector<float>>* weights,
                                   StepStats* stats) = 0;
+  // Training is over (the weights given to Start are still alive).
+  virtual absl::Status Finish(int64_t clock) { return absl::OkStatus(); }
 };
 
 }  // namespace asyncps

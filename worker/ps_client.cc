@@ -50,7 +50,8 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
 
 template <typename Request, typename Response, typename Method>
 absl::Status PsClient::CallAll(std::vector<Call<Request, Response>>* calls,
-                               Method method, const char* what) {
+                               Method method, const char* what,
+                               bool idempotent) {
   std::vector<size_t> pending(calls->size());
   for (size_t i = 0; i < pending.size(); ++i) pending[i] = i;
   const absl::Time give_up = absl::Now() + options_.retry_for;
@@ -81,7 +82,9 @@ absl::Status PsClient::CallAll(std::vector<Call<Request, Response>>* calls,
       const std::string where =
           absl::StrCat(what, " to shard ", shard, " at ",
                        options_.servers[shard].ToString());
-      if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+          (idempotent &&
+           s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)) {
         retry.push_back(pending[k]);
         last_error = absl::StrCat(where, ": ", s.error_message());
         continue;
@@ -208,7 +211,7 @@ absl::Status PsClient::Pull(absl::Span<const int> tensors,
          std::function<void(grpc::Status)> cb) {
         stub->async()->Pull(ctx, req, resp, std::move(cb));
       },
-      "Pull"));
+      "Pull", /*idempotent=*/true));
   versions->resize(partition_->slices().size());
   for (size_t b = 0; b < batches.size(); ++b) {
     const v1::PullResponse& resp = calls[b].response;
@@ -269,9 +272,71 @@ absl::Status PsClient::Push(absl::Span<const int> tensors,
         result->total_staleness += s;
         result->max_staleness = std::max(result->max_staleness, s);
       }
+      for (bool d : call.response.dropped()) result->dropped += d;
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status PsClient::Assign(absl::Span<const int> tensors,
+                              const std::vector<std::vector<float>>& weights,
+                              int64_t version, int rank) {
+  std::vector<std::vector<int>> batches = Batches(tensors);
+  std::vector<Call<v1::AssignRequest, v1::AssignResponse>> calls(
+      batches.size());
+  for (size_t b = 0; b < batches.size(); ++b) {
+    calls[b].shard = partition_->slices()[batches[b][0]].shard;
+    calls[b].request.set_rank(rank);
+    for (int i : batches[b]) {
+      const SliceInfo& s = partition_->slices()[i];
+      v1::SliceData* d = calls[b].request.add_weights();
+      FillKey(spec_, s, d->mutable_key());
+      d->set_dtype(v1::DTYPE_F32);
+      d->set_version(version);
+      EncodeF32(
+          absl::MakeConstSpan(weights[s.tensor].data() + s.begin, s.count),
+          d->mutable_data());
+    }
+  }
+  return CallAll(
+      &calls,
+      [](v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+         const v1::AssignRequest* req, v1::AssignResponse* resp,
+         std::function<void(grpc::Status)> cb) {
+        stub->async()->Assign(ctx, req, resp, std::move(cb));
+      },
+      "Assign", /*idempotent=*/true);
+}
+
+absl::Status PsClient::StoreSet(const std::string& key,
+                                const std::string& value) {
+  std::vector<Call<v1::StoreSetRequest, v1::StoreSetResponse>> calls(1);
+  calls[0].request.set_key(key);
+  calls[0].request.set_value(value);
+  return CallAll(
+      &calls,
+      [](v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+         const v1::StoreSetRequest* req, v1::StoreSetResponse* resp,
+         std::function<void(grpc::Status)> cb) {
+        stub->async()->StoreSet(ctx, req, resp, std::move(cb));
+      },
+      "StoreSet", /*idempotent=*/true);
+}
+
+absl::StatusOr<std::string> PsClient::StoreGet(const std::string& key,
+                                               absl::Duration wait) {
+  std::vector<Call<v1::StoreGetRequest, v1::StoreGetResponse>> calls(1);
+  calls[0].request.set_key(key);
+  calls[0].request.set_wait_ms(absl::ToInt64Milliseconds(wait));
+  RETURN_IF_ERROR(CallAll(
+      &calls,
+      [](v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx,
+         const v1::StoreGetRequest* req, v1::StoreGetResponse* resp,
+         std::function<void(grpc::Status)> cb) {
+        stub->async()->StoreGet(ctx, req, resp, std::move(cb));
+      },
+      "StoreGet"));
+  return calls[0].response.value();
 }
 
 absl::StatusOr<v1::RegisterResponse> PsClient::Register(

@@ -40,6 +40,7 @@ struct PushResult {
   int64_t slices = 0;
   int64_t total_staleness = 0;
   int64_t max_staleness = 0;
+  int64_t dropped = 0;  // Slices the server did not apply (stale or late).
 };
 
 class PsClient {
@@ -76,6 +77,18 @@ class PsClient {
                     const std::vector<int64_t>& versions, int rank,
                     int64_t clock, PushResult* result);
 
+  // Replaces the weights of every slice of `tensors` on the servers
+  // (allreduce mode), each slice's version set to `version`.
+  absl::Status Assign(absl::Span<const int> tensors,
+                      const std::vector<std::vector<float>>& weights,
+                      int64_t version, int rank);
+
+  // The rendezvous store on shard 0.
+  absl::Status StoreSet(const std::string& key, const std::string& value);
+  // Waits up to `wait` for the key.
+  absl::StatusOr<std::string> StoreGet(const std::string& key,
+                                       absl::Duration wait);
+
   absl::StatusOr<v1::RegisterResponse> Register(int shard,
                                                 const v1::RegisterRequest& req);
   absl::Status Heartbeat(int shard, const v1::HeartbeatRequest& req);
@@ -98,11 +111,14 @@ class PsClient {
     Response response;
   };
 
-  // Sends every call at once, retrying UNAVAILABLE ones with backoff; returns
-  // the first other error, annotated with the shard and `what`.
+  // Sends every call at once, retrying UNAVAILABLE ones (and, for
+  // idempotent calls such as a pull an ssp/bsp server held, DEADLINE_EXCEEDED
+  // ones) with backoff; returns the first other error, annotated with the
+  // shard and `what`.
   template <typename Request, typename Response, typename Method>
   absl::Status CallAll(std::vector<Call<Request, Response>>* calls,
-                       Method method, const char* what);
+                       Method method, const char* what,
+                       bool idempotent = false);
 
   // Groups the slices of `tensors` by shard, in requests of at most
   // max_message_bytes of payload.

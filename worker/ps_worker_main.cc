@@ -22,10 +22,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/cluster_spec.h"
+#include "common/mode.h"
 #include "common/optimizer.h"
 #include "common/status.h"
 #include "common/stop_signal.h"
 #include "glog/logging.h"
+#include "worker/allreduce_exchange.h"
 #include "worker/data/data_loader.h"
 #include "worker/data/idx_reader.h"
 #include "worker/device.h"
@@ -42,7 +44,18 @@ ABSL_FLAG(int, rank, 0, "This worker's rank, in [0, num_workers).");
 ABSL_FLAG(int, num_workers, 1,
           "Workers in the job; each trains on 1/num_workers of the data.");
 ABSL_FLAG(std::string, mode, "async",
-          "Consistency mode. This build implements async.");
+          "async, ssp or bsp (through the servers, which must run the same "
+          "--mode), or allreduce (Gloo ring all-reduce among the workers).");
+ABSL_FLAG(double, slowdown, 1.0,
+          "Straggler simulation: each step's compute takes this many times "
+          "as long (the worker sleeps the difference).");
+ABSL_FLAG(std::string, collective_host, "127.0.0.1",
+          "allreduce: the address other workers reach this one on.");
+ABSL_FLAG(absl::Duration, collective_timeout, absl::Seconds(30),
+          "allreduce: how long a collective may wait for a peer.");
+ABSL_FLAG(int64_t, assign_every, 50,
+          "allreduce: rank 0 hands the servers its weights every this many "
+          "steps (and at the end).");
 ABSL_FLAG(std::string, device, "auto",
           "auto, cpu, or cuda:N. auto takes a GPU if this build has CUDA and "
           "one is present, else the CPU.");
@@ -129,10 +142,10 @@ absl::Status CheckFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--role=", role, " (want worker or evaluator)"));
   }
-  if (absl::GetFlag(FLAGS_mode) != "async") {
-    return absl::UnimplementedError(
-        absl::StrCat("--mode=", absl::GetFlag(FLAGS_mode),
-                     ": this build implements --mode=async only"));
+  auto mode = ParseMode(absl::GetFlag(FLAGS_mode));
+  if (!mode.ok()) return mode.status();
+  if (!(absl::GetFlag(FLAGS_slowdown) >= 1.0)) {
+    return absl::InvalidArgumentError("--slowdown must be >= 1");
   }
   if (n < 1 || rank < 0 || rank >= n) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -237,40 +250,51 @@ int Run() {
     return s.ok() ? 0 : Fail(s);
   }
 
-  // Membership: register with every shard, then heartbeat.
+  // Membership: register with every shard, then heartbeat. A worker that
+  // (re)joins starts at the job's clock.
+  const Mode mode = *ParseMode(absl::GetFlag(FLAGS_mode));
   char host[256] = "";
   gethostname(host, sizeof(host) - 1);
-  int64_t incarnation = 0;
+  v1::RegisterRequest join;
+  join.set_rank(rank);
+  join.set_num_workers(absl::GetFlag(FLAGS_num_workers));
+  join.set_host(host);
+  std::vector<int64_t> incarnations((*client)->num_shards());
+  int64_t start_clock = 0;
   for (int s = 0; s < (*client)->num_shards(); ++s) {
-    v1::RegisterRequest req;
-    req.set_rank(rank);
-    req.set_num_workers(absl::GetFlag(FLAGS_num_workers));
-    req.set_host(host);
-    auto r = (*client)->Register(s, req);
+    auto r = (*client)->Register(s, join);
     if (!r.ok()) return Fail(r.status());
-    if (s == 0) incarnation = r->incarnation();
+    if (r->mode() != ModeName(mode)) {
+      return Fail(absl::FailedPreconditionError(
+          absl::StrCat("shard ", s, " runs --mode=", r->mode(),
+                       " but this worker has --mode=", ModeName(mode),
+                       "; start both with the same mode")));
+    }
+    incarnations[s] = r->incarnation();
+    start_clock = std::max(start_clock, r->resume_clock());
   }
   absl::Notification heartbeat_done;
-  std::atomic<int64_t> clock{0};
+  std::atomic<int64_t> clock{start_clock};
   std::thread heartbeat([&] {
     while (!heartbeat_done.WaitForNotificationWithTimeout(
         absl::GetFlag(FLAGS_heartbeat_every))) {
       for (int s = 0; s < (*client)->num_shards(); ++s) {
         v1::HeartbeatRequest req;
         req.set_rank(rank);
+        req.set_incarnation(incarnations[s]);
         req.set_clock(clock.load());
-        // Each shard numbers incarnations itself; re-register on mismatch.
-        v1::RegisterRequest again;
-        again.set_rank(rank);
-        again.set_num_workers(absl::GetFlag(FLAGS_num_workers));
-        again.set_host(host);
-        req.set_incarnation(incarnation);
         absl::Status hs = (*client)->Heartbeat(s, req);
-        if (!hs.ok() && hs.code() != absl::StatusCode::kUnavailable) {
-          auto r = (*client)->Register(s, again);
-          if (!r.ok())
+        if (hs.code() == absl::StatusCode::kNotFound) {
+          // The shard restarted and forgot us: join again.
+          auto r = (*client)->Register(s, join);
+          if (r.ok()) {
+            incarnations[s] = r->incarnation();
+          } else {
             LOG(WARNING) << "re-register with shard " << s << ": "
                          << r.status();
+          }
+        } else if (!hs.ok() && hs.code() != absl::StatusCode::kUnavailable) {
+          LOG(WARNING) << "heartbeat to shard " << s << ": " << hs;
         }
       }
     }
@@ -284,7 +308,19 @@ int Run() {
   for (int l = 0; l < model.num_layers(); ++l) {
     layer_tensors.push_back({2 * l, 2 * l + 1});
   }
-  PsExchange exchange(client->get(), rank, layer_tensors);
+  std::unique_ptr<GradientExchange> exchange;
+  if (mode == Mode::kAllreduce) {
+    AllreduceConfig ar;
+    ar.rank = rank;
+    ar.num_workers = absl::GetFlag(FLAGS_num_workers);
+    ar.host = absl::GetFlag(FLAGS_collective_host);
+    ar.timeout = absl::GetFlag(FLAGS_collective_timeout);
+    ar.assign_every = absl::GetFlag(FLAGS_assign_every);
+    exchange =
+        std::make_unique<AllreduceExchange>(client->get(), ar, layer_tensors);
+  } else {
+    exchange = std::make_unique<PsExchange>(client->get(), rank, layer_tensors);
+  }
   TrainerConfig config;
   config.rank = rank;
   config.batch_size = absl::GetFlag(FLAGS_batch_size);
@@ -292,23 +328,30 @@ int Run() {
   config.epochs = absl::GetFlag(FLAGS_epochs);
   config.steps = absl::GetFlag(FLAGS_steps);
   config.log_every = absl::GetFlag(FLAGS_log_every);
+  config.start_clock = start_clock;
+  config.slowdown = absl::GetFlag(FLAGS_slowdown);
+  config.clock = &clock;
   LOG(INFO) << "ps_worker rank " << rank << "/"
             << absl::GetFlag(FLAGS_num_workers) << " on " << backend->Name()
             << ": " << spec.name() << ", " << loader.share()
             << " training examples, " << servers->size() << " shards";
   TrainerResult result;
-  absl::Status s = Train(config, &model, &loader, &exchange, &stop, &result);
+  absl::Status s =
+      Train(config, &model, &loader, exchange.get(), &stop, &result);
   heartbeat_done.Notify();
   heartbeat.join();
   if (!s.ok()) return Fail(s);
   std::printf(
       "rank %d done: steps %lld samples %lld first_loss %.4f last_loss %.4f "
-      "seconds %.1f samples/s %.0f staleness %.2f\n",
+      "seconds %.1f samples/s %.0f staleness %.2f dropped %lld clock %lld "
+      "weights %016llx\n",
       rank, static_cast<long long>(result.steps),
       static_cast<long long>(result.samples), result.first_loss,
       result.last_loss, result.seconds,
       result.seconds > 0 ? result.samples / result.seconds : 0.0,
-      result.mean_staleness);
+      result.mean_staleness, static_cast<long long>(result.dropped),
+      static_cast<long long>(clock.load()),
+      static_cast<unsigned long long>(result.weights_checksum));
   std::fflush(stdout);
   return 0;
 }

@@ -12,12 +12,24 @@
 
 namespace asyncps {
 
+uint64_t WeightsChecksum(const std::vector<std::vector<float>>& weights) {
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& t : weights) {
+    const auto* p = reinterpret_cast<const unsigned char*>(t.data());
+    for (size_t i = 0; i < t.size() * sizeof(float); ++i) {
+      h ^= p[i];
+      h *= 1099511628211ull;
+    }
+  }
+  return h;
+}
+
 absl::Status Train(const TrainerConfig& config, Mlp* model, DataLoader* loader,
                    GradientExchange* exchange, const std::atomic<bool>* stop,
                    TrainerResult* result) {
   std::vector<std::vector<float>> weights;
   for (size_t n : model->TensorSizes()) weights.emplace_back(n, 0.0f);
-  RETURN_IF_ERROR(exchange->Start(&weights));
+  RETURN_IF_ERROR(exchange->Start(&weights, config.start_clock));
 
   const absl::Time start = absl::Now();
   absl::Time last_log = start;
@@ -37,7 +49,8 @@ absl::Status Train(const TrainerConfig& config, Mlp* model, DataLoader* loader,
     if (loader->epoch() >= config.epochs) break;
     model->SetWeights(weights);
     double loss = 0;
-    const int64_t clock = step + 1;
+    const int64_t clock = config.start_clock + step + 1;
+    const absl::Time compute_start = absl::Now();
     for (int m = 0; m < config.accumulate; ++m) {
       const int n = loader->NextBatch(config.batch_size, &x, &y);
       const bool last = m + 1 == config.accumulate;
@@ -52,6 +65,10 @@ absl::Status Train(const TrainerConfig& config, Mlp* model, DataLoader* loader,
               config.accumulate;
       result->samples += n;
     }
+    if (config.slowdown > 1.0) {
+      // A simulated straggler: its compute takes `slowdown` times as long.
+      absl::SleepFor((absl::Now() - compute_start) * (config.slowdown - 1.0));
+    }
     if (!std::isfinite(loss)) {
       return absl::InternalError(absl::StrFormat(
           "rank %d: loss is %f at step %d; lower the learning rate",
@@ -60,6 +77,7 @@ absl::Status Train(const TrainerConfig& config, Mlp* model, DataLoader* loader,
     StepStats stats;
     RETURN_IF_ERROR(exchange->FinishStep(clock, &weights, &stats));
     ++step;
+    if (config.clock != nullptr) config.clock->store(clock);
     if (first.size() < 10) first.push_back(loss);
     recent.push_back(loss);
     if (recent.size() > 10) recent.pop_front();
@@ -69,6 +87,7 @@ absl::Status Train(const TrainerConfig& config, Mlp* model, DataLoader* loader,
     window_slices += stats.slices_pushed;
     total_staleness += stats.total_staleness;
     total_slices += stats.slices_pushed;
+    result->dropped += stats.dropped;
 
     const absl::Time now = absl::Now();
     if (now - last_log >= config.log_every) {
@@ -88,7 +107,9 @@ absl::Status Train(const TrainerConfig& config, Mlp* model, DataLoader* loader,
       window_steps = window_staleness = window_slices = 0;
     }
   }
+  RETURN_IF_ERROR(exchange->Finish(config.start_clock + step));
   result->steps = step;
+  result->weights_checksum = WeightsChecksum(weights);
   result->seconds = absl::ToDoubleSeconds(absl::Now() - start);
   if (!first.empty()) {
     result->first_loss =

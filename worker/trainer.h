@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -24,6 +25,12 @@ struct TrainerConfig {
   int64_t epochs = 1;  // Stop after this many passes over the share...
   int64_t steps = 0;   // ... or this many steps, if > 0, whichever first.
   absl::Duration log_every = absl::Seconds(5);
+  int64_t start_clock = 0;  // Steps the job had done when this worker joined.
+  // Straggler simulation: after each step's compute, sleep (slowdown - 1)
+  // times its compute time. 1 = full speed.
+  double slowdown = 1.0;
+  // If set, holds the worker's clock (steps completed), for heartbeats.
+  std::atomic<int64_t>* clock = nullptr;
 };
 
 struct TrainerResult {
@@ -33,7 +40,12 @@ struct TrainerResult {
   double last_loss = 0;   // Mean over the last 10 steps.
   double seconds = 0;
   double mean_staleness = 0;
+  int64_t dropped = 0;            // Slice gradients the servers did not apply.
+  uint64_t weights_checksum = 0;  // Of the weights after the last step.
 };
+
+// A checksum of weights (FNV-1a over the f32 bytes), to compare replicas.
+uint64_t WeightsChecksum(const std::vector<std::vector<float>>& weights);
 
 // Runs the loop until the configured epochs or steps are done, `stop` turns
 // true, or the exchange fails (its error is returned). `model`, `loader`,

@@ -1,0 +1,79 @@
+// AllreduceExchange: Horovod-style synchronous training. Every step each
+// layer's gradient is summed across all workers by a Gloo ring all-reduce
+// over TCP (started on a communication thread as soon as backward produces
+// the layer), divided by the worker count, and applied locally with the
+// same optimizer code the servers use (common/optimizer.h), so every
+// replica stays bit-identical. The servers are off the gradient path: they
+// give the initial weights, host the Gloo rendezvous (a store over our gRPC
+// service), and rank 0 hands them the weights every `assign_every` steps and
+// at the end, for the evaluator and checkpoints. Used by one trainer thread.
+#ifndef ASYNCPS_WORKER_ALLREDUCE_EXCHANGE_H_
+#define ASYNCPS_WORKER_ALLREDUCE_EXCHANGE_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "common/optimizer.h"
+#include "worker/exchange.h"
+#include "worker/ps_client.h"
+#include "worker/task_queue.h"
+
+namespace gloo {
+class Context;
+}
+
+namespace asyncps {
+
+struct AllreduceConfig {
+  int rank = 0;
+  int num_workers = 1;
+  std::string host = "127.0.0.1";  // Address peers reach this worker on.
+  absl::Duration timeout = absl::Seconds(30);
+  int64_t assign_every = 50;  // Steps between weight uploads (rank 0).
+};
+
+class AllreduceExchange final : public GradientExchange {
+ public:
+  // `client` is borrowed and must have a model.
+  AllreduceExchange(PsClient* client, AllreduceConfig config,
+                    std::vector<std::vector<int>> layer_tensors);
+  ~AllreduceExchange() override;
+
+  // Pulls the initial weights and joins the ring (rendezvous through the
+  // servers' store under a key prefix derived from `clock`).
+  absl::Status Start(std::vector<std::vector<float>>* weights,
+                     int64_t clock) override;
+  void LayerReady(int layer, const std::vector<std::vector<float>>& grads,
+                  int64_t clock) override;
+  absl::Status FinishStep(int64_t clock,
+                          std::vector<std::vector<float>>* weights,
+                          StepStats* stats) override;
+  // Rank 0 uploads the final weights.
+  absl::Status Finish(int64_t clock) override { return Flush(clock); }
+
+ private:
+  // Rank 0 uploads the current weights (also done every assign_every).
+  absl::Status Flush(int64_t clock);
+
+  // Sums `data` across the ring, in place.
+  absl::Status AllreduceSum(std::vector<float>* data, uint32_t tag);
+  // Turns a collective failure into an error naming the dead ranks, as far
+  // as the servers' membership can tell within the worker timeout.
+  absl::Status Explain(const std::string& what, int64_t clock);
+
+  PsClient* const client_;
+  const AllreduceConfig config_;
+  const std::vector<std::vector<int>> layer_tensors_;
+  std::shared_ptr<gloo::Context> context_;
+  std::vector<std::vector<float>>* weights_ = nullptr;
+  std::vector<std::vector<float>> sums_;  // Per tensor.
+  std::vector<OptimizerSlots> slots_;     // Per tensor.
+  std::vector<int> all_tensors_;
+  TaskQueue queue_;  // Last: its thread stops first.
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_WORKER_ALLREDUCE_EXCHANGE_H_
