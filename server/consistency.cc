@@ -36,7 +36,12 @@ void Consistency::Shutdown() {
 }
 
 int Consistency::Quorum(int live) const {
-  return std::max(1, live - config_.backup_workers);
+  // Until every worker the job expects has registered once, a step waits
+  // for all of them (as Horovod's first collective does); afterwards for
+  // the live ones.
+  const int expected = membership_->Expected();
+  const int members = membership_->Registered() < expected ? expected : live;
+  return std::max(1, members - config_.backup_workers);
 }
 
 bool Consistency::Ready(const Waiter& w) const {

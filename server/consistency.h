@@ -1,6 +1,7 @@
 // Consistency: the server side of --mode. Decides how a push is applied
 // (async, ssp: on arrival, with the stale policy; bsp: averaged per step
-// over the live workers, less backup workers) and whether a pull is answered
+// over the live workers, less backup workers, once the expected workers
+// have all joined) and whether a pull is answered
 // now or held (ssp: until the puller is within `staleness` clocks of the
 // slowest live worker; bsp: until the puller's step is applied). A ticker
 // re-checks held pulls, applies bsp steps whose stragglers died or missed

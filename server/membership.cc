@@ -41,9 +41,13 @@ absl::StatusOr<v1::RegisterResponse> Membership::Register(
   for (const auto& [r, other] : workers_) {
     max_clock = std::max(max_clock, other.clock);
   }
-  // A rejoining worker starts where the job is, not at 0.
-  w.clock = max_clock;
-  response.set_resume_clock(max_clock);
+  // A (re)joining worker starts where the job is, not at 0: one step
+  // behind the front, so in bsp its first gradient completes the step the
+  // others are in (or is dropped as late where that step is done).
+  const int64_t resume = std::max<int64_t>(0, max_clock - 1);
+  w.clock = resume;
+  expected_ = std::max(expected_, std::min(request.num_workers(), kMaxRank));
+  response.set_resume_clock(resume);
   return response;
 }
 
@@ -61,6 +65,7 @@ absl::Status Membership::Heartbeat(const v1::HeartbeatRequest& request) {
   }
   it->second.last_heard = clock_->Now();
   it->second.clock = std::max(it->second.clock, request.clock());
+  UpdateGap(it->second.last_heard);
   return absl::OkStatus();
 }
 
@@ -71,6 +76,24 @@ void Membership::Touch(int rank, int64_t clock) {
   if (it == workers_.end()) return;
   it->second.last_heard = clock_->Now();
   it->second.clock = std::max(it->second.clock, clock);
+  UpdateGap(it->second.last_heard);
+}
+
+void Membership::UpdateGap(absl::Time now) {
+  bool any = false;
+  int64_t lo = 0, hi = 0;
+  for (const auto& [rank, w] : workers_) {
+    if (!Live(w, now)) continue;
+    lo = any ? std::min(lo, w.clock) : w.clock;
+    hi = any ? std::max(hi, w.clock) : w.clock;
+    any = true;
+  }
+  max_gap_ = std::max(max_gap_, hi - lo);
+}
+
+int64_t Membership::MaxClockGap() const {
+  absl::MutexLock lock(&mu_);
+  return max_gap_;
 }
 
 std::vector<v1::WorkerInfo> Membership::Workers() const {
@@ -113,6 +136,16 @@ int64_t Membership::MinLiveClock() const {
     any = true;
   }
   return min;
+}
+
+int Membership::Expected() const {
+  absl::MutexLock lock(&mu_);
+  return expected_;
+}
+
+int Membership::Registered() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(workers_.size());
 }
 
 int64_t Membership::MaxClock() const {

@@ -26,7 +26,9 @@ class Membership {
 
   // Adds or re-adds a worker. rank = -1 gives the lowest rank that is not
   // live; a rank that registers again gets a new incarnation (a restarted
-  // worker rejoins). INVALID_ARGUMENT for a rank outside [-1, kMaxRank].
+  // worker rejoins) and a resume clock one below the highest clock seen, so
+  // that in bsp it contributes to the step in progress.
+  // INVALID_ARGUMENT for a rank outside [-1, kMaxRank].
   absl::StatusOr<v1::RegisterResponse> Register(
       const v1::RegisterRequest& request);
 
@@ -45,6 +47,12 @@ class Membership {
   int64_t MinLiveClock() const;
   // Highest clock any worker, live or not, has reported.
   int64_t MaxClock() const;
+  // Workers the job expects (the largest num_workers a Register named) and
+  // ranks that have registered so far, live or not.
+  int Expected() const;
+  int Registered() const;
+  // The largest gap between the clocks of two live workers seen so far.
+  int64_t MaxClockGap() const;
 
   // Ranks whose liveness changed since the last call: (rank, now live).
   std::vector<std::pair<int, bool>> LivenessChanges();
@@ -66,6 +74,9 @@ class Membership {
   mutable absl::Mutex mu_;
   std::map<int, Worker> workers_ ABSL_GUARDED_BY(mu_);
   int64_t next_incarnation_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t max_gap_ ABSL_GUARDED_BY(mu_) = 0;
+  int expected_ ABSL_GUARDED_BY(mu_) = 0;
+  void UpdateGap(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
 }  // namespace asyncps

@@ -153,6 +153,7 @@ grpc::ServerUnaryReactor* ParameterServerService::Stats(
   response->set_steps_short(c.steps_short);
   response->set_held_pulls(consistency_->held_pulls());
   response->set_live_workers(membership_->LiveCount());
+  response->set_max_clock_gap(membership_->MaxClockGap());
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -167,6 +167,9 @@ absl::Status CheckFlags() {
 int Fail(const absl::Status& s) {
   LOG(ERROR) << s;
   std::fprintf(stderr, "ps_worker: %s\n", s.ToString().c_str());
+  // Also on stdout, where scripts and tests read the worker's results.
+  std::printf("ps_worker failed: %s\n", s.ToString().c_str());
+  std::fflush(stdout);
   return 1;
 }
 

@@ -11,50 +11,19 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_cluster.h"
+#include "tests/integration/worker_runner.h"
 #include "worker/ps_client.h"
 
 namespace asyncps::testing {
 namespace {
-
-std::vector<std::string> WorkerArgs(const TestCluster& cluster, int rank,
-                                    const std::vector<std::string>& extra) {
-  std::vector<std::string> argv = {
-      RunfilePath("worker/ps_worker"),
-      absl::StrCat("--servers=", cluster.ServerList()),
-      absl::StrCat("--rank=", rank),
-      "--num_workers=2",
-      "--seed=3",
-      "--batch_size=32",
-      "--log_every=100ms",
-      "--rpc_timeout=20s"};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  return argv;
-}
-
-// The number after `key` in a "... key value ..." line.
-double Field(const std::string& line, const std::string& key) {
-  std::vector<std::string> parts = absl::StrSplit(line, absl::ByAnyChar(" ="));
-  for (size_t i = 0; i + 1 < parts.size(); ++i) {
-    double v;
-    if (parts[i] == key && absl::SimpleAtod(parts[i + 1], &v)) return v;
-  }
-  ADD_FAILURE() << "no '" << key << "' in: " << line;
-  return -1;
-}
-
-int ExitCode(Subprocess& p) {
-  const int status = p.Wait(absl::Seconds(120));
-  if (status == -1) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
 
 TEST(Training, TwoWorkersLearnFashionMnist) {
   auto cluster = TestCluster::Start(2);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   std::vector<std::unique_ptr<Subprocess>> workers;
   for (int rank = 0; rank < 2; ++rank) {
-    auto w = Subprocess::Start(WorkerArgs(
-        **cluster, rank, {"--max_train_examples=3000", "--epochs=3"}));
+    auto w = StartWorker(**cluster, rank, 2,
+                         {"--max_train_examples=3000", "--epochs=3"});
     ASSERT_TRUE(w.ok()) << w.status();
     workers.push_back(*std::move(w));
   }
@@ -83,12 +52,12 @@ TEST(Training, TwoWorkersLearnFashionMnist) {
 TEST(Training, SigkilledWorkerLeavesTheOthersTraining) {
   auto cluster = TestCluster::Start(2, {"--worker_timeout=2s"});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  auto victim = Subprocess::Start(
-      WorkerArgs(**cluster, 1, {"--steps=100000000", "--epochs=1000000"}));
+  auto victim =
+      StartWorker(**cluster, 1, 2, {"--steps=100000000", "--epochs=1000000"});
   ASSERT_TRUE(victim.ok());
   ASSERT_TRUE((*victim)->WaitForLine("rank 1 step", absl::Seconds(60)).ok())
       << (*victim)->output();
-  auto survivor = Subprocess::Start(WorkerArgs(**cluster, 0, {"--steps=400"}));
+  auto survivor = StartWorker(**cluster, 0, 2, {"--steps=400"});
   ASSERT_TRUE(survivor.ok());
   ASSERT_TRUE((*survivor)->WaitForLine("rank 0 step", absl::Seconds(60)).ok());
 

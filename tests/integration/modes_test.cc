@@ -1,0 +1,264 @@
+// The consistency modes with real processes: bsp against one worker on the
+// combined batches, allreduce replicas against each other and against bsp,
+// ssp's clock bound, bsp backup workers, and dead workers in bsp and
+// allreduce.
+#include <signal.h>
+
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/optimizer.h"
+#include "gtest/gtest.h"
+#include "tests/integration/test_cluster.h"
+#include "tests/integration/worker_runner.h"
+#include "worker/cpu/cpu_backend.h"
+#include "worker/model/mlp.h"
+#include "worker/ps_client.h"
+
+namespace asyncps::testing {
+namespace {
+
+std::unique_ptr<PsClient> Client(const TestCluster& cluster) {
+  PsClientOptions options;
+  options.servers = cluster.servers();
+  auto client = PsClient::Create(options);
+  EXPECT_TRUE(client.ok()) << client.status();
+  return client.ok() ? *std::move(client) : nullptr;
+}
+
+// Runs two workers to completion and returns their "done:" lines.
+std::vector<std::string> RunTwoWorkers(const TestCluster& cluster,
+                                       const std::vector<std::string>& extra) {
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto w = StartWorker(cluster, rank, 2, extra);
+    EXPECT_TRUE(w.ok()) << w.status();
+    if (!w.ok()) return {};
+    workers.push_back(*std::move(w));
+  }
+  std::vector<std::string> lines;
+  for (auto& w : workers) {
+    auto done = w->WaitForLine("done:", absl::Seconds(120));
+    EXPECT_TRUE(done.ok()) << done.status() << "\n" << w->output();
+    lines.push_back(done.ok() ? *done : "");
+    EXPECT_EQ(ExitCode(*w), 0);
+  }
+  return lines;
+}
+
+TEST(Bsp, TwoWorkersEqualOneWorkerOnTheCombinedBatches) {
+  auto cluster = TestCluster::Start(2, {"--mode=bsp"});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::vector<int> layers = {20, 16, 5};
+  const int batch = 8, steps = 4;
+  v1::OptimizerSpec sgd;
+  sgd.set_kind(v1::OptimizerSpec::SGD);
+  sgd.set_learning_rate(0.5f);
+  const v1::ModelSpec spec = MlpSpec(layers, sgd, 9, 256, 2);
+  // Each worker's batch for each step; the single worker sees both.
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  std::vector<std::vector<float>> x(2 * steps);
+  std::vector<std::vector<int>> y(2 * steps);
+  for (int i = 0; i < 2 * steps; ++i) {
+    for (int k = 0; k < batch * layers[0]; ++k) x[i].push_back(u(rng));
+    for (int k = 0; k < batch; ++k) y[i].push_back((i + 3 * k) % 5);
+  }
+  auto setup = Client(**cluster);
+  ASSERT_TRUE(setup->DeclareModel(spec).ok());
+  const std::vector<int> tensors = {0, 1, 2, 3};
+  std::vector<std::vector<float>> w0(4);
+  for (int t = 0; t < 4; ++t)
+    w0[t].resize(setup->partition().tensor_elements(t));
+  std::vector<int64_t> versions;
+  ASSERT_TRUE(setup->Pull(tensors, &w0, &versions, -1, 0).ok());
+
+  std::vector<absl::Status> results(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto client = Client(**cluster);
+      absl::Status& s = results[r];
+      v1::RegisterRequest join;
+      join.set_rank(r);
+      for (int shard = 0; shard < 2 && s.ok(); ++shard) {
+        s = client->Register(shard, join).status();
+      }
+      if (s.ok()) s = client->UseModel(spec);
+      std::unique_ptr<Backend> cpu = MakeCpuBackend(1);
+      Mlp model(cpu.get(), layers, batch);
+      std::vector<std::vector<float>> w = w0;
+      std::vector<int64_t> v;
+      if (s.ok()) s = client->Pull(tensors, &w, &v, r, 0);
+      for (int t = 1; t <= steps && s.ok(); ++t) {
+        model.SetWeights(w);
+        const int i = 2 * (t - 1) + r;
+        model.TrainStep(x[i].data(), y[i].data(), batch, 1.0f, false, nullptr);
+        s = client->Push(tensors, model.grads(), v, r, t, nullptr);
+        if (s.ok()) s = client->Pull(tensors, &w, &v, r, t);  // Held.
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(results[r].ok()) << results[r];
+
+  // One worker, both batches of each step as one batch of 2 * batch.
+  std::unique_ptr<Backend> cpu = MakeCpuBackend(1);
+  Mlp model(cpu.get(), layers, 2 * batch);
+  std::vector<std::vector<float>> w = w0;
+  for (int t = 0; t < steps; ++t) {
+    std::vector<float> xx = x[2 * t];
+    xx.insert(xx.end(), x[2 * t + 1].begin(), x[2 * t + 1].end());
+    std::vector<int> yy = y[2 * t];
+    yy.insert(yy.end(), y[2 * t + 1].begin(), y[2 * t + 1].end());
+    model.SetWeights(w);
+    model.TrainStep(xx.data(), yy.data(), 2 * batch, 1.0f, false, nullptr);
+    for (int k = 0; k < 4; ++k) {
+      SgdStep(0.5f, 0.0f, model.grads()[k], absl::MakeSpan(w[k]));
+    }
+  }
+  std::vector<std::vector<float>> served = w0;
+  ASSERT_TRUE(setup->Pull(tensors, &served, &versions, -1, 0).ok());
+  for (int64_t v : versions) EXPECT_EQ(v, steps);
+  for (int k = 0; k < 4; ++k) {
+    for (size_t e = 0; e < w[k].size(); ++e) {
+      EXPECT_NEAR(served[k][e], w[k][e], 1e-5 + 1e-5 * std::abs(w[k][e]))
+          << "tensor " << k << " element " << e;
+    }
+  }
+}
+
+TEST(Allreduce, ReplicasAreBitIdenticalAndEqualBsp) {
+  const std::vector<std::string> flags = {"--steps=25",
+                                          "--max_train_examples=2000"};
+  std::string bsp_weights;
+  {
+    auto cluster = TestCluster::Start(2, {"--mode=bsp"});
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    std::vector<std::string> extra = flags;
+    extra.push_back("--mode=bsp");
+    auto lines = RunTwoWorkers(**cluster, extra);
+    ASSERT_EQ(lines.size(), 2u);
+    bsp_weights = TextField(lines[0], "weights");
+    EXPECT_EQ(TextField(lines[1], "weights"), bsp_weights);
+  }
+  auto cluster = TestCluster::Start(2, {"--mode=allreduce"});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::vector<std::string> extra = flags;
+  extra.push_back("--mode=allreduce");
+  extra.push_back("--assign_every=10");
+  auto lines = RunTwoWorkers(**cluster, extra);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(TextField(lines[0], "weights"), TextField(lines[1], "weights"))
+      << lines[0] << "\n"
+      << lines[1];
+  EXPECT_EQ(TextField(lines[0], "weights"), bsp_weights);
+  // Rank 0 handed the final weights to the servers, at version 25.
+  auto client = Client(**cluster);
+  ASSERT_TRUE(client->FetchModel().ok());
+  std::vector<std::vector<float>> w(client->spec().tensors_size());
+  for (size_t t = 0; t < w.size(); ++t) {
+    w[t].resize(client->partition().tensor_elements(t));
+  }
+  std::vector<int64_t> versions;
+  ASSERT_TRUE(client->Pull({0, 1, 2, 3, 4, 5}, &w, &versions, -1, 0).ok());
+  for (int64_t v : versions) EXPECT_EQ(v, 25);
+}
+
+TEST(Ssp, ClockGapNeverExceedsTheBound) {
+  constexpr int kStaleness = 2;
+  auto cluster = TestCluster::Start(
+      2, {"--mode=ssp", absl::StrCat("--staleness=", kStaleness)});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto fast = StartWorker(**cluster, 0, 2, {"--mode=ssp", "--steps=60"});
+  auto slow = StartWorker(**cluster, 1, 2,
+                          {"--mode=ssp", "--steps=60", "--slowdown=6"});
+  ASSERT_TRUE(fast.ok() && slow.ok());
+  for (auto* w : {&*fast, &*slow}) {
+    auto done = (*w)->WaitForLine("done:", absl::Seconds(120));
+    ASSERT_TRUE(done.ok()) << done.status() << (*w)->output();
+    EXPECT_EQ(ExitCode(**w), 0);
+  }
+  auto client = Client(**cluster);
+  auto stats = client->StatsAll();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  int64_t held = 0;
+  for (const auto& s : *stats) {
+    EXPECT_LE(s.max_clock_gap(), kStaleness + 1) << "shard " << s.shard();
+    held += s.held_pulls();
+  }
+  // The bound was exercised: the fast worker had to wait.
+  EXPECT_GT(held, 0);
+  EXPECT_GE((*stats)[0].max_clock_gap(), kStaleness);
+}
+
+TEST(Bsp, BackupWorkerLetsStepsGoOnWithoutAStalledWorker) {
+  auto cluster = TestCluster::Start(
+      1, {"--mode=bsp", "--backup_workers=1", "--worker_timeout=60s"});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  // Rank 1 computes a thousand times slower: alive (it heartbeats) but
+  // stalled.
+  auto stalled = StartWorker(**cluster, 1, 2,
+                             {"--mode=bsp", "--steps=1000", "--slowdown=1000"});
+  ASSERT_TRUE(stalled.ok());
+  auto client = Client(**cluster);
+  auto worker = StartWorker(**cluster, 0, 2, {"--mode=bsp", "--steps=40"});
+  ASSERT_TRUE(worker.ok());
+  auto done = (*worker)->WaitForLine("done:", absl::Seconds(60));
+  ASSERT_TRUE(done.ok()) << done.status() << (*worker)->output();
+  EXPECT_EQ(ExitCode(**worker), 0);
+  auto stats = client->Stats(0);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->live_workers(), 2);
+  EXPECT_GE(stats->steps_applied(), 40 * int64_t{stats->num_slices()});
+  EXPECT_GT(stats->steps_short(), 0);
+}
+
+TEST(Bsp, SigkilledWorkerIsDroppedAfterTheTimeout) {
+  auto cluster = TestCluster::Start(2, {"--mode=bsp", "--worker_timeout=2s"});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto victim = StartWorker(**cluster, 1, 2, {"--mode=bsp", "--steps=100000"});
+  auto survivor = StartWorker(**cluster, 0, 2, {"--mode=bsp", "--steps=150"});
+  ASSERT_TRUE(victim.ok() && survivor.ok());
+  ASSERT_TRUE((*victim)->WaitForLine("rank 1 step", absl::Seconds(60)).ok())
+      << (*victim)->output();
+  (*victim)->Signal(SIGKILL);
+  auto done = (*survivor)->WaitForLine("done:", absl::Seconds(90));
+  ASSERT_TRUE(done.ok()) << done.status() << (*survivor)->output();
+  EXPECT_EQ(Field(*done, "steps"), 150);
+  EXPECT_EQ(ExitCode(**survivor), 0);
+  auto client = Client(**cluster);
+  auto stats = client->Stats(0);
+  ASSERT_TRUE(stats.ok());
+  bool dead = false;
+  for (const auto& w : stats->workers()) dead |= w.rank() == 1 && !w.live();
+  EXPECT_TRUE(dead);
+  EXPECT_EQ(stats->live_workers(), 1);
+  // Every one of the survivor's 150 steps was applied on every slice.
+  EXPECT_GE(stats->steps_applied(), 150 * int64_t{stats->num_slices()});
+}
+
+TEST(Allreduce, DeadRankMakesTheOthersFailFastNamingIt) {
+  auto cluster =
+      TestCluster::Start(1, {"--mode=allreduce", "--worker_timeout=2s"});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto victim =
+      StartWorker(**cluster, 1, 2, {"--mode=allreduce", "--steps=100000"});
+  auto other =
+      StartWorker(**cluster, 0, 2, {"--mode=allreduce", "--steps=100000"});
+  ASSERT_TRUE(victim.ok() && other.ok());
+  ASSERT_TRUE((*victim)->WaitForLine("rank 1 step", absl::Seconds(60)).ok());
+  (*victim)->Signal(SIGKILL);
+  auto failed = (*other)->WaitForLine("failed:", absl::Seconds(60));
+  ASSERT_TRUE(failed.ok()) << "rank 0 hung after rank 1 died: "
+                           << failed.status();
+  EXPECT_NE(failed->find("rank 1 stopped answering"), std::string::npos)
+      << *failed;
+  EXPECT_EQ(ExitCode(**other), 1);
+}
+
+}  // namespace
+}  // namespace asyncps::testing
