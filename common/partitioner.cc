@@ -72,7 +72,10 @@ absl::StatusOr<Partition> Partition::Create(const v1::ModelSpec& spec) {
   const uint64_t target =
       (total_bytes + p.num_shards_ * kTargetSlicesPerShard - 1) /
       (p.num_shards_ * kTargetSlicesPerShard);
-  const uint64_t slice_bytes = std::min<uint64_t>(spec.slice_bytes(), target);
+  // Cutting finer than kMinFineSliceBytes buys no balance worth the
+  // per-slice overhead.
+  const uint64_t slice_bytes = std::min<uint64_t>(
+      spec.slice_bytes(), std::max<uint64_t>(target, kMinFineSliceBytes));
   p.slice_elements_ = std::max<uint64_t>(1, slice_bytes / 4);
 
   p.tensor_slices_.resize(spec.tensors_size());

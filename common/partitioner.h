@@ -3,9 +3,9 @@
 // computes the same placement with no lookup service on the hot path.
 //
 // Cutting: a tensor is cut into contiguous runs of whole elements. The slice
-// size is min(spec.slice_bytes, ceil(model bytes / (num_shards * 32))), so a
-// model smaller than slice_bytes * num_shards is still cut finely enough to
-// balance; the last slice of a tensor may be shorter.
+// size is min(spec.slice_bytes, max(4 KiB, ceil(model bytes / (num_shards *
+// 32)))), so a model smaller than slice_bytes * num_shards is still cut
+// finely enough to balance; the last slice of a tensor may be shorter.
 //
 // Placement: slices, taken largest first (ties by tensor order, then index),
 // each go to the currently least-loaded shard (ties to the lowest shard).
@@ -26,6 +26,8 @@ namespace asyncps {
 // Slices per shard aimed for when the model is small relative to
 // slice_bytes.
 inline constexpr uint64_t kTargetSlicesPerShard = 32;
+// The fine cut never goes below this (slice_bytes itself may).
+inline constexpr uint64_t kMinFineSliceBytes = 4096;
 
 struct SliceInfo {
   int tensor = 0;      // Index into ModelSpec.tensors.

@@ -130,7 +130,8 @@ TEST(Partitioner, MoreShardsThanElements) {
   auto p = Partition::Create(spec);
   ASSERT_TRUE(p.ok()) << p.status();
   ExpectExactCover(spec, *p);
-  EXPECT_EQ(p->slices().size(), 3u);
+  // Too small to be worth cutting: one slice, seven shards hold nothing.
+  EXPECT_EQ(p->slices().size(), 1u);
 }
 
 }  // namespace

@@ -1,0 +1,68 @@
+// Membership with a manual clock: liveness, rejoining, clocks and gaps.
+#include "server/membership.h"
+
+#include "gtest/gtest.h"
+
+namespace asyncps {
+namespace {
+
+v1::RegisterRequest Join(int rank, int num_workers = 2) {
+  v1::RegisterRequest r;
+  r.set_rank(rank);
+  r.set_num_workers(num_workers);
+  return r;
+}
+
+TEST(Membership, SilentWorkerStopsBeingLiveAndRejoins) {
+  ManualClock clock;
+  Membership m(&clock, absl::Seconds(2));
+  auto a = m.Register(Join(0));
+  auto b = m.Register(Join(1));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(m.LiveCount(), 2);
+  EXPECT_EQ(m.Expected(), 2);
+  EXPECT_EQ(m.Registered(), 2);
+  EXPECT_EQ(m.LivenessChanges().size(), 2u);  // Both became live.
+  clock.Advance(absl::Seconds(1));
+  m.Touch(0, 5);
+  clock.Advance(absl::Seconds(1.5));
+  EXPECT_EQ(m.LiveCount(), 1);
+  auto changes = m.LivenessChanges();
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0], std::make_pair(1, false));
+  EXPECT_EQ(m.MinLiveClock(), 5);
+  // Rank 1 comes back: new incarnation, resumes one below the front.
+  auto again = m.Register(Join(1));
+  ASSERT_TRUE(again.ok());
+  EXPECT_GT(again->incarnation(), b->incarnation());
+  EXPECT_EQ(again->resume_clock(), 4);
+  EXPECT_EQ(m.LiveCount(), 2);
+  // The old incarnation's heartbeat is refused.
+  v1::HeartbeatRequest hb;
+  hb.set_rank(1);
+  hb.set_incarnation(b->incarnation());
+  EXPECT_EQ(m.Heartbeat(hb).code(), absl::StatusCode::kFailedPrecondition);
+  hb.set_incarnation(again->incarnation());
+  hb.set_clock(6);
+  EXPECT_TRUE(m.Heartbeat(hb).ok());
+  EXPECT_EQ(m.MaxClock(), 6);
+  // Rank 0 reached clock 5 while rank 1 was live at 0.
+  EXPECT_EQ(m.MaxClockGap(), 5);
+}
+
+TEST(Membership, UnknownRankAndBadRankRefused) {
+  ManualClock clock;
+  Membership m(&clock, absl::Seconds(2));
+  v1::HeartbeatRequest hb;
+  hb.set_rank(3);
+  EXPECT_EQ(m.Heartbeat(hb).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(m.Register(Join(-2)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto r = m.Register(Join(-1));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->rank(), 0);
+  EXPECT_EQ(m.Register(Join(-1))->rank(), 1);
+}
+
+}  // namespace
+}  // namespace asyncps

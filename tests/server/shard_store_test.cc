@@ -1,0 +1,175 @@
+// ShardStore in-process: stale policies, the staleness histogram, bsp step
+// averaging, late gradients and the step deadline.
+#include "server/shard_store.h"
+
+#include <vector>
+
+#include "common/tensor_bytes.h"
+#include "gtest/gtest.h"
+
+namespace asyncps {
+namespace {
+
+class ShardStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    spec_.set_name("m");
+    spec_.set_seed(1);
+    spec_.set_slice_bytes(1 << 20);
+    spec_.set_num_shards(1);
+    spec_.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
+    spec_.mutable_optimizer()->set_learning_rate(1.0f);
+    v1::TensorSpec* t = spec_.add_tensors();
+    t->set_name("w");
+    t->add_shape(4);
+    t->set_dtype(v1::DTYPE_F32);
+    t->mutable_init()->set_kind(v1::Initializer::CONSTANT);
+    t->mutable_init()->set_value(10.0f);
+    ASSERT_TRUE(store_.Declare(spec_).ok());
+  }
+
+  v1::PushRequest Grad(float value, int64_t version, int rank = 0,
+                       int64_t clock = 1) {
+    v1::PushRequest req;
+    req.set_rank(rank);
+    req.set_clock(clock);
+    v1::SliceData* d = req.add_gradients();
+    d->mutable_key()->set_tensor("w");
+    d->mutable_key()->set_count(4);
+    d->set_dtype(v1::DTYPE_F32);
+    d->set_version(version);
+    std::vector<float> g(4, value);
+    EncodeF32(g, d->mutable_data());
+    return req;
+  }
+
+  float Weight(int64_t* version = nullptr) {
+    v1::PullRequest req;
+    v1::SliceKey* k = req.add_slices();
+    k->set_tensor("w");
+    k->set_count(4);
+    v1::PullResponse resp;
+    EXPECT_TRUE(store_.Pull(req, &resp).ok());
+    std::vector<float> w(4);
+    DecodeF32(resp.slices(0).data(), absl::MakeSpan(w));
+    if (version != nullptr) *version = resp.slices(0).version();
+    return w[0];
+  }
+
+  v1::ModelSpec spec_;
+  ShardStore store_{0, 1, 64 << 20};
+};
+
+TEST_F(ShardStoreTest, DropPolicySkipsStaleGradients) {
+  PushPolicy policy;
+  policy.stale.kind = StalePolicy::kDrop;
+  policy.stale.max_staleness = 0;
+  v1::PushResponse resp;
+  ASSERT_TRUE(store_.Push(Grad(1.0f, 0), policy, &resp).ok());
+  EXPECT_FALSE(resp.dropped(0));
+  ASSERT_TRUE(store_.Push(Grad(1.0f, 0), policy, &resp).ok());  // Stale: 1.
+  EXPECT_TRUE(resp.dropped(0));
+  EXPECT_EQ(resp.staleness(0), 1);
+  int64_t version;
+  EXPECT_EQ(Weight(&version), 9.0f);
+  EXPECT_EQ(version, 1);
+  EXPECT_EQ(store_.Counters().dropped_stale, 1);
+}
+
+TEST_F(ShardStoreTest, ScalePolicyDividesTheStepByOnePlusStaleness) {
+  PushPolicy policy;
+  policy.stale.kind = StalePolicy::kScale;
+  v1::PushResponse resp;
+  ASSERT_TRUE(store_.Push(Grad(1.0f, 0), policy, &resp).ok());  // 10 - 1
+  ASSERT_TRUE(store_.Push(Grad(1.0f, 0), policy, &resp).ok());  // - 1/2
+  ASSERT_TRUE(store_.Push(Grad(3.0f, 0), policy, &resp).ok());  // - 3/3
+  EXPECT_FLOAT_EQ(Weight(), 7.5f);
+  std::vector<int64_t> h = store_.Counters().staleness_histogram;
+  EXPECT_EQ(h[0], 1);
+  EXPECT_EQ(h[1], 1);
+  EXPECT_EQ(h[2], 1);
+}
+
+TEST_F(ShardStoreTest, BspAppliesTheMeanOnceTheQuorumIsIn) {
+  PushPolicy policy;
+  policy.mode = Mode::kBsp;
+  policy.quorum = 2;
+  policy.live_workers = 2;
+  v1::PushResponse resp;
+  ASSERT_TRUE(store_.Push(Grad(1.0f, 0, 0, 1), policy, &resp).ok());
+  EXPECT_EQ(Weight(), 10.0f);  // Waiting for rank 1.
+  EXPECT_FALSE(store_.StepApplied({0}, 1));
+  // The same rank again for the same step does not count twice.
+  ASSERT_TRUE(store_.Push(Grad(1.0f, 0, 0, 1), policy, &resp).ok());
+  EXPECT_TRUE(resp.dropped(0));
+  EXPECT_EQ(Weight(), 10.0f);
+  ASSERT_TRUE(store_.Push(Grad(3.0f, 0, 1, 1), policy, &resp).ok());
+  int64_t version;
+  EXPECT_EQ(Weight(&version), 8.0f);  // 10 - mean(1, 3).
+  EXPECT_EQ(version, 1);
+  EXPECT_TRUE(store_.StepApplied({0}, 1));
+  // A step ahead of the next one is refused and changes nothing.
+  absl::Status ahead = store_.Push(Grad(1.0f, 1, 0, 3), policy, &resp);
+  EXPECT_EQ(ahead.code(), absl::StatusCode::kFailedPrecondition) << ahead;
+  EXPECT_EQ(Weight(), 8.0f);
+  // A gradient for step 1, now applied, is late.
+  ASSERT_TRUE(store_.Push(Grad(1.0f, 0, 2, 1), policy, &resp).ok());
+  EXPECT_TRUE(resp.dropped(0));
+  ShardCounters c = store_.Counters();
+  EXPECT_EQ(c.dropped_late, 2);
+  EXPECT_EQ(c.steps_applied, 1);
+  EXPECT_EQ(c.steps_short, 0);
+}
+
+TEST_F(ShardStoreTest, BspDeadlineAppliesAShortStep) {
+  PushPolicy policy;
+  policy.mode = Mode::kBsp;
+  policy.quorum = 3;
+  policy.live_workers = 3;
+  policy.now = absl::UnixEpoch();
+  v1::PushResponse resp;
+  ASSERT_TRUE(store_.Push(Grad(2.0f, 0, 0, 1), policy, &resp).ok());
+  EXPECT_EQ(store_.CompletePendingSteps(3, 3, absl::Seconds(5),
+                                        absl::UnixEpoch() + absl::Seconds(4)),
+            0);
+  EXPECT_EQ(store_.CompletePendingSteps(3, 3, absl::Seconds(5),
+                                        absl::UnixEpoch() + absl::Seconds(5)),
+            1);
+  EXPECT_EQ(Weight(), 8.0f);
+  EXPECT_EQ(store_.Counters().steps_short, 1);
+}
+
+TEST_F(ShardStoreTest, BspQuorumShrinksWhenAWorkerDies) {
+  PushPolicy policy;
+  policy.mode = Mode::kBsp;
+  policy.quorum = 2;
+  policy.live_workers = 2;
+  v1::PushResponse resp;
+  ASSERT_TRUE(store_.Push(Grad(2.0f, 0, 0, 1), policy, &resp).ok());
+  EXPECT_EQ(store_.CompletePendingSteps(1, 1, absl::ZeroDuration(),
+                                        absl::UnixEpoch()),
+            1);
+  EXPECT_EQ(Weight(), 8.0f);
+}
+
+TEST_F(ShardStoreTest, AssignReplacesWeightsAndVersion) {
+  v1::AssignRequest req;
+  v1::SliceData* d = req.add_weights();
+  d->mutable_key()->set_tensor("w");
+  d->mutable_key()->set_count(4);
+  d->set_dtype(v1::DTYPE_F32);
+  d->set_version(42);
+  std::vector<float> w = {1, 2, 3, 4};
+  EncodeF32(w, d->mutable_data());
+  ASSERT_TRUE(store_.Assign(req).ok());
+  int64_t version;
+  EXPECT_EQ(Weight(&version), 1.0f);
+  EXPECT_EQ(version, 42);
+  w[2] = std::numeric_limits<float>::quiet_NaN();
+  EncodeF32(w, d->mutable_data());
+  EXPECT_EQ(store_.Assign(req).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Weight(), 1.0f);
+}
+
+}  // namespace
+}  // namespace asyncps
