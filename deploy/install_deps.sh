@@ -22,6 +22,7 @@ PACKAGES=(
   dataset-fashion-mnist     # /usr/share/datasets/fashion-mnist/
   gnuplot-nox               # experiment plots
   procps                    # pkill/pgrep in scripts
+  python3                   # tools/experiment.py (standard library only)
 )
 
 missing=()

@@ -1,0 +1,323 @@
+#!/usr/bin/env python3
+"""Runs a grid of asyncps training runs and reports how the modes compare.
+
+Each run starts a clean cluster on 127.0.0.1 (shards, an evaluator, the
+workers), trains the MLP on Fashion-MNIST for a fixed budget of samples
+summed over all workers, and stops everything. Grid: modes x worker counts x
+straggler profiles x seeds.
+
+Outputs in --out:
+  runs/<run>.csv      the evaluator's curve plus samples seen, throughput and
+                      staleness of that run
+  runs/<run>.log      its processes' stderr
+  summary.csv         one row per run
+  *.png               gnuplot plots: test accuracy against wall time and
+                      against samples seen (one line per mode), staleness
+                      histograms
+  report.md           the tables and plots
+
+  tools/experiment.py --modes async,ssp,bsp,allreduce --workers 1,2,4 \\
+      --profiles none,slow:4 --seeds 1 --samples 600000 --out out/exp
+"""
+
+import argparse
+import csv
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SYNC_MODES = ("bsp", "allreduce")
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--modes", default="async,ssp,bsp,allreduce")
+    p.add_argument("--workers", default="1,2,4")
+    p.add_argument("--profiles", default="none,slow:4",
+                   help="none, or slow:F (the last worker runs F times slower)")
+    p.add_argument("--seeds", default="1")
+    p.add_argument("--samples", type=int, default=600000,
+                   help="training samples per run, summed over workers")
+    p.add_argument("--shards", type=int, default=2)
+    p.add_argument("--batch_size", type=int, default=64)
+    p.add_argument("--staleness", type=int, default=2, help="ssp bound")
+    p.add_argument("--eval_every", default="2s")
+    p.add_argument("--out", required=True)
+    p.add_argument("--bin", default="",
+                   help="folder with ps_server, ps_worker, psctl (default: build)")
+    p.add_argument("--worker_flags", default="",
+                   help="extra flags for every worker, space-separated")
+    p.add_argument("--eval_flags", default="",
+                   help="extra flags for the evaluator, space-separated")
+    p.add_argument("--run_timeout", type=float, default=1800)
+    return p.parse_args()
+
+
+def fail(msg):
+    print("experiment: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def build(out):
+    subprocess.run([os.path.join(ROOT, "deploy/install_deps.sh")], check=True)
+    subprocess.run(["bazel", "build", "//server:ps_server", "//worker:ps_worker",
+                    "//tools:psctl"], cwd=ROOT, check=True)
+    bindir = os.path.join(out, "bin")
+    os.makedirs(bindir, exist_ok=True)
+    for rel in ("server/ps_server", "worker/ps_worker", "tools/psctl"):
+        dst = os.path.join(bindir, os.path.basename(rel))
+        if os.path.exists(dst):
+            os.remove(dst)
+        shutil.copy(os.path.join(ROOT, "bazel-bin", rel), dst)
+    subprocess.run(["bazel", "shutdown"], cwd=ROOT)
+    return bindir
+
+
+class Cluster:
+    """The processes of one run; all killed on exit."""
+
+    def __init__(self, log):
+        self.procs = []
+        self.log = log
+
+    def start(self, argv, stdout=subprocess.PIPE):
+        p = subprocess.Popen(argv, stdout=stdout, stderr=self.log, text=True,
+                             start_new_session=True)
+        self.procs.append(p)
+        return p
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def wait_for_line(proc, needle, timeout):
+    deadline = time.time() + timeout
+    for line in proc.stdout:
+        if needle in line:
+            return line.strip()
+        if time.time() > deadline:
+            break
+    raise RuntimeError("process %d never printed %r" % (proc.pid, needle))
+
+
+def field(line, key):
+    m = re.search(r"\b%s[ =](\S+)" % re.escape(key), line)
+    return m.group(1) if m else None
+
+
+def run_one(args, bindir, mode, workers, profile, seed, rundir):
+    name = "%s-w%d-%s-s%d" % (mode, workers, profile.replace(":", ""), seed)
+    log = open(os.path.join(rundir, name + ".log"), "w")
+    cluster = Cluster(log)
+    curve = os.path.join(rundir, name + ".curve.csv")
+    if os.path.exists(curve):
+        os.remove(curve)
+    try:
+        addrs = []
+        for s in range(args.shards):
+            p = cluster.start([os.path.join(bindir, "ps_server"), "--host=127.0.0.1",
+                               "--port=0", "--shard=%d" % s,
+                               "--num_shards=%d" % args.shards, "--mode=" + mode,
+                               "--staleness=%d" % args.staleness,
+                               "--worker_timeout=30s"])
+            addrs.append(wait_for_line(p, "listening on", 30).split()[-1])
+        servers = ",".join(addrs)
+        evaluator = cluster.start(
+            [os.path.join(bindir, "ps_worker"), "--role=evaluator",
+             "--servers=" + servers, "--eval_every=" + args.eval_every,
+             "--curve=" + curve] + args.eval_flags.split())
+        steps = max(1, args.samples // (workers * args.batch_size))
+        slow = float(profile.split(":")[1]) if profile.startswith("slow:") else 1.0
+        procs = []
+        start = time.time()
+        for r in range(workers):
+            argv = [os.path.join(bindir, "ps_worker"), "--servers=" + servers,
+                    "--rank=%d" % r, "--num_workers=%d" % workers,
+                    "--mode=" + mode, "--seed=%d" % seed,
+                    "--batch_size=%d" % args.batch_size,
+                    "--steps=%d" % steps, "--epochs=1000000", "--log_every=1h"]
+            if r == workers - 1 and slow > 1.0:
+                argv.append("--slowdown=%g" % slow)
+            procs.append(cluster.start(argv + args.worker_flags.split()))
+        done = []
+        for p in procs:
+            out, _ = p.communicate(timeout=args.run_timeout)
+            lines = [l for l in out.splitlines() if " done:" in l]
+            if p.returncode != 0 or not lines:
+                raise RuntimeError("a worker of %s failed: %s" % (name, out[-500:]))
+            done.append(lines[-1])
+        wall = time.time() - start
+        hist = subprocess.run([os.path.join(bindir, "psctl"), "--servers=" + servers,
+                               "histogram"], capture_output=True, text=True,
+                              check=True).stdout
+        evaluator.send_signal(signal.SIGTERM)
+        evaluator.communicate(timeout=120)
+    finally:
+        cluster.stop()
+        log.close()
+
+    samples = sum(int(field(l, "samples")) for l in done)
+    throughput = samples / wall
+    slices = [float(field(l, "staleness")) for l in done]
+    staleness = sum(slices) / len(slices)
+    dropped = sum(int(field(l, "dropped")) for l in done)
+    per_update = args.batch_size * (workers if mode in SYNC_MODES else 1)
+    rows = []
+    with open(curve) as f:
+        for row in csv.DictReader(f):
+            rows.append({
+                "seconds": float(row["seconds"]),
+                "updates": float(row["updates"]),
+                "samples": float(row["updates"]) * per_update,
+                "test_loss": float(row["test_loss"]),
+                "test_accuracy": float(row["test_accuracy"]),
+            })
+    with open(os.path.join(rundir, name + ".csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["seconds", "updates", "samples", "test_loss", "test_accuracy",
+                    "mode", "workers", "profile", "seed", "samples_per_s",
+                    "mean_staleness"])
+        for r in rows:
+            w.writerow(["%.3f" % r["seconds"], "%.1f" % r["updates"],
+                        "%.0f" % r["samples"], "%.6f" % r["test_loss"],
+                        "%.6f" % r["test_accuracy"], mode, workers, profile, seed,
+                        "%.1f" % throughput, "%.3f" % staleness])
+    with open(os.path.join(rundir, name + ".hist.csv"), "w") as f:
+        f.write(hist)
+
+    def time_to(target):
+        for r in rows:
+            if r["test_accuracy"] >= target:
+                return "%.1f" % r["seconds"]
+        return ""
+
+    return {
+        "run": name, "mode": mode, "workers": workers, "profile": profile,
+        "seed": seed, "final_accuracy": "%.4f" % rows[-1]["test_accuracy"],
+        "best_accuracy": "%.4f" % max(r["test_accuracy"] for r in rows),
+        "time_to_0.85": time_to(0.85), "time_to_0.88": time_to(0.88),
+        "samples_per_s": "%.0f" % throughput, "mean_staleness": "%.3f" % staleness,
+        "dropped": dropped, "wall_s": "%.1f" % wall, "samples": samples,
+    }
+
+
+def gnuplot(script):
+    subprocess.run(["gnuplot"], input=script, text=True, check=True)
+
+
+def plot(args, out, summary):
+    pngs = []
+    groups = sorted({(r["workers"], r["profile"]) for r in summary})
+    for workers, profile in groups:
+        runs = [r for r in summary if r["workers"] == workers and
+                r["profile"] == profile and r["seed"] == summary[0]["seed"]]
+        tag = "w%d-%s" % (workers, profile.replace(":", ""))
+        for xcol, xlabel, suffix in ((1, "wall time (s)", "time"),
+                                     (3, "samples seen", "samples")):
+            png = "accuracy-%s-%s.png" % (suffix, tag)
+            lines = ", ".join(
+                "'runs/%s.csv' using %d:5 with linespoints title '%s'" %
+                (r["run"], xcol, r["mode"]) for r in runs)
+            gnuplot("""set terminal pngcairo size 800,500 noenhanced
+set output '%s'
+set datafile separator ','
+set key autotitle columnhead bottom right
+set title 'Test accuracy, %d workers, stragglers: %s'
+set xlabel '%s'
+set ylabel 'test accuracy'
+set yrange [0.5:0.95]
+set grid
+plot %s
+""" % (os.path.join(out, png), workers, profile, xlabel,
+                lines.replace("'runs/", "'" + out + "/runs/")))
+            pngs.append(png)
+        async_runs = [r for r in runs if r["mode"] not in SYNC_MODES]
+        if async_runs:
+            png = "staleness-%s.png" % tag
+            lines = ", ".join(
+                "'%s/runs/%s.hist.csv' using 1:2 with boxes title '%s'" %
+                (out, r["run"], r["mode"]) for r in async_runs)
+            gnuplot("""set terminal pngcairo size 800,500 noenhanced
+set output '%s'
+set datafile separator ','
+set style fill transparent solid 0.5
+set boxwidth 0.8
+set title 'Staleness of applied gradients, %d workers, stragglers: %s'
+set xlabel 'staleness (versions applied between pull and push)'
+set ylabel 'slice updates'
+set xrange [-0.5:20.5]
+set grid
+plot %s
+""" % (os.path.join(out, png), workers, profile, lines))
+            pngs.append(png)
+    return pngs
+
+
+def report(args, out, summary, pngs):
+    cols = ["mode", "workers", "profile", "seed", "final_accuracy", "best_accuracy",
+            "time_to_0.85", "time_to_0.88", "samples_per_s", "mean_staleness",
+            "dropped", "wall_s"]
+    with open(os.path.join(out, "report.md"), "w") as f:
+        f.write("# asyncps experiment\n\n")
+        f.write("Command: `%s`\n\n" % " ".join(sys.argv))
+        f.write("%d samples per run, batch %d, %d shards, ssp staleness %d.\n\n" %
+                (args.samples, args.batch_size, args.shards, args.staleness))
+        f.write("| " + " | ".join(cols) + " |\n")
+        f.write("|" + " --- |" * len(cols) + "\n")
+        for r in summary:
+            f.write("| " + " | ".join(str(r[c]) for c in cols) + " |\n")
+        f.write("\nTimes are seconds from the evaluator's start to the first "
+                "evaluation at or above the accuracy; empty: not reached.\n\n")
+        for png in pngs:
+            f.write("![%s](%s)\n\n" % (png, png))
+
+
+def main():
+    args = parse_args()
+    out = os.path.abspath(args.out)
+    rundir = os.path.join(out, "runs")
+    os.makedirs(rundir, exist_ok=True)
+    bindir = os.path.abspath(args.bin) if args.bin else build(out)
+    for b in ("ps_server", "ps_worker", "psctl"):
+        if not os.access(os.path.join(bindir, b), os.X_OK):
+            fail("no %s in %s" % (b, bindir))
+    summary = []
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        for workers in [int(w) for w in args.workers.split(",")]:
+            for profile in args.profiles.split(","):
+                if profile != "none" and not re.fullmatch(r"slow:[0-9.]+", profile):
+                    fail("bad profile %r (want none or slow:F)" % profile)
+                for mode in args.modes.split(","):
+                    print("== %s, %d workers, %s, seed %d" %
+                          (mode, workers, profile, seed), flush=True)
+                    r = run_one(args, bindir, mode, workers, profile, seed, rundir)
+                    print("   final accuracy %s, %s samples/s, staleness %s, %s s" %
+                          (r["final_accuracy"], r["samples_per_s"],
+                           r["mean_staleness"], r["wall_s"]), flush=True)
+                    summary.append(r)
+    with open(os.path.join(out, "summary.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(summary[0].keys()))
+        w.writeheader()
+        w.writerows(summary)
+    pngs = plot(args, out, summary)
+    report(args, out, summary, pngs)
+    print("== report: %s" % os.path.join(out, "report.md"))
+
+
+if __name__ == "__main__":
+    main()
