@@ -37,15 +37,12 @@ absl::StatusOr<v1::RegisterResponse> Membership::Register(
   v1::RegisterResponse response;
   response.set_rank(rank);
   response.set_incarnation(w.incarnation);
-  int64_t max_clock = 0;
-  for (const auto& [r, other] : workers_) {
-    max_clock = std::max(max_clock, other.clock);
-  }
   // A (re)joining worker starts where the job is, not at 0: one step
   // behind the front, so in bsp its first gradient completes the step the
   // others are in (or is dropped as late where that step is done).
-  const int64_t resume = std::max<int64_t>(0, max_clock - 1);
+  const int64_t resume = std::max<int64_t>(0, max_clock_ - 1);
   w.clock = resume;
+  response.set_attempt(++w.attempt);
   expected_ = std::max(expected_, std::min(request.num_workers(), kMaxRank));
   response.set_resume_clock(resume);
   return response;
@@ -65,6 +62,7 @@ absl::Status Membership::Heartbeat(const v1::HeartbeatRequest& request) {
   }
   it->second.last_heard = clock_->Now();
   it->second.clock = std::max(it->second.clock, request.clock());
+  NoteClock(request.clock());
   UpdateGap(it->second.last_heard);
   return absl::OkStatus();
 }
@@ -76,7 +74,14 @@ void Membership::Touch(int rank, int64_t clock) {
   if (it == workers_.end()) return;
   it->second.last_heard = clock_->Now();
   it->second.clock = std::max(it->second.clock, clock);
+  NoteClock(clock);
   UpdateGap(it->second.last_heard);
+}
+
+void Membership::NoteClock(int64_t clock) {
+  if (clock <= max_clock_) return;
+  max_clock_ = clock;
+  for (auto& [rank, w] : workers_) w.attempt = 0;
 }
 
 void Membership::UpdateGap(absl::Time now) {
@@ -150,9 +155,7 @@ int Membership::Registered() const {
 
 int64_t Membership::MaxClock() const {
   absl::MutexLock lock(&mu_);
-  int64_t max = 0;
-  for (const auto& [rank, w] : workers_) max = std::max(max, w.clock);
-  return max;
+  return max_clock_;
 }
 
 std::vector<std::pair<int, bool>> Membership::LivenessChanges() {

@@ -60,6 +60,7 @@ class Membership {
  private:
   struct Worker {
     bool was_live = false;  // As last reported by LivenessChanges.
+    int64_t attempt = 0;    // Registrations since max_clock_ last advanced.
     int64_t incarnation = 0;
     int64_t clock = 0;
     absl::Time last_heard;
@@ -75,6 +76,8 @@ class Membership {
   std::map<int, Worker> workers_ ABSL_GUARDED_BY(mu_);
   int64_t next_incarnation_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t max_gap_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t max_clock_ ABSL_GUARDED_BY(mu_) = 0;  // Ever reported; only grows.
+  void NoteClock(int64_t clock) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int expected_ ABSL_GUARDED_BY(mu_) = 0;
   void UpdateGap(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };

@@ -141,7 +141,15 @@ def run_one(args, bindir, mode, workers, profile, seed, rundir):
             [os.path.join(bindir, "ps_worker"), "--role=evaluator",
              "--servers=" + servers, "--eval_every=" + args.eval_every,
              "--curve=" + curve] + args.eval_flags.split())
-        steps = max(1, args.samples // (workers * args.batch_size))
+        # A fixed budget of samples: synchronous modes split it evenly (each
+        # step takes one batch from every worker); in async and ssp every
+        # worker runs until the servers have applied samples / batch updates,
+        # so fast workers do more of the work than a straggler.
+        if mode in SYNC_MODES:
+            budget = ["--steps=%d" % max(1, args.samples // (workers * args.batch_size))]
+        else:
+            budget = ["--steps=1000000000",
+                      "--stop_at_version=%d" % max(1, args.samples // args.batch_size)]
         slow = float(profile.split(":")[1]) if profile.startswith("slow:") else 1.0
         procs = []
         start = time.time()
@@ -150,7 +158,7 @@ def run_one(args, bindir, mode, workers, profile, seed, rundir):
                     "--rank=%d" % r, "--num_workers=%d" % workers,
                     "--mode=" + mode, "--seed=%d" % seed,
                     "--batch_size=%d" % args.batch_size,
-                    "--steps=%d" % steps, "--epochs=1000000", "--log_every=1h"]
+                    "--epochs=1000000", "--log_every=1h"] + budget
             if r == workers - 1 and slow > 1.0:
                 argv.append("--slowdown=%g" % slow)
             procs.append(cluster.start(argv + args.worker_flags.split()))

@@ -3,7 +3,8 @@
 //   psctl --servers=h:p,h:p stats        every shard's Stats, as text
 //   psctl --servers=h:p,h:p histogram    staleness histogram over all
 //                                        shards, CSV "staleness,count"
-//   psctl --servers=h:p,h:p workers      CSV "shard,rank,clock,live,seconds_since_heard"
+//   psctl --servers=h:p,h:p workers      CSV
+//   "shard,rank,clock,live,seconds_since_heard"
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -89,7 +90,8 @@ int main(int argc, char** argv) {
       "  psctl --servers=h:p,h:p stats|histogram|workers");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
-    std::fprintf(stderr, "usage: psctl --servers=h:p,... stats|histogram|workers\n");
+    std::fprintf(stderr,
+                 "usage: psctl --servers=h:p,... stats|histogram|workers\n");
     return 2;
   }
   return asyncps::Run(args[1]);

@@ -89,7 +89,7 @@ absl::Status AllreduceExchange::Start(std::vector<std::vector<float>>* weights,
     GrpcStore store(client_, config_.timeout);
     // Keys of an earlier incarnation of the job must not be read again.
     gloo::rendezvous::PrefixStore prefixed(
-        absl::StrCat("allreduce/", clock, "/"), store);
+        absl::StrCat("allreduce/", clock, "/", config_.attempt, "/"), store);
     auto context = std::make_shared<gloo::rendezvous::Context>(
         config_.rank, config_.num_workers);
     context->setTimeout(absl::ToChronoMilliseconds(config_.timeout));

@@ -32,6 +32,7 @@ struct AllreduceConfig {
   std::string host = "127.0.0.1";  // Address peers reach this worker on.
   absl::Duration timeout = absl::Seconds(30);
   int64_t assign_every = 50;  // Steps between weight uploads (rank 0).
+  int64_t attempt = 1;        // From Register: keeps rendezvous keys apart.
 };
 
 class AllreduceExchange final : public GradientExchange {
@@ -42,7 +43,7 @@ class AllreduceExchange final : public GradientExchange {
   ~AllreduceExchange() override;
 
   // Pulls the initial weights and joins the ring (rendezvous through the
-  // servers' store under a key prefix derived from `clock`).
+  // servers' store under a key prefix made of `clock` and the attempt).
   absl::Status Start(std::vector<std::vector<float>>* weights,
                      int64_t clock) override;
   void LayerReady(int layer, const std::vector<std::vector<float>>& grads,

@@ -17,6 +17,9 @@ struct StepStats {
   int64_t total_staleness = 0;
   int64_t max_staleness = 0;
   int64_t dropped = 0;
+  // The lowest version among the weights now held (updates the servers have
+  // applied to every slice); -1 if unknown.
+  int64_t min_version = -1;
 };
 
 class GradientExchange {

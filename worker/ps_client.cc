@@ -11,6 +11,13 @@
 #include "common/status.h"
 #include "common/tensor_bytes.h"
 
+// The callback-API call of one ParameterServer method, for CallAll.
+#define ASYNCPS_RPC(Method)                                               \
+  [](v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx,           \
+     const auto* req, auto* resp, std::function<void(grpc::Status)> cb) { \
+    stub->async()->Method(ctx, req, resp, std::move(cb));                 \
+  }
+
 namespace asyncps {
 namespace {
 
@@ -120,16 +127,10 @@ absl::Status PsClient::FetchModel() {
   const absl::Time give_up = absl::Now() + options_.retry_for;
   absl::Duration backoff = options_.backoff_initial;
   while (true) {
-    std::vector<Call<v1::GetModelRequest, v1::GetModelResponse>> calls(1);
-    absl::Status s = CallAll(
-        &calls,
-        [](v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx,
-           const v1::GetModelRequest* req, v1::GetModelResponse* resp,
-           std::function<void(grpc::Status)> cb) {
-          stub->async()->GetModel(ctx, req, resp, std::move(cb));
-        },
-        "GetModel");
-    if (s.ok()) return UseModel(calls[0].response.spec());
+    auto got = CallOne<v1::GetModelResponse>(0, v1::GetModelRequest(),
+                                             ASYNCPS_RPC(GetModel), "GetModel");
+    if (got.ok()) return UseModel(got->spec());
+    const absl::Status& s = got.status();
     if (s.code() != absl::StatusCode::kFailedPrecondition ||
         absl::Now() + backoff > give_up) {
       return s;
@@ -147,14 +148,7 @@ absl::Status PsClient::DeclareModel(const v1::ModelSpec& spec) {
     calls[s].shard = s;
     *calls[s].request.mutable_spec() = spec;
   }
-  return CallAll(
-      &calls,
-      [](v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx,
-         const v1::DeclareModelRequest* req, v1::DeclareModelResponse* resp,
-         std::function<void(grpc::Status)> cb) {
-        stub->async()->DeclareModel(ctx, req, resp, std::move(cb));
-      },
-      "DeclareModel");
+  return CallAll(&calls, ASYNCPS_RPC(DeclareModel), "DeclareModel");
 }
 
 std::vector<std::vector<int>> PsClient::Batches(
@@ -204,14 +198,8 @@ absl::Status PsClient::Pull(absl::Span<const int> tensors,
       FillKey(spec_, partition_->slices()[i], calls[b].request.add_slices());
     }
   }
-  RETURN_IF_ERROR(CallAll(
-      &calls,
-      [](v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx,
-         const v1::PullRequest* req, v1::PullResponse* resp,
-         std::function<void(grpc::Status)> cb) {
-        stub->async()->Pull(ctx, req, resp, std::move(cb));
-      },
-      "Pull", /*idempotent=*/true));
+  RETURN_IF_ERROR(
+      CallAll(&calls, ASYNCPS_RPC(Pull), "Pull", /*idempotent=*/true));
   versions->resize(partition_->slices().size());
   for (size_t b = 0; b < batches.size(); ++b) {
     const v1::PullResponse& resp = calls[b].response;
@@ -256,14 +244,7 @@ absl::Status PsClient::Push(absl::Span<const int> tensors,
                 d->mutable_data());
     }
   }
-  RETURN_IF_ERROR(CallAll(
-      &calls,
-      [](v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx,
-         const v1::PushRequest* req, v1::PushResponse* resp,
-         std::function<void(grpc::Status)> cb) {
-        stub->async()->Push(ctx, req, resp, std::move(cb));
-      },
-      "Push"));
+  RETURN_IF_ERROR(CallAll(&calls, ASYNCPS_RPC(Push), "Push"));
   if (result != nullptr) {
     *result = PushResult();
     for (const auto& call : calls) {
@@ -298,105 +279,54 @@ absl::Status PsClient::Assign(absl::Span<const int> tensors,
           d->mutable_data());
     }
   }
-  return CallAll(
-      &calls,
-      [](v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx,
-         const v1::AssignRequest* req, v1::AssignResponse* resp,
-         std::function<void(grpc::Status)> cb) {
-        stub->async()->Assign(ctx, req, resp, std::move(cb));
-      },
-      "Assign", /*idempotent=*/true);
+  return CallAll(&calls, ASYNCPS_RPC(Assign), "Assign", /*idempotent=*/true);
 }
 
 absl::Status PsClient::StoreSet(const std::string& key,
                                 const std::string& value) {
-  std::vector<Call<v1::StoreSetRequest, v1::StoreSetResponse>> calls(1);
-  calls[0].request.set_key(key);
-  calls[0].request.set_value(value);
-  return CallAll(
-      &calls,
-      [](v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx,
-         const v1::StoreSetRequest* req, v1::StoreSetResponse* resp,
-         std::function<void(grpc::Status)> cb) {
-        stub->async()->StoreSet(ctx, req, resp, std::move(cb));
-      },
-      "StoreSet", /*idempotent=*/true);
+  v1::StoreSetRequest req;
+  req.set_key(key);
+  req.set_value(value);
+  return CallOne<v1::StoreSetResponse>(0, req, ASYNCPS_RPC(StoreSet),
+                                       "StoreSet", /*idempotent=*/true)
+      .status();
 }
 
 absl::StatusOr<std::string> PsClient::StoreGet(const std::string& key,
                                                absl::Duration wait) {
-  std::vector<Call<v1::StoreGetRequest, v1::StoreGetResponse>> calls(1);
-  calls[0].request.set_key(key);
-  calls[0].request.set_wait_ms(absl::ToInt64Milliseconds(wait));
-  RETURN_IF_ERROR(CallAll(
-      &calls,
-      [](v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx,
-         const v1::StoreGetRequest* req, v1::StoreGetResponse* resp,
-         std::function<void(grpc::Status)> cb) {
-        stub->async()->StoreGet(ctx, req, resp, std::move(cb));
-      },
-      "StoreGet"));
-  return calls[0].response.value();
+  v1::StoreGetRequest req;
+  req.set_key(key);
+  req.set_wait_ms(absl::ToInt64Milliseconds(wait));
+  ASSIGN_OR_RETURN(
+      v1::StoreGetResponse resp,
+      CallOne<v1::StoreGetResponse>(0, req, ASYNCPS_RPC(StoreGet), "StoreGet"));
+  return resp.value();
 }
 
 absl::StatusOr<v1::RegisterResponse> PsClient::Register(
     int shard, const v1::RegisterRequest& req) {
-  std::vector<Call<v1::RegisterRequest, v1::RegisterResponse>> calls(1);
-  calls[0].shard = shard;
-  calls[0].request = req;
-  RETURN_IF_ERROR(CallAll(
-      &calls,
-      [](v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx,
-         const v1::RegisterRequest* r, v1::RegisterResponse* resp,
-         std::function<void(grpc::Status)> cb) {
-        stub->async()->Register(ctx, r, resp, std::move(cb));
-      },
-      "Register"));
-  return calls[0].response;
+  return CallOne<v1::RegisterResponse>(shard, req, ASYNCPS_RPC(Register),
+                                       "Register");
 }
 
 absl::Status PsClient::Heartbeat(int shard, const v1::HeartbeatRequest& req) {
-  std::vector<Call<v1::HeartbeatRequest, v1::HeartbeatResponse>> calls(1);
-  calls[0].shard = shard;
-  calls[0].request = req;
-  return CallAll(
-      &calls,
-      [](v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx,
-         const v1::HeartbeatRequest* r, v1::HeartbeatResponse* resp,
-         std::function<void(grpc::Status)> cb) {
-        stub->async()->Heartbeat(ctx, r, resp, std::move(cb));
-      },
-      "Heartbeat");
+  return CallOne<v1::HeartbeatResponse>(shard, req, ASYNCPS_RPC(Heartbeat),
+                                        "Heartbeat")
+      .status();
 }
 
 absl::StatusOr<std::vector<v1::StatsResponse>> PsClient::StatsAll() {
   std::vector<Call<v1::StatsRequest, v1::StatsResponse>> calls(num_shards());
   for (int s = 0; s < num_shards(); ++s) calls[s].shard = s;
-  RETURN_IF_ERROR(CallAll(
-      &calls,
-      [](v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx,
-         const v1::StatsRequest* r, v1::StatsResponse* resp,
-         std::function<void(grpc::Status)> cb) {
-        stub->async()->Stats(ctx, r, resp, std::move(cb));
-      },
-      "Stats"));
+  RETURN_IF_ERROR(CallAll(&calls, ASYNCPS_RPC(Stats), "Stats"));
   std::vector<v1::StatsResponse> out;
   for (auto& c : calls) out.push_back(std::move(c.response));
   return out;
 }
 
 absl::StatusOr<v1::StatsResponse> PsClient::Stats(int shard) {
-  std::vector<Call<v1::StatsRequest, v1::StatsResponse>> calls(1);
-  calls[0].shard = shard;
-  RETURN_IF_ERROR(CallAll(
-      &calls,
-      [](v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx,
-         const v1::StatsRequest* r, v1::StatsResponse* resp,
-         std::function<void(grpc::Status)> cb) {
-        stub->async()->Stats(ctx, r, resp, std::move(cb));
-      },
-      "Stats"));
-  return calls[0].response;
+  return CallOne<v1::StatsResponse>(shard, v1::StatsRequest(),
+                                    ASYNCPS_RPC(Stats), "Stats");
 }
 
 }  // namespace asyncps

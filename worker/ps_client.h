@@ -120,6 +120,19 @@ class PsClient {
                        Method method, const char* what,
                        bool idempotent = false);
 
+  // One call to one shard, through CallAll.
+  template <typename Response, typename Request, typename Method>
+  absl::StatusOr<Response> CallOne(int shard, const Request& request,
+                                   Method method, const char* what,
+                                   bool idempotent = false) {
+    std::vector<Call<Request, Response>> calls(1);
+    calls[0].shard = shard;
+    calls[0].request = request;
+    absl::Status s = CallAll(&calls, method, what, idempotent);
+    if (!s.ok()) return s;
+    return std::move(calls[0].response);
+  }
+
   // Groups the slices of `tensors` by shard, in requests of at most
   // max_message_bytes of payload.
   std::vector<std::vector<int>> Batches(absl::Span<const int> tensors) const;

@@ -45,6 +45,10 @@ absl::Status PsExchange::FinishStep(int64_t clock,
   // The pulls queued by LayerReady write into the buffer given to Start.
   (void)weights;
   absl::Status s = queue_.Drain();
+  if (!versions_.empty()) {
+    step_stats_.min_version =
+        *std::min_element(versions_.begin(), versions_.end());
+  }
   if (stats != nullptr) *stats = step_stats_;
   step_stats_ = StepStats();
   return s;

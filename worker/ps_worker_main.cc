@@ -76,6 +76,9 @@ ABSL_FLAG(int, batch_size, 64, "Examples per micro-batch.");
 ABSL_FLAG(int, accumulate, 1, "Micro-batches summed before one push.");
 ABSL_FLAG(int64_t, epochs, 1, "Passes over this worker's share of the data.");
 ABSL_FLAG(int64_t, steps, 0, "If > 0, stop after this many steps.");
+ABSL_FLAG(int64_t, stop_at_version, 0,
+          "If > 0, stop once the servers have applied this many updates to "
+          "every slice (a budget shared by all workers; async and ssp).");
 ABSL_FLAG(uint64_t, seed, 1,
           "Seeds the weights (via the servers) and data order.");
 ABSL_FLAG(uint64_t, slice_bytes, 4 << 20, "Largest slice of a tensor.");
@@ -264,6 +267,7 @@ int Run() {
   join.set_host(host);
   std::vector<int64_t> incarnations((*client)->num_shards());
   int64_t start_clock = 0;
+  int64_t attempt = 0;
   for (int s = 0; s < (*client)->num_shards(); ++s) {
     auto r = (*client)->Register(s, join);
     if (!r.ok()) return Fail(r.status());
@@ -275,6 +279,7 @@ int Run() {
     }
     incarnations[s] = r->incarnation();
     start_clock = std::max(start_clock, r->resume_clock());
+    if (s == 0) attempt = r->attempt();
   }
   absl::Notification heartbeat_done;
   std::atomic<int64_t> clock{start_clock};
@@ -319,6 +324,7 @@ int Run() {
     ar.host = absl::GetFlag(FLAGS_collective_host);
     ar.timeout = absl::GetFlag(FLAGS_collective_timeout);
     ar.assign_every = absl::GetFlag(FLAGS_assign_every);
+    ar.attempt = attempt;
     exchange =
         std::make_unique<AllreduceExchange>(client->get(), ar, layer_tensors);
   } else {
@@ -333,6 +339,7 @@ int Run() {
   config.log_every = absl::GetFlag(FLAGS_log_every);
   config.start_clock = start_clock;
   config.slowdown = absl::GetFlag(FLAGS_slowdown);
+  config.stop_at_version = absl::GetFlag(FLAGS_stop_at_version);
   config.clock = &clock;
   LOG(INFO) << "ps_worker rank " << rank << "/"
             << absl::GetFlag(FLAGS_num_workers) << " on " << backend->Name()
@@ -343,6 +350,15 @@ int Run() {
       Train(config, &model, &loader, exchange.get(), &stop, &result);
   heartbeat_done.Notify();
   heartbeat.join();
+  // A last heartbeat with the final clock, so a job restarted later resumes
+  // from it.
+  for (int shard = 0; shard < (*client)->num_shards(); ++shard) {
+    v1::HeartbeatRequest req;
+    req.set_rank(rank);
+    req.set_incarnation(incarnations[shard]);
+    req.set_clock(clock.load());
+    (*client)->Heartbeat(shard, req).IgnoreError();
+  }
   if (!s.ok()) return Fail(s);
   std::printf(
       "rank %d done: steps %lld samples %lld first_loss %.4f last_loss %.4f "

@@ -78,6 +78,8 @@ absl::Status Train(const TrainerConfig& config, Mlp* model, DataLoader* loader,
     RETURN_IF_ERROR(exchange->FinishStep(clock, &weights, &stats));
     ++step;
     if (config.clock != nullptr) config.clock->store(clock);
+    const bool budget_spent = config.stop_at_version > 0 &&
+                              stats.min_version >= config.stop_at_version;
     if (first.size() < 10) first.push_back(loss);
     recent.push_back(loss);
     if (recent.size() > 10) recent.pop_front();
@@ -106,6 +108,7 @@ absl::Status Train(const TrainerConfig& config, Mlp* model, DataLoader* loader,
       window_loss = 0;
       window_steps = window_staleness = window_slices = 0;
     }
+    if (budget_spent) break;
   }
   RETURN_IF_ERROR(exchange->Finish(config.start_clock + step));
   result->steps = step;

@@ -29,6 +29,10 @@ struct TrainerConfig {
   // Straggler simulation: after each step's compute, sleep (slowdown - 1)
   // times its compute time. 1 = full speed.
   double slowdown = 1.0;
+  // If > 0, stop once every slice's version has reached this: a budget of
+  // updates shared by all workers (async and ssp, where fast workers should
+  // do more of the work than stragglers).
+  int64_t stop_at_version = 0;
   // If set, holds the worker's clock (steps completed), for heartbeats.
   std::atomic<int64_t>* clock = nullptr;
 };

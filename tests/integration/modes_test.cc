@@ -260,5 +260,23 @@ TEST(Allreduce, DeadRankMakesTheOthersFailFastNamingIt) {
   EXPECT_EQ(ExitCode(**other), 1);
 }
 
+TEST(Allreduce, RestartedJobResumesFromTheServersWeights) {
+  auto cluster = TestCluster::Start(1, {"--mode=allreduce"});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto first = RunTwoWorkers(
+      **cluster, {"--mode=allreduce", "--steps=40", "--assign_every=10"});
+  ASSERT_EQ(first.size(), 2u);
+  // A new job on the same servers: it starts from the weights rank 0 handed
+  // over at step 40, not from the initial ones, and at the job's clock.
+  auto second = RunTwoWorkers(**cluster, {"--mode=allreduce", "--steps=5"});
+  ASSERT_EQ(second.size(), 2u);
+  EXPECT_EQ(TextField(second[0], "weights"), TextField(second[1], "weights"));
+  EXPECT_GE(Field(second[0], "clock"), 40 - 1 + 5) << second[0];
+  EXPECT_LT(Field(second[0], "first_loss"), 0.8 * Field(first[0], "first_loss"))
+      << "restarted job did not start from trained weights:\n"
+      << first[0] << "\n"
+      << second[0];
+}
+
 }  // namespace
 }  // namespace asyncps::testing

@@ -36,6 +36,7 @@ TEST(Membership, SilentWorkerStopsBeingLiveAndRejoins) {
   ASSERT_TRUE(again.ok());
   EXPECT_GT(again->incarnation(), b->incarnation());
   EXPECT_EQ(again->resume_clock(), 4);
+  EXPECT_EQ(again->attempt(), 1);  // The clock advanced since b.
   EXPECT_EQ(m.LiveCount(), 2);
   // The old incarnation's heartbeat is refused.
   v1::HeartbeatRequest hb;
@@ -48,6 +49,24 @@ TEST(Membership, SilentWorkerStopsBeingLiveAndRejoins) {
   EXPECT_EQ(m.MaxClock(), 6);
   // Rank 0 reached clock 5 while rank 1 was live at 0.
   EXPECT_EQ(m.MaxClockGap(), 5);
+}
+
+TEST(Membership, RestartedJobGetsTheSameResumeClockAndAttemptOnEveryRank) {
+  ManualClock clock;
+  Membership m(&clock, absl::Seconds(2));
+  ASSERT_TRUE(m.Register(Join(0)).ok());
+  ASSERT_TRUE(m.Register(Join(1)).ok());
+  m.Touch(0, 40);
+  m.Touch(1, 40);
+  for (int64_t attempt = 1; attempt <= 2; ++attempt) {
+    auto a = m.Register(Join(0));
+    auto b = m.Register(Join(1));
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(a->resume_clock(), 39);
+    EXPECT_EQ(b->resume_clock(), 39);
+    EXPECT_EQ(a->attempt(), attempt);
+    EXPECT_EQ(b->attempt(), attempt);
+  }
 }
 
 TEST(Membership, UnknownRankAndBadRankRefused) {

@@ -1,0 +1,58 @@
+// Bad flags: each binary refuses them at start, with a message naming the
+// flag, before touching the network.
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/integration/subprocess.h"
+#include "tests/integration/worker_runner.h"
+
+namespace asyncps::testing {
+namespace {
+
+TEST(Flags, ServerRefusesBadFlags) {
+  for (std::vector<std::string> flags :
+       {std::vector<std::string>{"--shard=2", "--num_shards=2"},
+        {"--mode=eventual"},
+        {"--stale_policy=drop:-1"},
+        {"--backup_workers=-1"},
+        {"--port=70000"},
+        {"--max_message_bytes=10"}}) {
+    std::vector<std::string> argv = {RunfilePath("server/ps_server"),
+                                     "--host=127.0.0.1", "--port=0"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    auto p = Subprocess::Start(argv);
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(ExitCode(**p, absl::Seconds(30)), 2) << flags[0];
+  }
+}
+
+TEST(Flags, WorkerRefusesBadFlagsNamingThem) {
+  struct Case {
+    std::string flag, words;
+  };
+  for (const Case& c :
+       std::vector<Case>{{"--mode=eventual", "--mode=eventual"},
+                         {"--device=tpu:0", "--device=tpu:0"},
+                         {"--device=cuda:0", "without CUDA"},
+                         {"--precision=fp8", "--precision=fp8"},
+                         {"--layers=784,x,10", "--layers"},
+                         {"--optimizer=lion", "--optimizer=lion"},
+                         {"--lr=-1", "learning_rate"},
+                         {"--servers=nohostport", "--servers"},
+                         {"--rank=2", "--rank=2"},
+                         {"--slowdown=0.5", "--slowdown"},
+                         {"--batch_size=0", "--batch_size"}}) {
+    auto p =
+        Subprocess::Start({RunfilePath("worker/ps_worker"),
+                           "--servers=127.0.0.1:1", "--num_workers=2", c.flag});
+    ASSERT_TRUE(p.ok());
+    auto line = (*p)->WaitForLine("failed:", absl::Seconds(30));
+    ASSERT_TRUE(line.ok()) << c.flag << ": " << line.status();
+    EXPECT_NE(line->find(c.words), std::string::npos) << *line;
+    EXPECT_EQ(ExitCode(**p, absl::Seconds(30)), 1) << c.flag;
+  }
+}
+
+}  // namespace
+}  // namespace asyncps::testing
