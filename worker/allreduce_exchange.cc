@@ -7,55 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "gloo/allreduce.h"
-#include "gloo/common/error.h"
-#include "gloo/math.h"
-#include "gloo/rendezvous/context.h"
-#include "gloo/rendezvous/prefix_store.h"
-#include "gloo/rendezvous/store.h"
-#include "gloo/transport/tcp/device.h"
 
 namespace asyncps {
-namespace {
-
-// Gloo's rendezvous store, kept on shard 0 through our gRPC service. Gloo
-// reports failures by exception, so this adapter throws its own.
-class GrpcStore final : public gloo::rendezvous::Store {
- public:
-  GrpcStore(PsClient* client, absl::Duration timeout)
-      : client_(client), timeout_(timeout) {}
-
-  void set(const std::string& key, const std::vector<char>& data) override {
-    absl::Status s =
-        client_->StoreSet(key, std::string(data.begin(), data.end()));
-    if (!s.ok()) throw gloo::IoException(s.ToString());
-  }
-
-  std::vector<char> get(const std::string& key) override {
-    auto v = client_->StoreGet(key, timeout_);
-    if (!v.ok()) throw gloo::IoException(v.status().ToString());
-    return std::vector<char>(v->begin(), v->end());
-  }
-
-  void wait(const std::vector<std::string>& keys) override {
-    wait(keys, absl::ToChronoMilliseconds(timeout_));
-  }
-
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds& timeout) override {
-    for (const std::string& key : keys) {
-      auto v = client_->StoreGet(key, absl::FromChrono(timeout));
-      if (!v.ok()) throw gloo::IoException(v.status().ToString());
-    }
-  }
-
- private:
-  PsClient* const client_;
-  const absl::Duration timeout_;
-};
-
-}  // namespace
-
 AllreduceExchange::AllreduceExchange(
     PsClient* client, AllreduceConfig config,
     std::vector<std::vector<int>> layer_tensors)
@@ -82,43 +35,25 @@ absl::Status AllreduceExchange::Start(std::vector<std::vector<float>>* weights,
     slots_.emplace_back(opt, w.size());
     sums_.emplace_back(w.size());
   }
-  try {
-    gloo::transport::tcp::attr attr;
-    attr.hostname = config_.host;
-    auto device = gloo::transport::tcp::CreateDevice(attr);
-    GrpcStore store(client_, config_.timeout);
-    // Keys of an earlier incarnation of the job must not be read again.
-    gloo::rendezvous::PrefixStore prefixed(
-        absl::StrCat("allreduce/", clock, "/", config_.attempt, "/"), store);
-    auto context = std::make_shared<gloo::rendezvous::Context>(
-        config_.rank, config_.num_workers);
-    context->setTimeout(absl::ToChronoMilliseconds(config_.timeout));
-    context->connectFullMesh(prefixed, device);
-    context_ = std::move(context);
-  } catch (const std::exception& e) {
-    return Explain(absl::StrCat("joining the all-reduce ring: ", e.what()),
-                   clock);
+  CollectiveConfig cc;
+  cc.kind = config_.collective;
+  cc.rank = config_.rank;
+  cc.num_workers = config_.num_workers;
+  cc.host = config_.host;
+  cc.cuda_device = config_.cuda_device;
+  cc.timeout = config_.timeout;
+  // Keys of an earlier attempt of the job must not be read again.
+  cc.prefix = absl::StrCat("allreduce/", clock, "/", config_.attempt, "/");
+  auto joined = JoinCollective(cc, client_);
+  if (!joined.ok()) {
+    if (joined.status().code() != absl::StatusCode::kUnavailable) {
+      return joined.status();
+    }
+    return Explain(
+        absl::StrCat("joining the all-reduce: ", joined.status().message()),
+        clock);
   }
-  return absl::OkStatus();
-}
-
-absl::Status AllreduceExchange::AllreduceSum(std::vector<float>* data,
-                                             uint32_t tag) {
-  if (config_.num_workers == 1 || data->empty()) return absl::OkStatus();
-  try {
-    gloo::AllreduceOptions opts(context_);
-    opts.setInputs(std::vector<float*>{data->data()}, data->size());
-    opts.setOutputs(std::vector<float*>{data->data()}, data->size());
-    opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-    opts.setReduceFunction(
-        static_cast<void (*)(void*, const void*, const void*, size_t)>(
-            &gloo::sum<float>));
-    opts.setTag(tag);
-    opts.setTimeout(absl::ToChronoMilliseconds(config_.timeout));
-    gloo::allreduce(opts);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(e.what());
-  }
+  collective_ = *std::move(joined);
   return absl::OkStatus();
 }
 
@@ -128,7 +63,8 @@ void AllreduceExchange::LayerReady(int layer,
   for (int t : layer_tensors_[layer]) {
     sums_[t] = grads[t];
     queue_.Enqueue([this, t] {
-      return AllreduceSum(&sums_[t], static_cast<uint32_t>(t));
+      if (config_.num_workers == 1) return absl::OkStatus();
+      return collective_->AllreduceSum(&sums_[t], static_cast<uint32_t>(t));
     });
   }
 }

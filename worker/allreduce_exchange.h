@@ -1,12 +1,13 @@
 // AllreduceExchange: Horovod-style synchronous training. Every step each
-// layer's gradient is summed across all workers by a Gloo ring all-reduce
-// over TCP (started on a communication thread as soon as backward produces
-// the layer), divided by the worker count, and applied locally with the
-// same optimizer code the servers use (common/optimizer.h), so every
-// replica stays bit-identical. The servers are off the gradient path: they
-// give the initial weights, host the Gloo rendezvous (a store over our gRPC
-// service), and rank 0 hands them the weights every `assign_every` steps and
-// at the end, for the evaluator and checkpoints. Used by one trainer thread.
+// layer's gradient is summed across all workers by a Collective (Gloo's ring
+// over TCP, or NCCL between GPUs), started on a communication thread as soon
+// as backward produces the layer, divided by the worker count, and applied
+// locally with the same optimizer code the servers use (common/optimizer.h), so
+// every replica stays bit-identical. The servers are off the gradient path:
+// they give the initial weights, host the Gloo rendezvous (a store over our
+// gRPC service), and rank 0 hands them the weights every `assign_every` steps
+// and at the end, for the evaluator and checkpoints. Used by one trainer
+// thread.
 #ifndef ASYNCPS_WORKER_ALLREDUCE_EXCHANGE_H_
 #define ASYNCPS_WORKER_ALLREDUCE_EXCHANGE_H_
 
@@ -16,20 +17,19 @@
 
 #include "absl/time/time.h"
 #include "common/optimizer.h"
+#include "worker/collective.h"
 #include "worker/exchange.h"
 #include "worker/ps_client.h"
 #include "worker/task_queue.h"
-
-namespace gloo {
-class Context;
-}
 
 namespace asyncps {
 
 struct AllreduceConfig {
   int rank = 0;
   int num_workers = 1;
-  std::string host = "127.0.0.1";  // Address peers reach this worker on.
+  std::string collective = "gloo";  // gloo or nccl.
+  std::string host = "127.0.0.1";   // gloo: address peers reach us on.
+  int cuda_device = -1;             // nccl: this worker's GPU.
   absl::Duration timeout = absl::Seconds(30);
   int64_t assign_every = 50;  // Steps between weight uploads (rank 0).
   int64_t attempt = 1;        // From Register: keeps rendezvous keys apart.
@@ -58,8 +58,6 @@ class AllreduceExchange final : public GradientExchange {
   // Rank 0 uploads the current weights (also done every assign_every).
   absl::Status Flush(int64_t clock);
 
-  // Sums `data` across the ring, in place.
-  absl::Status AllreduceSum(std::vector<float>* data, uint32_t tag);
   // Turns a collective failure into an error naming the dead ranks, as far
   // as the servers' membership can tell within the worker timeout.
   absl::Status Explain(const std::string& what, int64_t clock);
@@ -67,7 +65,7 @@ class AllreduceExchange final : public GradientExchange {
   PsClient* const client_;
   const AllreduceConfig config_;
   const std::vector<std::vector<int>> layer_tensors_;
-  std::shared_ptr<gloo::Context> context_;
+  std::unique_ptr<Collective> collective_;
   std::vector<std::vector<float>>* weights_ = nullptr;
   std::vector<std::vector<float>> sums_;  // Per tensor.
   std::vector<OptimizerSlots> slots_;     // Per tensor.

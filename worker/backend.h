@@ -20,6 +20,8 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string Name() const = 0;
+  // The CUDA device this backend computes on, or -1 for the CPU.
+  virtual int cuda_device() const { return -1; }
 
   // Memory. Alloc returns zeroed memory for n elements; never null.
   virtual void* AllocBytes(size_t bytes) = 0;

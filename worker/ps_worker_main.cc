@@ -49,6 +49,9 @@ ABSL_FLAG(std::string, mode, "async",
 ABSL_FLAG(double, slowdown, 1.0,
           "Straggler simulation: each step's compute takes this many times "
           "as long (the worker sleeps the difference).");
+ABSL_FLAG(std::string, collective, "auto",
+          "allreduce: gloo (ring over TCP, host memory), nccl (between GPUs; "
+          "CUDA builds), or auto (nccl when the worker runs on a GPU).");
 ABSL_FLAG(std::string, collective_host, "127.0.0.1",
           "allreduce: the address other workers reach this one on.");
 ABSL_FLAG(absl::Duration, collective_timeout, absl::Seconds(30),
@@ -325,6 +328,11 @@ int Run() {
     ar.timeout = absl::GetFlag(FLAGS_collective_timeout);
     ar.assign_every = absl::GetFlag(FLAGS_assign_every);
     ar.attempt = attempt;
+    ar.cuda_device = backend->cuda_device();
+    ar.collective = absl::GetFlag(FLAGS_collective);
+    if (ar.collective == "auto") {
+      ar.collective = ar.cuda_device >= 0 ? "nccl" : "gloo";
+    }
     exchange =
         std::make_unique<AllreduceExchange>(client->get(), ar, layer_tensors);
   } else {

@@ -54,5 +54,18 @@ TEST(Flags, WorkerRefusesBadFlagsNamingThem) {
   }
 }
 
+TEST(Flags, WorkerGivesUpOnUnreachableServersNamingThem) {
+  // Port 1 on 127.0.0.1: nothing listens there.
+  auto p = Subprocess::Start({RunfilePath("worker/ps_worker"),
+                              "--servers=127.0.0.1:1", "--retry_for=1s"});
+  ASSERT_TRUE(p.ok());
+  auto line = (*p)->WaitForLine("failed:", absl::Seconds(60));
+  ASSERT_TRUE(line.ok()) << line.status();
+  EXPECT_NE(line->find("UNAVAILABLE: giving up after 1s"), std::string::npos)
+      << *line;
+  EXPECT_NE(line->find("shard 0 at 127.0.0.1:1"), std::string::npos) << *line;
+  EXPECT_EQ(ExitCode(**p, absl::Seconds(30)), 1);
+}
+
 }  // namespace
 }  // namespace asyncps::testing

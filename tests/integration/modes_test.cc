@@ -84,6 +84,7 @@ TEST(Bsp, TwoWorkersEqualOneWorkerOnTheCombinedBatches) {
       absl::Status& s = results[r];
       v1::RegisterRequest join;
       join.set_rank(r);
+      join.set_num_workers(2);  // Steps wait until both have joined.
       for (int shard = 0; shard < 2 && s.ok(); ++shard) {
         s = client->Register(shard, join).status();
       }

@@ -79,6 +79,7 @@ class CudaBackend final : public Backend {
   }
 
   std::string Name() const override { return name_; }
+  int cuda_device() const override { return device_; }
 
   void* AllocBytes(size_t bytes) override {
     void* p = nullptr;

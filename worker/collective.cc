@@ -1,0 +1,124 @@
+#include "worker/collective.h"
+
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "gloo/allreduce.h"
+#include "gloo/common/error.h"
+#include "gloo/math.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/prefix_store.h"
+#include "gloo/rendezvous/store.h"
+#include "gloo/transport/tcp/device.h"
+#ifdef ASYNCPS_WITH_CUDA
+#include "worker/cuda/nccl_collective.h"
+#endif
+
+namespace asyncps {
+namespace {
+
+// Gloo's rendezvous store, kept on shard 0 through our gRPC service. Gloo
+// reports failures by exception, so this adapter throws its own.
+class GrpcStore final : public gloo::rendezvous::Store {
+ public:
+  GrpcStore(PsClient* client, absl::Duration timeout)
+      : client_(client), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    absl::Status s =
+        client_->StoreSet(key, std::string(data.begin(), data.end()));
+    if (!s.ok()) throw gloo::IoException(s.ToString());
+  }
+
+  std::vector<char> get(const std::string& key) override {
+    auto v = client_->StoreGet(key, timeout_);
+    if (!v.ok()) throw gloo::IoException(v.status().ToString());
+    return std::vector<char>(v->begin(), v->end());
+  }
+
+  void wait(const std::vector<std::string>& keys) override {
+    wait(keys, absl::ToChronoMilliseconds(timeout_));
+  }
+
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    for (const std::string& key : keys) {
+      auto v = client_->StoreGet(key, absl::FromChrono(timeout));
+      if (!v.ok()) throw gloo::IoException(v.status().ToString());
+    }
+  }
+
+ private:
+  PsClient* const client_;
+  const absl::Duration timeout_;
+};
+
+class GlooCollective final : public Collective {
+ public:
+  explicit GlooCollective(std::shared_ptr<gloo::Context> context,
+                          absl::Duration timeout)
+      : context_(std::move(context)), timeout_(timeout) {}
+
+  std::string Name() const override { return "gloo ring over TCP"; }
+
+  absl::Status AllreduceSum(std::vector<float>* data, uint32_t tag) override {
+    if (context_->size == 1 || data->empty()) return absl::OkStatus();
+    try {
+      gloo::AllreduceOptions opts(context_);
+      opts.setInputs(std::vector<float*>{data->data()}, data->size());
+      opts.setOutputs(std::vector<float*>{data->data()}, data->size());
+      opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+      opts.setReduceFunction(
+          static_cast<void (*)(void*, const void*, const void*, size_t)>(
+              &gloo::sum<float>));
+      opts.setTag(tag);
+      opts.setTimeout(absl::ToChronoMilliseconds(timeout_));
+      gloo::allreduce(opts);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(e.what());
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::shared_ptr<gloo::Context> context_;
+  const absl::Duration timeout_;
+};
+
+absl::StatusOr<std::unique_ptr<Collective>> JoinGloo(
+    const CollectiveConfig& config, PsClient* client) {
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = config.host;
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    GrpcStore store(client, config.timeout);
+    gloo::rendezvous::PrefixStore prefixed(config.prefix, store);
+    auto context = std::make_shared<gloo::rendezvous::Context>(
+        config.rank, config.num_workers);
+    context->setTimeout(absl::ToChronoMilliseconds(config.timeout));
+    context->connectFullMesh(prefixed, device);
+    return std::unique_ptr<Collective>(
+        new GlooCollective(std::move(context), config.timeout));
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(e.what());
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Collective>> JoinCollective(
+    const CollectiveConfig& config, PsClient* client) {
+  if (config.kind == "gloo") return JoinGloo(config, client);
+  if (config.kind == "nccl") {
+#ifdef ASYNCPS_WITH_CUDA
+    return JoinNccl(config, client);
+#else
+    return absl::FailedPreconditionError(
+        "--collective=nccl needs a build with --config=cuda");
+#endif
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--collective=", config.kind, " (want auto, gloo or nccl)"));
+}
+
+}  // namespace asyncps

@@ -1,0 +1,44 @@
+// Collective: the all-reduce under AllreduceExchange. Gloo's ring over TCP
+// on host memory (any backend), or NCCL between GPUs (CUDA builds). Both
+// meet through the servers' rendezvous store. Used by one thread at a time.
+#ifndef ASYNCPS_WORKER_COLLECTIVE_H_
+#define ASYNCPS_WORKER_COLLECTIVE_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "worker/ps_client.h"
+
+namespace asyncps {
+
+class Collective {
+ public:
+  virtual ~Collective() = default;
+  virtual std::string Name() const = 0;
+  // Sums `data` across every worker, in place; every worker ends with the
+  // same bits. `tag` tells concurrent operations apart.
+  virtual absl::Status AllreduceSum(std::vector<float>* data, uint32_t tag) = 0;
+};
+
+struct CollectiveConfig {
+  std::string kind = "gloo";  // gloo or nccl.
+  int rank = 0;
+  int num_workers = 1;
+  std::string host = "127.0.0.1";  // gloo: the address peers reach us on.
+  int cuda_device = -1;            // nccl: this worker's GPU.
+  absl::Duration timeout = absl::Seconds(30);
+  // Rendezvous keys go under this prefix in the servers' store.
+  std::string prefix;
+};
+
+// Joins the collective of every worker. `client` is borrowed and must
+// outlive the result. FAILED_PRECONDITION for nccl in a build without CUDA.
+absl::StatusOr<std::unique_ptr<Collective>> JoinCollective(
+    const CollectiveConfig& config, PsClient* client);
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_WORKER_COLLECTIVE_H_
