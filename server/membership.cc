@@ -10,7 +10,7 @@ Membership::Membership(Clock* clock, absl::Duration worker_timeout)
     : clock_(clock), worker_timeout_(worker_timeout) {}
 
 bool Membership::Live(const Worker& w, absl::Time now) const {
-  return now - w.last_heard <= worker_timeout_;
+  return !w.left && now - w.last_heard <= worker_timeout_;
 }
 
 absl::StatusOr<v1::RegisterResponse> Membership::Register(
@@ -32,6 +32,7 @@ absl::StatusOr<v1::RegisterResponse> Membership::Register(
   }
   Worker& w = workers_[rank];
   w.incarnation = next_incarnation_++;
+  w.left = false;
   w.last_heard = now;
   w.host = request.host().substr(0, 256);
   v1::RegisterResponse response;
@@ -62,6 +63,7 @@ absl::Status Membership::Heartbeat(const v1::HeartbeatRequest& request) {
   }
   it->second.last_heard = clock_->Now();
   it->second.clock = std::max(it->second.clock, request.clock());
+  it->second.left = request.leaving();
   NoteClock(request.clock());
   UpdateGap(it->second.last_heard);
   return absl::OkStatus();

@@ -61,6 +61,7 @@ class Membership {
   struct Worker {
     bool was_live = false;  // As last reported by LivenessChanges.
     int64_t attempt = 0;    // Registrations since max_clock_ last advanced.
+    bool left = false;      // Said it was leaving; live again on Register.
     int64_t incarnation = 0;
     int64_t clock = 0;
     absl::Time last_heard;

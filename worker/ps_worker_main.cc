@@ -358,13 +358,14 @@ int Run() {
       Train(config, &model, &loader, exchange.get(), &stop, &result);
   heartbeat_done.Notify();
   heartbeat.join();
-  // A last heartbeat with the final clock, so a job restarted later resumes
-  // from it.
+  // A last heartbeat with the final clock (a job restarted later resumes
+  // from it), saying this worker leaves, so ssp and bsp stop waiting for it.
   for (int shard = 0; shard < (*client)->num_shards(); ++shard) {
     v1::HeartbeatRequest req;
     req.set_rank(rank);
     req.set_incarnation(incarnations[shard]);
     req.set_clock(clock.load());
+    req.set_leaving(true);
     (*client)->Heartbeat(shard, req).IgnoreError();
   }
   if (!s.ok()) return Fail(s);

@@ -69,6 +69,24 @@ TEST(Membership, RestartedJobGetsTheSameResumeClockAndAttemptOnEveryRank) {
   }
 }
 
+TEST(Membership, LeavingWorkerStopsBeingLiveAtOnce) {
+  ManualClock clock;
+  Membership m(&clock, absl::Seconds(30));
+  auto a = m.Register(Join(0));
+  ASSERT_TRUE(m.Register(Join(1)).ok());
+  m.Touch(1, 3);
+  v1::HeartbeatRequest bye;
+  bye.set_rank(0);
+  bye.set_incarnation(a->incarnation());
+  bye.set_clock(1);
+  bye.set_leaving(true);
+  ASSERT_TRUE(m.Heartbeat(bye).ok());
+  EXPECT_EQ(m.LiveCount(), 1);
+  EXPECT_EQ(m.MinLiveClock(), 3);  // Rank 0's clock 1 no longer holds anyone.
+  ASSERT_TRUE(m.Register(Join(0)).ok());
+  EXPECT_EQ(m.LiveCount(), 2);
+}
+
 TEST(Membership, UnknownRankAndBadRankRefused) {
   ManualClock clock;
   Membership m(&clock, absl::Seconds(2));
