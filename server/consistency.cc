@@ -150,9 +150,12 @@ void Consistency::TickLoop() {
   // The ticker is the server's own housekeeping period, not a way of
   // waiting for another process.
   while (!stop_.WaitForNotificationWithTimeout(config_.tick)) {
-    for (auto [rank, live] : membership_->LivenessChanges()) {
-      if (live) {
+    for (const auto& change : membership_->LivenessChanges()) {
+      const int rank = change.rank;
+      if (change.live) {
         LOG(INFO) << "rank " << rank << " is live";
+      } else if (change.left) {
+        LOG(INFO) << "rank " << rank << " is done and left";
       } else {
         LOG(WARNING) << "rank " << rank << " silent for longer than "
                      << "--worker_timeout: dropped from "

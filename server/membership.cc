@@ -160,13 +160,13 @@ int64_t Membership::MaxClock() const {
   return max_clock_;
 }
 
-std::vector<std::pair<int, bool>> Membership::LivenessChanges() {
+std::vector<Membership::LivenessChange> Membership::LivenessChanges() {
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
-  std::vector<std::pair<int, bool>> changes;
+  std::vector<LivenessChange> changes;
   for (auto& [rank, w] : workers_) {
     const bool live = Live(w, now);
-    if (live != w.was_live) changes.emplace_back(rank, live);
+    if (live != w.was_live) changes.push_back({rank, live, w.left});
     w.was_live = live;
   }
   return changes;

@@ -54,8 +54,13 @@ class Membership {
   // The largest gap between the clocks of two live workers seen so far.
   int64_t MaxClockGap() const;
 
-  // Ranks whose liveness changed since the last call: (rank, now live).
-  std::vector<std::pair<int, bool>> LivenessChanges();
+  // Ranks whose liveness changed since the last call.
+  struct LivenessChange {
+    int rank;
+    bool live;
+    bool left;  // Not live because it said it was leaving (not silence).
+  };
+  std::vector<LivenessChange> LivenessChanges();
 
  private:
   struct Worker {

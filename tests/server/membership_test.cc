@@ -29,7 +29,9 @@ TEST(Membership, SilentWorkerStopsBeingLiveAndRejoins) {
   EXPECT_EQ(m.LiveCount(), 1);
   auto changes = m.LivenessChanges();
   ASSERT_EQ(changes.size(), 1u);
-  EXPECT_EQ(changes[0], std::make_pair(1, false));
+  EXPECT_EQ(changes[0].rank, 1);
+  EXPECT_FALSE(changes[0].live);
+  EXPECT_FALSE(changes[0].left);
   EXPECT_EQ(m.MinLiveClock(), 5);
   // Rank 1 comes back: new incarnation, resumes one below the front.
   auto again = m.Register(Join(1));
