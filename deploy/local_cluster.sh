@@ -6,7 +6,8 @@
 #   deploy/local_cluster.sh [--workers N] [--shards N] [--epochs N]
 #                           [--mode async] [--out DIR] [-- ps_worker flags...]
 #
-# Defaults: 2 shards, 2 workers, 5 epochs, async. Logs and the evaluator's
+# Defaults: 2 shards, 2 workers, 5 epochs, async. --mode (async, ssp, bsp,
+# allreduce) goes to the servers and the workers alike. Logs and the evaluator's
 # curve (CSV) go to --out (default: a fresh directory under /tmp).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -66,6 +67,7 @@ servers=""
 for ((s = 0; s < shards; s++)); do
   log="$out/server$s.log"
   "$out/ps_server" --host=127.0.0.1 --port=0 --shard=$s --num_shards="$shards" \
+    --mode="$mode" \
     >"$log.out" 2>"$log" &
   pids+=($!)
   # The server prints "... listening on 127.0.0.1:PORT" once it serves.
