@@ -63,21 +63,8 @@ trap cleanup EXIT
 trap 'echo; echo "== interrupted: stopping the cluster"; exit 130' INT TERM
 
 echo "== starting $shards shards"
-servers=""
-for ((s = 0; s < shards; s++)); do
-  log="$out/server$s.log"
-  "$out/ps_server" --host=127.0.0.1 --port=0 --shard=$s --num_shards="$shards" \
-    --mode="$mode" \
-    >"$log.out" 2>"$log" &
-  pids+=($!)
-  # The server prints "... listening on 127.0.0.1:PORT" once it serves.
-  line=$(timeout 30 tail -n +1 -f "$log.out" | grep -m1 "listening on" || true)
-  if [[ -z "$line" ]]; then
-    echo "shard $s did not start; see $log" >&2
-    exit 1
-  fi
-  servers+="${servers:+,}${line##* }"
-done
+source deploy/shards.sh
+start_shards "$out" "$out" "$shards" --mode="$mode" || exit 1
 echo "   servers: $servers"
 
 echo "== starting the evaluator and $workers workers (mode $mode, $epochs epochs)"

@@ -25,6 +25,7 @@ for a in "$@"; do
     *) args+=("$a") ;;
   esac
 done
+source deploy/shards.sh
 pids=()
 stop_servers() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -35,15 +36,7 @@ trap stop_servers EXIT
 # A shard holds one model, so each model gets fresh servers.
 IFS=';' read -ra model_list <<<"$models"
 for model in "${model_list[@]}"; do
-  servers=""
-  for s in 0 1; do
-    "$BIN/ps_server" --host=127.0.0.1 --port=0 --shard=$s --num_shards=2 \
-      --max_message_bytes=268435456 >"$BIN/server$s.out" 2>"$BIN/server$s.log" &
-    pids+=($!)
-    line=$(timeout 30 tail -n +1 -f "$BIN/server$s.out" | grep -m1 "listening on" || true)
-    if [[ -z "$line" ]]; then echo "shard $s did not start" >&2; exit 1; fi
-    servers+="${servers:+,}${line##* }"
-  done
+  start_shards "$BIN" "$BIN" 2 --max_message_bytes=268435456 || exit 1
   "$BIN/gpu_bench" --servers="$servers" --models="$model" ${args[@]+"${args[@]}"}
   stop_servers
 done

@@ -1,0 +1,140 @@
+// ps_bench: how fast the servers move weights. Client threads each pull the
+// whole model and push a whole-model gradient in a loop, against running
+// shards, for --seconds. It prints rounds/s and payload GB/s, and the ratio to
+// a ceiling measured in the same run: one thread copying the same bytes with
+// memcpy (every round must at least encode and decode each payload once).
+//
+//   tools/ps_bench.sh [--clients=2] [--model_bytes=940584]
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/time/clock.h"
+#include "common/cluster_spec.h"
+#include "worker/ps_client.h"
+
+ABSL_FLAG(std::string, servers, "127.0.0.1:5000", "Every shard, shard 0 first.");
+ABSL_FLAG(int, clients, 2, "Client threads, each with its own channels.");
+ABSL_FLAG(int64_t, model_bytes, 940584,
+          "Model size in bytes (default: the MLP 784-256-128-10).");
+ABSL_FLAG(int, tensors, 6, "Tensors the model is split into.");
+ABSL_FLAG(double, seconds, 5, "How long to measure.");
+
+namespace asyncps {
+namespace {
+
+v1::ModelSpec BenchSpec(int64_t bytes, int tensors, int shards) {
+  v1::ModelSpec spec;
+  spec.set_name("ps_bench");
+  spec.set_seed(1);
+  spec.set_slice_bytes(4 << 20);
+  spec.set_num_shards(shards);
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(1e-6f);
+  const int64_t per = std::max<int64_t>(1, bytes / 4 / tensors);
+  for (int t = 0; t < tensors; ++t) {
+    v1::TensorSpec* ts = spec.add_tensors();
+    ts->set_name("t" + std::to_string(t));
+    ts->add_shape(per);
+    ts->set_dtype(v1::DTYPE_F32);
+    ts->mutable_init()->set_kind(v1::Initializer::ZEROS);
+  }
+  return spec;
+}
+
+int Run() {
+  auto servers = ParseServerList(absl::GetFlag(FLAGS_servers));
+  if (!servers.ok()) {
+    std::fprintf(stderr, "%s\n", servers.status().ToString().c_str());
+    return 2;
+  }
+  const v1::ModelSpec spec =
+      BenchSpec(absl::GetFlag(FLAGS_model_bytes), absl::GetFlag(FLAGS_tensors),
+                static_cast<int>(servers->size()));
+  PsClientOptions options;
+  options.servers = *servers;
+  const int clients = absl::GetFlag(FLAGS_clients);
+  std::vector<std::unique_ptr<PsClient>> conns;
+  for (int c = 0; c < clients; ++c) {
+    auto client = PsClient::Create(options);
+    absl::Status s =
+        client.ok() ? (*client)->DeclareModel(spec) : client.status();
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s\n", s.ToString().c_str());
+      return 1;
+    }
+    conns.push_back(*std::move(client));
+  }
+  std::vector<int> tensors(spec.tensors_size());
+  std::vector<size_t> sizes;
+  int64_t bytes = 0;
+  for (int t = 0; t < spec.tensors_size(); ++t) {
+    tensors[t] = t;
+    sizes.push_back(conns[0]->partition().tensor_elements(t));
+    bytes += static_cast<int64_t>(sizes.back()) * 4;
+  }
+
+  std::atomic<int64_t> rounds{0};
+  std::atomic<bool> failed{false};
+  const absl::Duration length = absl::Seconds(absl::GetFlag(FLAGS_seconds));
+  const absl::Time start = absl::Now();
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&, c] {
+      std::vector<std::vector<float>> w, g;
+      for (size_t n : sizes) {
+        w.emplace_back(n, 0.0f);
+        g.emplace_back(n, 1e-3f);
+      }
+      std::vector<int64_t> versions;
+      while (absl::Now() - start < length) {
+        absl::Status s = conns[c]->Pull(tensors, &w, &versions, -1, 0);
+        if (s.ok()) s = conns[c]->Push(tensors, g, versions, -1, 0, nullptr);
+        if (!s.ok()) {
+          std::fprintf(stderr, "%s\n", s.ToString().c_str());
+          failed = true;
+          return;
+        }
+        rounds.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (failed) return 1;
+  const double secs = absl::ToDoubleSeconds(absl::Now() - start);
+  const double moved = 2.0 * bytes * rounds.load();  // A pull and a push.
+
+  // Ceiling: memcpy of the same payloads, twice per round (encode, decode).
+  std::vector<char> a(bytes, 1), b(bytes);
+  int64_t copies = 0;
+  const absl::Time c0 = absl::Now();
+  while (absl::Now() - c0 < absl::Seconds(1)) {
+    std::memcpy(b.data(), a.data(), bytes);
+    a[copies % bytes] = static_cast<char>(copies);
+    ++copies;
+  }
+  const double copy_rate =
+      bytes * static_cast<double>(copies) / absl::ToDoubleSeconds(absl::Now() - c0);
+  std::printf(
+      "ps_bench: %d clients, %zu shards, model %.2f MB: %.0f rounds/s "
+      "(pull + push), %.3f GB/s of payload\n",
+      clients, servers->size(), bytes / 1e6, rounds.load() / secs,
+      moved / secs / 1e9);
+  std::printf(
+      "ceiling: memcpy of the same bytes %.2f GB/s on one core; ratio %.4f\n",
+      copy_rate / 1e9, moved / secs / copy_rate);
+  return 0;
+}
+
+}  // namespace
+}  // namespace asyncps
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return asyncps::Run();
+}
