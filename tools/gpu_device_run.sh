@@ -11,5 +11,5 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out
 out/gpu/bin/cuda_backend_test 2>&1 | tee "$out/cuda_backend_test.txt" | tail -n 5
 for p in fp32 tf32 bf16; do
   BIN=out/gpu/bin timeout 150 tools/gpu_bench.sh --device=cuda:0 --precision=$p \
-    --steps=50 2>&1 | tee "$out/gpu_bench_$p.txt"
+    --steps=20 2>&1 | tee "$out/gpu_bench_$p.txt"
 done
