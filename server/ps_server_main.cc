@@ -38,6 +38,10 @@ ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,
           "Largest gRPC message accepted or sent, in bytes. Larger requests "
           "fail with RESOURCE_EXHAUSTED; clients split pulls and pushes to "
           "stay under it. Must be at least twice --slice_bytes of the model.");
+ABSL_FLAG(int64_t, max_shard_bytes, int64_t{4} << 30,
+          "Largest share of a model's weights this shard accepts, in bytes "
+          "(optimizer state comes on top: up to 2x more for Adam). A larger "
+          "DeclareModel fails with RESOURCE_EXHAUSTED.");
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(10),
           "A worker not heard from for this long is no longer live.");
 ABSL_FLAG(std::string, mode, "async",
@@ -116,7 +120,12 @@ int Run() {
 
   InstallStopSignalHandlers();
 
-  ShardStore store(shard, num_shards, max_message - kResponseOverhead);
+  if (absl::GetFlag(FLAGS_max_shard_bytes) < 1) {
+    LOG(ERROR) << "--max_shard_bytes must be positive";
+    return 2;
+  }
+  ShardStore store(shard, num_shards, max_message - kResponseOverhead,
+                   static_cast<uint64_t>(absl::GetFlag(FLAGS_max_shard_bytes)));
   Membership membership(Clock::Real(), absl::GetFlag(FLAGS_worker_timeout));
   Consistency consistency(consistency_config, &store, &membership,
                           Clock::Real());

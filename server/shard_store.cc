@@ -24,10 +24,12 @@ std::string DTypeName(int dtype) {
 
 }  // namespace
 
-ShardStore::ShardStore(int shard, int num_shards, uint64_t max_response_bytes)
+ShardStore::ShardStore(int shard, int num_shards, uint64_t max_response_bytes,
+                       uint64_t max_shard_bytes)
     : shard_(shard),
       num_shards_(num_shards),
       max_response_bytes_(max_response_bytes),
+      max_shard_bytes_(max_shard_bytes),
       staleness_(kStalenessBuckets) {}
 
 std::shared_ptr<const ShardStore::Model> ShardStore::model() const {
@@ -66,6 +68,13 @@ absl::StatusOr<v1::DeclareModelResponse> ShardStore::Declare(
   }
   auto partition = Partition::Create(spec);
   if (!partition.ok()) return Reject(partition.status());
+  const uint64_t mine = partition->ShardBytes()[shard_];
+  if (mine > max_shard_bytes_) {
+    return Reject(absl::ResourceExhaustedError(
+        absl::StrCat("this model puts ", mine, " bytes of weights on shard ",
+                     shard_, ", over its --max_shard_bytes=", max_shard_bytes_,
+                     "; use more shards or raise the limit")));
+  }
   auto m = std::make_shared<Model>();
   m->spec = spec;
   m->partition = *std::move(partition);

@@ -52,8 +52,12 @@ struct PushPolicy {
 
 class ShardStore {
  public:
-  // REQUIRES: 0 <= shard < num_shards.
-  ShardStore(int shard, int num_shards, uint64_t max_response_bytes);
+  // REQUIRES: 0 <= shard < num_shards. `max_shard_bytes` bounds the weights
+  // this shard will hold (the optimizer's slots come on top: up to 2x more
+  // for Adam); a bigger model is refused with RESOURCE_EXHAUSTED instead of
+  // running the process out of memory.
+  ShardStore(int shard, int num_shards, uint64_t max_response_bytes,
+             uint64_t max_shard_bytes = uint64_t{4} << 30);
   ShardStore(const ShardStore&) = delete;
   ShardStore& operator=(const ShardStore&) = delete;
 
@@ -160,6 +164,7 @@ class ShardStore {
   const int shard_;
   const int num_shards_;
   const uint64_t max_response_bytes_;
+  const uint64_t max_shard_bytes_;
 
   mutable absl::Mutex mu_;
   std::shared_ptr<const Model> model_ ABSL_GUARDED_BY(mu_);

@@ -253,6 +253,23 @@ TEST_F(ValidationTest, MessageOverTheLimitIsResourceExhausted) {
   ExpectUntouched();
 }
 
+TEST_F(ValidationTest, ModelTooBigForTheShardIsResourceExhausted) {
+  // 2 shards of a 64 GB model: far over the default 4 GiB per shard. The
+  // server must refuse, not try to allocate it.
+  v1::ModelSpec huge =
+      ConstantSpec({{1 << 20, 1 << 14}}, 2, 0.0f, 0.1f, 4 << 20);
+  v1::DeclareModelRequest req;
+  *req.mutable_spec() = huge;
+  v1::DeclareModelResponse resp;
+  grpc::ClientContext ctx;
+  grpc::Status s = stub_->DeclareModel(&ctx, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << s.error_message();
+  EXPECT_NE(s.error_message().find("--max_shard_bytes"), std::string::npos);
+  Declare();  // The shard is still empty and takes the real model.
+  ExpectUntouched();
+}
+
 TEST_F(ValidationTest, GarbageBytesDoNotCrashTheServer) {
   Declare();
   grpc::GenericStub generic(channel_);
