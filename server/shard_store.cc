@@ -251,6 +251,10 @@ absl::Status ShardStore::Push(const v1::PushRequest& request,
       ValidatePayloads(*m, request.gradients(), "gradient", &indices, &grads);
   if (!valid.ok()) return Reject(valid);
   const bool bsp = policy.mode == Mode::kBsp;
+  if (bsp && request.rank() < 0) {
+    return Reject(absl::InvalidArgumentError(
+        "bsp push without a rank; steps count one gradient per rank"));
+  }
   if (bsp && request.clock() < 1) {
     return Reject(absl::InvalidArgumentError(absl::StrCat(
         "bsp push with clock ", request.clock(), "; steps count from 1")));

@@ -112,6 +112,9 @@ TEST_F(ShardStoreTest, BspAppliesTheMeanOnceTheQuorumIsIn) {
   absl::Status ahead = store_.Push(Grad(1.0f, 1, 0, 3), policy, &resp);
   EXPECT_EQ(ahead.code(), absl::StatusCode::kFailedPrecondition) << ahead;
   EXPECT_EQ(Weight(), 8.0f);
+  // A push without a rank cannot take part in a step.
+  EXPECT_EQ(store_.Push(Grad(1.0f, 1, -1, 2), policy, &resp).code(),
+            absl::StatusCode::kInvalidArgument);
   // A gradient for step 1, now applied, is late.
   ASSERT_TRUE(store_.Push(Grad(1.0f, 0, 2, 1), policy, &resp).ok());
   EXPECT_TRUE(resp.dropped(0));
