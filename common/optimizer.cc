@@ -121,6 +121,18 @@ OptimizerSlots::OptimizerSlots(const v1::OptimizerSpec& spec, size_t n) {
   }
 }
 
+bool OptimizerSlots::Restore(std::vector<float> slot1, std::vector<float> slot2,
+                             int64_t steps) {
+  if (slot1.size() != slot1_.size() || slot2.size() != slot2_.size() ||
+      steps < 0) {
+    return false;
+  }
+  slot1_ = std::move(slot1);
+  slot2_ = std::move(slot2);
+  steps_ = steps;
+  return true;
+}
+
 void OptimizerSlots::Apply(const v1::OptimizerSpec& spec, float lr_scale,
                            absl::Span<const float> g, absl::Span<float> w) {
   const float lr = spec.learning_rate() * lr_scale /

@@ -51,6 +51,13 @@ class OptimizerSlots {
              absl::Span<const float> g, absl::Span<float> w);
 
   int64_t steps() const { return steps_; }
+  // The state, for checkpoints.
+  const std::vector<float>& slot1() const { return slot1_; }
+  const std::vector<float>& slot2() const { return slot2_; }
+  // Restores state saved from slots of the same spec and size; false (and
+  // nothing changed) if the sizes do not match.
+  bool Restore(std::vector<float> slot1, std::vector<float> slot2,
+               int64_t steps);
 
  private:
   std::vector<float> slot1_;  // Momentum velocity, Adam m, AdaGrad accumulator.

@@ -22,6 +22,7 @@
 #include "common/mode.h"
 #include "common/stop_signal.h"
 #include "glog/logging.h"
+#include "server/checkpoint.h"
 #include "server/consistency.h"
 #include "server/kv_store.h"
 #include "server/membership.h"
@@ -42,6 +43,14 @@ ABSL_FLAG(int64_t, max_shard_bytes, int64_t{4} << 30,
           "Largest share of a model's weights this shard accepts, in bytes "
           "(optimizer state comes on top: up to 2x more for Adam). A larger "
           "DeclareModel fails with RESOURCE_EXHAUSTED.");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Directory for this shard's checkpoints (shard-<i>-<time>.ckpt). At "
+          "start the newest valid one is restored; one is written every "
+          "--checkpoint_every, on the Checkpoint RPC, and at SIGTERM. Empty: "
+          "no checkpoints.");
+ABSL_FLAG(absl::Duration, checkpoint_every, absl::Seconds(60),
+          "Period of checkpoints (0: only on request and at exit).");
+ABSL_FLAG(int, checkpoint_keep, 3, "Checkpoint files kept per shard.");
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(10),
           "A worker not heard from for this long is no longer live.");
 ABSL_FLAG(std::string, mode, "async",
@@ -131,8 +140,42 @@ int Run() {
                           Clock::Real());
   KvStore kv;
   consistency.AddTickHook([&kv](absl::Time now) { kv.Expire(now); });
+  std::unique_ptr<Checkpointer> checkpointer;
+  const std::string checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  if (!checkpoint_dir.empty()) {
+    if (absl::GetFlag(FLAGS_checkpoint_keep) < 1) {
+      LOG(ERROR) << "--checkpoint_keep must be at least 1";
+      return 2;
+    }
+    std::vector<std::string> skipped;
+    auto newest = LoadNewestCheckpoint(checkpoint_dir, shard, &skipped);
+    for (const std::string& why : skipped) {
+      LOG(WARNING) << "skipping checkpoint: " << why;
+    }
+    if (newest.ok()) {
+      absl::Status restored = store.Restore(*newest);
+      if (!restored.ok()) {
+        LOG(ERROR) << "cannot restore the newest checkpoint in "
+                   << checkpoint_dir << ": " << restored;
+        return 1;
+      }
+      LOG(INFO) << "restored model '" << newest->spec().name() << "' from "
+                << checkpoint_dir << " (" << newest->slices_size()
+                << " slices, taken at "
+                << absl::FormatTime(absl::FromUnixMicros(newest->unix_micros()))
+                << ")";
+    } else if (newest.status().code() != absl::StatusCode::kNotFound) {
+      LOG(ERROR) << newest.status();
+      return 1;
+    }
+    checkpointer = std::make_unique<Checkpointer>(
+        &store, checkpoint_dir, shard, absl::GetFlag(FLAGS_checkpoint_keep),
+        absl::GetFlag(FLAGS_checkpoint_every), Clock::Real());
+    Checkpointer* c = checkpointer.get();
+    consistency.AddTickHook([c](absl::Time now) { c->MaybeWrite(now); });
+  }
   ParameterServerService service(&store, &membership, &consistency, &kv,
-                                 Clock::Real(), num_shards);
+                                 Clock::Real(), num_shards, checkpointer.get());
 
   const std::string address =
       absl::StrCat(absl::GetFlag(FLAGS_host), ":", port);
@@ -165,6 +208,14 @@ int Run() {
   server->Shutdown(std::chrono::system_clock::now() +
                    absl::ToChronoSeconds(absl::GetFlag(FLAGS_shutdown_grace)));
   server->Wait();
+  if (checkpointer != nullptr && store.declared()) {
+    auto path = checkpointer->Write();
+    if (path.ok()) {
+      LOG(INFO) << "final checkpoint " << *path;
+    } else {
+      LOG(ERROR) << "final checkpoint failed: " << path.status();
+    }
+  }
   ShardCounters c = store.Counters();
   LOG(INFO) << "shard " << shard << " stopped after " << c.pushes << " pushes, "
             << c.pulls << " pulls, " << c.rejected << " rejected";

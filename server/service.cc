@@ -6,15 +6,14 @@
 
 namespace asyncps {
 
-ParameterServerService::ParameterServerService(ShardStore* store,
-                                               Membership* membership,
-                                               Consistency* consistency,
-                                               KvStore* kv, Clock* clock,
-                                               int num_shards)
+ParameterServerService::ParameterServerService(
+    ShardStore* store, Membership* membership, Consistency* consistency,
+    KvStore* kv, Clock* clock, int num_shards, Checkpointer* checkpointer)
     : store_(store),
       membership_(membership),
       consistency_(consistency),
       kv_(kv),
+      checkpointer_(checkpointer),
       clock_(clock),
       num_shards_(num_shards),
       start_(clock->Now()) {}
@@ -121,6 +120,21 @@ grpc::ServerUnaryReactor* ParameterServerService::StoreGet(
     v1::StoreGetResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   kv_->Get(context, request, response, reactor);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Checkpoint(
+    grpc::CallbackServerContext* context, const v1::CheckpointRequest* request,
+    v1::CheckpointResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (checkpointer_ == nullptr) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                 "this server runs without --checkpoint_dir"));
+    return reactor;
+  }
+  auto path = checkpointer_->Write();
+  if (path.ok()) response->set_path(*path);
+  reactor->Finish(ToGrpcStatus(path.status()));
   return reactor;
 }
 

@@ -6,6 +6,7 @@
 
 #include "common/clock.h"
 #include "proto/asyncps.grpc.pb.h"
+#include "server/checkpoint.h"
 #include "server/consistency.h"
 #include "server/kv_store.h"
 #include "server/membership.h"
@@ -19,7 +20,7 @@ class ParameterServerService final
   // Every pointer is borrowed and must outlive this.
   ParameterServerService(ShardStore* store, Membership* membership,
                          Consistency* consistency, KvStore* kv, Clock* clock,
-                         int num_shards);
+                         int num_shards, Checkpointer* checkpointer = nullptr);
 
   grpc::ServerUnaryReactor* DeclareModel(
       grpc::CallbackServerContext* context,
@@ -49,6 +50,10 @@ class ParameterServerService final
   grpc::ServerUnaryReactor* StoreGet(grpc::CallbackServerContext* context,
                                      const v1::StoreGetRequest* request,
                                      v1::StoreGetResponse* response) override;
+  grpc::ServerUnaryReactor* Checkpoint(
+      grpc::CallbackServerContext* context,
+      const v1::CheckpointRequest* request,
+      v1::CheckpointResponse* response) override;
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context,
                                   const v1::StatsRequest* request,
                                   v1::StatsResponse* response) override;
@@ -62,6 +67,7 @@ class ParameterServerService final
   Membership* const membership_;
   Consistency* const consistency_;
   KvStore* const kv_;
+  Checkpointer* const checkpointer_;  // Null without --checkpoint_dir.
   Clock* const clock_;
   const int num_shards_;
   const absl::Time start_;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/initializer.h"
 #include "common/model_spec.h"
+#include "common/status.h"
 #include "common/tensor_bytes.h"
 
 namespace asyncps {
@@ -42,38 +43,23 @@ absl::Status ShardStore::Reject(absl::Status status) {
   return status;
 }
 
-absl::StatusOr<v1::DeclareModelResponse> ShardStore::Declare(
-    const v1::ModelSpec& spec) {
+absl::StatusOr<std::shared_ptr<ShardStore::Model>> ShardStore::BuildModel(
+    const v1::ModelSpec& spec) const {
   absl::Status valid = ValidateModelSpec(spec);
-  if (!valid.ok()) return Reject(valid);
+  if (!valid.ok()) return valid;
   if (static_cast<int>(spec.num_shards()) != num_shards_) {
-    return Reject(absl::FailedPreconditionError(
+    return absl::FailedPreconditionError(
         absl::StrCat("model spec says num_shards = ", spec.num_shards(),
-                     " but this server runs with --num_shards=", num_shards_)));
-  }
-  absl::MutexLock lock(&mu_);
-  v1::DeclareModelResponse response;
-  response.set_shard(shard_);
-  if (model_ != nullptr) {
-    const std::string diff = DescribeSpecDifference(model_->spec, spec);
-    if (!diff.empty()) {
-      return Reject(absl::FailedPreconditionError(
-          absl::StrCat("a different model is already declared on shard ",
-                       shard_, ": ", diff)));
-    }
-    response.set_num_slices(model_->num_slices);
-    response.set_num_bytes(model_->num_bytes);
-    response.set_created(false);
-    return response;
+                     " but this server runs with --num_shards=", num_shards_));
   }
   auto partition = Partition::Create(spec);
-  if (!partition.ok()) return Reject(partition.status());
+  if (!partition.ok()) return partition.status();
   const uint64_t mine = partition->ShardBytes()[shard_];
   if (mine > max_shard_bytes_) {
-    return Reject(absl::ResourceExhaustedError(
+    return absl::ResourceExhaustedError(
         absl::StrCat("this model puts ", mine, " bytes of weights on shard ",
                      shard_, ", over its --max_shard_bytes=", max_shard_bytes_,
-                     "; use more shards or raise the limit")));
+                     "; use more shards or raise the limit"));
   }
   auto m = std::make_shared<Model>();
   m->spec = spec;
@@ -96,11 +82,113 @@ absl::StatusOr<v1::DeclareModelResponse> ShardStore::Declare(
     ++m->num_slices;
     m->num_bytes += info.count * 4;
   }
-  model_ = m;
-  response.set_num_slices(m->num_slices);
-  response.set_num_bytes(m->num_bytes);
+  return m;
+}
+
+absl::StatusOr<v1::DeclareModelResponse> ShardStore::Declare(
+    const v1::ModelSpec& spec) {
+  absl::MutexLock lock(&mu_);
+  v1::DeclareModelResponse response;
+  response.set_shard(shard_);
+  if (model_ != nullptr) {
+    absl::Status valid = ValidateModelSpec(spec);
+    if (!valid.ok()) return Reject(valid);
+    if (static_cast<int>(spec.num_shards()) != num_shards_) {
+      return Reject(absl::FailedPreconditionError(absl::StrCat(
+          "model spec says num_shards = ", spec.num_shards(),
+          " but this server runs with --num_shards=", num_shards_)));
+    }
+    const std::string diff = DescribeSpecDifference(model_->spec, spec);
+    if (!diff.empty()) {
+      return Reject(absl::FailedPreconditionError(
+          absl::StrCat("a different model is already declared on shard ",
+                       shard_, ": ", diff)));
+    }
+    response.set_num_slices(model_->num_slices);
+    response.set_num_bytes(model_->num_bytes);
+    response.set_created(false);
+    return response;
+  }
+  auto m = BuildModel(spec);
+  if (!m.ok()) return Reject(m.status());
+  model_ = *m;
+  response.set_num_slices(model_->num_slices);
+  response.set_num_bytes(model_->num_bytes);
   response.set_created(true);
   return response;
+}
+
+absl::StatusOr<v1::ShardCheckpoint> ShardStore::Snapshot() const {
+  std::shared_ptr<const Model> m = model();
+  if (m == nullptr) {
+    return absl::FailedPreconditionError("no model to checkpoint");
+  }
+  v1::ShardCheckpoint c;
+  *c.mutable_spec() = m->spec;
+  c.set_shard(shard_);
+  for (size_t i = 0; i < m->slices.size(); ++i) {
+    if (m->slices[i] == nullptr) continue;
+    SliceState& state = *m->slices[i];
+    v1::SliceCheckpoint* out = c.add_slices();
+    out->set_slice(static_cast<uint32_t>(i));
+    absl::MutexLock lock(&state.mu);
+    EncodeF32(state.weights, out->mutable_weights());
+    EncodeF32(state.slots.slot1(), out->mutable_slot1());
+    EncodeF32(state.slots.slot2(), out->mutable_slot2());
+    out->set_version(state.version);
+    out->set_optimizer_steps(state.slots.steps());
+    out->set_applied_step(state.applied_step);
+  }
+  return c;
+}
+
+absl::Status ShardStore::Restore(const v1::ShardCheckpoint& checkpoint) {
+  if (static_cast<int>(checkpoint.shard()) != shard_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint is of shard ", checkpoint.shard(),
+                     ", this is shard ", shard_));
+  }
+  auto built = BuildModel(checkpoint.spec());
+  if (!built.ok()) return Annotate(built.status(), "checkpoint");
+  std::shared_ptr<Model> m = *std::move(built);
+  if (static_cast<uint32_t>(checkpoint.slices_size()) != m->num_slices) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint has ", checkpoint.slices_size(),
+                     " slices; the model puts ", m->num_slices, " here"));
+  }
+  for (const v1::SliceCheckpoint& sc : checkpoint.slices()) {
+    if (sc.slice() >= m->slices.size() || m->slices[sc.slice()] == nullptr) {
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint has slice ", sc.slice(), " which is not on this shard"));
+    }
+    SliceState& state = *m->slices[sc.slice()];
+    absl::MutexLock lock(&state.mu);
+    auto decode = [](const std::string& bytes, std::vector<float>* out) {
+      if (bytes.size() % 4 != 0) return false;
+      out->resize(bytes.size() / 4);
+      DecodeF32(bytes, absl::MakeSpan(*out));
+      return true;
+    };
+    std::vector<float> w, s1, s2;
+    if (!decode(sc.weights(), &w) || w.size() != state.weights.size() ||
+        !decode(sc.slot1(), &s1) || !decode(sc.slot2(), &s2) ||
+        !state.slots.Restore(std::move(s1), std::move(s2),
+                             sc.optimizer_steps()) ||
+        sc.version() < 0 || sc.applied_step() < 0) {
+      return absl::DataLossError(absl::StrCat("checkpoint slice ", sc.slice(),
+                                              " does not fit the model"));
+    }
+    state.weights = std::move(w);
+    state.version = sc.version();
+    state.applied_step = sc.applied_step();
+  }
+  absl::MutexLock lock(&mu_);
+  if (model_ != nullptr) {
+    return absl::FailedPreconditionError(
+        "a model is already declared; restore before serving");
+  }
+  model_ = std::move(m);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int> ShardStore::Resolve(const Model& model,

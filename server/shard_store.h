@@ -20,6 +20,7 @@
 #include "common/optimizer.h"
 #include "common/partitioner.h"
 #include "proto/asyncps.pb.h"
+#include "proto/checkpoint.pb.h"
 
 namespace asyncps {
 
@@ -101,6 +102,14 @@ class ShardStore {
   // bsp: true if step `clock` has been applied to every slice in `slices`.
   bool StepApplied(const std::vector<int>& slices, int64_t clock) const;
 
+  // The whole state of this shard (weights, versions, optimizer slots, bsp
+  // steps), for a checkpoint. FAILED_PRECONDITION before Declare.
+  absl::StatusOr<v1::ShardCheckpoint> Snapshot() const;
+  // Loads a checkpoint into an empty store: its spec is declared and every
+  // slice's state restored. DATA_LOSS if it does not fit the model on this
+  // shard; nothing changes on error.
+  absl::Status Restore(const v1::ShardCheckpoint& checkpoint);
+
   // Replaces weights (allreduce mode), validated like a push's gradients;
   // each slice's version becomes the given one.
   absl::Status Assign(const v1::AssignRequest& request);
@@ -144,6 +153,9 @@ class ShardStore {
     uint64_t num_bytes = 0;
   };
 
+  // A model with this shard's slices initialised from the spec's seed.
+  absl::StatusOr<std::shared_ptr<Model>> BuildModel(
+      const v1::ModelSpec& spec) const;
   // Resolves `key` to a slice of this shard, or a status saying why not.
   absl::StatusOr<int> Resolve(const Model& model,
                               const v1::SliceKey& key) const;

@@ -18,7 +18,8 @@
 #include "common/cluster_spec.h"
 #include "worker/ps_client.h"
 
-ABSL_FLAG(std::string, servers, "127.0.0.1:5000", "Every shard, shard 0 first.");
+ABSL_FLAG(std::string, servers, "127.0.0.1:5000",
+          "Every shard, shard 0 first.");
 ABSL_FLAG(int, clients, 2, "Client threads, each with its own channels.");
 ABSL_FLAG(int64_t, model_bytes, 940584,
           "Model size in bytes (default: the MLP 784-256-128-10).");
@@ -118,8 +119,8 @@ int Run() {
     a[copies % bytes] = static_cast<char>(copies);
     ++copies;
   }
-  const double copy_rate =
-      bytes * static_cast<double>(copies) / absl::ToDoubleSeconds(absl::Now() - c0);
+  const double copy_rate = bytes * static_cast<double>(copies) /
+                           absl::ToDoubleSeconds(absl::Now() - c0);
   std::printf(
       "ps_bench: %d clients, %zu shards, model %.2f MB: %.0f rounds/s "
       "(pull + push), %.3f GB/s of payload\n",

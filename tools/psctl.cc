@@ -39,6 +39,17 @@ int Run(const std::string& command) {
     std::fprintf(stderr, "psctl: %s\n", client.status().ToString().c_str());
     return 2;
   }
+  if (command == "checkpoint") {
+    for (int s = 0; s < (*client)->num_shards(); ++s) {
+      auto path = (*client)->Checkpoint(s);
+      if (!path.ok()) {
+        std::fprintf(stderr, "psctl: %s\n", path.status().ToString().c_str());
+        return 1;
+      }
+      std::printf("shard %d: %s\n", s, path->c_str());
+    }
+    return 0;
+  }
   auto stats = (*client)->StatsAll();
   if (!stats.ok()) {
     std::fprintf(stderr, "psctl: %s\n", stats.status().ToString().c_str());
@@ -73,8 +84,8 @@ int Run(const std::string& command) {
     }
   } else {
     std::fprintf(stderr,
-                 "psctl: unknown command '%s' (want stats, histogram or "
-                 "workers)\n",
+                 "psctl: unknown command '%s' (want stats, histogram, "
+                 "workers or checkpoint)\n",
                  command.c_str());
     return 2;
   }
@@ -87,7 +98,7 @@ int Run(const std::string& command) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Inspect a running asyncps cluster.\n"
-      "  psctl --servers=h:p,h:p stats|histogram|workers");
+      "  psctl --servers=h:p,h:p stats|histogram|workers|checkpoint");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
     std::fprintf(stderr,

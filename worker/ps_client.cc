@@ -329,4 +329,12 @@ absl::StatusOr<v1::StatsResponse> PsClient::Stats(int shard) {
                                     ASYNCPS_RPC(Stats), "Stats");
 }
 
+absl::StatusOr<std::string> PsClient::Checkpoint(int shard) {
+  ASSIGN_OR_RETURN(
+      v1::CheckpointResponse resp,
+      CallOne<v1::CheckpointResponse>(shard, v1::CheckpointRequest(),
+                                      ASYNCPS_RPC(Checkpoint), "Checkpoint"));
+  return resp.path();
+}
+
 }  // namespace asyncps

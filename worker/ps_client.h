@@ -93,6 +93,8 @@ class PsClient {
                                                 const v1::RegisterRequest& req);
   absl::Status Heartbeat(int shard, const v1::HeartbeatRequest& req);
   absl::StatusOr<v1::StatsResponse> Stats(int shard);
+  // Asks a shard to write a checkpoint now; returns the file's path there.
+  absl::StatusOr<std::string> Checkpoint(int shard);
   // Stats of every shard, in shard order.
   absl::StatusOr<std::vector<v1::StatsResponse>> StatsAll();
 

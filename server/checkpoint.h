@@ -1,0 +1,65 @@
+// Shard checkpoints on disk. A file is a header ("ASYNCPSC", format version,
+// payload length, CRC-32 of the payload) and a ShardCheckpoint proto
+// (proto/checkpoint.proto). Files are written to a temporary name, fsync'd,
+// renamed into place and the directory fsync'd, so a crash leaves either the
+// old set of files or the new one.
+#ifndef ASYNCPS_SERVER_CHECKPOINT_H_
+#define ASYNCPS_SERVER_CHECKPOINT_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "proto/checkpoint.pb.h"
+#include "server/shard_store.h"
+
+namespace asyncps {
+
+// "<dir>/shard-<shard>-<unix_micros, 20 digits>.ckpt": names sort by time.
+std::string CheckpointPath(const std::string& dir, int shard,
+                           int64_t unix_micros);
+
+absl::Status WriteCheckpointFile(const std::string& path,
+                                 const v1::ShardCheckpoint& checkpoint);
+
+// DATA_LOSS naming the file and the problem (bad magic, unknown format,
+// truncated, checksum mismatch, unparsable), NOT_FOUND if it is missing.
+absl::StatusOr<v1::ShardCheckpoint> ReadCheckpointFile(const std::string& path);
+
+// The newest valid checkpoint of `shard` in `dir`; files that fail to read
+// are skipped and described in `skipped`. NOT_FOUND if there is none.
+absl::StatusOr<v1::ShardCheckpoint> LoadNewestCheckpoint(
+    const std::string& dir, int shard, std::vector<std::string>* skipped);
+
+// Deletes all but the newest `keep` checkpoint files of `shard`.
+void PruneCheckpoints(const std::string& dir, int shard, int keep);
+
+// Writes checkpoints of one shard's store, on request or on a period.
+// Thread-safe (one write at a time).
+class Checkpointer {
+ public:
+  // `store` and `clock` are borrowed and must outlive this.
+  Checkpointer(ShardStore* store, std::string dir, int shard, int keep,
+               absl::Duration every, Clock* clock);
+  // Writes one now; returns its path.
+  absl::StatusOr<std::string> Write();
+  // Writes one if `every` has passed since the last (and a model exists).
+  void MaybeWrite(absl::Time now);
+
+ private:
+  ShardStore* const store_;
+  const std::string dir_;
+  const int shard_;
+  const int keep_;
+  const absl::Duration every_;
+  Clock* const clock_;
+  absl::Mutex mu_;
+  absl::Time last_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_CHECKPOINT_H_
