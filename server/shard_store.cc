@@ -43,8 +43,7 @@ absl::Status ShardStore::Reject(absl::Status status) {
   return status;
 }
 
-absl::StatusOr<std::shared_ptr<ShardStore::Model>> ShardStore::BuildModel(
-    const v1::ModelSpec& spec) const {
+absl::Status ShardStore::CheckSpec(const v1::ModelSpec& spec) const {
   absl::Status valid = ValidateModelSpec(spec);
   if (!valid.ok()) return valid;
   if (static_cast<int>(spec.num_shards()) != num_shards_) {
@@ -52,6 +51,13 @@ absl::StatusOr<std::shared_ptr<ShardStore::Model>> ShardStore::BuildModel(
         absl::StrCat("model spec says num_shards = ", spec.num_shards(),
                      " but this server runs with --num_shards=", num_shards_));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<ShardStore::Model>> ShardStore::BuildModel(
+    const v1::ModelSpec& spec) const {
+  absl::Status valid = CheckSpec(spec);
+  if (!valid.ok()) return valid;
   auto partition = Partition::Create(spec);
   if (!partition.ok()) return partition.status();
   const uint64_t mine = partition->ShardBytes()[shard_];
@@ -91,13 +97,8 @@ absl::StatusOr<v1::DeclareModelResponse> ShardStore::Declare(
   v1::DeclareModelResponse response;
   response.set_shard(shard_);
   if (model_ != nullptr) {
-    absl::Status valid = ValidateModelSpec(spec);
+    absl::Status valid = CheckSpec(spec);
     if (!valid.ok()) return Reject(valid);
-    if (static_cast<int>(spec.num_shards()) != num_shards_) {
-      return Reject(absl::FailedPreconditionError(absl::StrCat(
-          "model spec says num_shards = ", spec.num_shards(),
-          " but this server runs with --num_shards=", num_shards_)));
-    }
     const std::string diff = DescribeSpecDifference(model_->spec, spec);
     if (!diff.empty()) {
       return Reject(absl::FailedPreconditionError(

@@ -153,6 +153,8 @@ class ShardStore {
     uint64_t num_bytes = 0;
   };
 
+  // OK if `spec` is usable and made for this server's number of shards.
+  absl::Status CheckSpec(const v1::ModelSpec& spec) const;
   // A model with this shard's slices initialised from the spec's seed.
   absl::StatusOr<std::shared_ptr<Model>> BuildModel(
       const v1::ModelSpec& spec) const;

@@ -152,11 +152,7 @@ int Run() {
       std::fprintf(stderr, "%s\n", s.ToString().c_str());
       return 1;
     }
-    std::vector<std::vector<int>> layer_tensors;
-    for (int l = 0; l < model.num_layers(); ++l) {
-      layer_tensors.push_back({2 * l, 2 * l + 1});
-    }
-    PsExchange exchange(client->get(), 0, layer_tensors);
+    PsExchange exchange(client->get(), 0, model.LayerTensors());
     s = exchange.Start(&w, 0);
     double wait_s = 0;
     const absl::Time t1 = absl::Now();

@@ -1,27 +1,18 @@
 #include "worker/allreduce_exchange.h"
 
-#include <algorithm>
-#include <cstring>
-#include <exception>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 
 namespace asyncps {
+
 AllreduceExchange::AllreduceExchange(
     PsClient* client, AllreduceConfig config,
     std::vector<std::vector<int>> layer_tensors)
     : client_(client),
       config_(std::move(config)),
-      layer_tensors_(std::move(layer_tensors)) {
-  for (const auto& l : layer_tensors_) {
-    all_tensors_.insert(all_tensors_.end(), l.begin(), l.end());
-  }
-  std::sort(all_tensors_.begin(), all_tensors_.end());
-}
-
-AllreduceExchange::~AllreduceExchange() = default;
+      layer_tensors_(std::move(layer_tensors)),
+      all_tensors_(AllTensors(layer_tensors_)) {}
 
 absl::Status AllreduceExchange::Start(std::vector<std::vector<float>>* weights,
                                       int64_t clock) {

@@ -40,7 +40,6 @@ class AllreduceExchange final : public GradientExchange {
   // `client` is borrowed and must have a model.
   AllreduceExchange(PsClient* client, AllreduceConfig config,
                     std::vector<std::vector<int>> layer_tensors);
-  ~AllreduceExchange() override;
 
   // Pulls the initial weights and joins the ring (rendezvous through the
   // servers' store under a key prefix made of `clock` and the attempt).
@@ -65,12 +64,12 @@ class AllreduceExchange final : public GradientExchange {
   PsClient* const client_;
   const AllreduceConfig config_;
   const std::vector<std::vector<int>> layer_tensors_;
+  const std::vector<int> all_tensors_;  // Every tensor, ascending.
   std::unique_ptr<Collective> collective_;
   std::vector<std::vector<float>>* weights_ = nullptr;
   std::vector<std::vector<float>> sums_;  // Per tensor.
   std::vector<OptimizerSlots> slots_;     // Per tensor.
-  std::vector<int> all_tensors_;
-  TaskQueue queue_;  // Last: its thread stops first.
+  TaskQueue queue_;                       // Last: its thread stops first.
 };
 
 }  // namespace asyncps

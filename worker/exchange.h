@@ -5,6 +5,7 @@
 #ifndef ASYNCPS_WORKER_EXCHANGE_H_
 #define ASYNCPS_WORKER_EXCHANGE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -21,6 +22,9 @@ struct StepStats {
   // applied to every slice); -1 if unknown.
   int64_t min_version = -1;
 };
+
+// Every tensor of `layer_tensors`, in ascending order.
+std::vector<int> AllTensors(const std::vector<std::vector<int>>& layer_tensors);
 
 class GradientExchange {
  public:
@@ -44,6 +48,14 @@ class GradientExchange {
   // Training is over (the weights given to Start are still alive).
   virtual absl::Status Finish(int64_t clock) { return absl::OkStatus(); }
 };
+
+inline std::vector<int> AllTensors(
+    const std::vector<std::vector<int>>& layer_tensors) {
+  std::vector<int> all;
+  for (const auto& l : layer_tensors) all.insert(all.end(), l.begin(), l.end());
+  std::sort(all.begin(), all.end());
+  return all;
+}
 
 }  // namespace asyncps
 

@@ -182,6 +182,17 @@ void FillKey(const v1::ModelSpec& spec, const SliceInfo& s, v1::SliceKey* key) {
   key->set_count(s.count);
 }
 
+// Slice `s` of `values` (one vector per tensor) as f32 payload.
+void FillSliceData(const v1::ModelSpec& spec, const SliceInfo& s,
+                   const std::vector<std::vector<float>>& values,
+                   int64_t version, v1::SliceData* d) {
+  FillKey(spec, s, d->mutable_key());
+  d->set_dtype(v1::DTYPE_F32);
+  d->set_version(version);
+  EncodeF32(absl::MakeConstSpan(values[s.tensor].data() + s.begin, s.count),
+            d->mutable_data());
+}
+
 }  // namespace
 
 absl::Status PsClient::Pull(absl::Span<const int> tensors,
@@ -235,13 +246,8 @@ absl::Status PsClient::Push(absl::Span<const int> tensors,
     calls[b].request.set_rank(rank);
     calls[b].request.set_clock(clock);
     for (int i : batches[b]) {
-      const SliceInfo& s = partition_->slices()[i];
-      v1::SliceData* d = calls[b].request.add_gradients();
-      FillKey(spec_, s, d->mutable_key());
-      d->set_dtype(v1::DTYPE_F32);
-      d->set_version(versions[i]);
-      EncodeF32(absl::MakeConstSpan(grads[s.tensor].data() + s.begin, s.count),
-                d->mutable_data());
+      FillSliceData(spec_, partition_->slices()[i], grads, versions[i],
+                    calls[b].request.add_gradients());
     }
   }
   RETURN_IF_ERROR(CallAll(&calls, ASYNCPS_RPC(Push), "Push"));
@@ -269,14 +275,8 @@ absl::Status PsClient::Assign(absl::Span<const int> tensors,
     calls[b].shard = partition_->slices()[batches[b][0]].shard;
     calls[b].request.set_rank(rank);
     for (int i : batches[b]) {
-      const SliceInfo& s = partition_->slices()[i];
-      v1::SliceData* d = calls[b].request.add_weights();
-      FillKey(spec_, s, d->mutable_key());
-      d->set_dtype(v1::DTYPE_F32);
-      d->set_version(version);
-      EncodeF32(
-          absl::MakeConstSpan(weights[s.tensor].data() + s.begin, s.count),
-          d->mutable_data());
+      FillSliceData(spec_, partition_->slices()[i], weights, version,
+                    calls[b].request.add_weights());
     }
   }
   return CallAll(&calls, ASYNCPS_RPC(Assign), "Assign", /*idempotent=*/true);

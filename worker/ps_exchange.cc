@@ -10,12 +10,9 @@ PsExchange::PsExchange(PsClient* client, int rank,
 
 absl::Status PsExchange::Start(std::vector<std::vector<float>>* weights,
                                int64_t clock) {
-  std::vector<int> all;
-  for (const auto& l : layer_tensors_)
-    all.insert(all.end(), l.begin(), l.end());
-  std::sort(all.begin(), all.end());
   weights_ = weights;
-  return client_->Pull(all, weights, &versions_, rank_, clock);
+  return client_->Pull(AllTensors(layer_tensors_), weights, &versions_, rank_,
+                       clock);
 }
 
 void PsExchange::LayerReady(int layer,

@@ -286,15 +286,19 @@ int Run() {
   }
   absl::Notification heartbeat_done;
   std::atomic<int64_t> clock{start_clock};
+  auto heartbeat_to = [&](int shard, bool leaving) {
+    v1::HeartbeatRequest req;
+    req.set_rank(rank);
+    req.set_incarnation(incarnations[shard]);
+    req.set_clock(clock.load());
+    req.set_leaving(leaving);
+    return (*client)->Heartbeat(shard, req);
+  };
   std::thread heartbeat([&] {
     while (!heartbeat_done.WaitForNotificationWithTimeout(
         absl::GetFlag(FLAGS_heartbeat_every))) {
       for (int s = 0; s < (*client)->num_shards(); ++s) {
-        v1::HeartbeatRequest req;
-        req.set_rank(rank);
-        req.set_incarnation(incarnations[s]);
-        req.set_clock(clock.load());
-        absl::Status hs = (*client)->Heartbeat(s, req);
+        absl::Status hs = heartbeat_to(s, /*leaving=*/false);
         if (hs.code() == absl::StatusCode::kNotFound) {
           // The shard restarted and forgot us: join again.
           auto r = (*client)->Register(s, join);
@@ -315,10 +319,7 @@ int Run() {
                     absl::GetFlag(FLAGS_seed),
                     absl::GetFlag(FLAGS_max_train_examples));
   Mlp model(backend.get(), *layers, absl::GetFlag(FLAGS_batch_size));
-  std::vector<std::vector<int>> layer_tensors;
-  for (int l = 0; l < model.num_layers(); ++l) {
-    layer_tensors.push_back({2 * l, 2 * l + 1});
-  }
+  const std::vector<std::vector<int>> layer_tensors = model.LayerTensors();
   std::unique_ptr<GradientExchange> exchange;
   if (mode == Mode::kAllreduce) {
     AllreduceConfig ar;
@@ -361,12 +362,7 @@ int Run() {
   // A last heartbeat with the final clock (a job restarted later resumes
   // from it), saying this worker leaves, so ssp and bsp stop waiting for it.
   for (int shard = 0; shard < (*client)->num_shards(); ++shard) {
-    v1::HeartbeatRequest req;
-    req.set_rank(rank);
-    req.set_incarnation(incarnations[shard]);
-    req.set_clock(clock.load());
-    req.set_leaving(true);
-    (*client)->Heartbeat(shard, req).IgnoreError();
+    heartbeat_to(shard, /*leaving=*/true).IgnoreError();
   }
   if (!s.ok()) return Fail(s);
   std::printf(

@@ -103,6 +103,12 @@ std::vector<size_t> Mlp::TensorSizes() const {
   return sizes;
 }
 
+std::vector<std::vector<int>> Mlp::LayerTensors() const {
+  std::vector<std::vector<int>> tensors;
+  for (int l = 0; l < num_layers(); ++l) tensors.push_back({2 * l, 2 * l + 1});
+  return tensors;
+}
+
 void Mlp::SetWeights(const std::vector<std::vector<float>>& weights) {
   for (int l = 0; l < num_layers(); ++l) SetLayerWeights(l, weights);
 }

@@ -42,6 +42,8 @@ class Mlp {
   const std::vector<int>& layers() const { return layers_; }
   // Element count of each tensor.
   std::vector<size_t> TensorSizes() const;
+  // The tensors of each layer ({2L, 2L+1}), as the exchanges take them.
+  std::vector<std::vector<int>> LayerTensors() const;
 
   // Copies host weights (one vector per tensor) to the backend.
   void SetWeights(const std::vector<std::vector<float>>& weights);
