@@ -1,17 +1,15 @@
 #include "server/checkpoint.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
+#include <memory>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status.h"
 
 namespace asyncps {
 namespace {
@@ -33,28 +31,38 @@ uint64_t GetLe(const char* p, int bytes) {
   return v;
 }
 
-absl::Status Errno(absl::string_view what, const std::string& path) {
-  return absl::InternalError(
-      absl::StrCat(path, ": ", what, ": ", std::strerror(errno)));
-}
-
 std::string Prefix(int shard) { return absl::StrCat("shard-", shard, "-"); }
 
-// The checkpoint files of `shard` in `dir`, oldest first.
-std::vector<std::string> List(const std::string& dir, int shard) {
+// The checkpoint files of `shard` in `dir`, oldest first; none if the
+// directory cannot be listed.
+std::vector<std::string> List(FileSystem* fs, const std::string& dir,
+                              int shard) {
   std::vector<std::string> names;
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return names;
-  while (dirent* e = readdir(d)) {
-    const std::string name = e->d_name;
+  auto entries = fs->ListDir(dir);
+  if (!entries.ok()) return names;
+  for (std::string& name : *entries) {
     if (absl::StartsWith(name, Prefix(shard)) &&
         absl::EndsWith(name, ".ckpt")) {
-      names.push_back(name);
+      names.push_back(std::move(name));
     }
   }
-  closedir(d);
   std::sort(names.begin(), names.end());
   return names;
+}
+
+std::string DirOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+// Writes `data` to `tmp` and makes it durable.
+absl::Status WriteDurably(FileSystem* fs, const std::string& tmp,
+                          absl::string_view data) {
+  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
+                   fs->NewWritableFile(tmp));
+  RETURN_IF_ERROR(file->Append(data));
+  RETURN_IF_ERROR(file->Sync());
+  return file->Close();
 }
 
 }  // namespace
@@ -64,7 +72,7 @@ std::string CheckpointPath(const std::string& dir, int shard,
   return absl::StrFormat("%s/%s%020d.ckpt", dir, Prefix(shard), unix_micros);
 }
 
-absl::Status WriteCheckpointFile(const std::string& path,
+absl::Status WriteCheckpointFile(FileSystem* fs, const std::string& path,
                                  const v1::ShardCheckpoint& checkpoint) {
   std::string payload;
   if (!checkpoint.SerializeToString(&payload)) {
@@ -79,65 +87,21 @@ absl::Status WriteCheckpointFile(const std::string& path,
         4);
   data += payload;
   const std::string tmp = path + ".tmp";
-  const int fd =
-      open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("open", tmp);
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      absl::Status s = Errno("write", tmp);
-      close(fd);
-      unlink(tmp.c_str());
-      return s;
-    }
-    done += n;
-  }
-  if (fsync(fd) != 0) {
-    absl::Status s = Errno("fsync", tmp);
-    close(fd);
-    unlink(tmp.c_str());
+  absl::Status s = WriteDurably(fs, tmp, data);
+  if (s.ok()) s = fs->Rename(tmp, path);
+  if (!s.ok()) {
+    fs->Delete(tmp).IgnoreError();  // It may not exist.
     return s;
   }
-  close(fd);
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    absl::Status s = Errno("rename", path);
-    unlink(tmp.c_str());
-    return s;
-  }
-  const std::string dir = path.substr(0, path.rfind('/'));
-  const int dfd = open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_CLOEXEC);
-  if (dfd >= 0) {
-    fsync(dfd);
-    close(dfd);
-  }
+  // The rename is in place; a failed directory fsync only risks losing
+  // this newest file at a power cut, which the older ones survive.
+  fs->SyncDir(DirOf(path)).IgnoreError();
   return absl::OkStatus();
 }
 
 absl::StatusOr<v1::ShardCheckpoint> ReadCheckpointFile(
-    const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) {
-      return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-    }
-    return Errno("open", path);
-  }
-  std::string data;
-  char buf[1 << 16];
-  while (true) {
-    const ssize_t n = read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      absl::Status s = Errno("read", path);
-      close(fd);
-      return s;
-    }
-    if (n == 0) break;
-    data.append(buf, n);
-  }
-  close(fd);
+    FileSystem* fs, const std::string& path) {
+  ASSIGN_OR_RETURN(const std::string data, fs->ReadFile(path));
   auto loss = [&](absl::string_view why) {
     return absl::DataLossError(absl::StrCat(path, ": ", why));
   };
@@ -169,10 +133,11 @@ absl::StatusOr<v1::ShardCheckpoint> ReadCheckpointFile(
 }
 
 absl::StatusOr<v1::ShardCheckpoint> LoadNewestCheckpoint(
-    const std::string& dir, int shard, std::vector<std::string>* skipped) {
-  std::vector<std::string> names = List(dir, shard);
+    FileSystem* fs, const std::string& dir, int shard,
+    std::vector<std::string>* skipped) {
+  std::vector<std::string> names = List(fs, dir, shard);
   for (auto it = names.rbegin(); it != names.rend(); ++it) {
-    auto c = ReadCheckpointFile(absl::StrCat(dir, "/", *it));
+    auto c = ReadCheckpointFile(fs, absl::StrCat(dir, "/", *it));
     if (c.ok()) return c;
     if (skipped != nullptr) skipped->push_back(c.status().ToString());
   }
@@ -180,16 +145,19 @@ absl::StatusOr<v1::ShardCheckpoint> LoadNewestCheckpoint(
       absl::StrCat("no valid checkpoint of shard ", shard, " in ", dir));
 }
 
-void PruneCheckpoints(const std::string& dir, int shard, int keep) {
-  std::vector<std::string> names = List(dir, shard);
+void PruneCheckpoints(FileSystem* fs, const std::string& dir, int shard,
+                      int keep) {
+  std::vector<std::string> names = List(fs, dir, shard);
   for (size_t i = 0; i + keep < names.size(); ++i) {
-    unlink(absl::StrCat(dir, "/", names[i]).c_str());
+    fs->Delete(absl::StrCat(dir, "/", names[i])).IgnoreError();
   }
 }
 
-Checkpointer::Checkpointer(ShardStore* store, std::string dir, int shard,
-                           int keep, absl::Duration every, Clock* clock)
+Checkpointer::Checkpointer(ShardStore* store, FileSystem* fs, std::string dir,
+                           int shard, int keep, absl::Duration every,
+                           Clock* clock)
     : store_(store),
+      fs_(fs),
       dir_(std::move(dir)),
       shard_(shard),
       keep_(keep),
@@ -199,16 +167,14 @@ Checkpointer::Checkpointer(ShardStore* store, std::string dir, int shard,
 
 absl::StatusOr<std::string> Checkpointer::Write() {
   absl::MutexLock lock(&mu_);
-  auto snapshot = store_->Snapshot();
-  if (!snapshot.ok()) return snapshot.status();
+  ASSIGN_OR_RETURN(v1::ShardCheckpoint snapshot, store_->Snapshot());
   const absl::Time now = clock_->Now();
-  snapshot->set_unix_micros(absl::ToUnixMicros(now));
+  snapshot.set_unix_micros(absl::ToUnixMicros(now));
   const std::string path =
       CheckpointPath(dir_, shard_, absl::ToUnixMicros(now));
-  absl::Status s = WriteCheckpointFile(path, *snapshot);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(WriteCheckpointFile(fs_, path, snapshot));
   last_ = now;
-  PruneCheckpoints(dir_, shard_, keep_);
+  PruneCheckpoints(fs_, dir_, shard_, keep_);
   return path;
 }
 

@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/file_system.h"
 #include "proto/checkpoint.pb.h"
 #include "server/shard_store.h"
 
@@ -22,28 +23,36 @@ namespace asyncps {
 std::string CheckpointPath(const std::string& dir, int shard,
                            int64_t unix_micros);
 
-absl::Status WriteCheckpointFile(const std::string& path,
+// Every function below does its file operations through `fs`.
+
+// Writes `path` through a temporary file: write, fsync, rename, fsync the
+// directory. On error the temporary file is removed (as far as `fs` lets)
+// and `path` is untouched.
+absl::Status WriteCheckpointFile(FileSystem* fs, const std::string& path,
                                  const v1::ShardCheckpoint& checkpoint);
 
 // DATA_LOSS naming the file and the problem (bad magic, unknown format,
 // truncated, checksum mismatch, unparsable), NOT_FOUND if it is missing.
-absl::StatusOr<v1::ShardCheckpoint> ReadCheckpointFile(const std::string& path);
+absl::StatusOr<v1::ShardCheckpoint> ReadCheckpointFile(FileSystem* fs,
+                                                       const std::string& path);
 
 // The newest valid checkpoint of `shard` in `dir`; files that fail to read
 // are skipped and described in `skipped`. NOT_FOUND if there is none.
 absl::StatusOr<v1::ShardCheckpoint> LoadNewestCheckpoint(
-    const std::string& dir, int shard, std::vector<std::string>* skipped);
+    FileSystem* fs, const std::string& dir, int shard,
+    std::vector<std::string>* skipped);
 
 // Deletes all but the newest `keep` checkpoint files of `shard`.
-void PruneCheckpoints(const std::string& dir, int shard, int keep);
+void PruneCheckpoints(FileSystem* fs, const std::string& dir, int shard,
+                      int keep);
 
 // Writes checkpoints of one shard's store, on request or on a period.
 // Thread-safe (one write at a time).
 class Checkpointer {
  public:
-  // `store` and `clock` are borrowed and must outlive this.
-  Checkpointer(ShardStore* store, std::string dir, int shard, int keep,
-               absl::Duration every, Clock* clock);
+  // `store`, `fs` and `clock` are borrowed and must outlive this.
+  Checkpointer(ShardStore* store, FileSystem* fs, std::string dir, int shard,
+               int keep, absl::Duration every, Clock* clock);
   // Writes one now; returns its path.
   absl::StatusOr<std::string> Write();
   // Writes one if `every` has passed since the last (and a model exists).
@@ -51,6 +60,7 @@ class Checkpointer {
 
  private:
   ShardStore* const store_;
+  FileSystem* const fs_;
   const std::string dir_;
   const int shard_;
   const int keep_;

@@ -1,7 +1,7 @@
 #include "server/consistency.h"
 
 #include <algorithm>
-#include <chrono>
+#include <functional>
 #include <utility>
 
 #include "common/status.h"
@@ -9,30 +9,27 @@
 
 namespace asyncps {
 
+absl::Status ConsistencyConfig::Validate() const {
+  if (staleness < 0) {
+    return absl::InvalidArgumentError("--staleness must not be negative");
+  }
+  if (backup_workers < 0) {
+    return absl::InvalidArgumentError("--backup_workers must not be negative");
+  }
+  if (step_deadline < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--step_deadline must not be negative");
+  }
+  return absl::OkStatus();
+}
+
 Consistency::Consistency(ConsistencyConfig config, ShardStore* store,
                          Membership* membership, Clock* clock)
-    : config_(config),
-      store_(store),
-      membership_(membership),
-      clock_(clock),
-      ticker_([this] { TickLoop(); }) {}
-
-Consistency::~Consistency() { Shutdown(); }
+    : config_(config), store_(store), membership_(membership), clock_(clock) {}
 
 void Consistency::Shutdown() {
-  std::vector<Waiter> held;
-  {
-    absl::MutexLock lock(&mu_);
-    if (shut_down_) return;
-    shut_down_ = true;
-    held.swap(waiters_);
+  for (auto& h : waiters_.Close()) {
+    h.call.done(absl::UnavailableError("server shutting down"));
   }
-  for (Waiter& w : held) {
-    w.reactor->Finish(
-        grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down"));
-  }
-  stop_.Notify();
-  ticker_.join();
 }
 
 int Consistency::Quorum(int live) const {
@@ -44,7 +41,7 @@ int Consistency::Quorum(int live) const {
   return std::max(1, members - config_.backup_workers);
 }
 
-bool Consistency::Ready(const Waiter& w) const {
+bool Consistency::Ready(const Wait& w) const {
   switch (config_.mode) {
     case Mode::kSsp:
       return w.request->clock() - membership_->MinLiveClock() <=
@@ -56,35 +53,26 @@ bool Consistency::Ready(const Waiter& w) const {
   }
 }
 
-void Consistency::Pull(grpc::CallbackServerContext* context,
-                       const v1::PullRequest* request,
-                       v1::PullResponse* response,
-                       grpc::ServerUnaryReactor* reactor) {
-  auto slices = store_->ResolvePull(*request);
+void Consistency::Pull(const v1::PullRequest& request,
+                       v1::PullResponse* response, PendingCall call) {
+  auto slices = store_->ResolvePull(request);
   if (!slices.ok()) {
-    reactor->Finish(ToGrpcStatus(slices.status()));
+    call.done(slices.status());
     return;
   }
-  Waiter w{context, request, response, reactor, *std::move(slices)};
+  Wait w{&request, response, *std::move(slices)};
   const bool may_wait =
       (config_.mode == Mode::kSsp || config_.mode == Mode::kBsp) &&
-      request->rank() >= 0;
+      request.rank() >= 0;
   if (!may_wait || Ready(w)) {
-    store_->FinishPull(*request, w.slices, response);
-    reactor->Finish(grpc::Status::OK);
+    store_->FinishPull(request, w.slices, response);
+    call.done(absl::OkStatus());
     return;
   }
   held_total_.fetch_add(1);
-  {
-    absl::MutexLock lock(&mu_);
-    if (!shut_down_) {
-      waiters_.push_back(std::move(w));
-      w.reactor = nullptr;
-    }
-  }
-  if (w.reactor != nullptr) {
-    reactor->Finish(
-        grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down"));
+  std::function<void(absl::Status)> done = call.done;
+  if (!waiters_.Hold({std::move(w), std::move(call)})) {
+    done(absl::UnavailableError("server shutting down"));
     return;
   }
   Recheck();  // The condition may have turned true meanwhile.
@@ -104,36 +92,22 @@ absl::Status Consistency::Push(const v1::PushRequest& request,
   policy.live_workers = membership_->LiveCount();
   policy.quorum = Quorum(policy.live_workers);
   policy.now = clock_->Now();
-  absl::Status s = store_->Push(request, policy, response);
-  if (s.ok()) Recheck();
-  return s;
+  RETURN_IF_ERROR(store_->Push(request, policy, response));
+  Recheck();
+  return absl::OkStatus();
 }
 
 void Consistency::Recheck() {
-  std::vector<Waiter> ready, expired;
-  {
-    absl::MutexLock lock(&mu_);
-    if (waiters_.empty()) return;
-    const auto now = std::chrono::system_clock::now();
-    std::vector<Waiter> keep;
-    for (Waiter& w : waiters_) {
-      if (Ready(w)) {
-        ready.push_back(std::move(w));
-      } else if (w.context->deadline() < now || w.context->IsCancelled()) {
-        expired.push_back(std::move(w));
-      } else {
-        keep.push_back(std::move(w));
-      }
-    }
-    waiters_.swap(keep);
+  std::vector<HeldCalls<Wait>::Held> ready, expired;
+  waiters_.Sweep(
+      clock_->Now(), [this](const Wait& w) { return Ready(w); }, &ready,
+      &expired);
+  for (auto& h : ready) {
+    store_->FinishPull(*h.what.request, h.what.slices, h.what.response);
+    h.call.done(absl::OkStatus());
   }
-  for (Waiter& w : ready) {
-    store_->FinishPull(*w.request, w.slices, w.response);
-    w.reactor->Finish(grpc::Status::OK);
-  }
-  for (Waiter& w : expired) {
-    w.reactor->Finish(grpc::Status(
-        grpc::StatusCode::DEADLINE_EXCEEDED,
+  for (auto& h : expired) {
+    h.call.done(absl::DeadlineExceededError(
         config_.mode == Mode::kSsp
             ? "pull held past its deadline: the slowest live worker is too "
               "far behind"
@@ -141,41 +115,25 @@ void Consistency::Recheck() {
   }
 }
 
-void Consistency::AddTickHook(std::function<void(absl::Time)> hook) {
-  absl::MutexLock lock(&mu_);
-  hooks_.push_back(std::move(hook));
-}
-
-void Consistency::TickLoop() {
-  // The ticker is the server's own housekeeping period, not a way of
-  // waiting for another process.
-  while (!stop_.WaitForNotificationWithTimeout(config_.tick)) {
-    for (const auto& change : membership_->LivenessChanges()) {
-      const int rank = change.rank;
-      if (change.live) {
-        LOG(INFO) << "rank " << rank << " is live";
-      } else if (change.left) {
-        LOG(INFO) << "rank " << rank << " is done and left";
-      } else {
-        LOG(WARNING) << "rank " << rank << " silent for longer than "
-                     << "--worker_timeout: dropped from "
-                     << ModeName(config_.mode) << " waits";
-      }
+void Consistency::Tick() {
+  for (const auto& change : membership_->LivenessChanges()) {
+    const int rank = change.rank;
+    if (change.live) {
+      LOG(INFO) << "rank " << rank << " is live";
+    } else if (change.left) {
+      LOG(INFO) << "rank " << rank << " is done and left";
+    } else {
+      LOG(WARNING) << "rank " << rank << " silent for longer than "
+                   << "--worker_timeout: dropped from "
+                   << ModeName(config_.mode) << " waits";
     }
-    const absl::Time now = clock_->Now();
-    if (config_.mode == Mode::kBsp) {
-      const int live = membership_->LiveCount();
-      store_->CompletePendingSteps(Quorum(live), live, config_.step_deadline,
-                                   now);
-    }
-    Recheck();
-    std::vector<std::function<void(absl::Time)>> hooks;
-    {
-      absl::MutexLock lock(&mu_);
-      hooks = hooks_;
-    }
-    for (auto& h : hooks) h(now);
   }
+  if (config_.mode == Mode::kBsp) {
+    const int live = membership_->LiveCount();
+    store_->CompletePendingSteps(Quorum(live), live, config_.step_deadline,
+                                 clock_->Now());
+  }
+  Recheck();
 }
 
 }  // namespace asyncps

@@ -3,27 +3,23 @@
 // over the live workers, less backup workers, once the expected workers
 // have all joined) and whether a pull is answered
 // now or held (ssp: until the puller is within `staleness` clocks of the
-// slowest live worker; bsp: until the puller's step is applied). A ticker
-// re-checks held pulls, applies bsp steps whose stragglers died or missed
-// --step_deadline, and logs workers that go silent or come back.
+// slowest live worker; bsp: until the puller's step is applied). Tick(),
+// which the server calls on a period, re-checks held pulls, applies bsp steps
+// whose stragglers died or missed --step_deadline, and logs workers that go
+// silent or come back. No gRPC here: held pulls are PendingCalls.
 // Thread-safe.
 #ifndef ASYNCPS_SERVER_CONSISTENCY_H_
 #define ASYNCPS_SERVER_CONSISTENCY_H_
 
-#include <grpcpp/grpcpp.h>
-
 #include <atomic>
-#include <functional>
-#include <memory>
-#include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/mode.h"
 #include "proto/asyncps.pb.h"
+#include "server/held_calls.h"
 #include "server/membership.h"
 #include "server/shard_store.h"
 
@@ -35,7 +31,9 @@ struct ConsistencyConfig {
   int backup_workers = 0;  // bsp: a step needs live - backup_workers.
   absl::Duration step_deadline = absl::ZeroDuration();  // bsp; 0: none.
   StalePolicy stale;                                    // async, ssp.
-  absl::Duration tick = absl::Milliseconds(20);
+
+  // OK, or INVALID_ARGUMENT naming the bad field.
+  absl::Status Validate() const;
 };
 
 class Consistency {
@@ -43,52 +41,49 @@ class Consistency {
   // `store`, `membership`, `clock` are borrowed and must outlive this.
   Consistency(ConsistencyConfig config, ShardStore* store,
               Membership* membership, Clock* clock);
-  ~Consistency();
+  ~Consistency() { Shutdown(); }
 
-  // Answers `request` through `reactor` now, or holds it until it may be
-  // answered (or its deadline passes: DEADLINE_EXCEEDED).
-  void Pull(grpc::CallbackServerContext* context,
-            const v1::PullRequest* request, v1::PullResponse* response,
-            grpc::ServerUnaryReactor* reactor);
+  // Answers `call` with `request`'s weights in `*response` now, or holds it
+  // until it may be answered (or its deadline passes: DEADLINE_EXCEEDED).
+  // `request` and `response` must stay valid until the call is answered.
+  void Pull(const v1::PullRequest& request, v1::PullResponse* response,
+            PendingCall call);
   absl::Status Push(const v1::PushRequest& request, v1::PushResponse* response);
   // A worker's clock moved (heartbeat): held pulls may go.
   void ClockAdvanced() { Recheck(); }
 
-  // Runs `hook` on every tick (e.g. expiring other held calls).
-  void AddTickHook(std::function<void(absl::Time)> hook);
-  // Answers every held pull with UNAVAILABLE (clients retry) and stops the
-  // ticker. Call before grpc::Server::Shutdown.
+  // The server's housekeeping, called on a period: logs liveness changes,
+  // applies bsp steps that may go, answers held pulls that may go or whose
+  // deadline passed.
+  void Tick();
+  // Answers every held pull, and every later one that would be held, with
+  // UNAVAILABLE (clients retry). Call before the transport shuts down.
   void Shutdown();
 
   const ConsistencyConfig& config() const { return config_; }
+  // Pulls held since the start, and held now.
   int64_t held_pulls() const { return held_total_.load(); }
+  size_t waiting() { return waiters_.size(); }
 
  private:
-  struct Waiter {
-    grpc::CallbackServerContext* context;
+  struct Wait {
     const v1::PullRequest* request;
     v1::PullResponse* response;
-    grpc::ServerUnaryReactor* reactor;
     std::vector<int> slices;
   };
-  bool Ready(const Waiter& w) const;
+  bool Ready(const Wait& w) const;
   int Quorum(int live) const;
-  // Finishes every held pull that may go, or whose deadline passed.
+  // Answers every held pull that may go, or whose deadline passed.
   void Recheck();
-  void TickLoop();
 
+  // Constant after construction.
   const ConsistencyConfig config_;
   ShardStore* const store_;
   Membership* const membership_;
   Clock* const clock_;
 
-  absl::Mutex mu_;
-  std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::function<void(absl::Time)>> hooks_ ABSL_GUARDED_BY(mu_);
-  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<int64_t> held_total_{0};
-  absl::Notification stop_;
-  std::thread ticker_;
+  HeldCalls<Wait> waiters_;
 };
 
 }  // namespace asyncps

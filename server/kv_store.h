@@ -1,51 +1,58 @@
-// KvStore: a small key-value store for the Gloo rendezvous of allreduce
-// workers. A Get may wait for its key; waiting calls are held, not blocking
-// a thread. Thread-safe.
+// KvStore: a small key-value store for the rendezvous of allreduce workers
+// (Gloo's and NCCL's addresses). A Get may wait for its key; waiting calls
+// are held, not blocking a thread. Thread-safe.
 #ifndef ASYNCPS_SERVER_KV_STORE_H_
 #define ASYNCPS_SERVER_KV_STORE_H_
 
-#include <grpcpp/grpcpp.h>
-
 #include <string>
-#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "proto/asyncps.pb.h"
+#include "common/clock.h"
+#include "server/held_calls.h"
 
 namespace asyncps {
 
+inline constexpr size_t kMaxKvKeyBytes = 1024;
 inline constexpr size_t kMaxKvValueBytes = 1 << 20;
 inline constexpr size_t kMaxKvKeys = 100000;
+inline constexpr absl::Duration kMaxKvWait = absl::Hours(1);
 
 class KvStore {
  public:
-  // INVALID_ARGUMENT for an empty key or a value over kMaxKvValueBytes;
-  // RESOURCE_EXHAUSTED past kMaxKvKeys.
+  // `clock` is borrowed and must outlive this.
+  explicit KvStore(Clock* clock) : clock_(clock) {}
+  ~KvStore() { Shutdown(); }
+
+  // INVALID_ARGUMENT for an empty or over-long key or a value over
+  // kMaxKvValueBytes; RESOURCE_EXHAUSTED past kMaxKvKeys. Answers the Gets
+  // waiting for `key`.
   absl::Status Set(const std::string& key, std::string value);
-  // Answers through `reactor`: the value, NOT_FOUND, or after waiting up to
-  // wait_ms (and the call's deadline) DEADLINE_EXCEEDED.
-  void Get(grpc::CallbackServerContext* context,
-           const v1::StoreGetRequest* request, v1::StoreGetResponse* response,
-           grpc::ServerUnaryReactor* reactor);
+  // Answers `call` with the value of `key` in `*value`: at once, or
+  // NOT_FOUND if it is missing and `wait` is not positive, or once it is set,
+  // or DEADLINE_EXCEEDED after `wait` (at most kMaxKvWait) or the call's
+  // deadline. `value` must stay valid until the call is answered.
+  void Get(const std::string& key, absl::Duration wait, std::string* value,
+           PendingCall call);
   // Answers waiting Gets whose time is up.
-  void Expire(absl::Time now);
-  // Answers every waiting Get with UNAVAILABLE.
+  void Expire();
+  // Answers every waiting Get, and every later one that would wait, with
+  // UNAVAILABLE.
   void Shutdown();
 
+  size_t waiting() { return waiters_.size(); }
+
  private:
-  struct Waiter {
+  struct Wait {
     std::string key;
-    absl::Time until;
-    grpc::CallbackServerContext* context;
-    v1::StoreGetResponse* response;
-    grpc::ServerUnaryReactor* reactor;
+    std::string* value;
   };
+  Clock* const clock_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
-  std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  HeldCalls<Wait> waiters_;
 };
 
 }  // namespace asyncps

@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "absl/time/time.h"
 #include "common/status.h"
 
 namespace asyncps {
@@ -18,10 +19,22 @@ ParameterServerService::ParameterServerService(
       num_shards_(num_shards),
       start_(clock->Now()) {}
 
+namespace {
+
+absl::Time Deadline(const grpc::CallbackServerContext* context) {
+  const auto deadline = context->deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) {
+    return absl::InfiniteFuture();
+  }
+  return absl::FromChrono(deadline);
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* ParameterServerService::Begin(
     grpc::CallbackServerContext* context) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (context->deadline() < std::chrono::system_clock::now()) {
+  if (Deadline(context) < clock_->Now()) {
     reactor->Finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                                  "deadline passed before the server began"));
     return nullptr;
@@ -29,11 +42,21 @@ grpc::ServerUnaryReactor* ParameterServerService::Begin(
   return reactor;
 }
 
+PendingCall ParameterServerService::Pending(
+    grpc::CallbackServerContext* context, grpc::ServerUnaryReactor* reactor) {
+  PendingCall call;
+  call.deadline = Deadline(context);
+  call.cancelled = [context] { return context->IsCancelled(); };
+  call.done = [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); };
+  return call;
+}
+
 grpc::ServerUnaryReactor* ParameterServerService::DeclareModel(
     grpc::CallbackServerContext* context,
     const v1::DeclareModelRequest* request,
     v1::DeclareModelResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  grpc::ServerUnaryReactor* reactor = Begin(context);
+  if (reactor == nullptr) return context->DefaultReactor();
   auto result = store_->Declare(request->spec());
   if (result.ok()) *response = *std::move(result);
   reactor->Finish(ToGrpcStatus(result.status()));
@@ -46,7 +69,7 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(
   grpc::ServerUnaryReactor* reactor = Begin(context);
   if (reactor == nullptr) return context->DefaultReactor();
   membership_->Touch(request->rank(), request->clock());
-  consistency_->Pull(context, request, response, reactor);
+  consistency_->Pull(*request, response, Pending(context, reactor));
   return reactor;
 }
 
@@ -63,7 +86,8 @@ grpc::ServerUnaryReactor* ParameterServerService::Push(
 grpc::ServerUnaryReactor* ParameterServerService::GetModel(
     grpc::CallbackServerContext* context, const v1::GetModelRequest* request,
     v1::GetModelResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  grpc::ServerUnaryReactor* reactor = Begin(context);
+  if (reactor == nullptr) return context->DefaultReactor();
   auto spec = store_->Spec();
   if (spec.ok()) *response->mutable_spec() = *std::move(spec);
   reactor->Finish(ToGrpcStatus(spec.status()));
@@ -73,7 +97,8 @@ grpc::ServerUnaryReactor* ParameterServerService::GetModel(
 grpc::ServerUnaryReactor* ParameterServerService::Register(
     grpc::CallbackServerContext* context, const v1::RegisterRequest* request,
     v1::RegisterResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  grpc::ServerUnaryReactor* reactor = Begin(context);
+  if (reactor == nullptr) return context->DefaultReactor();
   auto result = membership_->Register(*request);
   if (result.ok()) {
     *response = *std::move(result);
@@ -88,7 +113,8 @@ grpc::ServerUnaryReactor* ParameterServerService::Register(
 grpc::ServerUnaryReactor* ParameterServerService::Heartbeat(
     grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
     v1::HeartbeatResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  grpc::ServerUnaryReactor* reactor = Begin(context);
+  if (reactor == nullptr) return context->DefaultReactor();
   absl::Status s = membership_->Heartbeat(*request);
   if (!s.ok()) store_->CountRejected();
   if (s.ok()) consistency_->ClockAdvanced();
@@ -108,7 +134,8 @@ grpc::ServerUnaryReactor* ParameterServerService::Assign(
 grpc::ServerUnaryReactor* ParameterServerService::StoreSet(
     grpc::CallbackServerContext* context, const v1::StoreSetRequest* request,
     v1::StoreSetResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  grpc::ServerUnaryReactor* reactor = Begin(context);
+  if (reactor == nullptr) return context->DefaultReactor();
   absl::Status s = kv_->Set(request->key(), request->value());
   if (!s.ok()) store_->CountRejected();
   reactor->Finish(ToGrpcStatus(s));
@@ -118,15 +145,18 @@ grpc::ServerUnaryReactor* ParameterServerService::StoreSet(
 grpc::ServerUnaryReactor* ParameterServerService::StoreGet(
     grpc::CallbackServerContext* context, const v1::StoreGetRequest* request,
     v1::StoreGetResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  kv_->Get(context, request, response, reactor);
+  grpc::ServerUnaryReactor* reactor = Begin(context);
+  if (reactor == nullptr) return context->DefaultReactor();
+  kv_->Get(request->key(), absl::Milliseconds(request->wait_ms()),
+           response->mutable_value(), Pending(context, reactor));
   return reactor;
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::Checkpoint(
     grpc::CallbackServerContext* context, const v1::CheckpointRequest* request,
     v1::CheckpointResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  grpc::ServerUnaryReactor* reactor = Begin(context);
+  if (reactor == nullptr) return context->DefaultReactor();
   if (checkpointer_ == nullptr) {
     reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                                  "this server runs without --checkpoint_dir"));
@@ -141,7 +171,8 @@ grpc::ServerUnaryReactor* ParameterServerService::Checkpoint(
 grpc::ServerUnaryReactor* ParameterServerService::Stats(
     grpc::CallbackServerContext* context, const v1::StatsRequest* request,
     v1::StatsResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  grpc::ServerUnaryReactor* reactor = Begin(context);
+  if (reactor == nullptr) return context->DefaultReactor();
   ShardCounters c = store_->Counters();
   response->set_shard(store_->shard());
   response->set_num_shards(num_shards_);

@@ -1,6 +1,8 @@
-// ParameterServerService: the gRPC face of one shard (callback API). Each
-// handler checks its deadline, hands the request to the ShardStore or
-// Membership, and answers the status they give. Thread-safe.
+// ParameterServerService: the gRPC face of one shard (callback API), and the
+// only server code that knows gRPC. Each handler checks its deadline the
+// same way (Begin), hands the request to the ShardStore, Membership,
+// Consistency or KvStore, and answers the status they give; calls that wait
+// go to them as PendingCalls. Thread-safe.
 #ifndef ASYNCPS_SERVER_SERVICE_H_
 #define ASYNCPS_SERVER_SERVICE_H_
 
@@ -8,6 +10,7 @@
 #include "proto/asyncps.grpc.pb.h"
 #include "server/checkpoint.h"
 #include "server/consistency.h"
+#include "server/held_calls.h"
 #include "server/kv_store.h"
 #include "server/membership.h"
 #include "server/shard_store.h"
@@ -61,7 +64,12 @@ class ParameterServerService final
  private:
   // Finishes the call with DEADLINE_EXCEEDED if its deadline has passed and
   // returns null; otherwise returns the reactor to finish later.
+  // Every handler starts here.
   grpc::ServerUnaryReactor* Begin(grpc::CallbackServerContext* context);
+  // The call as core classes see it: its deadline, whether it was
+  // cancelled, and how to answer it through `reactor`.
+  static PendingCall Pending(grpc::CallbackServerContext* context,
+                             grpc::ServerUnaryReactor* reactor);
 
   ShardStore* const store_;
   Membership* const membership_;

@@ -1,5 +1,6 @@
-// Every kind of bad request to a real ps_server gets a precise status and
-// changes no weight.
+// Every kind of bad request to a shard gets a precise status and changes no
+// weight: the whole server (service, store, consistency) in-process, reached
+// through gRPC's in-process transport.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
@@ -11,6 +12,7 @@
 #include "common/tensor_bytes.h"
 #include "gtest/gtest.h"
 #include "proto/asyncps.grpc.pb.h"
+#include "server/shard_server.h"
 #include "tests/integration/test_cluster.h"
 
 namespace asyncps::testing {
@@ -21,15 +23,15 @@ constexpr int64_t kMaxMessage = 1 << 20;
 class ValidationTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto cluster = TestCluster::Start(
-        2, {absl::StrCat("--max_message_bytes=", kMaxMessage)});
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    cluster_ = *std::move(cluster);
-    grpc::ChannelArguments args;
-    args.SetMaxSendMessageSize(64 << 20);
-    channel_ =
-        grpc::CreateCustomChannel(cluster_->servers()[0].ToString(),
-                                  grpc::InsecureChannelCredentials(), args);
+    ShardServerConfig config;
+    config.host = "";  // In-process only: no socket, no port.
+    config.shard = 0;
+    config.num_shards = 2;
+    config.max_message_bytes = kMaxMessage;
+    auto server = ShardServer::Start(config);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    channel_ = server_->InProcessChannel();
     stub_ = v1::ParameterServer::NewStub(channel_);
     spec_ = ConstantSpec({{40, 30}, {7}}, 2, 0.5f, 0.1f, 256);
     auto p = Partition::Create(spec_);
@@ -109,7 +111,7 @@ class ValidationTest : public ::testing::Test {
     ExpectUntouched();
   }
 
-  std::unique_ptr<TestCluster> cluster_;
+  std::unique_ptr<ShardServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::ParameterServer::Stub> stub_;
   v1::ModelSpec spec_;

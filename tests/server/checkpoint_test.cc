@@ -1,27 +1,23 @@
-// Checkpoint files (round trip; truncated, corrupted and foreign files
-// refused by name; the newest valid one chosen) and ShardStore snapshots
-// that restore to a store behaving exactly like the original.
+// Checkpoint files through an in-memory, fault-injecting file system: round
+// trip; truncated, corrupted and foreign files refused by name; the newest
+// valid one chosen; a full disk, a failed fsync, a crash before the rename
+// and a power cut never leave a bad newest checkpoint. And ShardStore
+// snapshots that restore to a store behaving exactly like the original.
 #include "server/checkpoint.h"
 
-#include <cstdio>
-#include <cstdlib>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "common/tensor_bytes.h"
+#include "common/testing/fault_file_system.h"
 #include "gtest/gtest.h"
 
 namespace asyncps {
 namespace {
 
-std::string TempDir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::string dir = std::string(base ? base : "/tmp") + "/" + name;
-  std::string cmd = "rm -rf '" + dir + "' && mkdir -p '" + dir + "'";
-  EXPECT_EQ(std::system(cmd.c_str()), 0);
-  return dir;
-}
+using ::asyncps::testing::FaultFileSystem;
+
+constexpr char kDir[] = "/ckpt";
 
 v1::ModelSpec Spec() {
   v1::ModelSpec spec;
@@ -60,26 +56,17 @@ void PushAll(ShardStore* store, const v1::ModelSpec& spec, float value) {
   ASSERT_TRUE(store->Push(req, &resp).ok());
 }
 
-std::string Bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void Put(const std::string& path, const std::string& data) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << data;
-}
-
 TEST(Checkpoint, RestoredStoreBehavesLikeTheOriginal) {
-  const std::string dir = TempDir("restore");
+  FaultFileSystem fs;
   ShardStore a(0, 1, 64 << 20);
   ASSERT_TRUE(a.Declare(Spec()).ok());
   PushAll(&a, Spec(), 1.0f);
   PushAll(&a, Spec(), -0.5f);
-  Checkpointer checkpointer(&a, dir, 0, 3, absl::ZeroDuration(), Clock::Real());
+  Checkpointer checkpointer(&a, &fs, kDir, 0, 3, absl::ZeroDuration(),
+                            Clock::Real());
   auto path = checkpointer.Write();
   ASSERT_TRUE(path.ok()) << path.status();
-  auto loaded = ReadCheckpointFile(*path);
+  auto loaded = ReadCheckpointFile(&fs, *path);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   ShardStore b(0, 1, 64 << 20);
   ASSERT_TRUE(b.Restore(*loaded).ok());
@@ -101,65 +88,152 @@ TEST(Checkpoint, RestoredStoreBehavesLikeTheOriginal) {
 }
 
 TEST(Checkpoint, DamagedFilesAreRefusedByName) {
-  const std::string dir = TempDir("damaged");
+  FaultFileSystem fs;
   ShardStore store(0, 1, 64 << 20);
   ASSERT_TRUE(store.Declare(Spec()).ok());
   auto snapshot = store.Snapshot();
   ASSERT_TRUE(snapshot.ok());
-  const std::string path = CheckpointPath(dir, 0, 1);
-  ASSERT_TRUE(WriteCheckpointFile(path, *snapshot).ok());
-  const std::string good = Bytes(path);
+  const std::string path = CheckpointPath(kDir, 0, 1);
+  ASSERT_TRUE(WriteCheckpointFile(&fs, path, *snapshot).ok());
+  const std::string good = *fs.ReadFile(path);
 
-  Put(path, good.substr(0, good.size() - 10));
-  auto r = ReadCheckpointFile(path);
+  fs.WriteFileForTest(path, good.substr(0, good.size() - 10));
+  auto r = ReadCheckpointFile(&fs, path);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(r.status().message().find("truncated"), absl::string_view::npos);
   EXPECT_NE(r.status().message().find(path), absl::string_view::npos);
 
   std::string flipped = good;
   flipped[flipped.size() / 2] ^= 0x40;
-  Put(path, flipped);
-  r = ReadCheckpointFile(path);
+  fs.WriteFileForTest(path, flipped);
+  r = ReadCheckpointFile(&fs, path);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(r.status().message().find("checksum"), absl::string_view::npos);
 
-  Put(path, "NOTACKPT" + good.substr(8));
-  r = ReadCheckpointFile(path);
+  fs.WriteFileForTest(path, "NOTACKPT" + good.substr(8));
+  r = ReadCheckpointFile(&fs, path);
   EXPECT_NE(r.status().message().find("bad magic"), absl::string_view::npos);
 
-  Put(path, good.substr(0, 5));
-  r = ReadCheckpointFile(path);
+  fs.WriteFileForTest(path, good.substr(0, 5));
+  r = ReadCheckpointFile(&fs, path);
   EXPECT_NE(r.status().message().find("truncated header"),
             absl::string_view::npos);
 
-  EXPECT_EQ(ReadCheckpointFile(dir + "/none.ckpt").status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(
+      ReadCheckpointFile(&fs, std::string(kDir) + "/none.ckpt").status().code(),
+      absl::StatusCode::kNotFound);
 }
 
 TEST(Checkpoint, NewestValidIsLoadedAndOldOnesPruned) {
-  const std::string dir = TempDir("newest");
+  FaultFileSystem fs;
+  const std::string dir = kDir;
   ShardStore store(0, 1, 64 << 20);
   ASSERT_TRUE(store.Declare(Spec()).ok());
   auto v0 = store.Snapshot();
   PushAll(&store, Spec(), 1.0f);
   auto v1 = store.Snapshot();
   ASSERT_TRUE(v0.ok() && v1.ok());
-  ASSERT_TRUE(WriteCheckpointFile(CheckpointPath(dir, 0, 100), *v0).ok());
-  ASSERT_TRUE(WriteCheckpointFile(CheckpointPath(dir, 0, 200), *v1).ok());
+  ASSERT_TRUE(WriteCheckpointFile(&fs, CheckpointPath(dir, 0, 100), *v0).ok());
+  ASSERT_TRUE(WriteCheckpointFile(&fs, CheckpointPath(dir, 0, 200), *v1).ok());
   // The newest is cut short by a crash: the one before it is used.
-  Put(CheckpointPath(dir, 0, 300), "ASYNCPSC");
+  fs.WriteFileForTest(CheckpointPath(dir, 0, 300), "ASYNCPSC");
   std::vector<std::string> skipped;
-  auto newest = LoadNewestCheckpoint(dir, 0, &skipped);
+  auto newest = LoadNewestCheckpoint(&fs, dir, 0, &skipped);
   ASSERT_TRUE(newest.ok()) << newest.status();
   EXPECT_EQ(newest->slices(0).version(), 1);
   ASSERT_EQ(skipped.size(), 1u);
   EXPECT_NE(skipped[0].find("300"), std::string::npos) << skipped[0];
-  EXPECT_EQ(LoadNewestCheckpoint(dir, 7, nullptr).status().code(),
+  EXPECT_EQ(LoadNewestCheckpoint(&fs, dir, 7, nullptr).status().code(),
             absl::StatusCode::kNotFound);
-  PruneCheckpoints(dir, 0, 1);
+  PruneCheckpoints(&fs, dir, 0, 1);
   skipped.clear();
-  EXPECT_EQ(LoadNewestCheckpoint(dir, 0, &skipped).status().code(),
+  EXPECT_EQ(LoadNewestCheckpoint(&fs, dir, 0, &skipped).status().code(),
             absl::StatusCode::kNotFound);  // Only the broken newest is left.
+}
+
+// Writes a checkpoint of `version` pushes' worth of state at time `t`, and
+// returns the status of writing one more at time `t + 1` under a fault.
+class CheckpointFaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(store_.Declare(Spec()).ok());
+    PushAll(&store_, Spec(), 1.0f);
+    auto good = store_.Snapshot();
+    ASSERT_TRUE(good.ok());
+    ASSERT_TRUE(
+        WriteCheckpointFile(&fs_, CheckpointPath(kDir, 0, 100), *good).ok());
+    PushAll(&store_, Spec(), 1.0f);  // The state the failing write holds.
+    auto next = store_.Snapshot();
+    ASSERT_TRUE(next.ok());
+    next_ = *next;
+  }
+
+  absl::Status WriteNext() {
+    return WriteCheckpointFile(&fs_, CheckpointPath(kDir, 0, 200), next_);
+  }
+
+  // The newest valid checkpoint's version, which must be the good one's (1)
+  // or the new one's (2), never an error.
+  int64_t NewestVersion() {
+    auto newest = LoadNewestCheckpoint(&fs_, kDir, 0, nullptr);
+    EXPECT_TRUE(newest.ok()) << newest.status();
+    return newest.ok() ? newest->slices(0).version() : -1;
+  }
+
+  FaultFileSystem fs_;
+  ShardStore store_{0, 1, 64 << 20};
+  v1::ShardCheckpoint next_;
+};
+
+TEST_F(CheckpointFaultTest, FullDiskFailsTheWriteAndKeepsTheOldOne) {
+  fs_.SetSpaceLeft(100);  // A short write, then ENOSPC.
+  absl::Status s = WriteNext();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("No space"), absl::string_view::npos) << s;
+  EXPECT_FALSE(fs_.Exists(CheckpointPath(kDir, 0, 200)));
+  EXPECT_FALSE(fs_.Exists(CheckpointPath(kDir, 0, 200) + ".tmp"));
+  EXPECT_EQ(NewestVersion(), 1);
+  fs_.SetSpaceLeft(-1);  // Space freed: the next write goes through.
+  EXPECT_TRUE(WriteNext().ok());
+  EXPECT_EQ(NewestVersion(), 2);
+}
+
+TEST_F(CheckpointFaultTest, FailedFsyncFailsTheWriteAndKeepsTheOldOne) {
+  fs_.SetFailSync(true);
+  absl::Status s = WriteNext();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_NE(s.message().find("fsync"), absl::string_view::npos) << s;
+  EXPECT_FALSE(fs_.Exists(CheckpointPath(kDir, 0, 200)));
+  EXPECT_EQ(NewestVersion(), 1);
+}
+
+TEST_F(CheckpointFaultTest, CrashBetweenWriteAndRenameLeavesTheOldOne) {
+  fs_.SetFailRename(true);  // The process dies just before the rename...
+  EXPECT_FALSE(WriteNext().ok());
+  fs_.Crash();  // ...and the machine with it.
+  fs_.SetFailRename(false);
+  EXPECT_FALSE(fs_.Exists(CheckpointPath(kDir, 0, 200)));
+  EXPECT_EQ(NewestVersion(), 1);
+}
+
+TEST_F(CheckpointFaultTest, PowerCutAfterAWriteKeepsTheNewOne) {
+  ASSERT_TRUE(WriteNext().ok());
+  fs_.Crash();  // Data and rename were made durable before Write returned.
+  EXPECT_EQ(NewestVersion(), 2);
+}
+
+TEST_F(CheckpointFaultTest, CheckpointerReportsTheFaultAndPrunesNothing) {
+  Checkpointer checkpointer(&store_, &fs_, kDir, 0, 1, absl::ZeroDuration(),
+                            Clock::Real());
+  fs_.SetFailSync(true);
+  EXPECT_FALSE(checkpointer.Write().ok());
+  // keep = 1, but the only good file stays since the new one failed.
+  EXPECT_EQ(NewestVersion(), 1);
+  fs_.SetFailSync(false);
+  auto path = checkpointer.Write();
+  ASSERT_TRUE(path.ok()) << path.status();
+  EXPECT_EQ(NewestVersion(), 2);
+  EXPECT_EQ(fs_.Paths(), std::vector<std::string>{*path});  // Pruned to 1.
 }
 
 TEST(Checkpoint, CheckpointOfAnotherShardOrModelIsRefused) {

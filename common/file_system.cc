@@ -1,0 +1,136 @@
+#include "common/file_system.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace asyncps {
+namespace {
+
+absl::Status Errno(absl::string_view op, const std::string& path, int err) {
+  const std::string message =
+      absl::StrCat(path, ": ", op, ": ", std::strerror(err));
+  switch (err) {
+    case ENOENT:
+      return absl::NotFoundError(message);
+    case ENOSPC:
+    case EDQUOT:
+      return absl::ResourceExhaustedError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+class PosixWritableFile final : public WritableFile {
+ public:
+  PosixWritableFile(std::string path, int fd)
+      : path_(std::move(path)), fd_(fd) {}
+  ~PosixWritableFile() override {
+    if (fd_ >= 0) close(fd_);
+  }
+
+  absl::Status Append(absl::string_view data) override {
+    while (!data.empty()) {
+      const ssize_t n = write(fd_, data.data(), data.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return Errno("write", path_, n < 0 ? errno : ENOSPC);
+      data.remove_prefix(static_cast<size_t>(n));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Sync() override {
+    if (fsync(fd_) != 0) return Errno("fsync", path_, errno);
+    return absl::OkStatus();
+  }
+
+  absl::Status Close() override {
+    const int fd = fd_;
+    fd_ = -1;
+    if (fd >= 0 && close(fd) != 0) return Errno("close", path_, errno);
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::string path_;
+  int fd_;
+};
+
+class PosixFileSystem final : public FileSystem {
+ public:
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
+      const std::string& path) override {
+    const int fd =
+        open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return Errno("open", path, errno);
+    return std::make_unique<PosixWritableFile>(path, fd);
+  }
+
+  absl::StatusOr<std::string> ReadFile(const std::string& path) override {
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Errno("open", path, errno);
+    std::string data;
+    char buf[1 << 16];
+    while (true) {
+      const ssize_t n = read(fd, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        const int err = errno;
+        close(fd);
+        return Errno("read", path, err);
+      }
+      if (n == 0) break;
+      data.append(buf, static_cast<size_t>(n));
+    }
+    close(fd);
+    return data;
+  }
+
+  absl::Status Rename(const std::string& from, const std::string& to) override {
+    if (rename(from.c_str(), to.c_str()) != 0)
+      return Errno("rename", to, errno);
+    return absl::OkStatus();
+  }
+
+  absl::Status Delete(const std::string& path) override {
+    if (unlink(path.c_str()) != 0) return Errno("unlink", path, errno);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<std::string>> ListDir(
+      const std::string& dir) override {
+    DIR* d = opendir(dir.c_str());
+    if (d == nullptr) return Errno("opendir", dir, errno);
+    std::vector<std::string> names;
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name != "." && name != "..") names.push_back(name);
+    }
+    closedir(d);
+    return names;
+  }
+
+  absl::Status SyncDir(const std::string& dir) override {
+    const int fd = open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Errno("open", dir, errno);
+    const int rc = fsync(fd);
+    const int err = errno;
+    close(fd);
+    if (rc != 0) return Errno("fsync", dir, err);
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+
+FileSystem* FileSystem::Default() {
+  static FileSystem* fs = new PosixFileSystem;
+  return fs;
+}
+
+}  // namespace asyncps

@@ -1,0 +1,169 @@
+#include "server/shard_server.h"
+
+#include <chrono>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "glog/logging.h"
+
+namespace asyncps {
+
+absl::Status ShardServerConfig::Validate() const {
+  if (num_shards < 1 || shard < 0 || shard >= num_shards) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--shard=", shard, " must be in [0, --num_shards=", num_shards, ")"));
+  }
+  if (port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--port=", port, " is not a TCP port"));
+  }
+  if (max_message_bytes < 2 * kResponseOverhead ||
+      max_message_bytes > (int64_t{1} << 31) - 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_message_bytes=", max_message_bytes, " must be in [",
+                     2 * kResponseOverhead, ", 2^31 - 1]"));
+  }
+  if (max_shard_bytes < 1) {
+    return absl::InvalidArgumentError("--max_shard_bytes must be positive");
+  }
+  if (worker_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--worker_timeout must be positive");
+  }
+  if (!checkpoint_dir.empty() && checkpoint_keep < 1) {
+    return absl::InvalidArgumentError("--checkpoint_keep must be at least 1");
+  }
+  if (checkpoint_every < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "--checkpoint_every must not be negative");
+  }
+  if (shutdown_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--shutdown_grace must not be negative");
+  }
+  if (tick <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("the housekeeping tick must be positive");
+  }
+  return consistency.Validate();
+}
+
+ShardServer::ShardServer(const ShardServerConfig& config, Env env)
+    : config_(config),
+      env_(env),
+      store_(config.shard, config.num_shards,
+             config.max_message_bytes - kResponseOverhead,
+             static_cast<uint64_t>(config.max_shard_bytes)),
+      membership_(env.clock, config.worker_timeout),
+      consistency_(config.consistency, &store_, &membership_, env.clock),
+      kv_(env.clock) {}
+
+absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
+    const ShardServerConfig& config, Env env) {
+  RETURN_IF_ERROR(config.Validate());
+  std::unique_ptr<ShardServer> server(new ShardServer(config, env));
+  RETURN_IF_ERROR(server->Restore());
+  RETURN_IF_ERROR(server->Listen());
+  server->ticker_ = std::thread([s = server.get()] { s->Housekeeping(); });
+  return server;
+}
+
+absl::Status ShardServer::Restore() {
+  if (config_.checkpoint_dir.empty()) return absl::OkStatus();
+  std::vector<std::string> skipped;
+  auto newest = LoadNewestCheckpoint(env_.fs, config_.checkpoint_dir,
+                                     config_.shard, &skipped);
+  for (const std::string& why : skipped) {
+    LOG(WARNING) << "skipping checkpoint: " << why;
+  }
+  if (newest.ok()) {
+    RETURN_IF_ERROR(
+        Annotate(store_.Restore(*newest),
+                 absl::StrCat("cannot restore the newest checkpoint in ",
+                              config_.checkpoint_dir)));
+    LOG(INFO) << "restored model '" << newest->spec().name() << "' from "
+              << config_.checkpoint_dir << " (" << newest->slices_size()
+              << " slices, taken at "
+              << absl::FormatTime(absl::FromUnixMicros(newest->unix_micros()))
+              << ")";
+  } else if (newest.status().code() != absl::StatusCode::kNotFound) {
+    return newest.status();
+  }
+  checkpointer_ = std::make_unique<Checkpointer>(
+      &store_, env_.fs, config_.checkpoint_dir, config_.shard,
+      config_.checkpoint_keep, config_.checkpoint_every, env_.clock);
+  return absl::OkStatus();
+}
+
+absl::Status ShardServer::Listen() {
+  service_ = std::make_unique<ParameterServerService>(
+      &store_, &membership_, &consistency_, &kv_, env_.clock,
+      config_.num_shards, checkpointer_.get());
+  grpc::ServerBuilder builder;
+  const std::string address = absl::StrCat(config_.host, ":", config_.port);
+  if (!config_.host.empty()) {
+    builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
+                             &port_);
+  }
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(config_.max_message_bytes));
+  builder.RegisterService(service_.get());
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || (!config_.host.empty() && port_ == 0)) {
+    return absl::UnavailableError(
+        absl::StrCat("could not listen on ", address));
+  }
+  LOG(INFO) << "ps_server shard " << config_.shard << "/" << config_.num_shards
+            << " serving asyncps.v1.ParameterServer on " << config_.host << ":"
+            << port_ << " (mode " << ModeName(config_.consistency.mode)
+            << ", max message " << config_.max_message_bytes << " bytes)";
+  return absl::OkStatus();
+}
+
+std::shared_ptr<grpc::Channel> ShardServer::InProcessChannel() {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes));
+  args.SetMaxSendMessageSize(-1);  // The server's limit is the one tested.
+  return server_->InProcessChannel(args);
+}
+
+void ShardServer::Housekeeping() {
+  // The server's own period, not a way of waiting for another process.
+  while (!stop_.WaitForNotificationWithTimeout(config_.tick)) {
+    consistency_.Tick();
+    kv_.Expire();
+    if (checkpointer_ != nullptr) checkpointer_->MaybeWrite(env_.clock->Now());
+  }
+}
+
+void ShardServer::Shutdown() {
+  {
+    absl::MutexLock lock(&shutdown_mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  // Held calls would otherwise wait out the grace period.
+  consistency_.Shutdown();
+  kv_.Shutdown();
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      absl::ToChronoMilliseconds(config_.shutdown_grace));
+    server_->Wait();
+  }
+  stop_.Notify();
+  const bool started = ticker_.joinable();
+  if (started) ticker_.join();
+  if (started && checkpointer_ != nullptr && store_.declared()) {
+    auto path = checkpointer_->Write();
+    if (path.ok()) {
+      LOG(INFO) << "final checkpoint " << *path;
+    } else {
+      LOG(ERROR) << "final checkpoint failed: " << path.status();
+    }
+  }
+  ShardCounters c = store_.Counters();
+  LOG(INFO) << "shard " << config_.shard << " stopped after " << c.pushes
+            << " pushes, " << c.pulls << " pulls, " << c.rejected
+            << " rejected";
+}
+
+}  // namespace asyncps

@@ -1,0 +1,106 @@
+// ShardServer: one running shard of the parameter server, in-process. It
+// owns every part of the shard (ShardStore, Membership, Consistency, the
+// rendezvous KvStore, the Checkpointer, the gRPC service and server) and
+// the housekeeping thread that ticks them; restores the newest valid
+// checkpoint at Start and writes a last one at Shutdown. ps_server's main
+// is flags and signals around one of these; tests start one directly.
+// Thread-safe.
+#ifndef ASYNCPS_SERVER_SHARD_SERVER_H_
+#define ASYNCPS_SERVER_SHARD_SERVER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "common/env.h"
+#include "server/checkpoint.h"
+#include "server/consistency.h"
+#include "server/kv_store.h"
+#include "server/membership.h"
+#include "server/service.h"
+#include "server/shard_store.h"
+
+namespace asyncps {
+
+// Bytes reserved in each response for keys and framing.
+inline constexpr int64_t kResponseOverhead = 64 << 10;
+
+struct ShardServerConfig {
+  std::string host = "0.0.0.0";  // "" serves in-process only.
+  int port = 0;                  // 0: the kernel picks one.
+  int shard = 0;
+  int num_shards = 1;
+  int64_t max_message_bytes = 64 << 20;
+  int64_t max_shard_bytes = int64_t{4} << 30;
+  std::string checkpoint_dir;  // Empty: no checkpoints.
+  absl::Duration checkpoint_every = absl::Seconds(60);
+  int checkpoint_keep = 3;
+  absl::Duration worker_timeout = absl::Seconds(10);
+  ConsistencyConfig consistency;
+  absl::Duration shutdown_grace = absl::Seconds(5);
+  // Period of housekeeping: held-call deadlines, bsp step deadlines,
+  // liveness logs, periodic checkpoints.
+  absl::Duration tick = absl::Milliseconds(20);
+
+  // OK, or INVALID_ARGUMENT naming the flag that is wrong.
+  absl::Status Validate() const;
+};
+
+class ShardServer {
+ public:
+  // Validates `config`, restores the newest valid checkpoint in
+  // checkpoint_dir (DATA_LOSS-free files only; damaged ones are logged and
+  // skipped), and starts serving. `env`'s parts must outlive the server.
+  static absl::StatusOr<std::unique_ptr<ShardServer>> Start(
+      const ShardServerConfig& config, Env env = Env());
+  ~ShardServer() { Shutdown(); }
+  ShardServer(const ShardServer&) = delete;
+  ShardServer& operator=(const ShardServer&) = delete;
+
+  // The TCP port it listens on (0 when serving in-process only).
+  int port() const { return port_; }
+  // A channel to this server that bypasses the network.
+  std::shared_ptr<grpc::Channel> InProcessChannel();
+  // Answers held calls with UNAVAILABLE, lets in-flight calls finish for up
+  // to shutdown_grace, stops housekeeping and writes a last checkpoint.
+  // Idempotent.
+  void Shutdown();
+
+  ShardStore& store() { return store_; }
+  const ShardServerConfig& config() const { return config_; }
+
+ private:
+  ShardServer(const ShardServerConfig& config, Env env);
+  absl::Status Restore();
+  absl::Status Listen();
+  void Housekeeping();
+
+  // Constant after construction.
+  const ShardServerConfig config_;
+  const Env env_;
+  // The parts, in the order they are built (and so destroyed in reverse).
+  ShardStore store_;
+  Membership membership_;
+  Consistency consistency_;
+  KvStore kv_;
+  std::unique_ptr<Checkpointer> checkpointer_;
+  std::unique_ptr<ParameterServerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  absl::Notification stop_;
+  std::thread ticker_;
+
+  absl::Mutex shutdown_mu_;
+  bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_SHARD_SERVER_H_

@@ -1,0 +1,251 @@
+// Consistency in-process with a manual clock: ssp holds a pull until the
+// slowest live worker is close enough, bsp holds it until its step is
+// applied, held pulls expire at their deadline, a dead worker stops holding
+// anyone, and shutdown answers everything held.
+#include "server/consistency.h"
+
+#include <optional>
+#include <vector>
+
+#include "common/tensor_bytes.h"
+#include "gtest/gtest.h"
+
+namespace asyncps {
+namespace {
+
+v1::ModelSpec Spec() {
+  v1::ModelSpec spec;
+  spec.set_name("m");
+  spec.set_seed(1);
+  spec.set_slice_bytes(1 << 20);
+  spec.set_num_shards(1);
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(1.0f);
+  v1::TensorSpec* t = spec.add_tensors();
+  t->set_name("w");
+  t->add_shape(4);
+  t->set_dtype(v1::DTYPE_F32);
+  t->mutable_init()->set_kind(v1::Initializer::CONSTANT);
+  t->mutable_init()->set_value(10.0f);
+  return spec;
+}
+
+// One pull's request, response and answer.
+struct Pulled {
+  v1::PullRequest request;
+  v1::PullResponse response;
+  std::optional<absl::Status> answer;
+
+  float Weight() const {
+    std::vector<float> w(4);
+    DecodeF32(response.slices(0).data(), absl::MakeSpan(w));
+    return w[0];
+  }
+};
+
+class ConsistencyTest : public ::testing::Test {
+ protected:
+  void Start(ConsistencyConfig config, int workers) {
+    consistency_.emplace(config, &store_, &membership_, &clock_);
+    ASSERT_TRUE(store_.Declare(Spec()).ok());
+    for (int r = 0; r < workers; ++r) {
+      v1::RegisterRequest join;
+      join.set_rank(r);
+      join.set_num_workers(workers);
+      ASSERT_TRUE(membership_.Register(join).ok());
+    }
+  }
+
+  // Pulls as `rank` at `clock`, with a deadline `timeout` from now.
+  void Pull(Pulled* p, int rank, int64_t clock,
+            absl::Duration timeout = absl::Seconds(10)) {
+    p->request.set_rank(rank);
+    p->request.set_clock(clock);
+    v1::SliceKey* k = p->request.add_slices();
+    k->set_tensor("w");
+    k->set_count(4);
+    membership_.Touch(rank, clock);
+    PendingCall call;
+    call.deadline = clock_.Now() + timeout;
+    call.done = [p](absl::Status s) {
+      ASSERT_FALSE(p->answer.has_value()) << "answered twice";
+      p->answer = s;
+    };
+    consistency_->Pull(p->request, &p->response, std::move(call));
+  }
+
+  absl::Status Push(int rank, int64_t clock, float value) {
+    v1::PushRequest req;
+    req.set_rank(rank);
+    req.set_clock(clock);
+    v1::SliceData* d = req.add_gradients();
+    d->mutable_key()->set_tensor("w");
+    d->mutable_key()->set_count(4);
+    d->set_dtype(v1::DTYPE_F32);
+    std::vector<float> g(4, value);
+    EncodeF32(g, d->mutable_data());
+    membership_.Touch(rank, clock);
+    v1::PushResponse resp;
+    return consistency_->Push(req, &resp);
+  }
+
+  ManualClock clock_;
+  ShardStore store_{0, 1, 64 << 20};
+  Membership membership_{&clock_, absl::Seconds(5)};
+  std::optional<Consistency> consistency_;
+};
+
+TEST_F(ConsistencyTest, AsyncNeverHolds) {
+  ConsistencyConfig config;
+  Start(config, 2);
+  Pulled p;
+  Pull(&p, 0, 100);
+  ASSERT_TRUE(p.answer.has_value());
+  EXPECT_TRUE(p.answer->ok());
+  EXPECT_EQ(consistency_->held_pulls(), 0);
+}
+
+TEST_F(ConsistencyTest, SspHoldsUntilTheSlowestIsWithinTheBound) {
+  ConsistencyConfig config;
+  config.mode = Mode::kSsp;
+  config.staleness = 2;
+  Start(config, 2);
+  membership_.Touch(1, 0);
+  Pulled near, far;
+  Pull(&near, 0, 2);  // 2 - 0 <= 2: answered.
+  ASSERT_TRUE(near.answer.has_value());
+  Pull(&far, 0, 4);  // 4 - 0 > 2: held.
+  EXPECT_FALSE(far.answer.has_value());
+  EXPECT_EQ(consistency_->waiting(), 1u);
+  membership_.Touch(1, 1);
+  consistency_->ClockAdvanced();
+  EXPECT_FALSE(far.answer.has_value());  // 4 - 1 > 2 still.
+  membership_.Touch(1, 2);
+  consistency_->ClockAdvanced();
+  ASSERT_TRUE(far.answer.has_value());
+  EXPECT_TRUE(far.answer->ok());
+  EXPECT_EQ(far.Weight(), 10.0f);
+  EXPECT_EQ(consistency_->held_pulls(), 1);
+}
+
+TEST_F(ConsistencyTest, SspHeldPullExpiresAtItsDeadline) {
+  ConsistencyConfig config;
+  config.mode = Mode::kSsp;
+  Start(config, 2);
+  membership_.Touch(1, 0);
+  Pulled p;
+  Pull(&p, 0, 5, absl::Seconds(2));
+  consistency_->Tick();
+  EXPECT_FALSE(p.answer.has_value());
+  clock_.Advance(absl::Seconds(3));
+  membership_.Touch(1, 0);  // Still live, still behind.
+  consistency_->Tick();
+  ASSERT_TRUE(p.answer.has_value());
+  EXPECT_EQ(p.answer->code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(p.answer->message().find("too far behind"),
+            absl::string_view::npos);
+}
+
+TEST_F(ConsistencyTest, SspStopsWaitingForADeadWorker) {
+  ConsistencyConfig config;
+  config.mode = Mode::kSsp;
+  Start(config, 2);
+  membership_.Touch(1, 0);
+  Pulled p;
+  Pull(&p, 0, 5, absl::Seconds(60));
+  clock_.Advance(absl::Seconds(4));
+  membership_.Touch(0, 5);
+  consistency_->Tick();
+  EXPECT_FALSE(p.answer.has_value());
+  clock_.Advance(absl::Seconds(2));  // Rank 1 silent past the timeout.
+  consistency_->Tick();
+  ASSERT_TRUE(p.answer.has_value());
+  EXPECT_TRUE(p.answer->ok());
+}
+
+TEST_F(ConsistencyTest, BspHoldsAPullUntilItsStepIsApplied) {
+  ConsistencyConfig config;
+  config.mode = Mode::kBsp;
+  Start(config, 2);
+  ASSERT_TRUE(Push(0, 1, 2.0f).ok());
+  Pulled p;
+  Pull(&p, 0, 1);
+  EXPECT_FALSE(p.answer.has_value());  // Step 1 waits for rank 1.
+  ASSERT_TRUE(Push(1, 1, 4.0f).ok());
+  ASSERT_TRUE(p.answer.has_value());
+  EXPECT_TRUE(p.answer->ok());
+  EXPECT_EQ(p.Weight(), 10.0f - 3.0f);  // The mean, once.
+}
+
+TEST_F(ConsistencyTest, BspStepDeadlineAppliesAShortStep) {
+  ConsistencyConfig config;
+  config.mode = Mode::kBsp;
+  config.step_deadline = absl::Seconds(1);
+  Start(config, 2);
+  ASSERT_TRUE(Push(0, 1, 2.0f).ok());
+  Pulled p;
+  Pull(&p, 0, 1);
+  consistency_->Tick();
+  EXPECT_FALSE(p.answer.has_value());
+  clock_.Advance(absl::Seconds(1.5));
+  consistency_->Tick();
+  ASSERT_TRUE(p.answer.has_value());
+  EXPECT_TRUE(p.answer->ok());
+  EXPECT_EQ(p.Weight(), 8.0f);
+  EXPECT_EQ(store_.Counters().steps_short, 1);
+}
+
+TEST_F(ConsistencyTest, BadPullIsAnsweredAtOnceAndNeverHeld) {
+  ConsistencyConfig config;
+  config.mode = Mode::kBsp;
+  Start(config, 2);
+  Pulled p;
+  p.request.add_slices()->set_tensor("nope");
+  PendingCall call;
+  call.done = [&p](absl::Status s) { p.answer = s; };
+  consistency_->Pull(p.request, &p.response, std::move(call));
+  ASSERT_TRUE(p.answer.has_value());
+  EXPECT_EQ(p.answer->code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(consistency_->waiting(), 0u);
+}
+
+TEST_F(ConsistencyTest, ShutdownAnswersHeldAndLaterPullsUnavailable) {
+  ConsistencyConfig config;
+  config.mode = Mode::kBsp;
+  Start(config, 2);
+  Pulled held, later;
+  Pull(&held, 0, 1);
+  EXPECT_FALSE(held.answer.has_value());
+  consistency_->Shutdown();
+  ASSERT_TRUE(held.answer.has_value());
+  EXPECT_EQ(held.answer->code(), absl::StatusCode::kUnavailable);
+  Pull(&later, 1, 1);
+  ASSERT_TRUE(later.answer.has_value());
+  EXPECT_EQ(later.answer->code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(ConsistencyTest, AllreduceRefusesPushes) {
+  ConsistencyConfig config;
+  config.mode = Mode::kAllreduce;
+  Start(config, 1);
+  EXPECT_EQ(Push(0, 1, 1.0f).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ConsistencyConfig, NegativeValuesAreRefusedByName) {
+  ConsistencyConfig config;
+  EXPECT_TRUE(config.Validate().ok());
+  config.staleness = -1;
+  EXPECT_NE(config.Validate().message().find("--staleness"),
+            absl::string_view::npos);
+  config = ConsistencyConfig();
+  config.backup_workers = -1;
+  EXPECT_NE(config.Validate().message().find("--backup_workers"),
+            absl::string_view::npos);
+  config = ConsistencyConfig();
+  config.step_deadline = absl::Seconds(-1);
+  EXPECT_NE(config.Validate().message().find("--step_deadline"),
+            absl::string_view::npos);
+}
+
+}  // namespace
+}  // namespace asyncps

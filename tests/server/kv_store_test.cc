@@ -1,0 +1,104 @@
+// KvStore with a manual clock: a Get waits for its key, times out at its
+// wait or its deadline, and is answered UNAVAILABLE at shutdown.
+#include "server/kv_store.h"
+
+#include <optional>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace asyncps {
+namespace {
+
+struct Got {
+  std::string value;
+  std::optional<absl::Status> answer;
+};
+
+class KvStoreTest : public ::testing::Test {
+ protected:
+  void Get(Got* g, const std::string& key, absl::Duration wait,
+           absl::Duration deadline = absl::Hours(2)) {
+    PendingCall call;
+    call.deadline = clock_.Now() + deadline;
+    call.done = [g](absl::Status s) {
+      ASSERT_FALSE(g->answer.has_value()) << "answered twice";
+      g->answer = s;
+    };
+    kv_.Get(key, wait, &g->value, std::move(call));
+  }
+
+  ManualClock clock_;
+  KvStore kv_{&clock_};
+};
+
+TEST_F(KvStoreTest, GetOfAKeyThatIsThereAnswersAtOnce) {
+  ASSERT_TRUE(kv_.Set("a", "1").ok());
+  Got g;
+  Get(&g, "a", absl::ZeroDuration());
+  ASSERT_TRUE(g.answer.has_value());
+  EXPECT_TRUE(g.answer->ok());
+  EXPECT_EQ(g.value, "1");
+}
+
+TEST_F(KvStoreTest, MissingKeyWithoutWaitIsNotFound) {
+  Got g;
+  Get(&g, "a", absl::ZeroDuration());
+  ASSERT_TRUE(g.answer.has_value());
+  EXPECT_EQ(g.answer->code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(KvStoreTest, WaitingGetIsAnsweredWhenItsKeyIsSet) {
+  Got a, b;
+  Get(&a, "a", absl::Seconds(5));
+  Get(&b, "b", absl::Seconds(5));
+  EXPECT_EQ(kv_.waiting(), 2u);
+  ASSERT_TRUE(kv_.Set("a", "x").ok());
+  ASSERT_TRUE(a.answer.has_value());
+  EXPECT_TRUE(a.answer->ok());
+  EXPECT_EQ(a.value, "x");
+  EXPECT_FALSE(b.answer.has_value());
+  EXPECT_EQ(kv_.waiting(), 1u);
+  kv_.Shutdown();  // Answers b while it is still in scope.
+}
+
+TEST_F(KvStoreTest, WaitingGetExpiresAtItsWaitOrItsDeadline) {
+  Got by_wait, by_deadline;
+  Get(&by_wait, "a", absl::Seconds(2));
+  Get(&by_deadline, "a", absl::Seconds(60), absl::Seconds(3));
+  clock_.Advance(absl::Seconds(1));
+  kv_.Expire();
+  EXPECT_FALSE(by_wait.answer.has_value());
+  clock_.Advance(absl::Seconds(1.5));
+  kv_.Expire();
+  ASSERT_TRUE(by_wait.answer.has_value());
+  EXPECT_EQ(by_wait.answer->code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(by_wait.answer->message().find("'a'"), absl::string_view::npos);
+  EXPECT_FALSE(by_deadline.answer.has_value());
+  clock_.Advance(absl::Seconds(1));
+  kv_.Expire();
+  ASSERT_TRUE(by_deadline.answer.has_value());
+  EXPECT_EQ(by_deadline.answer->code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(KvStoreTest, BadKeysAndValuesAreRefused) {
+  EXPECT_EQ(kv_.Set("", "v").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(kv_.Set(std::string(kMaxKvKeyBytes + 1, 'k'), "v").code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(kv_.Set("k", std::string(kMaxKvValueBytes + 1, 'v')).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(KvStoreTest, ShutdownAnswersWaitingAndLaterGetsUnavailable) {
+  Got waiting, later;
+  Get(&waiting, "a", absl::Seconds(5));
+  kv_.Shutdown();
+  ASSERT_TRUE(waiting.answer.has_value());
+  EXPECT_EQ(waiting.answer->code(), absl::StatusCode::kUnavailable);
+  Get(&later, "a", absl::Seconds(5));
+  ASSERT_TRUE(later.answer.has_value());
+  EXPECT_EQ(later.answer->code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace asyncps
