@@ -8,6 +8,7 @@
 #include "common/initializer.h"
 #include "common/optimizer.h"
 #include "common/partitioner.h"
+#include "common/status.h"
 
 namespace asyncps {
 namespace {
@@ -25,18 +26,9 @@ bool ValidName(absl::string_view name) {
 
 }  // namespace
 
-absl::Status ValidateModelSpec(const v1::ModelSpec& spec) {
-  if (spec.tensors_size() == 0) {
-    return absl::InvalidArgumentError("model spec has no tensors");
-  }
-  if (spec.num_shards() == 0) {
-    return absl::InvalidArgumentError("model spec has num_shards = 0");
-  }
-  if (spec.slice_bytes() < 4) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model spec has slice_bytes = ", spec.slice_bytes(),
-                     " (must be >= 4)"));
-  }
+absl::StatusOr<Partition> ValidateAndPartition(const v1::ModelSpec& spec) {
+  // Partition::Create checks the shape of the spec (tensors, shards, slice
+  // size, dtypes); the rest is checked here.
   absl::flat_hash_set<std::string> names;
   uint64_t total_bytes = 0;
   for (const v1::TensorSpec& t : spec.tensors()) {
@@ -49,19 +41,22 @@ absl::Status ValidateModelSpec(const v1::ModelSpec& spec) {
       return absl::InvalidArgumentError(
           absl::StrCat("tensor '", t.name(), "' is declared twice"));
     }
-    auto n = NumElements(t);
-    if (!n.ok()) return n.status();
-    if (*n > kMaxModelBytes / 4 || total_bytes + *n * 4 > kMaxModelBytes) {
+    ASSIGN_OR_RETURN(const uint64_t n, NumElements(t));
+    const uint64_t element = DTypeSize(v1::DTYPE_F32);  // What servers store.
+    if (n > kMaxModelBytes / element ||
+        total_bytes + n * element > kMaxModelBytes) {
       return absl::InvalidArgumentError(absl::StrCat(
           "model is larger than the ", kMaxModelBytes, "-byte limit"));
     }
-    total_bytes += *n * 4;
-    absl::Status s = ValidateInitializer(t.init(), t.name());
-    if (!s.ok()) return s;
+    total_bytes += n * element;
+    RETURN_IF_ERROR(ValidateInitializer(t.init(), t.name()));
   }
-  absl::Status s = ValidateOptimizer(spec.optimizer());
-  if (!s.ok()) return s;
-  return Partition::Create(spec).status();
+  RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer()));
+  return Partition::Create(spec);
+}
+
+absl::Status ValidateModelSpec(const v1::ModelSpec& spec) {
+  return ValidateAndPartition(spec).status();
 }
 
 std::string DescribeSpecDifference(const v1::ModelSpec& a,

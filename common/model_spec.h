@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/partitioner.h"
 #include "proto/asyncps.pb.h"
 
 namespace asyncps {
@@ -16,6 +17,9 @@ inline constexpr uint64_t kMaxModelBytes = uint64_t{64} << 30;
 // tensor name, a bad shape or dtype, a bad initializer or optimizer, a
 // slice_bytes or num_shards of 0, a model over kMaxModelBytes.
 absl::Status ValidateModelSpec(const v1::ModelSpec& spec);
+// The same checks, and the spec's partition when they pass (so a server
+// validates and partitions a spec once).
+absl::StatusOr<Partition> ValidateAndPartition(const v1::ModelSpec& spec);
 
 // "" if `a` and `b` are the same spec; otherwise a short description of
 // where they differ (e.g. "modified: optimizer.learning_rate: 0.1 -> 0.2").

@@ -20,6 +20,11 @@ size_t DTypeSize(int dtype) {
   }
 }
 
+std::string DTypeName(int dtype) {
+  const std::string& name = v1::DType_Name(static_cast<v1::DType>(dtype));
+  return name.empty() ? absl::StrCat("unknown dtype ", dtype) : name;
+}
+
 absl::StatusOr<uint64_t> NumElements(const v1::TensorSpec& tensor) {
   if (tensor.shape_size() == 0) {
     return absl::InvalidArgumentError(
@@ -59,15 +64,12 @@ absl::StatusOr<Partition> Partition::Create(const v1::ModelSpec& spec) {
     if (t.dtype() != v1::DTYPE_F32) {
       return absl::InvalidArgumentError(
           absl::StrCat("tensor '", t.name(), "' has dtype ",
-                       v1::DType_Name(t.dtype()).empty()
-                           ? absl::StrCat(static_cast<int>(t.dtype()))
-                           : v1::DType_Name(t.dtype()),
-                       "; servers store DTYPE_F32 only"));
+                       DTypeName(t.dtype()), "; servers store DTYPE_F32 only"));
     }
     auto n = NumElements(t);
     if (!n.ok()) return n.status();
     p.tensor_elements_.push_back(*n);
-    total_bytes += *n * 4;
+    total_bytes += *n * DTypeSize(v1::DTYPE_F32);
   }
   const uint64_t target =
       (total_bytes + p.num_shards_ * kTargetSlicesPerShard - 1) /
@@ -76,7 +78,8 @@ absl::StatusOr<Partition> Partition::Create(const v1::ModelSpec& spec) {
   // per-slice overhead.
   const uint64_t slice_bytes = std::min<uint64_t>(
       spec.slice_bytes(), std::max<uint64_t>(target, kMinFineSliceBytes));
-  p.slice_elements_ = std::max<uint64_t>(1, slice_bytes / 4);
+  p.slice_elements_ =
+      std::max<uint64_t>(1, slice_bytes / DTypeSize(v1::DTYPE_F32));
 
   p.tensor_slices_.resize(spec.tensors_size());
   for (int t = 0; t < spec.tensors_size(); ++t) {
@@ -111,7 +114,8 @@ absl::StatusOr<Partition> Partition::Create(const v1::ModelSpec& spec) {
 
 std::vector<uint64_t> Partition::ShardBytes() const {
   std::vector<uint64_t> bytes(num_shards_, 0);
-  for (const SliceInfo& s : slices_) bytes[s.shard] += s.count * 4;
+  for (const SliceInfo& s : slices_)
+    bytes[s.shard] += s.count * DTypeSize(v1::DTYPE_F32);
   return bytes;
 }
 

@@ -68,6 +68,9 @@ class Partition {
 // Bytes per element of `dtype`, or 0 if it is not a known dtype.
 size_t DTypeSize(int dtype);
 
+// "DTYPE_F32", ..., or "unknown dtype N".
+std::string DTypeName(int dtype);
+
 // Element count of a tensor spec, or an error on an empty or negative
 // dimension or overflow.
 absl::StatusOr<uint64_t> NumElements(const v1::TensorSpec& tensor);

@@ -14,6 +14,9 @@ namespace asyncps {
 #error "asyncps assumes a little-endian host; add byte swapping here"
 #endif
 
+// Bytes of one f32 element on the wire.
+inline constexpr size_t kF32Bytes = sizeof(float);
+
 // Writes `values` as little-endian f32 into `out` (replacing its contents).
 inline void EncodeF32(absl::Span<const float> values, std::string* out) {
   out->resize(values.size() * sizeof(float));
@@ -21,7 +24,7 @@ inline void EncodeF32(absl::Span<const float> values, std::string* out) {
 }
 
 // Reads little-endian f32 from `bytes` into `out`.
-// REQUIRES: bytes.size() == out.size() * 4.
+// REQUIRES: bytes.size() == out.size() * kF32Bytes.
 inline void DecodeF32(absl::string_view bytes, absl::Span<float> out) {
   if (!out.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
 }

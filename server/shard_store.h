@@ -1,16 +1,17 @@
 // ShardStore: the slices of a model that one shard holds, and the rules for
-// reading and updating them. Thread-safe: pulls and pushes to different
-// slices run in parallel; each slice has its own lock.
+// reading and updating them. The declared model's fixed part is a
+// ShardModel, each slice's mutable state a SliceState, the counters a
+// ShardCounterSet; this class puts them together per request. Thread-safe:
+// pulls and pushes to different slices run in parallel; each slice has its
+// own lock.
 #ifndef ASYNCPS_SERVER_SHARD_STORE_H_
 #define ASYNCPS_SERVER_SHARD_STORE_H_
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -18,27 +19,13 @@
 #include "absl/time/time.h"
 #include "common/mode.h"
 #include "common/optimizer.h"
-#include "common/partitioner.h"
 #include "proto/asyncps.pb.h"
 #include "proto/checkpoint.pb.h"
+#include "server/shard_counters.h"
+#include "server/shard_model.h"
+#include "server/slice_state.h"
 
 namespace asyncps {
-
-// Staleness values 0 .. kStalenessBuckets-2 have their own bucket; the last
-// bucket counts everything larger.
-inline constexpr int kStalenessBuckets = 64;
-
-struct ShardCounters {
-  int64_t updates_applied = 0;
-  int64_t pushes = 0;
-  int64_t pulls = 0;
-  int64_t rejected = 0;
-  int64_t dropped_stale = 0;
-  int64_t dropped_late = 0;
-  int64_t steps_applied = 0;
-  int64_t steps_short = 0;
-  std::vector<int64_t> staleness_histogram;
-};
 
 // How a push is applied, decided by the server's mode and membership.
 struct PushPolicy {
@@ -124,53 +111,20 @@ class ShardStore {
   std::string model_name() const;
   ShardCounters Counters() const;
   // Counts an RPC refused before it reached the store (e.g. a bad Register).
-  void CountRejected() { rejected_.fetch_add(1, std::memory_order_relaxed); }
+  void CountRejected() { counters_.CountRejected(); }
 
  private:
-  struct SliceState {
-    explicit SliceState(const v1::OptimizerSpec& spec, size_t n)
-        : weights(n), slots(spec, n) {}
-    absl::Mutex mu;
-    std::vector<float> weights ABSL_GUARDED_BY(mu);
-    OptimizerSlots slots ABSL_GUARDED_BY(mu);
-    int64_t version ABSL_GUARDED_BY(mu) = 0;
-    // bsp: the last step applied, and the sum of step applied_step + 1's
-    // gradients so far.
-    int64_t applied_step ABSL_GUARDED_BY(mu) = 0;
-    std::vector<float> step_sum ABSL_GUARDED_BY(mu);
-    std::vector<int> step_ranks ABSL_GUARDED_BY(mu);
-    absl::Time step_first ABSL_GUARDED_BY(mu);
-  };
-
-  // Everything fixed by Declare. Immutable once published.
+  // A declared model and the state of its slices on this shard. Published
+  // whole, once; the slice pointers never change afterwards.
   struct Model {
-    v1::ModelSpec spec;
-    Partition partition;
-    absl::flat_hash_map<std::string, int> tensor_index;
-    // Indexed like partition.slices(); null for slices on other shards.
+    std::unique_ptr<const ShardModel> model;
+    // Indexed like partition().slices(); null for slices on other shards.
     std::vector<std::unique_ptr<SliceState>> slices;
-    uint32_t num_slices = 0;
-    uint64_t num_bytes = 0;
   };
 
-  // OK if `spec` is usable and made for this server's number of shards.
-  absl::Status CheckSpec(const v1::ModelSpec& spec) const;
-  // A model with this shard's slices initialised from the spec's seed.
+  // The model of `spec` with this shard's slices at their initial weights.
   absl::StatusOr<std::shared_ptr<Model>> BuildModel(
       const v1::ModelSpec& spec) const;
-  // Resolves `key` to a slice of this shard, or a status saying why not.
-  absl::StatusOr<int> Resolve(const Model& model,
-                              const v1::SliceKey& key) const;
-  // Validates payloads (gradients or weights): slice, dtype, length, finite,
-  // no slice twice. Fills the slice indices and decoded values.
-  absl::Status ValidatePayloads(
-      const Model& model,
-      const google::protobuf::RepeatedPtrField<v1::SliceData>& data,
-      absl::string_view what, std::vector<int>* indices,
-      std::vector<std::vector<float>>* values) const;
-  // bsp: applies the mean of the pending step of `state`.
-  void ApplyStep(const Model& model, SliceState& state, int live_workers)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state.mu);
   std::shared_ptr<const Model> model() const;
   absl::Status Reject(absl::Status status);
 
@@ -183,15 +137,7 @@ class ShardStore {
   mutable absl::Mutex mu_;
   std::shared_ptr<const Model> model_ ABSL_GUARDED_BY(mu_);
 
-  std::atomic<int64_t> updates_applied_{0};
-  std::atomic<int64_t> pushes_{0};
-  std::atomic<int64_t> pulls_{0};
-  std::atomic<int64_t> rejected_{0};
-  std::atomic<int64_t> dropped_stale_{0};
-  std::atomic<int64_t> dropped_late_{0};
-  std::atomic<int64_t> steps_applied_{0};
-  std::atomic<int64_t> steps_short_{0};
-  std::vector<std::atomic<int64_t>> staleness_;
+  ShardCounterSet counters_;
 
   // bsp: slices with a step pending.
   mutable absl::Mutex pending_mu_;

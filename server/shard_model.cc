@@ -1,0 +1,149 @@
+#include "server/shard_model.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/model_spec.h"
+#include "common/status.h"
+#include "common/tensor_bytes.h"
+
+namespace asyncps {
+
+std::string SliceName(const v1::SliceKey& key) {
+  return absl::StrCat("'", key.tensor(), "'#", key.index());
+}
+
+namespace {
+
+absl::Status CheckShards(const v1::ModelSpec& spec, int num_shards) {
+  if (static_cast<int>(spec.num_shards()) != num_shards) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model spec says num_shards = ", spec.num_shards(),
+                     " but this server runs with --num_shards=", num_shards));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ShardModel::CheckSpec(const v1::ModelSpec& spec, int num_shards) {
+  RETURN_IF_ERROR(ValidateModelSpec(spec));
+  return CheckShards(spec, num_shards);
+}
+
+absl::StatusOr<std::unique_ptr<const ShardModel>> ShardModel::Create(
+    const v1::ModelSpec& spec, int shard, int num_shards,
+    uint64_t max_shard_bytes) {
+  ASSIGN_OR_RETURN(Partition partition, ValidateAndPartition(spec));
+  RETURN_IF_ERROR(CheckShards(spec, num_shards));
+  const uint64_t mine = partition.ShardBytes()[shard];
+  if (mine > max_shard_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("this model puts ", mine, " bytes of weights on shard ",
+                     shard, ", over its --max_shard_bytes=", max_shard_bytes,
+                     "; use more shards or raise the limit"));
+  }
+  return std::unique_ptr<const ShardModel>(
+      new ShardModel(spec, std::move(partition), shard));
+}
+
+ShardModel::ShardModel(v1::ModelSpec spec, Partition partition, int shard)
+    : spec_(std::move(spec)), partition_(std::move(partition)), shard_(shard) {
+  for (int t = 0; t < spec_.tensors_size(); ++t) {
+    tensor_index_[spec_.tensors(t).name()] = t;
+  }
+  for (size_t i = 0; i < partition_.slices().size(); ++i) {
+    if (!IsLocal(static_cast<int>(i))) continue;
+    local_.push_back(static_cast<int>(i));
+    num_bytes_ += SliceBytes(static_cast<int>(i));
+  }
+}
+
+uint64_t ShardModel::SliceBytes(int slice) const {
+  return partition_.slices()[slice].count * kF32Bytes;
+}
+
+absl::StatusOr<int> ShardModel::Resolve(const v1::SliceKey& key) const {
+  auto it = tensor_index_.find(key.tensor());
+  if (it == tensor_index_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown tensor '", key.tensor(), "'"));
+  }
+  const int t = it->second;
+  const std::vector<int>& slices = partition_.tensor_slices(t);
+  if (key.index() >= slices.size()) {
+    return absl::NotFoundError(
+        absl::StrCat("tensor '", key.tensor(), "' has ", slices.size(),
+                     " slices; there is no slice ", key.index()));
+  }
+  const int i = slices[key.index()];
+  const SliceInfo& info = partition_.slices()[i];
+  const uint64_t elements = partition_.tensor_elements(t);
+  if (key.begin() > elements || key.count() > elements - key.begin()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "slice ", SliceName(key), " range [", key.begin(), ", +", key.count(),
+        ") is out of bounds for a tensor of ", elements, " elements"));
+  }
+  if (key.begin() != info.begin || key.count() != info.count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slice ", SliceName(key), " is elements [", info.begin,
+                     ", ", info.begin + info.count, ") but the request says [",
+                     key.begin(), ", ", key.begin() + key.count(),
+                     "); client and server disagree about the partition"));
+  }
+  if (info.shard != shard_) {
+    return absl::NotFoundError(absl::StrCat("slice ", SliceName(key),
+                                            " lives on shard ", info.shard,
+                                            ", not on shard ", shard_));
+  }
+  return i;
+}
+
+absl::Status ShardModel::Decode(
+    const google::protobuf::RepeatedPtrField<v1::SliceData>& data,
+    absl::string_view what, std::vector<int>* indices,
+    std::vector<std::vector<float>>* values) const {
+  indices->clear();
+  values->assign(data.size(), {});
+  absl::flat_hash_set<int> seen;
+  for (int k = 0; k < data.size(); ++k) {
+    const v1::SliceData& g = data.Get(k);
+    ASSIGN_OR_RETURN(const int i, Resolve(g.key()));
+    if (!seen.insert(i).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "slice ", SliceName(g.key()), " appears twice in one request"));
+    }
+    if (g.dtype() != v1::DTYPE_F32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " for slice ", SliceName(g.key()), " has ",
+          DTypeName(g.dtype()), "; this server accepts DTYPE_F32"));
+    }
+    const SliceInfo& info = partition_.slices()[i];
+    if (g.data().size() != SliceBytes(i)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " for slice ", SliceName(g.key()), " has ", g.data().size(),
+          " bytes; ", info.count, " f32 elements need ", SliceBytes(i)));
+    }
+    if (g.version() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " for slice ", SliceName(g.key()),
+                       " has negative version ", g.version()));
+    }
+    std::vector<float>& v = (*values)[k];
+    v.resize(info.count);
+    DecodeF32(g.data(), absl::MakeSpan(v));
+    for (size_t e = 0; e < v.size(); ++e) {
+      if (!std::isfinite(v[e])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, " for slice ", SliceName(g.key()), " has ",
+            std::isnan(v[e]) ? "NaN" : "Inf", " at element ", info.begin + e));
+      }
+    }
+    indices->push_back(i);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace asyncps

@@ -1,0 +1,154 @@
+#include "server/slice_state.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/tensor_bytes.h"
+
+namespace asyncps {
+
+SliceState::SliceState(const v1::OptimizerSpec& optimizer, size_t n)
+    : weights_(n), slots_(optimizer, n) {}
+
+absl::Status SliceState::CheckPush(int64_t version, bool bsp, int64_t clock,
+                                   const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  if (version > version_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient for slice ", name, " claims version ", version,
+                     " but the slice is only at version ", version_));
+  }
+  if (bsp && clock > applied_step_ + 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "bsp step ", clock, " for slice ", name, " pushed before step ",
+        applied_step_ + 1, " was applied"));
+  }
+  return absl::OkStatus();
+}
+
+SliceOutcome SliceState::ApplyAsync(const v1::OptimizerSpec& optimizer,
+                                    const StalePolicy& stale, int64_t version,
+                                    absl::Span<const float> grad) {
+  absl::MutexLock lock(&mu_);
+  SliceOutcome out;
+  out.staleness = version_ - version;
+  if (stale.kind == StalePolicy::kDrop && out.staleness > stale.max_staleness) {
+    out.dropped = true;
+  } else {
+    const float scale = stale.kind == StalePolicy::kScale
+                            ? 1.0f / (1.0f + static_cast<float>(out.staleness))
+                            : 1.0f;
+    slots_.Apply(optimizer, scale, grad, absl::MakeSpan(weights_));
+    ++version_;
+    out.applied = true;
+  }
+  out.version = version_;
+  return out;
+}
+
+SliceOutcome SliceState::AddToStep(const v1::OptimizerSpec& optimizer, int rank,
+                                   int64_t clock, int64_t version,
+                                   absl::Span<const float> grad, int quorum,
+                                   int live_workers, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  SliceOutcome out;
+  out.staleness = version_ - version;
+  const bool duplicate = std::find(step_ranks_.begin(), step_ranks_.end(),
+                                   rank) != step_ranks_.end();
+  if (clock <= applied_step_ || duplicate) {
+    out.dropped = true;
+  } else {
+    if (step_ranks_.empty()) {
+      step_sum_.assign(grad.size(), 0.0f);
+      step_first_ = now;
+    }
+    for (size_t e = 0; e < grad.size(); ++e) step_sum_[e] += grad[e];
+    step_ranks_.push_back(rank);
+    if (static_cast<int>(step_ranks_.size()) >= quorum) {
+      ApplyStep(optimizer, live_workers, &out);
+    }
+  }
+  out.step_pending = !step_ranks_.empty();
+  out.version = version_;
+  return out;
+}
+
+SliceOutcome SliceState::CompleteStep(const v1::OptimizerSpec& optimizer,
+                                      int quorum, int live_workers,
+                                      absl::Duration deadline, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  SliceOutcome out;
+  if (!step_ranks_.empty() &&
+      (static_cast<int>(step_ranks_.size()) >= quorum ||
+       (deadline > absl::ZeroDuration() && now - step_first_ >= deadline))) {
+    ApplyStep(optimizer, live_workers, &out);
+  }
+  out.step_pending = !step_ranks_.empty();
+  out.version = version_;
+  return out;
+}
+
+void SliceState::ApplyStep(const v1::OptimizerSpec& optimizer, int live_workers,
+                           SliceOutcome* outcome) {
+  const size_t n = step_ranks_.size();
+  const float inv = 1.0f / static_cast<float>(n);
+  for (float& g : step_sum_) g *= inv;
+  slots_.Apply(optimizer, 1.0f, step_sum_, absl::MakeSpan(weights_));
+  ++version_;
+  ++applied_step_;
+  step_ranks_.clear();
+  outcome->applied = true;
+  outcome->step_applied = true;
+  outcome->step_short = static_cast<int>(n) < live_workers;
+}
+
+bool SliceState::StepApplied(int64_t clock) const {
+  absl::MutexLock lock(&mu_);
+  return applied_step_ >= clock;
+}
+
+int64_t SliceState::Read(std::string* data) const {
+  absl::MutexLock lock(&mu_);
+  EncodeF32(weights_, data);
+  return version_;
+}
+
+void SliceState::Assign(std::vector<float> weights, int64_t version) {
+  absl::MutexLock lock(&mu_);
+  weights_ = std::move(weights);
+  version_ = version;
+}
+
+void SliceState::Save(v1::SliceCheckpoint* out) const {
+  absl::MutexLock lock(&mu_);
+  EncodeF32(weights_, out->mutable_weights());
+  EncodeF32(slots_.slot1(), out->mutable_slot1());
+  EncodeF32(slots_.slot2(), out->mutable_slot2());
+  out->set_version(version_);
+  out->set_optimizer_steps(slots_.steps());
+  out->set_applied_step(applied_step_);
+}
+
+bool SliceState::Load(const v1::SliceCheckpoint& in) {
+  auto decode = [](const std::string& bytes, std::vector<float>* out) {
+    if (bytes.size() % kF32Bytes != 0) return false;
+    out->resize(bytes.size() / kF32Bytes);
+    DecodeF32(bytes, absl::MakeSpan(*out));
+    return true;
+  };
+  absl::MutexLock lock(&mu_);
+  std::vector<float> w, s1, s2;
+  if (!decode(in.weights(), &w) || w.size() != weights_.size() ||
+      !decode(in.slot1(), &s1) || !decode(in.slot2(), &s2) ||
+      in.version() < 0 || in.applied_step() < 0 ||
+      !slots_.Restore(std::move(s1), std::move(s2), in.optimizer_steps())) {
+    return false;
+  }
+  weights_ = std::move(w);
+  version_ = in.version();
+  applied_step_ = in.applied_step();
+  return true;
+}
+
+}  // namespace asyncps

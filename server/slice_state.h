@@ -1,0 +1,107 @@
+// SliceState: the mutable state of one slice a shard holds: its weights,
+// version and optimizer slots, and (bsp) the sum of the step in progress.
+// Asynchronous apply and bsp step accumulation are separate paths over it.
+// Thread-safe: every method takes the slice's own lock.
+#ifndef ASYNCPS_SERVER_SLICE_STATE_H_
+#define ASYNCPS_SERVER_SLICE_STATE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/mode.h"
+#include "common/optimizer.h"
+#include "proto/asyncps.pb.h"
+#include "proto/checkpoint.pb.h"
+
+namespace asyncps {
+
+// What one gradient did to a slice.
+struct SliceOutcome {
+  int64_t version = 0;        // The slice's version afterwards.
+  int64_t staleness = 0;      // Its version before minus the gradient's.
+  bool dropped = false;       // Not applied: too stale (async) or late (bsp).
+  bool applied = false;       // An optimizer update happened.
+  bool step_applied = false;  // bsp: this gradient completed its step...
+  bool step_short = false;    // ...with fewer gradients than live workers.
+  bool step_pending = false;  // bsp: its step still waits for gradients.
+};
+
+class SliceState {
+ public:
+  SliceState(const v1::OptimizerSpec& optimizer, size_t n);
+  SliceState(const SliceState&) = delete;
+  SliceState& operator=(const SliceState&) = delete;
+
+  // Sets the initial weights to `fill(weights)`.
+  template <typename Fill>
+  void Initialize(Fill fill) {
+    absl::MutexLock lock(&mu_);
+    fill(absl::MakeSpan(weights_));
+  }
+
+  // OK if a gradient computed from `version` may be pushed (in bsp, for
+  // step `clock`) now; else the reason, naming the slice as `name`. Versions
+  // and applied steps only grow, so what passes here still holds later.
+  absl::Status CheckPush(int64_t version, bool bsp, int64_t clock,
+                         const std::string& name) const;
+
+  // async/ssp: applies `grad` (computed from `version`) with the learning
+  // rate scaled, or drops it, per `stale`.
+  SliceOutcome ApplyAsync(const v1::OptimizerSpec& optimizer,
+                          const StalePolicy& stale, int64_t version,
+                          absl::Span<const float> grad);
+
+  // bsp: adds rank's gradient to step `clock`'s sum; the step's mean is
+  // applied once `quorum` gradients are in. A gradient for a step already
+  // applied, or a second one from the same rank, is dropped.
+  SliceOutcome AddToStep(const v1::OptimizerSpec& optimizer, int rank,
+                         int64_t clock, int64_t version,
+                         absl::Span<const float> grad, int quorum,
+                         int live_workers, absl::Time now);
+
+  // bsp: applies the pending step if it has `quorum` gradients or its first
+  // came `deadline` (if > 0) before `now`. step_applied says whether it
+  // did, step_pending whether a step still waits.
+  SliceOutcome CompleteStep(const v1::OptimizerSpec& optimizer, int quorum,
+                            int live_workers, absl::Duration deadline,
+                            absl::Time now);
+
+  // bsp: true once step `clock` has been applied.
+  bool StepApplied(int64_t clock) const;
+
+  // Writes the weights as f32 payload bytes into `data`; returns the version.
+  int64_t Read(std::string* data) const;
+  // Replaces the weights (allreduce), with `version`.
+  // REQUIRES: weights.size() == the slice's size.
+  void Assign(std::vector<float> weights, int64_t version);
+
+  // Checkpoint form of the whole state (but the slice index).
+  void Save(v1::SliceCheckpoint* out) const;
+  // Loads state saved by Save; false (nothing changed) if it does not fit.
+  bool Load(const v1::SliceCheckpoint& in);
+
+ private:
+  // Applies the mean of the pending step.
+  void ApplyStep(const v1::OptimizerSpec& optimizer, int live_workers,
+                 SliceOutcome* outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  mutable absl::Mutex mu_;
+  std::vector<float> weights_ ABSL_GUARDED_BY(mu_);
+  OptimizerSlots slots_ ABSL_GUARDED_BY(mu_);
+  int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  // bsp: the last step applied, and the sum of step applied_step_ + 1's
+  // gradients so far, from these ranks, the first at step_first_.
+  int64_t applied_step_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<float> step_sum_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> step_ranks_ ABSL_GUARDED_BY(mu_);
+  absl::Time step_first_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_SLICE_STATE_H_
