@@ -13,6 +13,8 @@ class Clock {
  public:
   virtual ~Clock() = default;
   virtual absl::Time Now() const = 0;
+  // Returns once `d` has passed on this clock.
+  virtual void SleepFor(absl::Duration d) { absl::SleepFor(d); }
   // The process-wide real clock; never destroyed.
   static Clock* Real();
 };
@@ -29,6 +31,8 @@ class ManualClock final : public Clock {
     absl::MutexLock lock(&mu_);
     now_ += d;
   }
+  // Sleeping on a manual clock moves it: nothing really waits.
+  void SleepFor(absl::Duration d) override { Advance(d); }
 
  private:
   mutable absl::Mutex mu_;

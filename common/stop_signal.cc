@@ -33,6 +33,8 @@ void InstallStopSignalHandlers() {
   sigaction(SIGINT, &sa, nullptr);
 }
 
+void WakeStopWaiter() { OnSignal(0); }
+
 int WaitForStopSignal() {
   unsigned char b = 0;
   while (true) {

@@ -10,9 +10,14 @@ namespace asyncps {
 // Installs the handlers. Call once, early in main.
 void InstallStopSignalHandlers();
 
-// Blocks until SIGTERM or SIGINT arrives; returns its number.
+// Blocks until SIGTERM or SIGINT arrives, and returns its number; or until
+// WakeStopWaiter is called, and returns 0.
 // REQUIRES: InstallStopSignalHandlers() was called.
 int WaitForStopSignal();
+
+// Makes one WaitForStopSignal return 0 (a process that finished on its own
+// ends the thread waiting for a signal).
+void WakeStopWaiter();
 
 }  // namespace asyncps
 

@@ -7,6 +7,7 @@ set -euo pipefail
 PACKAGES=(
   bazel-bootstrap           # Bazel 4.2.3 (/usr/bin/bazel)
   g++
+  clang                     # --config=clang: -Wthread-safety checks ABSL_GUARDED_BY
   libgrpc++-dev             # gRPC 1.51 C++
   protobuf-compiler-grpc    # grpc_cpp_plugin
   protobuf-compiler         # protoc 3.21

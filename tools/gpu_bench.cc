@@ -17,10 +17,10 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "client/ps_client.h"
 #include "common/cluster_spec.h"
 #include "worker/device.h"
 #include "worker/model/mlp.h"
-#include "worker/ps_client.h"
 #include "worker/ps_exchange.h"
 
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda:N.");

@@ -15,8 +15,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/time/clock.h"
+#include "client/ps_client.h"
 #include "common/cluster_spec.h"
-#include "worker/ps_client.h"
 
 ABSL_FLAG(std::string, servers, "127.0.0.1:5000",
           "Every shard, shard 0 first.");

@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "client/ps_client.h"
 #include "common/optimizer.h"
 #include "worker/collective.h"
 #include "worker/exchange.h"
-#include "worker/ps_client.h"
 #include "worker/task_queue.h"
 
 namespace asyncps {

@@ -17,21 +17,21 @@
 namespace asyncps {
 namespace {
 
-// Gloo's rendezvous store, kept on shard 0 through our gRPC service. Gloo
-// reports failures by exception, so this adapter throws its own.
-class GrpcStore final : public gloo::rendezvous::Store {
+// Gloo's rendezvous store over ours (on shard 0, through the servers).
+// Gloo reports failures by exception, so this adapter throws its own.
+class GlooStore final : public gloo::rendezvous::Store {
  public:
-  GrpcStore(PsClient* client, absl::Duration timeout)
-      : client_(client), timeout_(timeout) {}
+  GlooStore(RendezvousStore* store, absl::Duration timeout)
+      : store_(store), timeout_(timeout) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
     absl::Status s =
-        client_->StoreSet(key, std::string(data.begin(), data.end()));
+        store_->StoreSet(key, std::string(data.begin(), data.end()));
     if (!s.ok()) throw gloo::IoException(s.ToString());
   }
 
   std::vector<char> get(const std::string& key) override {
-    auto v = client_->StoreGet(key, timeout_);
+    auto v = store_->StoreGet(key, timeout_);
     if (!v.ok()) throw gloo::IoException(v.status().ToString());
     return std::vector<char>(v->begin(), v->end());
   }
@@ -43,13 +43,13 @@ class GrpcStore final : public gloo::rendezvous::Store {
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override {
     for (const std::string& key : keys) {
-      auto v = client_->StoreGet(key, absl::FromChrono(timeout));
+      auto v = store_->StoreGet(key, absl::FromChrono(timeout));
       if (!v.ok()) throw gloo::IoException(v.status().ToString());
     }
   }
 
  private:
-  PsClient* const client_;
+  RendezvousStore* const store_;
   const absl::Duration timeout_;
 };
 
@@ -86,13 +86,13 @@ class GlooCollective final : public Collective {
 };
 
 absl::StatusOr<std::unique_ptr<Collective>> JoinGloo(
-    const CollectiveConfig& config, PsClient* client) {
+    const CollectiveConfig& config, RendezvousStore* store) {
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = config.host;
     auto device = gloo::transport::tcp::CreateDevice(attr);
-    GrpcStore store(client, config.timeout);
-    gloo::rendezvous::PrefixStore prefixed(config.prefix, store);
+    GlooStore gloo_store(store, config.timeout);
+    gloo::rendezvous::PrefixStore prefixed(config.prefix, gloo_store);
     auto context = std::make_shared<gloo::rendezvous::Context>(
         config.rank, config.num_workers);
     context->setTimeout(absl::ToChronoMilliseconds(config.timeout));
@@ -107,11 +107,11 @@ absl::StatusOr<std::unique_ptr<Collective>> JoinGloo(
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Collective>> JoinCollective(
-    const CollectiveConfig& config, PsClient* client) {
-  if (config.kind == "gloo") return JoinGloo(config, client);
+    const CollectiveConfig& config, RendezvousStore* store) {
+  if (config.kind == "gloo") return JoinGloo(config, store);
   if (config.kind == "nccl") {
 #ifdef ASYNCPS_WITH_CUDA
-    return JoinNccl(config, client);
+    return JoinNccl(config, store);
 #else
     return absl::FailedPreconditionError(
         "--collective=nccl needs a build with --config=cuda");

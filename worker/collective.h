@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "worker/ps_client.h"
+#include "common/rendezvous_store.h"
 
 namespace asyncps {
 
@@ -34,10 +34,10 @@ struct CollectiveConfig {
   std::string prefix;
 };
 
-// Joins the collective of every worker. `client` is borrowed and must
+// Joins the collective of every worker. `store` is borrowed and must
 // outlive the result. FAILED_PRECONDITION for nccl in a build without CUDA.
 absl::StatusOr<std::unique_ptr<Collective>> JoinCollective(
-    const CollectiveConfig& config, PsClient* client);
+    const CollectiveConfig& config, RendezvousStore* store);
 
 }  // namespace asyncps
 

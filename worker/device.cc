@@ -2,6 +2,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "glog/logging.h"
 #include "worker/cpu/cpu_backend.h"
 #ifdef ASYNCPS_WITH_CUDA
@@ -9,14 +10,6 @@
 #endif
 
 namespace asyncps {
-
-absl::StatusOr<GemmPrecision> ParsePrecision(const std::string& text) {
-  if (text == "fp32") return GemmPrecision::kFp32;
-  if (text == "tf32") return GemmPrecision::kTf32;
-  if (text == "bf16") return GemmPrecision::kBf16;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--precision=", text, " (want fp32, tf32 or bf16)"));
-}
 
 bool BuiltWithCuda() {
 #ifdef ASYNCPS_WITH_CUDA
@@ -53,20 +46,31 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& device,
     }
     return MakeCpuBackend(blas_threads);
   }
+  ASSIGN_OR_RETURN(const int index, ParseDevice(device));
+#ifdef ASYNCPS_WITH_CUDA
+  return MakeCudaBackend(index, precision);
+#else
+  (void)index;
+  return absl::InternalError("unreachable: ParseDevice refuses cuda:N");
+#endif
+}
+
+absl::StatusOr<int> ParseDevice(const std::string& device) {
+  if (device == "auto") return -2;
+  if (device == "cpu") return -1;
   int index = -1;
   if (device.rfind("cuda:", 0) != 0 ||
       !absl::SimpleAtoi(device.substr(5), &index) || index < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--device=", device, " (want auto, cpu or cuda:N)"));
   }
-#ifdef ASYNCPS_WITH_CUDA
-  return MakeCudaBackend(index, precision);
-#else
-  return absl::FailedPreconditionError(
-      absl::StrCat("--device=", device,
-                   ": this ps_worker was built without CUDA (build with "
-                   "--config=cuda)"));
-#endif
+  if (!BuiltWithCuda()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device=", device,
+                     ": this ps_worker was built without CUDA (build with "
+                     "--config=cuda)"));
+  }
+  return index;
 }
 
 }  // namespace asyncps

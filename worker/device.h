@@ -7,17 +7,14 @@
 
 #include "absl/status/statusor.h"
 #include "worker/backend.h"
+#include "worker/gemm_precision.h"
 
 namespace asyncps {
 
-enum class GemmPrecision {
-  kFp32,  // IEEE f32 throughout.
-  kTf32,  // f32 storage, TF32 tensor-core multiplies, f32 accumulation.
-  kBf16,  // Operands rounded to bf16 for tensor cores, f32 accumulation and
-          // output; the f32 master weights stay on the servers.
-};
-
-absl::StatusOr<GemmPrecision> ParsePrecision(const std::string& text);
+// -2 for "auto", -1 for "cpu", N for "cuda:N"; INVALID_ARGUMENT naming
+// --device for anything else, FAILED_PRECONDITION for cuda:N in a build
+// without CUDA.
+absl::StatusOr<int> ParseDevice(const std::string& device);
 
 // True if this binary was built with --config=cuda.
 bool BuiltWithCuda();

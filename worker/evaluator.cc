@@ -86,4 +86,29 @@ absl::Status RunEvaluator(PsClient* client, Mlp* model, const Dataset& test,
   }
 }
 
+absl::Status RunEvaluatorRole(const WorkerConfig& config, PsClient* client,
+                              Backend* backend, Dataset* test,
+                              absl::Notification* stop) {
+  // The evaluator scores whatever model the workers declared.
+  RETURN_IF_ERROR(client->FetchModel());
+  ASSIGN_OR_RETURN(const std::vector<int> layers,
+                   LayersFromSpec(client->spec()));
+  RETURN_IF_ERROR(CheckLayersFit(layers, test->features));
+  if (config.max_test_examples > 0 && config.max_test_examples < test->size) {
+    test->size = config.max_test_examples;
+  }
+  Mlp model(backend, layers, kEvalBatch);
+  if (!config.eval_once) {
+    return RunEvaluator(client, &model, *test, config.eval_every, config.curve,
+                        stop);
+  }
+  ASSIGN_OR_RETURN(const Evaluation e,
+                   EvaluateOnce(client, &model, *test, absl::Now()));
+  std::printf("evaluator updates=%.0f test_loss=%.4f accuracy=%.4f\n",
+              e.updates, e.loss, e.accuracy);
+  std::fflush(stdout);
+  if (!config.curve.empty()) RETURN_IF_ERROR(AppendCurveRow(config.curve, e));
+  return absl::OkStatus();
+}
+
 }  // namespace asyncps

@@ -8,9 +8,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "client/ps_client.h"
+#include "worker/backend.h"
 #include "worker/data/idx_reader.h"
 #include "worker/model/mlp.h"
-#include "worker/ps_client.h"
+#include "worker/worker_config.h"
 
 namespace asyncps {
 
@@ -35,6 +37,15 @@ absl::Status AppendCurveRow(const std::string& path, const Evaluation& e);
 absl::Status RunEvaluator(PsClient* client, Mlp* model, const Dataset& test,
                           absl::Duration every, const std::string& curve,
                           absl::Notification* stop);
+
+// ps_worker --role=evaluator: adopts the model the workers declared (waiting
+// for one), then scores `test` once (--eval_once, printing one line) or
+// every --eval_every until `stop`. Pointers are borrowed; `test` may be
+// cut to --max_test_examples.
+// REQUIRES: config.Validate().ok().
+absl::Status RunEvaluatorRole(const WorkerConfig& config, PsClient* client,
+                              Backend* backend, Dataset* test,
+                              absl::Notification* stop);
 
 }  // namespace asyncps
 

@@ -9,8 +9,8 @@
 
 #include <vector>
 
+#include "client/ps_client.h"
 #include "worker/exchange.h"
-#include "worker/ps_client.h"
 #include "worker/task_queue.h"
 
 namespace asyncps {

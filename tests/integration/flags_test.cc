@@ -1,5 +1,7 @@
-// Bad flags: each binary refuses them at start, with a message naming the
-// flag, before touching the network.
+// Bad flags reach the configs' checks from the command line: each binary
+// refuses them at start, with a message naming the flag, before touching the
+// network. Every bad value is tested in-process (shard_server_test,
+// worker_config_test); these are the few that show the wiring.
 #include <string>
 #include <vector>
 
@@ -14,10 +16,7 @@ TEST(Flags, ServerRefusesBadFlags) {
   for (std::vector<std::string> flags :
        {std::vector<std::string>{"--shard=2", "--num_shards=2"},
         {"--mode=eventual"},
-        {"--stale_policy=drop:-1"},
-        {"--backup_workers=-1"},
-        {"--port=70000"},
-        {"--max_message_bytes=10"}}) {
+        {"--stale_policy=drop:-1"}}) {
     std::vector<std::string> argv = {RunfilePath("server/ps_server"),
                                      "--host=127.0.0.1", "--port=0"};
     argv.insert(argv.end(), flags.begin(), flags.end());
@@ -31,18 +30,9 @@ TEST(Flags, WorkerRefusesBadFlagsNamingThem) {
   struct Case {
     std::string flag, words;
   };
-  for (const Case& c :
-       std::vector<Case>{{"--mode=eventual", "--mode=eventual"},
-                         {"--device=tpu:0", "--device=tpu:0"},
-                         {"--device=cuda:0", "without CUDA"},
-                         {"--precision=fp8", "--precision=fp8"},
-                         {"--layers=784,x,10", "--layers"},
-                         {"--optimizer=lion", "--optimizer=lion"},
-                         {"--lr=-1", "learning_rate"},
-                         {"--servers=nohostport", "--servers"},
-                         {"--rank=2", "--rank=2"},
-                         {"--slowdown=0.5", "--slowdown"},
-                         {"--batch_size=0", "--batch_size"}}) {
+  for (const Case& c : std::vector<Case>{{"--mode=eventual", "--mode=eventual"},
+                                         {"--lr=-1", "learning_rate"},
+                                         {"--rank=2", "--rank=2"}}) {
     auto p =
         Subprocess::Start({RunfilePath("worker/ps_worker"),
                            "--servers=127.0.0.1:1", "--num_workers=2", c.flag});

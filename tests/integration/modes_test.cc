@@ -10,13 +10,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/ps_client.h"
 #include "common/optimizer.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_cluster.h"
 #include "tests/integration/worker_runner.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/model/mlp.h"
-#include "worker/ps_client.h"
 
 namespace asyncps::testing {
 namespace {

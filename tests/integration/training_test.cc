@@ -9,10 +9,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "client/ps_client.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_cluster.h"
 #include "tests/integration/worker_runner.h"
-#include "worker/ps_client.h"
 
 namespace asyncps::testing {
 namespace {

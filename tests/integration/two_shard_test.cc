@@ -3,9 +3,9 @@
 #include <thread>
 #include <vector>
 
+#include "client/ps_client.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_cluster.h"
-#include "worker/ps_client.h"
 
 namespace asyncps::testing {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/backend.h"
-#include "worker/device.h"
+#include "worker/gemm_precision.h"
 
 namespace asyncps {
 

@@ -77,7 +77,7 @@ class NcclCollective final : public Collective {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Collective>> JoinNccl(
-    const CollectiveConfig& config, PsClient* client) {
+    const CollectiveConfig& config, RendezvousStore* store) {
   if (config.cuda_device < 0) {
     return absl::FailedPreconditionError(
         "--collective=nccl needs the worker on a GPU (--device=cuda:N)");
@@ -90,10 +90,10 @@ absl::StatusOr<std::unique_ptr<Collective>> JoinNccl(
   if (config.rank == 0) {
     s = NcclError(ncclGetUniqueId(&id), "ncclGetUniqueId");
     if (!s.ok()) return s;
-    s = client->StoreSet(key, std::string(id.internal, sizeof(id.internal)));
+    s = store->StoreSet(key, std::string(id.internal, sizeof(id.internal)));
     if (!s.ok()) return s;
   } else {
-    auto v = client->StoreGet(key, config.timeout);
+    auto v = store->StoreGet(key, config.timeout);
     if (!v.ok()) return v.status();
     if (v->size() != sizeof(id.internal)) {
       return absl::DataLossError(absl::StrCat("NCCL id in the store has ",

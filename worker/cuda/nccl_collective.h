@@ -14,7 +14,7 @@ namespace asyncps {
 
 // REQUIRES: config.cuda_device >= 0.
 absl::StatusOr<std::unique_ptr<Collective>> JoinNccl(
-    const CollectiveConfig& config, PsClient* client);
+    const CollectiveConfig& config, RendezvousStore* store);
 
 }  // namespace asyncps
 

@@ -52,6 +52,15 @@ v1::ModelSpec MlpSpec(const std::vector<int>& layers,
   return spec;
 }
 
+absl::Status CheckLayersFit(const std::vector<int>& layers, int64_t features) {
+  if (layers.empty() || layers.front() != features || layers.back() != 10) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--layers must start with ", features,
+                     " (pixels per image) and end with 10 (classes)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<int>> LayersFromSpec(const v1::ModelSpec& spec) {
   std::vector<int> layers;
   if (spec.tensors_size() < 2 || spec.tensors_size() % 2 != 0) {

@@ -28,6 +28,10 @@ v1::ModelSpec MlpSpec(const std::vector<int>& layers,
 // spec is not such an MLP.
 absl::StatusOr<std::vector<int>> LayersFromSpec(const v1::ModelSpec& spec);
 
+// OK if `layers` start with `features` (pixels per example) and end with 10
+// (classes); else INVALID_ARGUMENT naming --layers.
+absl::Status CheckLayersFit(const std::vector<int>& layers, int64_t features);
+
 class Mlp {
  public:
   // Called during Backward once layer L's gradients are on the host in

@@ -7,8 +7,8 @@
 //
 // Thread-safe: several threads may pull and push at once (e.g. a prefetch
 // thread and a push thread); each call blocks only its caller.
-#ifndef ASYNCPS_WORKER_PS_CLIENT_H_
-#define ASYNCPS_WORKER_PS_CLIENT_H_
+#ifndef ASYNCPS_CLIENT_PS_CLIENT_H_
+#define ASYNCPS_CLIENT_PS_CLIENT_H_
 
 #include <cstdint>
 #include <memory>
@@ -19,8 +19,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/clock.h"
 #include "common/cluster_spec.h"
 #include "common/partitioner.h"
+#include "common/rendezvous_store.h"
 #include "proto/asyncps.grpc.pb.h"
 
 namespace asyncps {
@@ -33,6 +35,8 @@ struct PsClientOptions {
   absl::Duration backoff_initial = absl::Milliseconds(50);
   absl::Duration backoff_max = absl::Seconds(2);
   int64_t max_message_bytes = 64 << 20;
+  // Time for deadlines and backoff; borrowed, must outlive the client.
+  Clock* clock = Clock::Real();
 };
 
 // What one Push did, summed over its slices.
@@ -43,7 +47,7 @@ struct PushResult {
   int64_t dropped = 0;  // Slices the server did not apply (stale or late).
 };
 
-class PsClient {
+class PsClient final : public RendezvousStore {
  public:
   static absl::StatusOr<std::unique_ptr<PsClient>> Create(
       PsClientOptions options);
@@ -84,10 +88,11 @@ class PsClient {
                       int64_t version, int rank);
 
   // The rendezvous store on shard 0.
-  absl::Status StoreSet(const std::string& key, const std::string& value);
+  absl::Status StoreSet(const std::string& key,
+                        const std::string& value) override;
   // Waits up to `wait` for the key.
   absl::StatusOr<std::string> StoreGet(const std::string& key,
-                                       absl::Duration wait);
+                                       absl::Duration wait) override;
 
   absl::StatusOr<v1::RegisterResponse> Register(int shard,
                                                 const v1::RegisterRequest& req);
@@ -147,4 +152,4 @@ class PsClient {
 
 }  // namespace asyncps
 
-#endif  // ASYNCPS_WORKER_PS_CLIENT_H_
+#endif  // ASYNCPS_CLIENT_PS_CLIENT_H_

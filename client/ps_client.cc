@@ -1,4 +1,4 @@
-#include "worker/ps_client.h"
+#include "client/ps_client.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
+#include "common/backoff.h"
 #include "common/status.h"
 #include "common/tensor_bytes.h"
 
@@ -61,8 +62,8 @@ absl::Status PsClient::CallAll(std::vector<Call<Request, Response>>* calls,
                                bool idempotent) {
   std::vector<size_t> pending(calls->size());
   for (size_t i = 0; i < pending.size(); ++i) pending[i] = i;
-  const absl::Time give_up = absl::Now() + options_.retry_for;
-  absl::Duration backoff = options_.backoff_initial;
+  Backoff backoff(options_.backoff_initial, options_.backoff_max,
+                  options_.retry_for, options_.clock);
   while (true) {
     std::vector<grpc::Status> results(pending.size());
     std::vector<std::unique_ptr<grpc::ClientContext>> contexts(pending.size());
@@ -99,13 +100,11 @@ absl::Status PsClient::CallAll(std::vector<Call<Request, Response>>* calls,
       return Annotate(FromGrpcStatus(s), where);
     }
     if (retry.empty()) return absl::OkStatus();
-    if (absl::Now() + backoff > give_up) {
+    if (!backoff.Wait()) {
       return absl::UnavailableError(absl::StrCat(
           "giving up after ", absl::FormatDuration(options_.retry_for),
           " of retries: ", last_error));
     }
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, options_.backoff_max);
     pending = std::move(retry);
   }
 }
@@ -124,19 +123,17 @@ absl::Status PsClient::UseModel(const v1::ModelSpec& spec) {
 }
 
 absl::Status PsClient::FetchModel() {
-  const absl::Time give_up = absl::Now() + options_.retry_for;
-  absl::Duration backoff = options_.backoff_initial;
+  Backoff backoff(options_.backoff_initial, options_.backoff_max,
+                  options_.retry_for, options_.clock);
   while (true) {
     auto got = CallOne<v1::GetModelResponse>(0, v1::GetModelRequest(),
                                              ASYNCPS_RPC(GetModel), "GetModel");
     if (got.ok()) return UseModel(got->spec());
     const absl::Status& s = got.status();
-    if (s.code() != absl::StatusCode::kFailedPrecondition ||
-        absl::Now() + backoff > give_up) {
+    // FAILED_PRECONDITION: no model yet; the workers declare it.
+    if (s.code() != absl::StatusCode::kFailedPrecondition || !backoff.Wait()) {
       return s;
     }
-    absl::SleepFor(backoff);  // No model yet: the workers declare it.
-    backoff = std::min(backoff * 2, options_.backoff_max);
   }
 }
 
@@ -160,7 +157,7 @@ std::vector<std::vector<int>> PsClient::Batches(
   for (int t : tensors) {
     for (int i : partition_->tensor_slices(t)) {
       const SliceInfo& s = partition_->slices()[i];
-      const uint64_t bytes = s.count * 4;
+      const uint64_t bytes = s.count * kF32Bytes;
       if (open[s.shard] < 0 || open_bytes[s.shard] + bytes > limit) {
         open[s.shard] = static_cast<int>(batches.size());
         open_bytes[s.shard] = 0;
@@ -222,7 +219,8 @@ absl::Status PsClient::Pull(absl::Span<const int> tensors,
     for (size_t k = 0; k < batches[b].size(); ++k) {
       const SliceInfo& s = partition_->slices()[batches[b][k]];
       const v1::SliceData& d = resp.slices(static_cast<int>(k));
-      if (d.dtype() != v1::DTYPE_F32 || d.data().size() != s.count * 4) {
+      if (d.dtype() != v1::DTYPE_F32 ||
+          d.data().size() != s.count * kF32Bytes) {
         return absl::InternalError(absl::StrCat(
             "shard ", calls[b].shard, " answered a malformed slice for '",
             spec_.tensors(s.tensor).name(), "'#", s.index));

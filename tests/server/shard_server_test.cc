@@ -1,0 +1,174 @@
+// ShardServer in-process: its config is checked before anything starts, it
+// serves through an in-process channel, and a shard stopped and started
+// again over the same (in-memory) file system resumes from its last
+// checkpoint.
+#include "server/shard_server.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/tensor_bytes.h"
+#include "common/testing/fault_file_system.h"
+#include "gtest/gtest.h"
+#include "proto/asyncps.grpc.pb.h"
+
+namespace asyncps {
+namespace {
+
+using ::asyncps::testing::FaultFileSystem;
+
+TEST(ShardServerConfig, BadValuesAreRefusedNamingTheFlag) {
+  struct Case {
+    std::function<void(ShardServerConfig*)> set;
+    std::string words;
+  };
+  const std::vector<Case> cases = {
+      {[](ShardServerConfig* c) { c->shard = 2, c->num_shards = 2; },
+       "--shard=2"},
+      {[](ShardServerConfig* c) { c->port = 70000; }, "--port=70000"},
+      {[](ShardServerConfig* c) { c->max_message_bytes = 10; },
+       "--max_message_bytes=10"},
+      {[](ShardServerConfig* c) { c->max_shard_bytes = 0; },
+       "--max_shard_bytes"},
+      {[](ShardServerConfig* c) { c->worker_timeout = absl::ZeroDuration(); },
+       "--worker_timeout"},
+      {[](ShardServerConfig* c) {
+         c->checkpoint_dir = "/x";
+         c->checkpoint_keep = 0;
+       },
+       "--checkpoint_keep"},
+      {[](ShardServerConfig* c) { c->consistency.backup_workers = -1; },
+       "--backup_workers"},
+  };
+  for (const Case& c : cases) {
+    ShardServerConfig config;
+    c.set(&config);
+    absl::Status s = config.Validate();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.words;
+    EXPECT_NE(s.message().find(c.words), absl::string_view::npos)
+        << c.words << ": " << s;
+    auto server = ShardServer::Start(config);
+    EXPECT_FALSE(server.ok()) << c.words;  // Nothing is started.
+  }
+}
+
+class ShardServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    config_.host = "";  // In-process only.
+    config_.checkpoint_dir = "/ckpt";
+    config_.checkpoint_every = absl::ZeroDuration();
+    spec_.set_name("m");
+    spec_.set_seed(1);
+    spec_.set_slice_bytes(1 << 20);
+    spec_.set_num_shards(1);
+    spec_.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
+    spec_.mutable_optimizer()->set_learning_rate(1.0f);
+    v1::TensorSpec* t = spec_.add_tensors();
+    t->set_name("w");
+    t->add_shape(4);
+    t->set_dtype(v1::DTYPE_F32);
+    t->mutable_init()->set_kind(v1::Initializer::CONSTANT);
+    t->mutable_init()->set_value(10.0f);
+  }
+
+  std::unique_ptr<ShardServer> Start() {
+    Env env;
+    env.fs = &fs_;
+    auto server = ShardServer::Start(config_, env);
+    EXPECT_TRUE(server.ok()) << server.status();
+    return server.ok() ? *std::move(server) : nullptr;
+  }
+
+  static v1::SliceKey Key() {
+    v1::SliceKey key;
+    key.set_tensor("w");
+    key.set_count(4);
+    return key;
+  }
+
+  // The weight of element 0 and the slice's version, read through gRPC.
+  static std::pair<float, int64_t> Read(v1::ParameterServer::Stub* stub) {
+    v1::PullRequest req;
+    *req.add_slices() = Key();
+    req.set_rank(-1);
+    v1::PullResponse resp;
+    grpc::ClientContext ctx;
+    grpc::Status s = stub->Pull(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    if (!s.ok()) return {0, -1};
+    std::vector<float> w(4);
+    DecodeF32(resp.slices(0).data(), absl::MakeSpan(w));
+    return {w[0], resp.slices(0).version()};
+  }
+
+  ShardServerConfig config_;
+  v1::ModelSpec spec_;
+  FaultFileSystem fs_;
+};
+
+TEST_F(ShardServerTest, RestartResumesFromTheFinalCheckpoint) {
+  {
+    auto server = Start();
+    ASSERT_NE(server, nullptr);
+    EXPECT_EQ(server->port(), 0);
+    auto stub = v1::ParameterServer::NewStub(server->InProcessChannel());
+    v1::DeclareModelRequest declare;
+    *declare.mutable_spec() = spec_;
+    v1::DeclareModelResponse declared;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->DeclareModel(&ctx, declare, &declared).ok());
+    v1::PushRequest push;
+    v1::SliceData* g = push.add_gradients();
+    *g->mutable_key() = Key();
+    g->set_dtype(v1::DTYPE_F32);
+    EncodeF32(std::vector<float>(4, 2.5f), g->mutable_data());
+    v1::PushResponse pushed;
+    grpc::ClientContext push_ctx;
+    ASSERT_TRUE(stub->Push(&push_ctx, push, &pushed).ok());
+    EXPECT_EQ(Read(stub.get()), std::make_pair(7.5f, int64_t{1}));
+    server->Shutdown();  // Writes the final checkpoint.
+  }
+  ASSERT_EQ(fs_.Paths().size(), 1u);
+  auto server = Start();
+  ASSERT_NE(server, nullptr);
+  EXPECT_TRUE(server->store().declared());
+  auto stub = v1::ParameterServer::NewStub(server->InProcessChannel());
+  EXPECT_EQ(Read(stub.get()), std::make_pair(7.5f, int64_t{1}));
+}
+
+TEST_F(ShardServerTest, DamagedNewestCheckpointFallsBackToTheOneBefore) {
+  {
+    auto server = Start();
+    ASSERT_NE(server, nullptr);
+    ASSERT_TRUE(server->store().Declare(spec_).ok());
+  }  // The destructor shuts down and checkpoints too.
+  const std::vector<std::string> paths = fs_.Paths();
+  ASSERT_EQ(paths.size(), 1u);
+  // A newer, truncated file, as a crash mid-write without the rename
+  // protocol would leave.
+  fs_.WriteFileForTest(CheckpointPath("/ckpt", 0, int64_t{1} << 62),
+                       "ASYNCPSC");
+  auto server = Start();
+  ASSERT_NE(server, nullptr);
+  EXPECT_TRUE(server->store().declared());
+}
+
+TEST_F(ShardServerTest, CheckpointOfAnotherModelShapeStopsTheStart) {
+  v1::ShardCheckpoint bad;
+  *bad.mutable_spec() = spec_;
+  bad.set_shard(0);  // No slices: it does not fit the model.
+  ASSERT_TRUE(
+      WriteCheckpointFile(&fs_, CheckpointPath("/ckpt", 0, 1), bad).ok());
+  Env env;
+  env.fs = &fs_;
+  auto server = ShardServer::Start(config_, env);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(server.status().message().find("/ckpt"), absl::string_view::npos)
+      << server.status();
+}
+
+}  // namespace
+}  // namespace asyncps

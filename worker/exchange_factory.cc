@@ -1,0 +1,30 @@
+#include "worker/exchange_factory.h"
+
+#include <utility>
+
+#include "worker/allreduce_exchange.h"
+#include "worker/ps_exchange.h"
+
+namespace asyncps {
+
+std::unique_ptr<GradientExchange> MakeExchange(
+    const WorkerConfig& config, PsClient* client, int cuda_device,
+    int64_t attempt, std::vector<std::vector<int>> layer_tensors) {
+  if (config.ParsedMode() != Mode::kAllreduce) {
+    return std::make_unique<PsExchange>(client, config.rank,
+                                        std::move(layer_tensors));
+  }
+  AllreduceConfig ar;
+  ar.rank = config.rank;
+  ar.num_workers = config.num_workers;
+  ar.host = config.collective_host;
+  ar.timeout = config.collective_timeout;
+  ar.assign_every = config.assign_every;
+  ar.attempt = attempt;
+  ar.cuda_device = cuda_device;
+  ar.collective = config.CollectiveKind(cuda_device);
+  return std::make_unique<AllreduceExchange>(client, ar,
+                                             std::move(layer_tensors));
+}
+
+}  // namespace asyncps

@@ -1,0 +1,26 @@
+// The GradientExchange a worker's --mode calls for.
+#ifndef ASYNCPS_WORKER_EXCHANGE_FACTORY_H_
+#define ASYNCPS_WORKER_EXCHANGE_FACTORY_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "client/ps_client.h"
+#include "worker/exchange.h"
+#include "worker/worker_config.h"
+
+namespace asyncps {
+
+// allreduce: an AllreduceExchange over the collective of --collective
+// (nccl chosen by "auto" when `cuda_device` >= 0); otherwise a PsExchange
+// through the servers. `attempt` comes from the worker's membership;
+// `layer_tensors` from the model. `client` is borrowed and must outlive the
+// exchange. REQUIRES: config.Validate().ok().
+std::unique_ptr<GradientExchange> MakeExchange(
+    const WorkerConfig& config, PsClient* client, int cuda_device,
+    int64_t attempt, std::vector<std::vector<int>> layer_tensors);
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_WORKER_EXCHANGE_FACTORY_H_

@@ -1,0 +1,100 @@
+#include "worker/membership_client.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace asyncps {
+
+MembershipClient::MembershipClient(PsClient* client, v1::RegisterRequest join,
+                                   absl::Duration heartbeat_every)
+    : client_(client),
+      join_(std::move(join)),
+      heartbeat_every_(heartbeat_every),
+      incarnations_(client->num_shards()) {}
+
+absl::StatusOr<std::unique_ptr<MembershipClient>> MembershipClient::Join(
+    PsClient* client, int rank, int num_workers, Mode mode,
+    absl::Duration heartbeat_every) {
+  char host[256] = "";
+  gethostname(host, sizeof(host) - 1);
+  v1::RegisterRequest join;
+  join.set_rank(rank);
+  join.set_num_workers(num_workers);
+  join.set_host(host);
+  std::unique_ptr<MembershipClient> m(
+      new MembershipClient(client, join, heartbeat_every));
+  for (int s = 0; s < client->num_shards(); ++s) {
+    auto r = client->Register(s, join);
+    m->left_ = true;  // Until every shard has us, there is nothing to leave.
+    if (!r.ok()) return r.status();
+    if (r->mode() != ModeName(mode)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("shard ", s, " runs --mode=", r->mode(),
+                       " but this worker has --mode=", ModeName(mode),
+                       "; start both with the same mode"));
+    }
+    {
+      absl::MutexLock lock(&m->mu_);
+      m->incarnations_[s] = r->incarnation();
+    }
+    m->start_clock_ = std::max(m->start_clock_, r->resume_clock());
+    if (s == 0) m->attempt_ = r->attempt();
+  }
+  m->left_ = false;
+  m->clock_ = m->start_clock_;
+  m->heartbeat_ = std::thread([p = m.get()] { p->HeartbeatLoop(); });
+  return m;
+}
+
+MembershipClient::~MembershipClient() { Leave(); }
+
+absl::Status MembershipClient::Heartbeat(int shard, bool leaving) {
+  v1::HeartbeatRequest req;
+  req.set_rank(join_.rank());
+  {
+    absl::MutexLock lock(&mu_);
+    req.set_incarnation(incarnations_[shard]);
+  }
+  req.set_clock(clock_.load());
+  req.set_leaving(leaving);
+  return client_->Heartbeat(shard, req);
+}
+
+void MembershipClient::HeartbeatLoop() {
+  while (!stop_.WaitForNotificationWithTimeout(heartbeat_every_)) {
+    for (int s = 0; s < client_->num_shards(); ++s) {
+      absl::Status hs = Heartbeat(s, /*leaving=*/false);
+      if (hs.code() == absl::StatusCode::kNotFound) {
+        // The shard restarted and forgot us: join again.
+        auto r = client_->Register(s, join_);
+        if (r.ok()) {
+          absl::MutexLock lock(&mu_);
+          incarnations_[s] = r->incarnation();
+        } else {
+          LOG(WARNING) << "re-register with shard " << s << ": " << r.status();
+        }
+      } else if (!hs.ok() && hs.code() != absl::StatusCode::kUnavailable) {
+        LOG(WARNING) << "heartbeat to shard " << s << ": " << hs;
+      }
+    }
+  }
+}
+
+void MembershipClient::Leave() {
+  if (left_) return;
+  left_ = true;
+  stop_.Notify();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  // The final clock (a job restarted later resumes from it), and that this
+  // worker leaves.
+  for (int s = 0; s < client_->num_shards(); ++s) {
+    Heartbeat(s, /*leaving=*/true).IgnoreError();
+  }
+}
+
+}  // namespace asyncps

@@ -1,0 +1,70 @@
+// MembershipClient: a training worker's membership in the job. Join
+// registers with every shard (checking that they run the worker's mode) and
+// learns the clock to resume from; a heartbeat thread then reports the
+// worker's clock every period and registers again with a shard that
+// restarted and forgot it; Leave stops the thread and tells every shard the
+// worker is done, so ssp and bsp stop waiting for it. Thread-safe.
+#ifndef ASYNCPS_WORKER_MEMBERSHIP_CLIENT_H_
+#define ASYNCPS_WORKER_MEMBERSHIP_CLIENT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "client/ps_client.h"
+#include "common/mode.h"
+
+namespace asyncps {
+
+class MembershipClient {
+ public:
+  // Registers `rank` of `num_workers` with every shard of `client`
+  // (borrowed; must outlive this) and starts heartbeating every
+  // `heartbeat_every`. FAILED_PRECONDITION if a shard runs another mode.
+  static absl::StatusOr<std::unique_ptr<MembershipClient>> Join(
+      PsClient* client, int rank, int num_workers, Mode mode,
+      absl::Duration heartbeat_every);
+  // Leaves, if Leave was not called.
+  ~MembershipClient();
+
+  // The job's clock when this worker joined, and the restart attempt (keeps
+  // allreduce rendezvous keys of a restarted job apart).
+  int64_t start_clock() const { return start_clock_; }
+  int64_t attempt() const { return attempt_; }
+  // The worker's clock (steps completed), which heartbeats report; the
+  // trainer advances it.
+  std::atomic<int64_t>* clock() { return &clock_; }
+
+  // Stops heartbeating and says, with the final clock, that this worker is
+  // leaving. Idempotent.
+  void Leave();
+
+ private:
+  MembershipClient(PsClient* client, v1::RegisterRequest join,
+                   absl::Duration heartbeat_every);
+  absl::Status Heartbeat(int shard, bool leaving);
+  void HeartbeatLoop();
+
+  PsClient* const client_;
+  const v1::RegisterRequest join_;
+  const absl::Duration heartbeat_every_;
+  int64_t start_clock_ = 0;
+  int64_t attempt_ = 0;
+  std::atomic<int64_t> clock_{0};
+  absl::Mutex mu_;
+  std::vector<int64_t> incarnations_ ABSL_GUARDED_BY(mu_);
+  absl::Notification stop_;
+  std::thread heartbeat_;
+  bool left_ = false;  // Touched by the owner's thread only.
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_WORKER_MEMBERSHIP_CLIENT_H_
