@@ -115,10 +115,9 @@ absl::Status PsClient::UseModel(const v1::ModelSpec& spec) {
         absl::StrCat("model spec has num_shards = ", spec.num_shards(), " but ",
                      num_shards(), " servers are configured"));
   }
-  auto partition = Partition::Create(spec);
-  if (!partition.ok()) return partition.status();
+  ASSIGN_OR_RETURN(Partition partition, Partition::Create(spec));
   spec_ = spec;
-  partition_ = *std::move(partition);
+  partition_ = std::move(partition);
   return absl::OkStatus();
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/hash.h"
 
 namespace asyncps {
 namespace {
@@ -21,14 +22,7 @@ double StandardNormal(uint64_t stream, uint64_t i) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(kTwoPi * u2);
 }
 
-uint64_t HashName(absl::string_view s) {  // FNV-1a, 64-bit.
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
+uint64_t HashName(absl::string_view s) { return Fnv1a64(s); }
 
 }  // namespace
 

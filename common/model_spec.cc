@@ -8,7 +8,7 @@
 #include "common/initializer.h"
 #include "common/optimizer.h"
 #include "common/partitioner.h"
-#include "common/status.h"
+#include "common/status_macros.h"
 
 namespace asyncps {
 namespace {

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace asyncps {
 
@@ -66,10 +67,9 @@ absl::StatusOr<Partition> Partition::Create(const v1::ModelSpec& spec) {
           absl::StrCat("tensor '", t.name(), "' has dtype ",
                        DTypeName(t.dtype()), "; servers store DTYPE_F32 only"));
     }
-    auto n = NumElements(t);
-    if (!n.ok()) return n.status();
-    p.tensor_elements_.push_back(*n);
-    total_bytes += *n * DTypeSize(v1::DTYPE_F32);
+    ASSIGN_OR_RETURN(const uint64_t n, NumElements(t));
+    p.tensor_elements_.push_back(n);
+    total_bytes += n * DTypeSize(v1::DTYPE_F32);
   }
   const uint64_t target =
       (total_bytes + p.num_shards_ * kTargetSlicesPerShard - 1) /

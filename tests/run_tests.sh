@@ -17,6 +17,21 @@ trap 'rm -f "$log"' EXIT
 bazel test --test_tag_filters=-benchmark,-gpu "${targets[@]}" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 
+# Debian's clang checks every ABSL_GUARDED_BY / ABSL_EXCLUSIVE_LOCKS_REQUIRED
+# claim (-Wthread-safety -Werror) over the code the tests exercise.
+if ((${#@} == 0)); then
+  echo "== thread-safety analysis (--config=clang)"
+  bazel build --config=clang //common/... //server/... //client/... \
+    //worker/... //tools/... 2>&1 | tail -n 20
+  if ((PIPESTATUS[0] != 0)); then
+    rc=1
+    echo "//:thread_safety_analysis FAILED TO BUILD" | tee -a "$log"
+  else
+    echo "//:thread_safety_analysis PASSED (clang -Wthread-safety -Werror)" |
+      tee -a "$log"
+  fi
+fi
+
 # The CUDA configuration builds wherever the toolkit is installed, GPU or
 # not; its tests skip, saying so, on a machine without a GPU.
 if ((${#@} == 0)) && [[ -x /usr/local/cuda/bin/nvcc ]]; then

@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "client/ps_client.h"
 #include "common/cluster_spec.h"
+#include "common/tensor_bytes.h"
 
 ABSL_FLAG(std::string, servers, "127.0.0.1:5000",
           "Every shard, shard 0 first.");
@@ -37,7 +38,8 @@ v1::ModelSpec BenchSpec(int64_t bytes, int tensors, int shards) {
   spec.set_num_shards(shards);
   spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
   spec.mutable_optimizer()->set_learning_rate(1e-6f);
-  const int64_t per = std::max<int64_t>(1, bytes / 4 / tensors);
+  const int64_t per =
+      std::max<int64_t>(1, bytes / static_cast<int64_t>(kF32Bytes) / tensors);
   for (int t = 0; t < tensors; ++t) {
     v1::TensorSpec* ts = spec.add_tensors();
     ts->set_name("t" + std::to_string(t));
@@ -77,7 +79,7 @@ int Run() {
   for (int t = 0; t < spec.tensors_size(); ++t) {
     tensors[t] = t;
     sizes.push_back(conns[0]->partition().tensor_elements(t));
-    bytes += static_cast<int64_t>(sizes.back()) * 4;
+    bytes += static_cast<int64_t>(sizes.back() * kF32Bytes);
   }
 
   std::atomic<int64_t> rounds{0};

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "glog/logging.h"
 
 namespace asyncps {
@@ -29,21 +30,20 @@ absl::StatusOr<std::unique_ptr<MembershipClient>> MembershipClient::Join(
   std::unique_ptr<MembershipClient> m(
       new MembershipClient(client, join, heartbeat_every));
   for (int s = 0; s < client->num_shards(); ++s) {
-    auto r = client->Register(s, join);
     m->left_ = true;  // Until every shard has us, there is nothing to leave.
-    if (!r.ok()) return r.status();
-    if (r->mode() != ModeName(mode)) {
+    ASSIGN_OR_RETURN(const v1::RegisterResponse r, client->Register(s, join));
+    if (r.mode() != ModeName(mode)) {
       return absl::FailedPreconditionError(
-          absl::StrCat("shard ", s, " runs --mode=", r->mode(),
+          absl::StrCat("shard ", s, " runs --mode=", r.mode(),
                        " but this worker has --mode=", ModeName(mode),
                        "; start both with the same mode"));
     }
     {
       absl::MutexLock lock(&m->mu_);
-      m->incarnations_[s] = r->incarnation();
+      m->incarnations_[s] = r.incarnation();
     }
-    m->start_clock_ = std::max(m->start_clock_, r->resume_clock());
-    if (s == 0) m->attempt_ = r->attempt();
+    m->start_clock_ = std::max(m->start_clock_, r.resume_clock());
+    if (s == 0) m->attempt_ = r.attempt();
   }
   m->left_ = false;
   m->clock_ = m->start_clock_;

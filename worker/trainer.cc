@@ -8,18 +8,17 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/hash.h"
 #include "common/status.h"
 
 namespace asyncps {
 
 uint64_t WeightsChecksum(const std::vector<std::vector<float>>& weights) {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = kFnv1aOffset;
   for (const auto& t : weights) {
-    const auto* p = reinterpret_cast<const unsigned char*>(t.data());
-    for (size_t i = 0; i < t.size() * sizeof(float); ++i) {
-      h ^= p[i];
-      h *= 1099511628211ull;
-    }
+    h = Fnv1a64(absl::string_view(reinterpret_cast<const char*>(t.data()),
+                                  t.size() * sizeof(float)),
+                h);
   }
   return h;
 }

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace asyncps {
 namespace {
@@ -46,8 +47,7 @@ absl::Status ReadExactly(gzFile f, const std::string& path, void* dst, size_t n,
 absl::StatusOr<uint32_t> ReadBigEndian32(gzFile f, const std::string& path,
                                          absl::string_view what) {
   unsigned char b[4];
-  absl::Status s = ReadExactly(f, path, b, 4, what);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(ReadExactly(f, path, b, 4, what));
   return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) |
          (uint32_t{b[2]} << 8) | uint32_t{b[3]};
 }
@@ -75,13 +75,11 @@ absl::StatusOr<Dataset> ReadIdxPair(const std::string& images_path,
                                     int num_classes) {
   Dataset d;
   {
-    auto f = Open(images_path);
-    if (!f.ok()) return f.status();
-    gzFile g = f->get();
-    auto magic = ReadBigEndian32(g, images_path, "the magic number");
-    if (!magic.ok()) return magic.status();
-    absl::Status s = CheckMagic(*magic, kImagesMagic, images_path);
-    if (!s.ok()) return s;
+    ASSIGN_OR_RETURN(auto f, Open(images_path));
+    gzFile g = f.get();
+    ASSIGN_OR_RETURN(const uint32_t magic,
+                     ReadBigEndian32(g, images_path, "the magic number"));
+    RETURN_IF_ERROR(CheckMagic(magic, kImagesMagic, images_path));
     auto n = ReadBigEndian32(g, images_path, "the image count");
     auto rows = ReadBigEndian32(g, images_path, "the row count");
     auto cols = ReadBigEndian32(g, images_path, "the column count");
@@ -97,31 +95,28 @@ absl::StatusOr<Dataset> ReadIdxPair(const std::string& images_path,
     d.size = *n;
     d.features = int64_t{*rows} * *cols;
     std::vector<uint8_t> raw(d.size * d.features);
-    s = ReadExactly(g, images_path, raw.data(), raw.size(),
-                    absl::StrCat(*n, " images of ", *rows, "x", *cols));
-    if (!s.ok()) return s;
+    RETURN_IF_ERROR(
+        ReadExactly(g, images_path, raw.data(), raw.size(),
+                    absl::StrCat(*n, " images of ", *rows, "x", *cols)));
     d.pixels.resize(raw.size());
     for (size_t i = 0; i < raw.size(); ++i) d.pixels[i] = raw[i] / 255.0f;
   }
   {
-    auto f = Open(labels_path);
-    if (!f.ok()) return f.status();
-    gzFile g = f->get();
-    auto magic = ReadBigEndian32(g, labels_path, "the magic number");
-    if (!magic.ok()) return magic.status();
-    absl::Status s = CheckMagic(*magic, kLabelsMagic, labels_path);
-    if (!s.ok()) return s;
-    auto n = ReadBigEndian32(g, labels_path, "the label count");
-    if (!n.ok()) return n.status();
-    if (static_cast<int64_t>(*n) != d.size) {
+    ASSIGN_OR_RETURN(auto f, Open(labels_path));
+    gzFile g = f.get();
+    ASSIGN_OR_RETURN(const uint32_t magic,
+                     ReadBigEndian32(g, labels_path, "the magic number"));
+    RETURN_IF_ERROR(CheckMagic(magic, kLabelsMagic, labels_path));
+    ASSIGN_OR_RETURN(const uint32_t n,
+                     ReadBigEndian32(g, labels_path, "the label count"));
+    if (static_cast<int64_t>(n) != d.size) {
       return absl::InvalidArgumentError(
-          absl::StrCat(labels_path, ": wrong count: ", *n, " labels for ",
+          absl::StrCat(labels_path, ": wrong count: ", n, " labels for ",
                        d.size, " images in ", images_path));
     }
     d.labels.resize(d.size);
-    s = ReadExactly(g, labels_path, d.labels.data(), d.labels.size(),
-                    absl::StrCat(*n, " labels"));
-    if (!s.ok()) return s;
+    RETURN_IF_ERROR(ReadExactly(g, labels_path, d.labels.data(),
+                                d.labels.size(), absl::StrCat(n, " labels")));
     for (int64_t i = 0; i < d.size; ++i) {
       if (d.labels[i] >= num_classes) {
         return absl::InvalidArgumentError(

@@ -83,7 +83,7 @@ absl::StatusOr<std::vector<int>> LayersFromSpec(const v1::ModelSpec& spec) {
 }
 
 Mlp::Mlp(Backend* backend, std::vector<int> layers, int max_batch)
-    : backend_(backend), layers_(std::move(layers)), max_batch_(max_batch) {
+    : backend_(backend), layers_(std::move(layers)) {
   const int L = num_layers();
   int widest = 0;
   for (int n : layers_) widest = std::max(widest, n);

@@ -76,7 +76,6 @@ class Mlp {
 
   Backend* const backend_;
   const std::vector<int> layers_;
-  const int max_batch_;
   std::vector<DeviceArray<float>> params_;  // Per tensor.
   std::vector<DeviceArray<float>> dparams_;
   std::vector<DeviceArray<float>> z_;  // Pre-activations, per layer.
