@@ -9,26 +9,10 @@
 
 #include "common/tensor_bytes.h"
 #include "gtest/gtest.h"
+#include "tests/server/small_model.h"
 
 namespace asyncps {
 namespace {
-
-v1::ModelSpec Spec() {
-  v1::ModelSpec spec;
-  spec.set_name("m");
-  spec.set_seed(1);
-  spec.set_slice_bytes(1 << 20);
-  spec.set_num_shards(1);
-  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
-  spec.mutable_optimizer()->set_learning_rate(1.0f);
-  v1::TensorSpec* t = spec.add_tensors();
-  t->set_name("w");
-  t->add_shape(4);
-  t->set_dtype(v1::DTYPE_F32);
-  t->mutable_init()->set_kind(v1::Initializer::CONSTANT);
-  t->mutable_init()->set_value(10.0f);
-  return spec;
-}
 
 // One pull's request, response and answer.
 struct Pulled {
@@ -47,7 +31,7 @@ class ConsistencyTest : public ::testing::Test {
  protected:
   void Start(ConsistencyConfig config, int workers) {
     consistency_.emplace(config, &store_, &membership_, &clock_);
-    ASSERT_TRUE(store_.Declare(Spec()).ok());
+    ASSERT_TRUE(store_.Declare(testing::SmallModel()).ok());
     for (int r = 0; r < workers; ++r) {
       v1::RegisterRequest join;
       join.set_rank(r);

@@ -12,6 +12,7 @@
 #include "common/testing/fault_file_system.h"
 #include "gtest/gtest.h"
 #include "proto/asyncps.grpc.pb.h"
+#include "tests/server/small_model.h"
 
 namespace asyncps {
 namespace {
@@ -59,18 +60,7 @@ class ShardServerTest : public ::testing::Test {
     config_.host = "";  // In-process only.
     config_.checkpoint_dir = "/ckpt";
     config_.checkpoint_every = absl::ZeroDuration();
-    spec_.set_name("m");
-    spec_.set_seed(1);
-    spec_.set_slice_bytes(1 << 20);
-    spec_.set_num_shards(1);
-    spec_.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
-    spec_.mutable_optimizer()->set_learning_rate(1.0f);
-    v1::TensorSpec* t = spec_.add_tensors();
-    t->set_name("w");
-    t->add_shape(4);
-    t->set_dtype(v1::DTYPE_F32);
-    t->mutable_init()->set_kind(v1::Initializer::CONSTANT);
-    t->mutable_init()->set_value(10.0f);
+    spec_ = testing::SmallModel();
   }
 
   std::unique_ptr<ShardServer> Start() {

@@ -6,6 +6,7 @@
 
 #include "common/tensor_bytes.h"
 #include "gtest/gtest.h"
+#include "tests/server/small_model.h"
 
 namespace asyncps {
 namespace {
@@ -13,18 +14,7 @@ namespace {
 class ShardStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    spec_.set_name("m");
-    spec_.set_seed(1);
-    spec_.set_slice_bytes(1 << 20);
-    spec_.set_num_shards(1);
-    spec_.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
-    spec_.mutable_optimizer()->set_learning_rate(1.0f);
-    v1::TensorSpec* t = spec_.add_tensors();
-    t->set_name("w");
-    t->add_shape(4);
-    t->set_dtype(v1::DTYPE_F32);
-    t->mutable_init()->set_kind(v1::Initializer::CONSTANT);
-    t->mutable_init()->set_value(10.0f);
+    spec_ = testing::SmallModel();
     ASSERT_TRUE(store_.Declare(spec_).ok());
   }
 

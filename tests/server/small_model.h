@@ -1,0 +1,30 @@
+// The model most server unit tests use: one tensor "w" of 4 elements, all
+// 10, in one slice on one shard, plain SGD with learning rate 1 (so a
+// gradient g moves every weight by exactly -g).
+#ifndef ASYNCPS_TESTS_SERVER_SMALL_MODEL_H_
+#define ASYNCPS_TESTS_SERVER_SMALL_MODEL_H_
+
+#include "proto/asyncps.pb.h"
+
+namespace asyncps::testing {
+
+inline v1::ModelSpec SmallModel() {
+  v1::ModelSpec spec;
+  spec.set_name("m");
+  spec.set_seed(1);
+  spec.set_slice_bytes(1 << 20);
+  spec.set_num_shards(1);
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(1.0f);
+  v1::TensorSpec* t = spec.add_tensors();
+  t->set_name("w");
+  t->add_shape(4);
+  t->set_dtype(v1::DTYPE_F32);
+  t->mutable_init()->set_kind(v1::Initializer::CONSTANT);
+  t->mutable_init()->set_value(10.0f);
+  return spec;
+}
+
+}  // namespace asyncps::testing
+
+#endif  // ASYNCPS_TESTS_SERVER_SMALL_MODEL_H_
