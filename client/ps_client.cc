@@ -11,6 +11,7 @@
 #include "common/backoff.h"
 #include "common/status.h"
 #include "common/tensor_bytes.h"
+#include "common/wire_dtype.h"
 
 // The callback-API call of one ParameterServer method, for CallAll.
 #define ASYNCPS_RPC(Method)                                               \
@@ -178,15 +179,26 @@ void FillKey(const v1::ModelSpec& spec, const SliceInfo& s, v1::SliceKey* key) {
   key->set_count(s.count);
 }
 
-// Slice `s` of `values` (one vector per tensor) as f32 payload.
+// Slice `s` of `values` (one vector per tensor) as `dtype` payload.
 void FillSliceData(const v1::ModelSpec& spec, const SliceInfo& s,
                    const std::vector<std::vector<float>>& values,
-                   int64_t version, v1::SliceData* d) {
+                   int64_t version, v1::DType dtype, v1::SliceData* d) {
   FillKey(spec, s, d->mutable_key());
-  d->set_dtype(v1::DTYPE_F32);
+  d->set_dtype(dtype);
   d->set_version(version);
-  EncodeF32(absl::MakeConstSpan(values[s.tensor].data() + s.begin, s.count),
-            d->mutable_data());
+  EncodeTensor(dtype,
+               absl::MakeConstSpan(values[s.tensor].data() + s.begin, s.count),
+               d->mutable_data());
+}
+
+// Sums what the servers said of each pushed slice.
+void AddPushResponse(const v1::PushResponse& response, PushResult* result) {
+  for (int64_t s : response.staleness()) {
+    ++result->slices;
+    result->total_staleness += s;
+    result->max_staleness = std::max(result->max_staleness, s);
+  }
+  for (bool d : response.dropped()) result->dropped += d;
 }
 
 }  // namespace
@@ -201,6 +213,7 @@ absl::Status PsClient::Pull(absl::Span<const int> tensors,
     calls[b].shard = partition_->slices()[batches[b][0]].shard;
     calls[b].request.set_rank(rank);
     calls[b].request.set_clock(clock);
+    calls[b].request.set_dtype(options_.wire_dtype);
     for (int i : batches[b]) {
       FillKey(spec_, partition_->slices()[i], calls[b].request.add_slices());
     }
@@ -209,25 +222,34 @@ absl::Status PsClient::Pull(absl::Span<const int> tensors,
       CallAll(&calls, ASYNCPS_RPC(Pull), "Pull", /*idempotent=*/true));
   versions->resize(partition_->slices().size());
   for (size_t b = 0; b < batches.size(); ++b) {
-    const v1::PullResponse& resp = calls[b].response;
-    if (resp.slices_size() != static_cast<int>(batches[b].size())) {
-      return absl::InternalError(absl::StrCat(
-          "shard ", calls[b].shard, " answered ", resp.slices_size(),
-          " slices for a pull of ", batches[b].size()));
+    RETURN_IF_ERROR(TakeWeights(calls[b].shard, batches[b], calls[b].response,
+                                values, versions));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::TakeWeights(int shard, const std::vector<int>& batch,
+                                   const v1::PullResponse& response,
+                                   std::vector<std::vector<float>>* values,
+                                   std::vector<int64_t>* versions) const {
+  if (response.slices_size() != static_cast<int>(batch.size())) {
+    return absl::InternalError(
+        absl::StrCat("shard ", shard, " answered ", response.slices_size(),
+                     " slices for a pull of ", batch.size()));
+  }
+  for (size_t k = 0; k < batch.size(); ++k) {
+    const SliceInfo& s = partition_->slices()[batch[k]];
+    const v1::SliceData& d = response.slices(static_cast<int>(k));
+    if (d.dtype() != options_.wire_dtype ||
+        d.data().size() != s.count * DTypeSize(d.dtype())) {
+      return absl::InternalError(
+          absl::StrCat("shard ", shard, " answered a malformed slice for '",
+                       spec_.tensors(s.tensor).name(), "'#", s.index));
     }
-    for (size_t k = 0; k < batches[b].size(); ++k) {
-      const SliceInfo& s = partition_->slices()[batches[b][k]];
-      const v1::SliceData& d = resp.slices(static_cast<int>(k));
-      if (d.dtype() != v1::DTYPE_F32 ||
-          d.data().size() != s.count * kF32Bytes) {
-        return absl::InternalError(absl::StrCat(
-            "shard ", calls[b].shard, " answered a malformed slice for '",
-            spec_.tensors(s.tensor).name(), "'#", s.index));
-      }
-      std::vector<float>& dst = (*values)[s.tensor];
-      DecodeF32(d.data(), absl::MakeSpan(dst.data() + s.begin, s.count));
-      (*versions)[batches[b][k]] = d.version();
-    }
+    std::vector<float>& dst = (*values)[s.tensor];
+    DecodeTensor(d.dtype(), d.data(),
+                 absl::MakeSpan(dst.data() + s.begin, s.count));
+    (*versions)[batch[k]] = d.version();
   }
   return absl::OkStatus();
 }
@@ -244,20 +266,48 @@ absl::Status PsClient::Push(absl::Span<const int> tensors,
     calls[b].request.set_clock(clock);
     for (int i : batches[b]) {
       FillSliceData(spec_, partition_->slices()[i], grads, versions[i],
-                    calls[b].request.add_gradients());
+                    options_.wire_dtype, calls[b].request.add_gradients());
     }
   }
   RETURN_IF_ERROR(CallAll(&calls, ASYNCPS_RPC(Push), "Push"));
   if (result != nullptr) {
     *result = PushResult();
-    for (const auto& call : calls) {
-      for (int64_t s : call.response.staleness()) {
-        ++result->slices;
-        result->total_staleness += s;
-        result->max_staleness = std::max(result->max_staleness, s);
-      }
-      for (bool d : call.response.dropped()) result->dropped += d;
+    for (const auto& call : calls) AddPushResponse(call.response, result);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::PushPull(absl::Span<const int> tensors,
+                                const std::vector<std::vector<float>>& grads,
+                                const std::vector<int64_t>& versions, int rank,
+                                int64_t clock,
+                                std::vector<std::vector<float>>* weights,
+                                std::vector<int64_t>* new_versions,
+                                PushResult* result) {
+  // The answer carries weights as large as the gradients, so the same
+  // batches keep both directions under the message limit.
+  std::vector<std::vector<int>> batches = Batches(tensors);
+  std::vector<Call<v1::PushPullRequest, v1::PushPullResponse>> calls(
+      batches.size());
+  for (size_t b = 0; b < batches.size(); ++b) {
+    calls[b].shard = partition_->slices()[batches[b][0]].shard;
+    calls[b].request.set_weights_dtype(options_.wire_dtype);
+    v1::PushRequest* push = calls[b].request.mutable_push();
+    push->set_rank(rank);
+    push->set_clock(clock);
+    for (int i : batches[b]) {
+      FillSliceData(spec_, partition_->slices()[i], grads, versions[i],
+                    options_.wire_dtype, push->add_gradients());
     }
+  }
+  RETURN_IF_ERROR(CallAll(&calls, ASYNCPS_RPC(PushPull), "PushPull"));
+  new_versions->resize(partition_->slices().size());
+  if (result != nullptr) *result = PushResult();
+  for (size_t b = 0; b < batches.size(); ++b) {
+    RETURN_IF_ERROR(TakeWeights(calls[b].shard, batches[b],
+                                calls[b].response.pull(), weights,
+                                new_versions));
+    if (result != nullptr) AddPushResponse(calls[b].response.push(), result);
   }
   return absl::OkStatus();
 }
@@ -272,8 +322,10 @@ absl::Status PsClient::Assign(absl::Span<const int> tensors,
     calls[b].shard = partition_->slices()[batches[b][0]].shard;
     calls[b].request.set_rank(rank);
     for (int i : batches[b]) {
+      // Weights go in f32 whatever the wire dtype: they replace the
+      // servers' master copy.
       FillSliceData(spec_, partition_->slices()[i], weights, version,
-                    calls[b].request.add_weights());
+                    v1::DTYPE_F32, calls[b].request.add_weights());
     }
   }
   return CallAll(&calls, ASYNCPS_RPC(Assign), "Assign", /*idempotent=*/true);

@@ -35,6 +35,9 @@ struct PsClientOptions {
   absl::Duration backoff_initial = absl::Milliseconds(50);
   absl::Duration backoff_max = absl::Seconds(2);
   int64_t max_message_bytes = 64 << 20;
+  // The dtype gradients and weights travel in (F32, BF16, F16); the servers
+  // keep f32 either way.
+  v1::DType wire_dtype = v1::DTYPE_F32;
   // Time for deadlines and backoff; borrowed, must outlive the client.
   Clock* clock = Clock::Real();
 };
@@ -80,6 +83,16 @@ class PsClient final : public RendezvousStore {
                     const std::vector<std::vector<float>>& grads,
                     const std::vector<int64_t>& versions, int rank,
                     int64_t clock, PushResult* result);
+
+  // Push, then pull the same slices, in one round trip per shard: `weights`
+  // and `new_versions` (indexed like Pull's) get the weights after the
+  // gradients were applied. Not retried after a lost answer any more than
+  // Push is.
+  absl::Status PushPull(absl::Span<const int> tensors,
+                        const std::vector<std::vector<float>>& grads,
+                        const std::vector<int64_t>& versions, int rank,
+                        int64_t clock, std::vector<std::vector<float>>* weights,
+                        std::vector<int64_t>* new_versions, PushResult* result);
 
   // Replaces the weights of every slice of `tensors` on the servers
   // (allreduce mode), each slice's version set to `version`.
@@ -139,6 +152,13 @@ class PsClient final : public RendezvousStore {
     if (!s.ok()) return s;
     return std::move(calls[0].response);
   }
+
+  // Copies one shard's answered weights (slices `batch`, in order) into
+  // `values` and `versions`; INTERNAL if the answer does not fit.
+  absl::Status TakeWeights(int shard, const std::vector<int>& batch,
+                           const v1::PullResponse& response,
+                           std::vector<std::vector<float>>* values,
+                           std::vector<int64_t>* versions) const;
 
   // Groups the slices of `tensors` by shard, in requests of at most
   // max_message_bytes of payload.

@@ -83,6 +83,35 @@ grpc::ServerUnaryReactor* ParameterServerService::Push(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* ParameterServerService::PushPull(
+    grpc::CallbackServerContext* context, const v1::PushPullRequest* request,
+    v1::PushPullResponse* response) {
+  grpc::ServerUnaryReactor* reactor = Begin(context);
+  if (reactor == nullptr) return context->DefaultReactor();
+  const v1::PushRequest& push = request->push();
+  membership_->Touch(push.rank(), push.clock());
+  absl::Status pushed = consistency_->Push(push, response->mutable_push());
+  if (!pushed.ok()) {
+    reactor->Finish(ToGrpcStatus(pushed));
+    return reactor;
+  }
+  // The pull half: the same slices, answered now or held (ssp, bsp). The
+  // request lives until the call is answered.
+  auto pull = std::make_shared<v1::PullRequest>();
+  pull->set_rank(push.rank());
+  pull->set_clock(push.clock());
+  pull->set_dtype(request->weights_dtype());
+  for (const v1::SliceData& g : push.gradients()) {
+    *pull->add_slices() = g.key();
+  }
+  PendingCall call = Pending(context, reactor);
+  call.done = [reactor, pull](absl::Status s) {
+    reactor->Finish(ToGrpcStatus(s));
+  };
+  consistency_->Pull(*pull, response->mutable_pull(), std::move(call));
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* ParameterServerService::GetModel(
     grpc::CallbackServerContext* context, const v1::GetModelRequest* request,
     v1::GetModelResponse* response) {

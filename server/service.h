@@ -35,6 +35,9 @@ class ParameterServerService final
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
                                  const v1::PushRequest* request,
                                  v1::PushResponse* response) override;
+  grpc::ServerUnaryReactor* PushPull(grpc::CallbackServerContext* context,
+                                     const v1::PushPullRequest* request,
+                                     v1::PushPullResponse* response) override;
   grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* context,
                                      const v1::GetModelRequest* request,
                                      v1::GetModelResponse* response) override;

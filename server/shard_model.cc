@@ -8,6 +8,7 @@
 #include "common/model_spec.h"
 #include "common/status.h"
 #include "common/tensor_bytes.h"
+#include "common/wire_dtype.h"
 
 namespace asyncps {
 
@@ -59,6 +60,11 @@ ShardModel::ShardModel(v1::ModelSpec spec, Partition partition, int shard)
     local_.push_back(static_cast<int>(i));
     num_bytes_ += SliceBytes(static_cast<int>(i));
   }
+}
+
+bool IsWireDtype(int dtype) {
+  return dtype == v1::DTYPE_F32 || dtype == v1::DTYPE_BF16 ||
+         dtype == v1::DTYPE_F16;
 }
 
 uint64_t ShardModel::SliceBytes(int slice) const {
@@ -115,16 +121,19 @@ absl::Status ShardModel::Decode(
       return absl::InvalidArgumentError(absl::StrCat(
           "slice ", SliceName(g.key()), " appears twice in one request"));
     }
-    if (g.dtype() != v1::DTYPE_F32) {
+    if (!IsWireDtype(g.dtype())) {
       return absl::InvalidArgumentError(absl::StrCat(
           what, " for slice ", SliceName(g.key()), " has ",
-          DTypeName(g.dtype()), "; this server accepts DTYPE_F32"));
+          DTypeName(g.dtype()),
+          "; this server accepts DTYPE_F32, DTYPE_BF16, DTYPE_F16"));
     }
     const SliceInfo& info = partition_.slices()[i];
-    if (g.data().size() != SliceBytes(i)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " for slice ", SliceName(g.key()), " has ", g.data().size(),
-          " bytes; ", info.count, " f32 elements need ", SliceBytes(i)));
+    const uint64_t want = info.count * DTypeSize(g.dtype());
+    if (g.data().size() != want) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " for slice ", SliceName(g.key()), " has ",
+                       g.data().size(), " bytes; ", info.count, " ",
+                       DTypeName(g.dtype()), " elements need ", want));
     }
     if (g.version() < 0) {
       return absl::InvalidArgumentError(
@@ -133,7 +142,7 @@ absl::Status ShardModel::Decode(
     }
     std::vector<float>& v = (*values)[k];
     v.resize(info.count);
-    DecodeF32(g.data(), absl::MakeSpan(v));
+    DecodeTensor(g.dtype(), g.data(), absl::MakeSpan(v));
     for (size_t e = 0; e < v.size(); ++e) {
       if (!std::isfinite(v[e])) {
         return absl::InvalidArgumentError(absl::StrCat(

@@ -22,6 +22,9 @@ namespace asyncps {
 // "'tensor'#index", as errors name a slice.
 std::string SliceName(const v1::SliceKey& key);
 
+// True for the dtypes payloads may travel in: F32, BF16, F16.
+bool IsWireDtype(int dtype);
+
 class ShardModel {
  public:
   // OK if `spec` is usable and made for `num_shards` shards.
@@ -50,8 +53,9 @@ class ShardModel {
   absl::StatusOr<int> Resolve(const v1::SliceKey& key) const;
 
   // Validates payloads (gradients or weights, called `what` in errors):
-  // slice, dtype, byte length, non-negative version, finite values, no slice
-  // twice. Fills the slice indices and the decoded values.
+  // slice, dtype (any wire dtype; decoded to f32), byte length, non-negative
+  // version, finite values, no slice twice. Fills the slice indices and the
+  // decoded values.
   absl::Status Decode(
       const google::protobuf::RepeatedPtrField<v1::SliceData>& data,
       absl::string_view what, std::vector<int>* indices,

@@ -8,6 +8,14 @@
 #include "common/status.h"
 
 namespace asyncps {
+namespace {
+
+v1::DType PullDtype(const v1::PullRequest& request) {
+  return request.dtype() == v1::DTYPE_UNSPECIFIED ? v1::DTYPE_F32
+                                                  : request.dtype();
+}
+
+}  // namespace
 
 ShardStore::ShardStore(int shard, int num_shards, uint64_t max_response_bytes,
                        uint64_t max_shard_bytes)
@@ -130,6 +138,13 @@ absl::StatusOr<std::vector<int>> ShardStore::ResolvePull(
     return Reject(absl::FailedPreconditionError(
         "pull before any model was declared on this shard"));
   }
+  if (request.dtype() != v1::DTYPE_UNSPECIFIED &&
+      !IsWireDtype(request.dtype())) {
+    return Reject(absl::InvalidArgumentError(absl::StrCat(
+        "pull asks for weights in ", DTypeName(request.dtype()),
+        "; this server answers DTYPE_F32, DTYPE_BF16, DTYPE_F16")));
+  }
+  const size_t element = DTypeSize(PullDtype(request));
   std::vector<int> indices;
   indices.reserve(request.slices_size());
   uint64_t bytes = 0;
@@ -137,7 +152,7 @@ absl::StatusOr<std::vector<int>> ShardStore::ResolvePull(
     auto i = m->model->Resolve(key);
     if (!i.ok()) return Reject(i.status());
     indices.push_back(*i);
-    bytes += m->model->SliceBytes(*i);
+    bytes += m->model->partition().slices()[*i].count * element;
   }
   if (bytes > max_response_bytes_) {
     return Reject(absl::ResourceExhaustedError(absl::StrCat(
@@ -155,8 +170,9 @@ void ShardStore::FinishPull(const v1::PullRequest& request,
   for (size_t k = 0; k < slices.size(); ++k) {
     v1::SliceData* out = response->add_slices();
     *out->mutable_key() = request.slices(static_cast<int>(k));
-    out->set_dtype(v1::DTYPE_F32);
-    out->set_version(m->slices[slices[k]]->Read(out->mutable_data()));
+    out->set_dtype(PullDtype(request));
+    out->set_version(
+        m->slices[slices[k]]->Read(PullDtype(request), out->mutable_data()));
   }
   counters_.CountPull();
 }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/tensor_bytes.h"
+#include "common/wire_dtype.h"
 
 namespace asyncps {
 
@@ -108,9 +109,9 @@ bool SliceState::StepApplied(int64_t clock) const {
   return applied_step_ >= clock;
 }
 
-int64_t SliceState::Read(std::string* data) const {
+int64_t SliceState::Read(v1::DType dtype, std::string* data) const {
   absl::MutexLock lock(&mu_);
-  EncodeF32(weights_, data);
+  EncodeTensor(dtype, weights_, data);
   return version_;
 }
 

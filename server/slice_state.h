@@ -74,8 +74,9 @@ class SliceState {
   // bsp: true once step `clock` has been applied.
   bool StepApplied(int64_t clock) const;
 
-  // Writes the weights as f32 payload bytes into `data`; returns the version.
-  int64_t Read(std::string* data) const;
+  // Writes the weights as `dtype` payload bytes into `data`; returns the
+  // version.
+  int64_t Read(v1::DType dtype, std::string* data) const;
   // Replaces the weights (allreduce), with `version`.
   // REQUIRES: weights.size() == the slice's size.
   void Assign(std::vector<float> weights, int64_t version);

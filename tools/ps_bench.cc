@@ -18,6 +18,7 @@
 #include "client/ps_client.h"
 #include "common/cluster_spec.h"
 #include "common/tensor_bytes.h"
+#include "common/wire_dtype.h"
 
 ABSL_FLAG(std::string, servers, "127.0.0.1:5000",
           "Every shard, shard 0 first.");
@@ -26,6 +27,10 @@ ABSL_FLAG(int64_t, model_bytes, 940584,
           "Model size in bytes (default: the MLP 784-256-128-10).");
 ABSL_FLAG(int, tensors, 6, "Tensors the model is split into.");
 ABSL_FLAG(double, seconds, 5, "How long to measure.");
+ABSL_FLAG(std::string, op, "pull+push",
+          "What one round is: pull, push, pushpull (the fused call), or "
+          "pull+push (two calls).");
+ABSL_FLAG(std::string, wire_dtype, "f32", "f32, bf16 or f16 on the wire.");
 
 namespace asyncps {
 namespace {
@@ -59,8 +64,16 @@ int Run() {
   const v1::ModelSpec spec =
       BenchSpec(absl::GetFlag(FLAGS_model_bytes), absl::GetFlag(FLAGS_tensors),
                 static_cast<int>(servers->size()));
+  const std::string op = absl::GetFlag(FLAGS_op);
+  auto wire = ParseWireDtype(absl::GetFlag(FLAGS_wire_dtype));
+  if (!wire.ok() ||
+      (op != "pull" && op != "push" && op != "pushpull" && op != "pull+push")) {
+    std::fprintf(stderr, "ps_bench: bad --op or --wire_dtype\n");
+    return 2;
+  }
   PsClientOptions options;
   options.servers = *servers;
+  options.wire_dtype = *wire;
   const int clients = absl::GetFlag(FLAGS_clients);
   std::vector<std::unique_ptr<PsClient>> conns;
   for (int c = 0; c < clients; ++c) {
@@ -95,9 +108,18 @@ int Run() {
         g.emplace_back(n, 1e-3f);
       }
       std::vector<int64_t> versions;
-      while (absl::Now() - start < length) {
-        absl::Status s = conns[c]->Pull(tensors, &w, &versions, -1, 0);
-        if (s.ok()) s = conns[c]->Push(tensors, g, versions, -1, 0, nullptr);
+      absl::Status s = conns[c]->Pull(tensors, &w, &versions, -1, 0);
+      while (s.ok() && absl::Now() - start < length) {
+        if (op == "pull" || op == "pull+push") {
+          s = conns[c]->Pull(tensors, &w, &versions, -1, 0);
+        }
+        if (s.ok() && (op == "push" || op == "pull+push")) {
+          s = conns[c]->Push(tensors, g, versions, -1, 0, nullptr);
+        }
+        if (s.ok() && op == "pushpull") {
+          s = conns[c]->PushPull(tensors, g, versions, -1, 0, &w, &versions,
+                                 nullptr);
+        }
         if (!s.ok()) {
           std::fprintf(stderr, "%s\n", s.ToString().c_str());
           failed = true;
@@ -110,7 +132,10 @@ int Run() {
   for (auto& t : threads) t.join();
   if (failed) return 1;
   const double secs = absl::ToDoubleSeconds(absl::Now() - start);
-  const double moved = 2.0 * bytes * rounds.load();  // A pull and a push.
+  // Payload bytes per round: one direction, or both.
+  const double per_round =
+      (op == "pull" || op == "push" ? 1.0 : 2.0) * static_cast<double>(bytes);
+  const double moved = per_round * rounds.load();
 
   // Ceiling: memcpy of the same payloads, twice per round (encode, decode).
   std::vector<char> a(bytes, 1), b(bytes);
@@ -124,9 +149,10 @@ int Run() {
   const double copy_rate = bytes * static_cast<double>(copies) /
                            absl::ToDoubleSeconds(absl::Now() - c0);
   std::printf(
-      "ps_bench: %d clients, %zu shards, model %.2f MB: %.0f rounds/s "
-      "(pull + push), %.3f GB/s of payload\n",
-      clients, servers->size(), bytes / 1e6, rounds.load() / secs,
+      "ps_bench op=%s wire=%s clients=%d shards=%zu bytes=%lld "
+      "rounds_per_s=%.1f gb_per_s=%.3f\n",
+      op.c_str(), absl::GetFlag(FLAGS_wire_dtype).c_str(), clients,
+      servers->size(), static_cast<long long>(bytes), rounds.load() / secs,
       moved / secs / 1e9);
   std::printf(
       "ceiling: memcpy of the same bytes %.2f GB/s on one core; ratio %.4f\n",

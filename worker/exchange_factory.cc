@@ -11,8 +11,8 @@ std::unique_ptr<GradientExchange> MakeExchange(
     const WorkerConfig& config, PsClient* client, int cuda_device,
     int64_t attempt, std::vector<std::vector<int>> layer_tensors) {
   if (config.ParsedMode() != Mode::kAllreduce) {
-    return std::make_unique<PsExchange>(client, config.rank,
-                                        std::move(layer_tensors));
+    return std::make_unique<PsExchange>(
+        client, config.rank, std::move(layer_tensors), config.Exchange());
   }
   AllreduceConfig ar;
   ar.rank = config.rank;

@@ -1,14 +1,26 @@
-// PsExchange: the parameter-server exchange (async, ssp, bsp). Each layer's
-// gradient is pushed as soon as backward produces it, on a communication
-// thread, and that layer's next weights are pulled right after its push, so
-// communication overlaps the rest of the backward pass. In ssp and bsp the
-// servers hold those pulls as the mode requires; the worker's loop is the
-// same. Used by one trainer thread.
+// PsExchange: the parameter-server exchange (async, ssp, bsp), in one of
+// three ways:
+// - layered: each layer's gradient is pushed as soon as backward produces
+//   it, on a communication thread, and that layer's next weights are pulled
+//   right after its push, so communication overlaps the rest of the backward
+//   pass. In ssp and bsp the servers hold those pulls as the mode requires.
+// - fused (async only): at the end of each step one PushPull per shard
+//   sends the step's gradients and brings back the weights they produced:
+//   one round trip per step instead of one push and one pull per layer.
+// - prefetch (async only): at the end of step t one PushPull per shard sends
+//   step t's gradients and brings back the weights they produced, on the
+//   communication thread, while step t+1 computes on the weights that step
+//   t-1's PushPull brought. Half the round trips, and communication overlaps
+//   a whole step; each gradient is then at most one step staler (the
+//   staleness histogram shows it).
+// Used by one trainer thread.
 #ifndef ASYNCPS_WORKER_PS_EXCHANGE_H_
 #define ASYNCPS_WORKER_PS_EXCHANGE_H_
 
+#include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "client/ps_client.h"
 #include "worker/exchange.h"
 #include "worker/task_queue.h"
@@ -17,10 +29,15 @@ namespace asyncps {
 
 class PsExchange final : public GradientExchange {
  public:
+  enum class Mode { kLayered, kFused, kPrefetch };
+  // "layered", "fused", "prefetch" (--exchange).
+  static absl::StatusOr<Mode> ParseMode(const std::string& text);
+
   // `client` is borrowed and must have a model; `layer_tensors[l]` lists
   // the tensor indices of layer l.
   PsExchange(PsClient* client, int rank,
-             std::vector<std::vector<int>> layer_tensors);
+             std::vector<std::vector<int>> layer_tensors,
+             Mode mode = Mode::kLayered);
 
   absl::Status Start(std::vector<std::vector<float>>* weights,
                      int64_t clock) override;
@@ -29,16 +46,33 @@ class PsExchange final : public GradientExchange {
   absl::Status FinishStep(int64_t clock,
                           std::vector<std::vector<float>>* weights,
                           StepStats* stats) override;
+  // Waits for the last PushPull, whose weights become the final ones.
+  absl::Status Finish(int64_t clock) override;
 
  private:
+  absl::Status FinishLayered(StepStats* stats);
+  absl::Status FinishFused(int64_t clock, StepStats* stats);
+  absl::Status FinishPrefetched(int64_t clock, StepStats* stats);
+  void AddPushResult(const PushResult& r);
+
   PsClient* const client_;
   const int rank_;
   const std::vector<std::vector<int>> layer_tensors_;
+  const std::vector<int> all_tensors_;
+  const Mode mode_;
   // Touched by the queue's thread only while tasks are pending; the trainer
   // reads them after FinishStep has drained the queue.
   std::vector<int64_t> versions_;
   std::vector<std::vector<float>>* weights_ = nullptr;
   StepStats step_stats_;
+  // Prefetch: the gradients being sent and the versions they came from;
+  // the weights (and versions) the PushPull in flight brings.
+  const std::vector<std::vector<float>>* grads_ = nullptr;
+  std::vector<std::vector<float>> sent_grads_;
+  std::vector<int64_t> sent_versions_;
+  std::vector<std::vector<float>> staged_;
+  std::vector<int64_t> staged_versions_;
+  bool in_flight_ = false;
   TaskQueue queue_;  // Last: its thread stops before the rest is destroyed.
 };
 

@@ -97,6 +97,17 @@ ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(30),
           "Deadline of each RPC.");
 ABSL_FLAG(absl::Duration, retry_for, absl::Seconds(60),
           "Give up after the servers have been unreachable this long.");
+ABSL_FLAG(std::string, wire_dtype, "f32",
+          "f32, bf16 or f16: the dtype gradients and weights travel in "
+          "(rounded to nearest even; the servers keep f32 weights and "
+          "optimizer state). The evaluator always pulls f32.");
+ABSL_FLAG(std::string, exchange, "fused",
+          "async only (ssp and bsp always use layered): fused (one PushPull "
+          "per shard at the end of each step: the gradients go, the weights "
+          "they produced come back), prefetch (fused, sent while the next "
+          "step computes on the weights already here: faster, each gradient "
+          "one step staler), or layered (a push and a pull per layer as "
+          "backward produces it).");
 ABSL_FLAG(absl::Duration, heartbeat_every, absl::Seconds(1),
           "Period of the worker's heartbeats.");
 
@@ -141,6 +152,8 @@ WorkerConfig ConfigFromFlags() {
   c.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
   c.retry_for = absl::GetFlag(FLAGS_retry_for);
   c.heartbeat_every = absl::GetFlag(FLAGS_heartbeat_every);
+  c.wire_dtype = absl::GetFlag(FLAGS_wire_dtype);
+  c.exchange = absl::GetFlag(FLAGS_exchange);
   return c;
 }
 
@@ -216,6 +229,7 @@ absl::Status Run(const WorkerConfig& config, std::atomic<bool>* stop,
   options.servers = config.ServerList();
   options.rpc_timeout = config.rpc_timeout;
   options.retry_for = config.retry_for;
+  if (!config.evaluator()) options.wire_dtype = config.WireDtype();
   ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, PsClient::Create(options));
   if (config.evaluator()) {
     return RunEvaluatorRole(config, client.get(), backend.get(), &data,

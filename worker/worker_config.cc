@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/optimizer.h"
 #include "common/status.h"
+#include "common/wire_dtype.h"
 #include "worker/device.h"
 #include "worker/model/mlp.h"
 
@@ -79,6 +80,8 @@ absl::Status WorkerConfig::Validate() const {
   RETURN_IF_ERROR(ParseLayers(layers).status());
   RETURN_IF_ERROR(OptimizerFromConfig(*this).status());
   RETURN_IF_ERROR(ParsePrecision(precision).status());
+  RETURN_IF_ERROR(ParseWireDtype(wire_dtype).status());
+  RETURN_IF_ERROR(PsExchange::ParseMode(exchange).status());
   return ParseDevice(device).status();
 }
 
@@ -96,6 +99,15 @@ GemmPrecision WorkerConfig::Precision() const {
 
 v1::OptimizerSpec WorkerConfig::Optimizer() const {
   return *OptimizerFromConfig(*this);
+}
+
+v1::DType WorkerConfig::WireDtype() const {
+  return *ParseWireDtype(wire_dtype);
+}
+
+PsExchange::Mode WorkerConfig::Exchange() const {
+  if (ParsedMode() != Mode::kAsync) return PsExchange::Mode::kLayered;
+  return *PsExchange::ParseMode(exchange);
 }
 
 std::string WorkerConfig::CollectiveKind(int cuda_device) const {

@@ -15,6 +15,7 @@
 #include "common/mode.h"
 #include "proto/asyncps.pb.h"
 #include "worker/gemm_precision.h"
+#include "worker/ps_exchange.h"
 
 namespace asyncps {
 
@@ -55,6 +56,8 @@ struct WorkerConfig {
   absl::Duration rpc_timeout = absl::Seconds(30);
   absl::Duration retry_for = absl::Seconds(60);
   absl::Duration heartbeat_every = absl::Seconds(1);
+  std::string wire_dtype = "f32";
+  std::string exchange = "fused";
 
   // OK, or INVALID_ARGUMENT / FAILED_PRECONDITION whose message names the
   // flag that is wrong (--mode=eventual, --rank=2, ...).
@@ -67,6 +70,10 @@ struct WorkerConfig {
   std::vector<int> Layers() const;
   GemmPrecision Precision() const;
   v1::OptimizerSpec Optimizer() const;
+  v1::DType WireDtype() const;
+  // The exchange --exchange asks for; layered in ssp, bsp (and allreduce,
+  // where it does not apply).
+  PsExchange::Mode Exchange() const;
   // allreduce: the collective to use on `cuda_device` (-1: the CPU).
   std::string CollectiveKind(int cuda_device) const;
 };

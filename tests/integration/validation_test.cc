@@ -10,6 +10,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/partitioner.h"
 #include "common/tensor_bytes.h"
+#include "common/wire_dtype.h"
 #include "gtest/gtest.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "server/shard_server.h"
@@ -213,8 +214,13 @@ TEST_F(ValidationTest, UnknownOrUnsupportedDtypeIsInvalidArgument) {
   g.set_dtype(static_cast<v1::DType>(7));
   ExpectRejected(Push({g}), grpc::StatusCode::INVALID_ARGUMENT,
                  "unknown dtype 7");
+  g.set_dtype(v1::DTYPE_UNSPECIFIED);
+  ExpectRejected(Push({g}), grpc::StatusCode::INVALID_ARGUMENT,
+                 "DTYPE_UNSPECIFIED");
+  // bf16 is accepted, but f32-sized data is not bf16 data.
   g.set_dtype(v1::DTYPE_BF16);
-  ExpectRejected(Push({g}), grpc::StatusCode::INVALID_ARGUMENT, "DTYPE_BF16");
+  ExpectRejected(Push({g}), grpc::StatusCode::INVALID_ARGUMENT,
+                 "DTYPE_BF16 elements need");
 }
 
 TEST_F(ValidationTest, NanOrInfGradientIsInvalidArgument) {
@@ -291,6 +297,99 @@ TEST_F(ValidationTest, GarbageBytesDoNotCrashTheServer) {
   done.WaitForNotification();
   EXPECT_FALSE(status.ok());
   ExpectUntouched();  // And the server still answers.
+}
+
+// The fused call: the weights it answers are those a Push and then a Pull
+// would give, bit for bit.
+TEST_F(ValidationTest, PushPullAnswersTheWeightsItsPushProduced) {
+  Declare();
+  v1::PushPullRequest req;
+  req.mutable_push()->set_rank(0);
+  req.mutable_push()->set_clock(1);
+  *req.mutable_push()->add_gradients() = Grad(mine_[0], 2.0f);
+  *req.mutable_push()->add_gradients() = Grad(mine_[1], -1.0f);
+  v1::PushPullResponse resp;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub_->PushPull(&ctx, req, &resp).ok());
+  ASSERT_EQ(resp.push().versions_size(), 2);
+  ASSERT_EQ(resp.pull().slices_size(), 2);
+  v1::PullResponse pulled;
+  ASSERT_TRUE(Pull({Key(mine_[0]), Key(mine_[1])}, &pulled).ok());
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(resp.pull().slices(k).data(), pulled.slices(k).data());
+    EXPECT_EQ(resp.pull().slices(k).version(), 1);
+    EXPECT_EQ(resp.pull().slices(k).dtype(), v1::DTYPE_F32);
+  }
+  std::vector<float> w(partition_.slices()[mine_[0]].count);
+  DecodeF32(resp.pull().slices(0).data(), absl::MakeSpan(w));
+  EXPECT_EQ(w[0], 0.5f - 0.1f * 2.0f);
+}
+
+TEST_F(ValidationTest, PushPullWithABadGradientAppliesNothing) {
+  Declare();
+  v1::PushPullRequest req;
+  *req.mutable_push()->add_gradients() = Grad(mine_[0], 1.0f);
+  *req.mutable_push()->add_gradients() =
+      Grad(mine_[1], std::numeric_limits<float>::quiet_NaN());
+  v1::PushPullResponse resp;
+  grpc::ClientContext ctx;
+  ExpectRejected(stub_->PushPull(&ctx, req, &resp),
+                 grpc::StatusCode::INVALID_ARGUMENT, "NaN");
+  EXPECT_EQ(resp.pull().slices_size(), 0);
+}
+
+// 16-bit gradients are widened exactly: a value bf16 and f16 hold exactly
+// moves the weights as the same f32 gradient does.
+TEST_F(ValidationTest, SixteenBitGradientsApplyTheirExactValues) {
+  Declare();
+  for (v1::DType dtype : {v1::DTYPE_BF16, v1::DTYPE_F16}) {
+    v1::SliceData g = Grad(mine_[0], 0.25f);
+    g.set_dtype(dtype);
+    std::vector<float> values(partition_.slices()[mine_[0]].count, 0.25f);
+    EncodeTensor(dtype, values, g.mutable_data());
+    ASSERT_TRUE(Push({g}).ok()) << v1::DType_Name(dtype);
+  }
+  v1::PullResponse resp;
+  ASSERT_TRUE(Pull({Key(mine_[0])}, &resp).ok());
+  std::vector<float> w(partition_.slices()[mine_[0]].count);
+  DecodeF32(resp.slices(0).data(), absl::MakeSpan(w));
+  const float once = 0.5f - 0.1f * 0.25f;
+  for (float x : w) ASSERT_EQ(x, once - 0.1f * 0.25f);
+}
+
+TEST_F(ValidationTest, PullInSixteenBitsRoundsTheWeightsToNearest) {
+  Declare();
+  ASSERT_TRUE(Push({Grad(mine_[0], 1.0f / 3.0f)}).ok());
+  v1::PullResponse exact;
+  ASSERT_TRUE(Pull({Key(mine_[0])}, &exact).ok());
+  const size_t n = partition_.slices()[mine_[0]].count;
+  std::vector<float> w(n);
+  DecodeF32(exact.slices(0).data(), absl::MakeSpan(w));
+  for (v1::DType dtype : {v1::DTYPE_BF16, v1::DTYPE_F16}) {
+    v1::PullRequest req;
+    *req.add_slices() = Key(mine_[0]);
+    req.set_dtype(dtype);
+    v1::PullResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->Pull(&ctx, req, &resp).ok());
+    ASSERT_EQ(resp.slices(0).dtype(), dtype);
+    ASSERT_EQ(resp.slices(0).data().size(), n * 2);
+    std::vector<float> got(n);
+    DecodeTensor(dtype, resp.slices(0).data(), absl::MakeSpan(got));
+    std::string want;
+    EncodeTensor(dtype, w, &want);
+    EXPECT_EQ(resp.slices(0).data(), want) << v1::DType_Name(dtype);
+    EXPECT_NEAR(got[0], w[0], std::abs(w[0]) / 256) << v1::DType_Name(dtype);
+  }
+  v1::PullRequest bad;
+  *bad.add_slices() = Key(mine_[0]);
+  bad.set_dtype(static_cast<v1::DType>(9));
+  v1::PullResponse resp;
+  grpc::ClientContext ctx;
+  grpc::Status s = stub_->Pull(&ctx, bad, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("unknown dtype 9"), std::string::npos)
+      << s.error_message();
 }
 
 TEST_F(ValidationTest, GoodPushAfterRejectionsApplies) {

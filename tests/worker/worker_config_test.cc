@@ -21,6 +21,19 @@ TEST(WorkerConfig, DefaultsAreValid) {
   EXPECT_EQ(config.Optimizer().kind(), v1::OptimizerSpec::MOMENTUM);
   EXPECT_EQ(config.CollectiveKind(-1), "gloo");
   EXPECT_EQ(config.CollectiveKind(0), "nccl");
+  EXPECT_EQ(config.WireDtype(), v1::DTYPE_F32);
+  EXPECT_EQ(config.Exchange(), PsExchange::Mode::kFused);
+}
+
+TEST(WorkerConfig, OnlyAsyncFusesItsExchange) {
+  WorkerConfig config;
+  config.exchange = "prefetch";
+  EXPECT_EQ(config.Exchange(), PsExchange::Mode::kPrefetch);
+  for (const char* mode : {"ssp", "bsp"}) {
+    config.mode = mode;
+    ASSERT_TRUE(config.Validate().ok());
+    EXPECT_EQ(config.Exchange(), PsExchange::Mode::kLayered) << mode;
+  }
 }
 
 TEST(WorkerConfig, BadFlagsAreRefusedNamingThem) {
@@ -47,6 +60,8 @@ TEST(WorkerConfig, BadFlagsAreRefusedNamingThem) {
       {[](WorkerConfig* c) { c->epochs = 0; }, "--epochs"},
       {[](WorkerConfig* c) { c->collective = "mpi"; }, "--collective=mpi"},
       {[](WorkerConfig* c) { c->blas_threads = 0; }, "--blas_threads"},
+      {[](WorkerConfig* c) { c->wire_dtype = "fp8"; }, "--wire_dtype=fp8"},
+      {[](WorkerConfig* c) { c->exchange = "gossip"; }, "--exchange=gossip"},
       {[](WorkerConfig* c) { c->rpc_timeout = absl::ZeroDuration(); },
        "--rpc_timeout"},
       {[](WorkerConfig* c) { c->heartbeat_every = absl::Seconds(-1); },

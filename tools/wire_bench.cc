@@ -1,0 +1,230 @@
+// wire_bench: the ceilings ps_bench is compared with, measured over
+// loopback between two processes (this one and a child it forks):
+//   --transport=tcp   plain sockets: a 9-byte header, then the payload
+//                     (push: acknowledged with one byte; pull: answered);
+//   --transport=grpc  a naive gRPC unary service (tools/bench.proto) on the
+//                     synchronous API, one call at a time, `bytes` payload.
+// Prints one line: "wire_bench transport=... op=... bytes=N rounds_per_s=R
+// gb_per_s=G" (G counts payload bytes only).
+#include <arpa/inet.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "tools/bench.grpc.pb.h"
+
+ABSL_FLAG(std::string, transport, "tcp", "tcp or grpc.");
+ABSL_FLAG(std::string, op, "push", "push (client to server) or pull.");
+ABSL_FLAG(int64_t, bytes, 1 << 20, "Payload bytes per call.");
+ABSL_FLAG(double, seconds, 3, "How long to measure.");
+
+namespace asyncps::bench {
+namespace {
+
+bool WriteAll(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+bool ReadAll(int fd, char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t r = read(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+void NoDelay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+// Child: serves one connection until it closes.
+void ServeTcp(int listener) {
+  const int fd = accept(listener, nullptr, nullptr);
+  if (fd < 0) _exit(1);
+  NoDelay(fd);
+  std::vector<char> buf;
+  char header[9];
+  while (ReadAll(fd, header, sizeof(header))) {
+    int64_t n;
+    std::memcpy(&n, header + 1, 8);
+    buf.resize(static_cast<size_t>(n));
+    if (header[0] == 'P') {  // Push: take the payload, acknowledge.
+      if (!ReadAll(fd, buf.data(), buf.size())) break;
+      const char ack = 1;
+      if (!WriteAll(fd, &ack, 1)) break;
+    } else if (!WriteAll(fd, buf.data(), buf.size())) {
+      break;
+    }
+  }
+  _exit(0);
+}
+
+class NaiveService final : public Naive::Service {
+  grpc::Status Push(grpc::ServerContext*, const Blob* request,
+                    Size* response) override {
+    response->set_bytes(static_cast<int64_t>(request->data().size()));
+    return grpc::Status::OK;
+  }
+  grpc::Status Pull(grpc::ServerContext*, const Size* request,
+                    Blob* response) override {
+    response->mutable_data()->resize(static_cast<size_t>(request->bytes()));
+    return grpc::Status::OK;
+  }
+};
+
+[[noreturn]] void ServeGrpc(int port_pipe) {
+  NaiveService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.SetMaxReceiveMessageSize(-1);
+  builder.SetMaxSendMessageSize(-1);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  WriteAll(port_pipe, reinterpret_cast<const char*>(&port), sizeof(port));
+  server->Wait();  // Until killed.
+  _exit(0);
+}
+
+int Run() {
+  const std::string transport = absl::GetFlag(FLAGS_transport);
+  const std::string op = absl::GetFlag(FLAGS_op);
+  const int64_t bytes = absl::GetFlag(FLAGS_bytes);
+  if ((transport != "tcp" && transport != "grpc") ||
+      (op != "push" && op != "pull") || bytes < 1) {
+    std::fprintf(stderr, "wire_bench: bad --transport, --op or --bytes\n");
+    return 2;
+  }
+  int port = 0;
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) return 1;
+  int listener = -1;
+  if (transport == "tcp") {
+    listener = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr = {};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (bind(listener, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+        listen(listener, 1) != 0 ||
+        getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      return 1;
+    }
+    port = ntohs(addr.sin_port);
+  }
+  const pid_t child = fork();
+  if (child == 0) {
+    if (transport == "tcp") ServeTcp(listener);
+    ServeGrpc(pipe_fds[1]);
+  }
+  if (transport == "grpc" &&
+      !ReadAll(pipe_fds[0], reinterpret_cast<char*>(&port), sizeof(port))) {
+    return 1;
+  }
+  std::string payload(static_cast<size_t>(bytes), 'x');
+  int64_t rounds = 0;
+  const absl::Duration length = absl::Seconds(absl::GetFlag(FLAGS_seconds));
+  absl::Time start;
+  bool ok = true;
+  if (transport == "tcp") {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr = {};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      return 1;
+    }
+    NoDelay(fd);
+    char header[9];
+    header[0] = op == "push" ? 'P' : 'G';
+    std::memcpy(header + 1, &bytes, 8);
+    start = absl::Now();
+    while (ok && absl::Now() - start < length) {
+      if (op == "push") {
+        char ack;
+        ok = WriteAll(fd, header, 9) &&
+             WriteAll(fd, payload.data(), payload.size()) &&
+             ReadAll(fd, &ack, 1);
+      } else {
+        ok = WriteAll(fd, header, 9) &&
+             ReadAll(fd, payload.data(), payload.size());
+      }
+      ++rounds;
+    }
+    close(fd);
+  } else {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    args.SetMaxSendMessageSize(-1);
+    auto stub = Naive::NewStub(
+        grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
+                                  grpc::InsecureChannelCredentials(), args));
+    start = absl::Now();
+    while (ok && absl::Now() - start < length) {
+      grpc::ClientContext ctx;
+      ctx.set_wait_for_ready(true);
+      if (op == "push") {
+        Blob blob;
+        blob.set_data(payload);  // The naive client copies its payload.
+        Size size;
+        ok = stub->Push(&ctx, blob, &size).ok();
+      } else {
+        Size size;
+        size.set_bytes(bytes);
+        Blob blob;
+        ok = stub->Pull(&ctx, size, &blob).ok() &&
+             static_cast<int64_t>(blob.data().size()) == bytes;
+      }
+      ++rounds;
+    }
+  }
+  const double secs = absl::ToDoubleSeconds(absl::Now() - start);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  if (!ok) {
+    std::fprintf(stderr, "wire_bench: a call failed\n");
+    return 1;
+  }
+  std::printf(
+      "wire_bench transport=%s op=%s bytes=%lld rounds_per_s=%.1f "
+      "gb_per_s=%.3f\n",
+      transport.c_str(), op.c_str(), static_cast<long long>(bytes),
+      rounds / secs, static_cast<double>(bytes) * rounds / secs / 1e9);
+  return 0;
+}
+
+}  // namespace
+}  // namespace asyncps::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return asyncps::bench::Run();
+}
