@@ -43,9 +43,15 @@ int Consistency::Quorum(int live) const {
 
 bool Consistency::Ready(const Wait& w) const {
   switch (config_.mode) {
-    case Mode::kSsp:
-      return w.request->clock() - membership_->MinLiveClock() <=
-             config_.staleness;
+    case Mode::kSsp: {
+      // Until every worker the job expects has registered once, the ones
+      // still to come count as being at clock 0 (as bsp waits for them).
+      const int64_t slowest =
+          membership_->Registered() < membership_->Expected()
+              ? 0
+              : membership_->MinLiveClock();
+      return w.request->clock() - slowest <= config_.staleness;
+    }
     case Mode::kBsp:
       return store_->StepApplied(w.slices, w.request->clock());
     default:

@@ -3,7 +3,8 @@
 // over the live workers, less backup workers, once the expected workers
 // have all joined) and whether a pull is answered
 // now or held (ssp: until the puller is within `staleness` clocks of the
-// slowest live worker; bsp: until the puller's step is applied). Tick(),
+// slowest live worker, workers expected but not yet registered counting as
+// clock 0; bsp: until the puller's step is applied). Tick(),
 // which the server calls on a period, re-checks held pulls, applies bsp steps
 // whose stragglers died or missed --step_deadline, and logs workers that go
 // silent or come back. No gRPC here: held pulls are PendingCalls.

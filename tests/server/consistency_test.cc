@@ -112,6 +112,28 @@ TEST_F(ConsistencyTest, SspHoldsUntilTheSlowestIsWithinTheBound) {
   EXPECT_EQ(consistency_->held_pulls(), 1);
 }
 
+TEST_F(ConsistencyTest, SspCountsWorkersNotYetJoinedAsClockZero) {
+  ConsistencyConfig config;
+  config.mode = Mode::kSsp;
+  config.staleness = 1;
+  Start(config, 1);
+  v1::RegisterRequest expects_two;  // Rank 0 again, saying the job has 2.
+  expects_two.set_rank(0);
+  expects_two.set_num_workers(2);
+  ASSERT_TRUE(membership_.Register(expects_two).ok());
+  Pulled p;
+  Pull(&p, 0, 3);
+  EXPECT_FALSE(p.answer.has_value());  // Rank 1 has not joined: clock 0.
+  v1::RegisterRequest join;
+  join.set_rank(1);
+  join.set_num_workers(2);
+  ASSERT_TRUE(membership_.Register(join).ok());
+  membership_.Touch(1, 2);
+  consistency_->ClockAdvanced();
+  ASSERT_TRUE(p.answer.has_value());
+  EXPECT_TRUE(p.answer->ok());
+}
+
 TEST_F(ConsistencyTest, SspHeldPullExpiresAtItsDeadline) {
   ConsistencyConfig config;
   config.mode = Mode::kSsp;
