@@ -1,5 +1,6 @@
 #include "common/wire_dtype.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -8,37 +9,35 @@
 namespace asyncps {
 namespace {
 
-uint32_t Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
+// Bit casts the vectorizer sees through (a memcpy per element it does not).
+uint32_t Bits(float f) { return __builtin_bit_cast(uint32_t, f); }
+float FromBits(uint32_t u) { return __builtin_bit_cast(float, u); }
 
-float FromBits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
+// Converts in chunks through a local uint16_t buffer, so the conversion
+// loop has no memcpy per element and the compiler vectorizes it (-O3).
+constexpr size_t kChunk = 2048;
 
 template <uint16_t (*Encode)(float)>
 void EncodeHalves(absl::Span<const float> values, std::string* out) {
   out->resize(values.size() * 2);
   char* p = out->data();
-  for (float v : values) {
-    const uint16_t h = Encode(v);
-    std::memcpy(p, &h, 2);  // Little-endian host (tensor_bytes.h).
-    p += 2;
+  uint16_t buf[kChunk];
+  for (size_t i = 0; i < values.size(); i += kChunk) {
+    const size_t n = std::min(kChunk, values.size() - i);
+    const float* __restrict in = values.data() + i;
+    for (size_t k = 0; k < n; ++k) buf[k] = Encode(in[k]);
+    std::memcpy(p + 2 * i, buf, 2 * n);  // Little-endian host.
   }
 }
 
 template <float (*Decode)(uint16_t)>
 void DecodeHalves(absl::string_view bytes, absl::Span<float> out) {
-  const char* p = bytes.data();
-  for (float& v : out) {
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    v = Decode(h);
-    p += 2;
+  uint16_t buf[kChunk];
+  for (size_t i = 0; i < out.size(); i += kChunk) {
+    const size_t n = std::min(kChunk, out.size() - i);
+    std::memcpy(buf, bytes.data() + 2 * i, 2 * n);
+    float* __restrict dst = out.data() + i;
+    for (size_t k = 0; k < n; ++k) dst[k] = Decode(buf[k]);
   }
 }
 

@@ -32,6 +32,10 @@ ABSL_FLAG(std::string, transport, "tcp", "tcp or grpc.");
 ABSL_FLAG(std::string, op, "push", "push (client to server) or pull.");
 ABSL_FLAG(int64_t, bytes, 1 << 20, "Payload bytes per call.");
 ABSL_FLAG(double, seconds, 3, "How long to measure.");
+ABSL_FLAG(int, frame, 0, "grpc: HTTP/2 max frame size (0: gRPC's default).");
+ABSL_FLAG(int, lookahead, 0,
+          "grpc: HTTP/2 stream lookahead bytes (0: default).");
+ABSL_FLAG(int, read_chunk, 0, "grpc: TCP read chunk size (0: default).");
 
 namespace asyncps::bench {
 namespace {
@@ -106,6 +110,12 @@ class NaiveService final : public Naive::Service {
                            &port);
   builder.SetMaxReceiveMessageSize(-1);
   builder.SetMaxSendMessageSize(-1);
+  if (int f = absl::GetFlag(FLAGS_frame))
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, f);
+  if (int l = absl::GetFlag(FLAGS_lookahead))
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, l);
+  if (int r = absl::GetFlag(FLAGS_read_chunk))
+    builder.AddChannelArgument(GRPC_ARG_TCP_READ_CHUNK_SIZE, r);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   WriteAll(port_pipe, reinterpret_cast<const char*>(&port), sizeof(port));
@@ -184,6 +194,12 @@ int Run() {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
     args.SetMaxSendMessageSize(-1);
+    if (int f = absl::GetFlag(FLAGS_frame))
+      args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, f);
+    if (int l = absl::GetFlag(FLAGS_lookahead))
+      args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, l);
+    if (int r = absl::GetFlag(FLAGS_read_chunk))
+      args.SetInt(GRPC_ARG_TCP_READ_CHUNK_SIZE, r);
     auto stub = Naive::NewStub(
         grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
                                   grpc::InsecureChannelCredentials(), args));
