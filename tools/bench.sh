@@ -9,7 +9,10 @@
 #      compute alone, the worker loop with no communication (allreduce, one
 #      worker), async with 1 and 2 workers (each --exchange, f32 and bf16),
 #      bsp and allreduce with 2 workers, and PyTorch (Debian's python3-torch,
-#      installed here if missing) in one process and DDP with 2.
+#      installed here if missing) in one process and DDP with 2;
+#   4. the server's per-byte work (tools/micro_bench, Google Benchmark):
+#      each optimizer's apply and the payload codecs, against a memory
+#      bandwidth ceiling (a 64 MiB memcpy) measured in the same binary.
 # Every line ends with its ratio to the ceiling it is compared with.
 #
 #   tools/bench.sh [--quick]     # --quick: 1 MiB only, shorter runs
@@ -24,10 +27,10 @@ if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
     python3-torch >/dev/null || echo "bench: no python3-torch; PyTorch rows skipped" >&2
 fi
 bazel build //server:ps_server //worker:ps_worker //tools:ps_bench \
-  //tools:wire_bench //tools:gpu_bench >/dev/null 2>&1 || { echo "build failed"; exit 1; }
+  //tools:wire_bench //tools:gpu_bench //tools:micro_bench >/dev/null 2>&1 || { echo "build failed"; exit 1; }
 bin=$(mktemp -d /tmp/bench.XXXXXX)
 cp bazel-bin/server/ps_server bazel-bin/worker/ps_worker bazel-bin/tools/ps_bench \
-  bazel-bin/tools/wire_bench bazel-bin/tools/gpu_bench "$bin/"
+  bazel-bin/tools/wire_bench bazel-bin/tools/gpu_bench bazel-bin/tools/micro_bench "$bin/"
 bazel shutdown >/dev/null 2>&1
 source deploy/shards.sh
 pids=()
@@ -138,3 +141,16 @@ for ex in fused prefetch layered; do
       "$(ratio "${!v}" "$ar2")" "$(ratio "${!v}" "${ddp:-0}")"
   done
 done
+
+echo
+echo "## 4. Server work per byte (bytes read + written per second / memcpy ceiling)"
+"$bin/micro_bench" --benchmark_min_time=$((quick ? 0 : 1)).3 2>/dev/null | awk '
+  /^BM_/ {
+    bps = ""; ceil = ""; label = $NF
+    for (i = 1; i <= NF; i++) {
+      if ($i ~ /^bytes_per_second=/) { v = $i; sub(/bytes_per_second=/, "", v); unit = substr(v, length(v) - 2); sub(/[GMk]\/s$/, "", v); bps = v * (unit == "G/s" ? 1 : unit == "M/s" ? 1e-3 : 1e-6) }
+      if ($i ~ /^ceiling_GBps=/) { ceil = $i; sub(/ceiling_GBps=/, "", ceil) }
+    }
+    if (bps != "" && ceil != "") printf "%-18s %-16s %7.2f GB/s   /memcpy %.2f\n", $1, label, bps, bps / ceil
+    else printf "%-18s %-28s %s %s\n", $1, label, $2, $3
+  }'
