@@ -67,9 +67,10 @@ done
 
 echo
 echo "## 2. ps_bench through real shards (GB/s of payload; ratios to the ceilings of the same op and size)"
+# A shard holds one model: fresh shards for every model size.
 for shards in 1 2; do
-  start_shards "$bin" "$bin" $shards >/dev/null || exit 1
   for b in "${sizes[@]}"; do
+    start_shards "$bin" "$bin" $shards >/dev/null || exit 1
     for clients in 1 2; do
       for op in pull push pushpull pull+push; do
         if [[ $op == pull || $op == push ]] && ((shards != 1 || clients != 1)); then continue; fi
@@ -81,11 +82,13 @@ for shards in 1 2; do
           $op $shards $clients $b "$gb" "$(ratio "$gb" "${grpc[$key$b]}")" "$(ratio "$gb" "${tcp[$key$b]}")"
       done
     done
+    stop_all
   done
+  start_shards "$bin" "$bin" $shards >/dev/null || exit 1
   line=$("$bin/ps_bench" --servers="$servers" --op=pushpull --clients=1 \
     --model_bytes=1048576 --seconds=$secs --wire_dtype=bf16 | grep "^ps_bench")
   gb=$(field gb_per_s "$line")
-  printf "pushpull  %d shard(s) 1 client(s) %9d B  %6s GB/s of f32 model (bf16 on the wire)   /naive gRPC %s\n" \
+  printf "pushpull  %d shard(s) 1 client(s) %9d B  %6s GB/s of f32 model, bf16 on the wire   /naive gRPC %s\n" \
     $shards 1048576 "$gb" "$(ratio "$gb" "${grpc[pp1048576]:-0}")"
   stop_all
 done

@@ -38,7 +38,11 @@ SYNC_MODES = ("bsp", "allreduce")
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--modes", default="async,ssp,bsp,allreduce")
+    p.add_argument("--modes", default="async,ssp,bsp,allreduce",
+                   help="modes, each optionally with a variant: MODE+bf16, "
+                        "MODE+f16 (--wire_dtype), async+prefetch, "
+                        "async+layered (--exchange), bsp+backupN "
+                        "(--backup_workers=N on the servers)")
     p.add_argument("--workers", default="1,2,4")
     p.add_argument("--profiles", default="none,slow:4",
                    help="none, or slow:F (the last worker runs F times slower)")
@@ -120,8 +124,27 @@ def field(line, key):
     return m.group(1) if m else None
 
 
-def run_one(args, bindir, mode, workers, profile, seed, rundir):
-    name = "%s-w%d-%s-s%d" % (mode, workers, profile.replace(":", ""), seed)
+def variant_flags(label):
+    """(mode, worker flags, server flags) of a --modes entry."""
+    mode, _, variant = label.partition("+")
+    if mode not in ("async", "ssp", "bsp", "allreduce"):
+        fail("unknown mode %r" % mode)
+    if not variant:
+        return mode, [], []
+    if variant in ("bf16", "f16"):
+        return mode, ["--wire_dtype=" + variant], []
+    if variant in ("prefetch", "layered", "fused") and mode == "async":
+        return mode, ["--exchange=" + variant], []
+    m = re.fullmatch(r"backup([0-9]+)", variant)
+    if m and mode == "bsp":
+        return mode, [], ["--backup_workers=" + m.group(1)]
+    fail("unknown variant %r of %s" % (variant, mode))
+
+
+def run_one(args, bindir, label, workers, profile, seed, rundir):
+    mode, variant_worker_flags, variant_server_flags = variant_flags(label)
+    name = "%s-w%d-%s-s%d" % (label.replace("+", "_"), workers,
+                              profile.replace(":", ""), seed)
     log = open(os.path.join(rundir, name + ".log"), "w")
     cluster = Cluster(log)
     curve = os.path.join(rundir, name + ".curve.csv")
@@ -134,7 +157,7 @@ def run_one(args, bindir, mode, workers, profile, seed, rundir):
                                "--port=0", "--shard=%d" % s,
                                "--num_shards=%d" % args.shards, "--mode=" + mode,
                                "--staleness=%d" % args.staleness,
-                               "--worker_timeout=30s"])
+                               "--worker_timeout=30s"] + variant_server_flags)
             addrs.append(wait_for_line(p, "listening on", 30).split()[-1])
         servers = ",".join(addrs)
         evaluator = cluster.start(
@@ -161,7 +184,8 @@ def run_one(args, bindir, mode, workers, profile, seed, rundir):
                     "--epochs=1000000", "--log_every=1h"] + budget
             if r == workers - 1 and slow > 1.0:
                 argv.append("--slowdown=%g" % slow)
-            procs.append(cluster.start(argv + args.worker_flags.split()))
+            procs.append(cluster.start(argv + variant_worker_flags +
+                                       args.worker_flags.split()))
         done = []
         for p in procs:
             out, _ = p.communicate(timeout=args.run_timeout)
@@ -185,6 +209,7 @@ def run_one(args, bindir, mode, workers, profile, seed, rundir):
     staleness = sum(slices) / len(slices)
     dropped = sum(int(field(l, "dropped")) for l in done)
     per_update = args.batch_size * (workers if mode in SYNC_MODES else 1)
+
     rows = []
     with open(curve) as f:
         for row in csv.DictReader(f):
@@ -203,7 +228,7 @@ def run_one(args, bindir, mode, workers, profile, seed, rundir):
         for r in rows:
             w.writerow(["%.3f" % r["seconds"], "%.1f" % r["updates"],
                         "%.0f" % r["samples"], "%.6f" % r["test_loss"],
-                        "%.6f" % r["test_accuracy"], mode, workers, profile, seed,
+                        "%.6f" % r["test_accuracy"], label, workers, profile, seed,
                         "%.1f" % throughput, "%.3f" % staleness])
     with open(os.path.join(rundir, name + ".hist.csv"), "w") as f:
         f.write(hist)
@@ -215,7 +240,7 @@ def run_one(args, bindir, mode, workers, profile, seed, rundir):
         return ""
 
     return {
-        "run": name, "mode": mode, "workers": workers, "profile": profile,
+        "run": name, "mode": label, "workers": workers, "profile": profile,
         "seed": seed, "final_accuracy": "%.4f" % rows[-1]["test_accuracy"],
         "best_accuracy": "%.4f" % max(r["test_accuracy"] for r in rows),
         "time_to_0.85": time_to(0.85), "time_to_0.88": time_to(0.88),
@@ -228,33 +253,77 @@ def gnuplot(script):
     subprocess.run(["gnuplot"], input=script, text=True, check=True)
 
 
+def load_curve(out, run):
+    with open(os.path.join(out, "runs", run + ".csv")) as f:
+        return [(float(r["seconds"]), float(r["samples"]), float(r["test_accuracy"]))
+                for r in csv.DictReader(f)]
+
+
+def at(curve, col, x):
+    """The accuracy of `curve` at x (column col: 0 seconds, 1 samples),
+    linearly interpolated; None outside the curve."""
+    pts = [(p[col], p[2]) for p in curve]
+    if not pts or x < pts[0][0] or x > pts[-1][0]:
+        return None
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if x0 <= x <= x1:
+            return y0 if x1 == x0 else y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return pts[-1][1]
+
+
+def seed_band(out, runs, col, points=24):
+    """Rows (x, mean, min, max) of the runs' accuracy on a common grid of x,
+    where every seed's curve covers x."""
+    curves = [load_curve(out, r["run"]) for r in runs]
+    lo = max(c[0][col] for c in curves)
+    hi = min(c[-1][col] for c in curves)
+    rows = []
+    for k in range(points):
+        x = lo + (hi - lo) * k / (points - 1)
+        ys = [at(c, col, x) for c in curves]
+        ys = [y for y in ys if y is not None]
+        if ys:
+            rows.append((x, sum(ys) / len(ys), min(ys), max(ys)))
+    return rows
+
+
 def plot(args, out, summary):
+    """Accuracy against wall time and samples seen, one line per mode: the
+    mean over seeds with error bars from the lowest to the highest seed."""
     pngs = []
     groups = sorted({(r["workers"], r["profile"]) for r in summary})
     for workers, profile in groups:
-        runs = [r for r in summary if r["workers"] == workers and
-                r["profile"] == profile and r["seed"] == summary[0]["seed"]]
+        runs = [r for r in summary if r["workers"] == workers and r["profile"] == profile]
+        labels = list(dict.fromkeys(r["mode"] for r in runs))
         tag = "w%d-%s" % (workers, profile.replace(":", ""))
-        for xcol, xlabel, suffix in ((1, "wall time (s)", "time"),
-                                     (3, "samples seen", "samples")):
+        for col, xlabel, suffix in ((0, "wall time (s)", "time"),
+                                    (1, "samples seen", "samples")):
             png = "accuracy-%s-%s.png" % (suffix, tag)
-            lines = ", ".join(
-                "'runs/%s.csv' using %d:5 with linespoints title '%s'" %
-                (r["run"], xcol, r["mode"]) for r in runs)
+            parts = []
+            for label in labels:
+                band = seed_band(out, [r for r in runs if r["mode"] == label], col)
+                dat = os.path.join(out, "runs", "band-%s-%s-%s.dat" %
+                                   (suffix, tag, label.replace("+", "_")))
+                with open(dat, "w") as f:
+                    for row in band:
+                        f.write("%.3f %.5f %.5f %.5f\n" % row)
+                parts.append("'%s' using 1:2:3:4 with yerrorlines title '%s'" %
+                             (dat, label))
+            seeds = len({r["seed"] for r in runs})
             gnuplot("""set terminal pngcairo size 800,500 noenhanced
 set output '%s'
-set datafile separator ','
-set key autotitle columnhead bottom right
-set title 'Test accuracy, %d workers, stragglers: %s'
+set key bottom right
+set title 'Test accuracy, %d workers, stragglers: %s (mean of %d seeds, bars: min-max)'
 set xlabel '%s'
 set ylabel 'test accuracy'
 set yrange [0.5:0.95]
 set grid
 plot %s
-""" % (os.path.join(out, png), workers, profile, xlabel,
-                lines.replace("'runs/", "'" + out + "/runs/")))
+""" % (os.path.join(out, png), workers, profile, seeds, xlabel, ", ".join(parts)))
             pngs.append(png)
-        async_runs = [r for r in runs if r["mode"] not in SYNC_MODES]
+        first_seed = runs[0]["seed"]
+        async_runs = [r for r in runs if r["mode"].split("+")[0] not in SYNC_MODES
+                      and r["seed"] == first_seed]
         if async_runs:
             png = "staleness-%s.png" % tag
             lines = ", ".join(
@@ -265,15 +334,29 @@ set output '%s'
 set datafile separator ','
 set style fill transparent solid 0.5
 set boxwidth 0.8
-set title 'Staleness of applied gradients, %d workers, stragglers: %s'
+set title 'Staleness of applied gradients, %d workers, stragglers: %s (seed %s)'
 set xlabel 'staleness (versions applied between pull and push)'
 set ylabel 'slice updates'
 set xrange [-0.5:20.5]
 set grid
 plot %s
-""" % (os.path.join(out, png), workers, profile, lines))
+""" % (os.path.join(out, png), workers, profile, first_seed, lines))
             pngs.append(png)
     return pngs
+
+
+def spread(values):
+    """'mean ± half the min-max range' of the non-empty values, or '—'."""
+    xs = [float(v) for v in values if v not in ("", None)]
+    if not xs:
+        return "—"
+    mean = sum(xs) / len(xs)
+    half = (max(xs) - min(xs)) / 2
+    digits = 4 if mean < 2 else (1 if mean < 1000 else 0)
+    text = "%.*f ± %.*f" % (digits, mean, digits, half)
+    if len(xs) < len(values):
+        text += " (%d/%d)" % (len(xs), len(values))
+    return text
 
 
 def report(args, out, summary, pngs):
@@ -285,6 +368,19 @@ def report(args, out, summary, pngs):
         f.write("Command: `%s`\n\n" % " ".join(sys.argv))
         f.write("%d samples per run, batch %d, %d shards, ssp staleness %d.\n\n" %
                 (args.samples, args.batch_size, args.shards, args.staleness))
+        f.write("## Mean over seeds ± half the spread (min to max)\n\n")
+        acols = ["final_accuracy", "best_accuracy", "time_to_0.85",
+                 "samples_per_s", "mean_staleness", "wall_s"]
+        f.write("| mode | workers | profile | seeds | " + " | ".join(acols) + " |\n")
+        f.write("|" + " --- |" * (4 + len(acols)) + "\n")
+        cells = list(dict.fromkeys((r["mode"], r["workers"], r["profile"])
+                                   for r in summary))
+        for mode, workers, profile in cells:
+            rs = [r for r in summary if (r["mode"], r["workers"], r["profile"]) ==
+                  (mode, workers, profile)]
+            f.write("| %s | %d | %s | %d | " % (mode, workers, profile, len(rs)) +
+                    " | ".join(spread([r[c] for r in rs]) for c in acols) + " |\n")
+        f.write("\n## Every run\n\n")
         f.write("| " + " | ".join(cols) + " |\n")
         f.write("|" + " --- |" * len(cols) + "\n")
         for r in summary:
@@ -311,6 +407,7 @@ def main():
                 if profile != "none" and not re.fullmatch(r"slow:[0-9.]+", profile):
                     fail("bad profile %r (want none or slow:F)" % profile)
                 for mode in args.modes.split(","):
+                    variant_flags(mode)  # Fails early on a bad entry.
                     print("== %s, %d workers, %s, seed %d" %
                           (mode, workers, profile, seed), flush=True)
                     r = run_one(args, bindir, mode, workers, profile, seed, rundir)

@@ -195,7 +195,10 @@ absl::Status Train(const WorkerConfig& config, PsClient* client,
   LOG(INFO) << "ps_worker rank " << config.rank << "/" << config.num_workers
             << " on " << backend->Name() << ": " << client->spec().name()
             << ", " << loader.share() << " training examples, "
-            << client->num_shards() << " shards";
+            << client->num_shards() << " shards, wire " << config.wire_dtype
+            << ", exchange "
+            << (config.ParsedMode() == Mode::kAsync ? config.exchange
+                                                    : "layered");
   TrainerResult r;
   absl::Status s =
       asyncps::Train(tc, &model, &loader, exchange.get(), stop, &r);
