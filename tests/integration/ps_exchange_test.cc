@@ -9,7 +9,7 @@
 
 #include "client/ps_client.h"
 #include "gtest/gtest.h"
-#include "server/shard_server.h"
+#include "tests/integration/local_shards.h"
 #include "tests/integration/test_cluster.h"
 
 namespace asyncps::testing {
@@ -22,17 +22,11 @@ constexpr int kSteps = 5;
 class PsExchangeTest : public ::testing::TestWithParam<PsExchange::Mode> {
  protected:
   void SetUp() override {
+    auto shards = StartLocalShards(2);
+    ASSERT_TRUE(shards.ok()) << shards.status();
+    shards_ = *std::move(shards);
     PsClientOptions options;
-    for (int s = 0; s < 2; ++s) {
-      ShardServerConfig config;
-      config.host = "127.0.0.1";
-      config.shard = s;
-      config.num_shards = 2;
-      auto server = ShardServer::Start(config);
-      ASSERT_TRUE(server.ok()) << server.status();
-      options.servers.push_back(ServerAddress{"127.0.0.1", (*server)->port()});
-      servers_.push_back(*std::move(server));
-    }
+    options.servers = shards_.addresses;
     auto client = PsClient::Create(options);
     ASSERT_TRUE(client.ok());
     client_ = *std::move(client);
@@ -50,7 +44,7 @@ class PsExchangeTest : public ::testing::TestWithParam<PsExchange::Mode> {
 
   const v1::ModelSpec spec_ =
       ConstantSpec({{40, 30}, {30}}, 2, kInit, kLr, 1024);
-  std::vector<std::unique_ptr<ShardServer>> servers_;
+  LocalShards shards_;
   std::unique_ptr<PsClient> client_;
 };
 

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/ps_client.h"
 #include "gtest/gtest.h"
-#include "server/shard_server.h"
+#include "tests/integration/local_shards.h"
 #include "tests/integration/test_cluster.h"
 
 namespace asyncps::testing {
@@ -18,20 +18,13 @@ class PushPullTest : public ::testing::Test {
  protected:
   // Two fresh shards, and a client with `dtype` on the wire.
   std::unique_ptr<PsClient> Cluster(v1::DType dtype) {
-    servers_.clear();
+    auto shards = StartLocalShards(2);
+    EXPECT_TRUE(shards.ok()) << shards.status();
+    if (!shards.ok()) return nullptr;
+    shards_ = *std::move(shards);
     PsClientOptions options;
     options.wire_dtype = dtype;
-    for (int s = 0; s < 2; ++s) {
-      ShardServerConfig config;
-      config.host = "127.0.0.1";
-      config.shard = s;
-      config.num_shards = 2;
-      auto server = ShardServer::Start(config);
-      EXPECT_TRUE(server.ok()) << server.status();
-      if (!server.ok()) return nullptr;
-      options.servers.push_back(ServerAddress{"127.0.0.1", (*server)->port()});
-      servers_.push_back(*std::move(server));
-    }
+    options.servers = shards_.addresses;
     auto client = PsClient::Create(options);
     EXPECT_TRUE(client.ok());
     EXPECT_TRUE((*client)->DeclareModel(spec_).ok());
@@ -67,7 +60,7 @@ class PushPullTest : public ::testing::Test {
   const std::vector<int> tensors_ = {0, 1};
   const v1::ModelSpec spec_ =
       ConstantSpec({{60, 50}, {50}}, 2, 1.0f, 0.5f, 1024);
-  std::vector<std::unique_ptr<ShardServer>> servers_;
+  LocalShards shards_;
 };
 
 TEST_F(PushPullTest, FusedCallGivesExactlyTheWeightsOfPushThenPull) {

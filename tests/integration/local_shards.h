@@ -1,0 +1,38 @@
+// Test helper: n in-process ShardServers listening on 127.0.0.1 (ports the
+// kernel picks), for tests that need real gRPC between a client and shards
+// but no child processes.
+#ifndef ASYNCPS_TESTS_INTEGRATION_LOCAL_SHARDS_H_
+#define ASYNCPS_TESTS_INTEGRATION_LOCAL_SHARDS_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/cluster_spec.h"
+#include "server/shard_server.h"
+
+namespace asyncps::testing {
+
+struct LocalShards {
+  std::vector<std::unique_ptr<ShardServer>> servers;
+  std::vector<ServerAddress> addresses;  // Shard i at addresses[i].
+};
+
+inline absl::StatusOr<LocalShards> StartLocalShards(int n) {
+  LocalShards shards;
+  for (int s = 0; s < n; ++s) {
+    ShardServerConfig config;
+    config.host = "127.0.0.1";
+    config.shard = s;
+    config.num_shards = n;
+    auto server = ShardServer::Start(config);
+    if (!server.ok()) return server.status();
+    shards.addresses.push_back(ServerAddress{"127.0.0.1", (*server)->port()});
+    shards.servers.push_back(*std::move(server));
+  }
+  return shards;
+}
+
+}  // namespace asyncps::testing
+
+#endif  // ASYNCPS_TESTS_INTEGRATION_LOCAL_SHARDS_H_
