@@ -40,12 +40,19 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void Relu(const float* z, float* h, size_t n) override {
+  // The element-wise kernels take __restrict pointers (the buffers never
+  // overlap) so that -O3 vectorizes them; same bits as scalar loops.
+  void Relu(const float* z_in, float* h_out, size_t n) override {
+    const float* __restrict z = z_in;
+    float* __restrict h = h_out;
     for (size_t i = 0; i < n; ++i) h[i] = z[i] > 0 ? z[i] : 0.0f;
   }
 
-  void ReluBackward(const float* z, const float* dh, float* dz,
+  void ReluBackward(const float* z_in, const float* dh_in, float* dz_out,
                     size_t n) override {
+    const float* __restrict z = z_in;
+    const float* __restrict dh = dh_in;
+    float* __restrict dz = dz_out;
     for (size_t i = 0; i < n; ++i) dz[i] = z[i] > 0 ? dh[i] : 0.0f;
   }
 
