@@ -1,7 +1,6 @@
 #include "server/consistency.h"
 
 #include <algorithm>
-#include <functional>
 #include <utility>
 
 #include "common/status.h"
@@ -26,11 +25,7 @@ Consistency::Consistency(ConsistencyConfig config, ShardStore* store,
                          Membership* membership, Clock* clock)
     : config_(config), store_(store), membership_(membership), clock_(clock) {}
 
-void Consistency::Shutdown() {
-  for (auto& h : waiters_.Close()) {
-    h.call.done(absl::UnavailableError("server shutting down"));
-  }
-}
+void Consistency::Shutdown() { waiters_.Close(); }
 
 int Consistency::Quorum(int live) const {
   // Until every worker the job expects has registered once, a step waits
@@ -76,11 +71,7 @@ void Consistency::Pull(const v1::PullRequest& request,
     return;
   }
   held_total_.fetch_add(1);
-  std::function<void(absl::Status)> done = call.done;
-  if (!waiters_.Hold({std::move(w), std::move(call)})) {
-    done(absl::UnavailableError("server shutting down"));
-    return;
-  }
+  waiters_.Hold({std::move(w), std::move(call)});
   Recheck();  // The condition may have turned true meanwhile.
 }
 

@@ -39,12 +39,17 @@ class HeldCalls {
     PendingCall call;
   };
 
-  // Holds `held`; false after Close (the caller then answers it).
-  bool Hold(Held held) {
-    absl::MutexLock lock(&mu_);
-    if (closed_) return false;
-    items_.push_back(std::move(held));
-    return true;
+  // Holds `held`. After Close it answers the call UNAVAILABLE ("server
+  // shutting down") instead, outside the lock.
+  void Hold(Held held) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!closed_) {
+        items_.push_back(std::move(held));
+        return;
+      }
+    }
+    held.call.done(ShuttingDown());
   }
 
   // Takes out every call for which `ready(what)` holds into `ready_out`,
@@ -68,11 +73,15 @@ class HeldCalls {
     items_.swap(keep);
   }
 
-  // Refuses further calls and returns every held one.
-  std::vector<Held> Close() {
-    absl::MutexLock lock(&mu_);
-    closed_ = true;
-    return std::exchange(items_, {});
+  // Answers every held call UNAVAILABLE, and every later one Hold is given.
+  void Close() {
+    std::vector<Held> held;
+    {
+      absl::MutexLock lock(&mu_);
+      closed_ = true;
+      held.swap(items_);
+    }
+    for (Held& h : held) h.call.done(ShuttingDown());
   }
 
   size_t size() {
@@ -81,6 +90,10 @@ class HeldCalls {
   }
 
  private:
+  static absl::Status ShuttingDown() {
+    return absl::UnavailableError("server shutting down");
+  }
+
   absl::Mutex mu_;
   std::vector<Held> items_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;

@@ -53,10 +53,10 @@ void KvStore::Get(const std::string& key, absl::Duration wait,
     } else {
       call.deadline =
           std::min(call.deadline, clock_->Now() + std::min(wait, kMaxKvWait));
-      std::function<void(absl::Status)> done = call.done;
-      if (waiters_.Hold({Wait{key, value}, std::move(call)})) return;
-      answer = absl::UnavailableError("server shutting down");
-      call.done = std::move(done);
+      // Under mu_, so a Set cannot slip between the lookup and the hold.
+      // (After Shutdown, Hold answers UNAVAILABLE here, under mu_.)
+      waiters_.Hold({Wait{key, value}, std::move(call)});
+      return;
     }
   }
   call.done(answer);
@@ -72,10 +72,6 @@ void KvStore::Expire() {
   }
 }
 
-void KvStore::Shutdown() {
-  for (auto& h : waiters_.Close()) {
-    h.call.done(absl::UnavailableError("server shutting down"));
-  }
-}
+void KvStore::Shutdown() { waiters_.Close(); }
 
 }  // namespace asyncps

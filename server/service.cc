@@ -105,8 +105,8 @@ grpc::ServerUnaryReactor* ParameterServerService::PushPull(
     *pull->add_slices() = g.key();
   }
   PendingCall call = Pending(context, reactor);
-  call.done = [reactor, pull](absl::Status s) {
-    reactor->Finish(ToGrpcStatus(s));
+  call.done = [finish = std::move(call.done), pull](absl::Status s) {
+    finish(std::move(s));
   };
   consistency_->Pull(*pull, response->mutable_pull(), std::move(call));
   return reactor;
