@@ -254,6 +254,18 @@ absl::Status PsClient::TakeWeights(int shard, const std::vector<int>& batch,
   return absl::OkStatus();
 }
 
+void PsClient::FillPush(const std::vector<int>& batch,
+                        const std::vector<std::vector<float>>& grads,
+                        const std::vector<int64_t>& versions, int rank,
+                        int64_t clock, v1::PushRequest* request) const {
+  request->set_rank(rank);
+  request->set_clock(clock);
+  for (int i : batch) {
+    FillSliceData(spec_, partition_->slices()[i], grads, versions[i],
+                  options_.wire_dtype, request->add_gradients());
+  }
+}
+
 absl::Status PsClient::Push(absl::Span<const int> tensors,
                             const std::vector<std::vector<float>>& grads,
                             const std::vector<int64_t>& versions, int rank,
@@ -262,12 +274,7 @@ absl::Status PsClient::Push(absl::Span<const int> tensors,
   std::vector<Call<v1::PushRequest, v1::PushResponse>> calls(batches.size());
   for (size_t b = 0; b < batches.size(); ++b) {
     calls[b].shard = partition_->slices()[batches[b][0]].shard;
-    calls[b].request.set_rank(rank);
-    calls[b].request.set_clock(clock);
-    for (int i : batches[b]) {
-      FillSliceData(spec_, partition_->slices()[i], grads, versions[i],
-                    options_.wire_dtype, calls[b].request.add_gradients());
-    }
+    FillPush(batches[b], grads, versions, rank, clock, &calls[b].request);
   }
   RETURN_IF_ERROR(CallAll(&calls, ASYNCPS_RPC(Push), "Push"));
   if (result != nullptr) {
@@ -292,13 +299,8 @@ absl::Status PsClient::PushPull(absl::Span<const int> tensors,
   for (size_t b = 0; b < batches.size(); ++b) {
     calls[b].shard = partition_->slices()[batches[b][0]].shard;
     calls[b].request.set_weights_dtype(options_.wire_dtype);
-    v1::PushRequest* push = calls[b].request.mutable_push();
-    push->set_rank(rank);
-    push->set_clock(clock);
-    for (int i : batches[b]) {
-      FillSliceData(spec_, partition_->slices()[i], grads, versions[i],
-                    options_.wire_dtype, push->add_gradients());
-    }
+    FillPush(batches[b], grads, versions, rank, clock,
+             calls[b].request.mutable_push());
   }
   RETURN_IF_ERROR(CallAll(&calls, ASYNCPS_RPC(PushPull), "PushPull"));
   new_versions->resize(partition_->slices().size());

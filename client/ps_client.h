@@ -153,6 +153,12 @@ class PsClient final : public RendezvousStore {
     return std::move(calls[0].response);
   }
 
+  // The push of slices `batch` of `grads`, computed from `versions`.
+  void FillPush(const std::vector<int>& batch,
+                const std::vector<std::vector<float>>& grads,
+                const std::vector<int64_t>& versions, int rank, int64_t clock,
+                v1::PushRequest* request) const;
+
   // Copies one shard's answered weights (slices `batch`, in order) into
   // `values` and `versions`; INTERNAL if the answer does not fit.
   absl::Status TakeWeights(int shard, const std::vector<int>& batch,

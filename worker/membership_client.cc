@@ -29,8 +29,8 @@ absl::StatusOr<std::unique_ptr<MembershipClient>> MembershipClient::Join(
   join.set_host(host);
   std::unique_ptr<MembershipClient> m(
       new MembershipClient(client, join, heartbeat_every));
+  m->left_ = true;  // Until every shard has us, there is nothing to leave.
   for (int s = 0; s < client->num_shards(); ++s) {
-    m->left_ = true;  // Until every shard has us, there is nothing to leave.
     ASSIGN_OR_RETURN(const v1::RegisterResponse r, client->Register(s, join));
     if (r.mode() != ModeName(mode)) {
       return absl::FailedPreconditionError(

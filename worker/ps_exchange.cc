@@ -16,6 +16,17 @@ PsExchange::PsExchange(PsClient* client, int rank,
       all_tensors_(AllTensors(layer_tensors_)),
       mode_(mode) {}
 
+const char* PsExchange::ModeName(Mode mode) {
+  switch (mode) {
+    case Mode::kFused:
+      return "fused";
+    case Mode::kPrefetch:
+      return "prefetch";
+    default:
+      return "layered";
+  }
+}
+
 absl::StatusOr<PsExchange::Mode> PsExchange::ParseMode(
     const std::string& text) {
   if (text == "layered") return Mode::kLayered;
@@ -77,14 +88,25 @@ absl::Status PsExchange::FinishStep(int64_t clock,
   }
 }
 
-absl::Status PsExchange::FinishLayered(StepStats* stats) {
-  absl::Status s = queue_.Drain();
+void PsExchange::TakeStepStats(StepStats* stats) {
   if (!versions_.empty()) {
     step_stats_.min_version =
         *std::min_element(versions_.begin(), versions_.end());
   }
   if (stats != nullptr) *stats = step_stats_;
   step_stats_ = StepStats();
+}
+
+void PsExchange::AdoptStaged() {
+  if (!in_flight_) return;
+  weights_->swap(staged_);
+  versions_.swap(staged_versions_);
+  in_flight_ = false;
+}
+
+absl::Status PsExchange::FinishLayered(StepStats* stats) {
+  absl::Status s = queue_.Drain();
+  TakeStepStats(stats);
   return s;
 }
 
@@ -93,10 +115,7 @@ absl::Status PsExchange::FinishFused(int64_t clock, StepStats* stats) {
   RETURN_IF_ERROR(client_->PushPull(all_tensors_, *grads_, versions_, rank_,
                                     clock, weights_, &versions_, &r));
   AddPushResult(r);
-  step_stats_.min_version =
-      *std::min_element(versions_.begin(), versions_.end());
-  if (stats != nullptr) *stats = step_stats_;
-  step_stats_ = StepStats();
+  TakeStepStats(stats);
   return absl::OkStatus();
 }
 
@@ -106,10 +125,7 @@ absl::Status PsExchange::FinishPrefetched(int64_t clock, StepStats* stats) {
   // This step's gradients came from the weights (and versions) in use now.
   sent_grads_ = *grads_;
   sent_versions_ = versions_;
-  if (in_flight_) {
-    weights_->swap(staged_);
-    versions_.swap(staged_versions_);
-  }
+  AdoptStaged();
   queue_.Enqueue([this, clock] {
     PushResult r;
     RETURN_IF_ERROR(client_->PushPull(all_tensors_, sent_grads_, sent_versions_,
@@ -119,21 +135,14 @@ absl::Status PsExchange::FinishPrefetched(int64_t clock, StepStats* stats) {
     return absl::OkStatus();
   });
   in_flight_ = true;
-  step_stats_.min_version =
-      *std::min_element(versions_.begin(), versions_.end());
-  if (stats != nullptr) *stats = step_stats_;
-  step_stats_ = StepStats();
+  TakeStepStats(stats);
   return absl::OkStatus();
 }
 
 absl::Status PsExchange::Finish(int64_t clock) {
   (void)clock;
   RETURN_IF_ERROR(queue_.Drain());
-  if (in_flight_) {
-    weights_->swap(staged_);
-    versions_.swap(staged_versions_);
-    in_flight_ = false;
-  }
+  AdoptStaged();
   return absl::OkStatus();
 }
 

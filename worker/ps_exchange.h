@@ -32,6 +32,7 @@ class PsExchange final : public GradientExchange {
   enum class Mode { kLayered, kFused, kPrefetch };
   // "layered", "fused", "prefetch" (--exchange).
   static absl::StatusOr<Mode> ParseMode(const std::string& text);
+  static const char* ModeName(Mode mode);
 
   // `client` is borrowed and must have a model; `layer_tensors[l]` lists
   // the tensor indices of layer l.
@@ -54,6 +55,12 @@ class PsExchange final : public GradientExchange {
   absl::Status FinishFused(int64_t clock, StepStats* stats);
   absl::Status FinishPrefetched(int64_t clock, StepStats* stats);
   void AddPushResult(const PushResult& r);
+  // Hands the step's stats (with the lowest version held) to `stats`, and
+  // starts the next step's.
+  void TakeStepStats(StepStats* stats);
+  // Prefetch: the weights the PushPull in flight brought become the
+  // weights. REQUIRES: the queue is drained.
+  void AdoptStaged();
 
   PsClient* const client_;
   const int rank_;

@@ -28,6 +28,7 @@
 #include "worker/exchange_factory.h"
 #include "worker/membership_client.h"
 #include "worker/model/mlp.h"
+#include "worker/ps_exchange.h"
 #include "worker/trainer.h"
 #include "worker/worker_config.h"
 
@@ -196,9 +197,7 @@ absl::Status Train(const WorkerConfig& config, PsClient* client,
             << " on " << backend->Name() << ": " << client->spec().name()
             << ", " << loader.share() << " training examples, "
             << client->num_shards() << " shards, wire " << config.wire_dtype
-            << ", exchange "
-            << (config.ParsedMode() == Mode::kAsync ? config.exchange
-                                                    : "layered");
+            << ", exchange " << PsExchange::ModeName(config.Exchange());
   TrainerResult r;
   absl::Status s =
       asyncps::Train(tc, &model, &loader, exchange.get(), stop, &r);
