@@ -45,9 +45,7 @@ class ConsistencyTest : public ::testing::Test {
             absl::Duration timeout = absl::Seconds(10)) {
     p->request.set_rank(rank);
     p->request.set_clock(clock);
-    v1::SliceKey* k = p->request.add_slices();
-    k->set_tensor("w");
-    k->set_count(4);
+    *p->request.add_slices() = testing::SmallModelKey();
     membership_.Touch(rank, clock);
     PendingCall call;
     call.deadline = clock_.Now() + timeout;
@@ -59,18 +57,10 @@ class ConsistencyTest : public ::testing::Test {
   }
 
   absl::Status Push(int rank, int64_t clock, float value) {
-    v1::PushRequest req;
-    req.set_rank(rank);
-    req.set_clock(clock);
-    v1::SliceData* d = req.add_gradients();
-    d->mutable_key()->set_tensor("w");
-    d->mutable_key()->set_count(4);
-    d->set_dtype(v1::DTYPE_F32);
-    std::vector<float> g(4, value);
-    EncodeF32(g, d->mutable_data());
     membership_.Touch(rank, clock);
     v1::PushResponse resp;
-    return consistency_->Push(req, &resp);
+    return consistency_->Push(
+        testing::SmallModelPush(value, /*version=*/0, rank, clock), &resp);
   }
 
   ManualClock clock_;

@@ -71,17 +71,10 @@ class ShardServerTest : public ::testing::Test {
     return server.ok() ? *std::move(server) : nullptr;
   }
 
-  static v1::SliceKey Key() {
-    v1::SliceKey key;
-    key.set_tensor("w");
-    key.set_count(4);
-    return key;
-  }
-
   // The weight of element 0 and the slice's version, read through gRPC.
   static std::pair<float, int64_t> Read(v1::ParameterServer::Stub* stub) {
     v1::PullRequest req;
-    *req.add_slices() = Key();
+    *req.add_slices() = testing::SmallModelKey();
     req.set_rank(-1);
     v1::PullResponse resp;
     grpc::ClientContext ctx;
@@ -109,14 +102,10 @@ TEST_F(ShardServerTest, RestartResumesFromTheFinalCheckpoint) {
     v1::DeclareModelResponse declared;
     grpc::ClientContext ctx;
     ASSERT_TRUE(stub->DeclareModel(&ctx, declare, &declared).ok());
-    v1::PushRequest push;
-    v1::SliceData* g = push.add_gradients();
-    *g->mutable_key() = Key();
-    g->set_dtype(v1::DTYPE_F32);
-    EncodeF32(std::vector<float>(4, 2.5f), g->mutable_data());
     v1::PushResponse pushed;
     grpc::ClientContext push_ctx;
-    ASSERT_TRUE(stub->Push(&push_ctx, push, &pushed).ok());
+    ASSERT_TRUE(
+        stub->Push(&push_ctx, testing::SmallModelPush(2.5f), &pushed).ok());
     EXPECT_EQ(Read(stub.get()), std::make_pair(7.5f, int64_t{1}));
     server->Shutdown();  // Writes the final checkpoint.
   }

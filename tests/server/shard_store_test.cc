@@ -20,24 +20,12 @@ class ShardStoreTest : public ::testing::Test {
 
   v1::PushRequest Grad(float value, int64_t version, int rank = 0,
                        int64_t clock = 1) {
-    v1::PushRequest req;
-    req.set_rank(rank);
-    req.set_clock(clock);
-    v1::SliceData* d = req.add_gradients();
-    d->mutable_key()->set_tensor("w");
-    d->mutable_key()->set_count(4);
-    d->set_dtype(v1::DTYPE_F32);
-    d->set_version(version);
-    std::vector<float> g(4, value);
-    EncodeF32(g, d->mutable_data());
-    return req;
+    return testing::SmallModelPush(value, version, rank, clock);
   }
 
   float Weight(int64_t* version = nullptr) {
     v1::PullRequest req;
-    v1::SliceKey* k = req.add_slices();
-    k->set_tensor("w");
-    k->set_count(4);
+    *req.add_slices() = testing::SmallModelKey();
     v1::PullResponse resp;
     EXPECT_TRUE(store_.Pull(req, &resp).ok());
     std::vector<float> w(4);

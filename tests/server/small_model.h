@@ -4,6 +4,10 @@
 #ifndef ASYNCPS_TESTS_SERVER_SMALL_MODEL_H_
 #define ASYNCPS_TESTS_SERVER_SMALL_MODEL_H_
 
+#include <cstdint>
+#include <vector>
+
+#include "common/tensor_bytes.h"
 #include "proto/asyncps.pb.h"
 
 namespace asyncps::testing {
@@ -23,6 +27,34 @@ inline v1::ModelSpec SmallModel() {
   t->mutable_init()->set_kind(v1::Initializer::CONSTANT);
   t->mutable_init()->set_value(10.0f);
   return spec;
+}
+
+// The key of SmallModel's one slice.
+inline v1::SliceKey SmallModelKey() {
+  v1::SliceKey key;
+  key.set_tensor("w");
+  key.set_count(4);
+  return key;
+}
+
+// SmallModel's slice holding `value` everywhere, as f32 payload.
+inline v1::SliceData SmallModelSlice(float value, int64_t version = 0) {
+  v1::SliceData d;
+  *d.mutable_key() = SmallModelKey();
+  d.set_dtype(v1::DTYPE_F32);
+  d.set_version(version);
+  EncodeF32(std::vector<float>(4, value), d.mutable_data());
+  return d;
+}
+
+// A push of gradient `value` everywhere, computed from `version`.
+inline v1::PushRequest SmallModelPush(float value, int64_t version = 0,
+                                      int rank = 0, int64_t clock = 1) {
+  v1::PushRequest req;
+  req.set_rank(rank);
+  req.set_clock(clock);
+  *req.add_gradients() = SmallModelSlice(value, version);
+  return req;
 }
 
 }  // namespace asyncps::testing
