@@ -16,6 +16,12 @@
 
 namespace asyncps {
 
+// True for the dtypes payloads may travel in: F32, BF16, F16.
+inline bool IsWireDtype(int dtype) {
+  return dtype == v1::DTYPE_F32 || dtype == v1::DTYPE_BF16 ||
+         dtype == v1::DTYPE_F16;
+}
+
 // f32 <-> bf16 / f16, one value.
 uint16_t FloatToBf16(float f);
 float Bf16ToFloat(uint16_t h);

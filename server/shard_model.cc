@@ -62,11 +62,6 @@ ShardModel::ShardModel(v1::ModelSpec spec, Partition partition, int shard)
   }
 }
 
-bool IsWireDtype(int dtype) {
-  return dtype == v1::DTYPE_F32 || dtype == v1::DTYPE_BF16 ||
-         dtype == v1::DTYPE_F16;
-}
-
 uint64_t ShardModel::SliceBytes(int slice) const {
   return partition_.slices()[slice].count * kF32Bytes;
 }

@@ -22,9 +22,6 @@ namespace asyncps {
 // "'tensor'#index", as errors name a slice.
 std::string SliceName(const v1::SliceKey& key);
 
-// True for the dtypes payloads may travel in: F32, BF16, F16.
-bool IsWireDtype(int dtype);
-
 class ShardModel {
  public:
   // OK if `spec` is usable and made for `num_shards` shards.

@@ -6,6 +6,7 @@
 #include "common/initializer.h"
 #include "common/model_spec.h"
 #include "common/status.h"
+#include "common/wire_dtype.h"
 
 namespace asyncps {
 namespace {
