@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/notification.h"
 #include "common/backoff.h"
 #include "common/status.h"
 #include "common/tensor_bytes.h"
@@ -54,51 +55,52 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
         addr.ToString(), grpc::InsecureChannelCredentials(), args);
     client->stubs_.push_back(v1::ParameterServer::NewStub(channel));
   }
+  if (client->options_.transport == Transport::kTcp) {
+    PsClient* c = client.get();
+    for (int shard = 0; shard < c->num_shards(); ++shard) {
+      c->data_.push_back(std::make_unique<DataChannel>(
+          [c, shard](absl::Time deadline) {
+            return c->DiscoverDataPlane(shard, deadline);
+          },
+          static_cast<uint64_t>(c->options_.max_message_bytes)));
+    }
+  }
   return client;
 }
 
-template <typename Request, typename Response, typename Method>
-absl::Status PsClient::CallAll(std::vector<Call<Request, Response>>* calls,
-                               Method method, const char* what,
-                               bool idempotent) {
-  std::vector<size_t> pending(calls->size());
-  for (size_t i = 0; i < pending.size(); ++i) pending[i] = i;
+absl::StatusOr<Transport> ParseTransport(absl::string_view text) {
+  if (text == "tcp") return Transport::kTcp;
+  if (text == "grpc") return Transport::kGrpc;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--transport=", text, " is not one of tcp, grpc"));
+}
+
+template <typename Request, typename Response, typename Attempt>
+absl::Status PsClient::Retry(std::vector<Call<Request, Response>>* calls,
+                             Attempt attempt, const char* what,
+                             bool idempotent) {
+  std::vector<Call<Request, Response>*> pending;
+  for (auto& call : *calls) pending.push_back(&call);
   Backoff backoff(options_.backoff_initial, options_.backoff_max,
                   options_.retry_for, options_.clock);
   while (true) {
-    std::vector<grpc::Status> results(pending.size());
-    std::vector<std::unique_ptr<grpc::ClientContext>> contexts(pending.size());
-    absl::BlockingCounter done(static_cast<int>(pending.size()));
-    for (size_t k = 0; k < pending.size(); ++k) {
-      Call<Request, Response>& call = (*calls)[pending[k]];
-      contexts[k] = std::make_unique<grpc::ClientContext>();
-      contexts[k]->set_deadline(
-          std::chrono::system_clock::now() +
-          absl::ToChronoMilliseconds(options_.rpc_timeout));
-      method(stubs_[call.shard].get(), contexts[k].get(), &call.request,
-             &call.response, [&results, &done, k](grpc::Status s) {
-               results[k] = std::move(s);
-               done.DecrementCount();
-             });
-    }
-    done.Wait();
-    std::vector<size_t> retry;
+    const std::vector<absl::Status> results = attempt(pending);
+    std::vector<Call<Request, Response>*> retry;
     std::string last_error;
     for (size_t k = 0; k < pending.size(); ++k) {
-      const grpc::Status& s = results[k];
+      const absl::Status& s = results[k];
       if (s.ok()) continue;
-      const int shard = (*calls)[pending[k]].shard;
+      const int shard = pending[k]->shard;
       const std::string where =
           absl::StrCat(what, " to shard ", shard, " at ",
                        options_.servers[shard].ToString());
-      if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-          (idempotent &&
-           s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)) {
+      if (s.code() == absl::StatusCode::kUnavailable ||
+          (idempotent && s.code() == absl::StatusCode::kDeadlineExceeded)) {
         retry.push_back(pending[k]);
-        last_error = absl::StrCat(where, ": ", s.error_message());
+        last_error = absl::StrCat(where, ": ", s.message());
         continue;
       }
-      return Annotate(FromGrpcStatus(s), where);
+      return Annotate(s, where);
     }
     if (retry.empty()) return absl::OkStatus();
     if (!backoff.Wait()) {
@@ -108,6 +110,113 @@ absl::Status PsClient::CallAll(std::vector<Call<Request, Response>>* calls,
     }
     pending = std::move(retry);
   }
+}
+
+template <typename Request, typename Response, typename Method>
+std::vector<absl::Status> PsClient::GrpcAttempt(
+    const std::vector<Call<Request, Response>*>& calls, Method method) {
+  std::vector<grpc::Status> results(calls.size());
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts(calls.size());
+  absl::BlockingCounter done(static_cast<int>(calls.size()));
+  for (size_t k = 0; k < calls.size(); ++k) {
+    Call<Request, Response>& call = *calls[k];
+    contexts[k] = std::make_unique<grpc::ClientContext>();
+    contexts[k]->set_deadline(std::chrono::system_clock::now() +
+                              absl::ToChronoMilliseconds(options_.rpc_timeout));
+    method(stubs_[call.shard].get(), contexts[k].get(), &call.request,
+           &call.response, [&results, &done, k](grpc::Status s) {
+             results[k] = std::move(s);
+             done.DecrementCount();
+           });
+  }
+  done.Wait();
+  std::vector<absl::Status> out;
+  for (const grpc::Status& s : results) out.push_back(FromGrpcStatus(s));
+  return out;
+}
+
+template <typename Request, typename Response>
+std::vector<absl::Status> PsClient::TcpAttempt(
+    const std::vector<Call<Request, Response>*>& calls, FrameOp op) {
+  const absl::Time deadline = absl::Now() + options_.rpc_timeout;
+  std::vector<absl::Status> results(calls.size());
+  std::vector<std::unique_ptr<DataConnection>> connections(calls.size());
+  // Every request goes out before any answer is read, so the shards work
+  // at once. (No deadlock: a shard answers only after reading its whole
+  // request, and reading one answer never waits on another shard.)
+  for (size_t k = 0; k < calls.size(); ++k) {
+    Call<Request, Response>& call = *calls[k];
+    DataChannel& channel = *data_[call.shard];
+    auto c = channel.Take(deadline);
+    if (!c.ok()) {
+      results[k] = c.status();
+      continue;
+    }
+    results[k] = (*c)->Send(op, &call.request, options_.rpc_timeout, deadline);
+    if (results[k].ok()) {
+      connections[k] = *std::move(c);
+    } else {
+      channel.Reset();
+    }
+  }
+  for (size_t k = 0; k < calls.size(); ++k) {
+    if (connections[k] == nullptr) continue;
+    Call<Request, Response>& call = *calls[k];
+    results[k] = connections[k]->Receive(&call.response, deadline);
+    const bool failed = results[k].code() == absl::StatusCode::kUnavailable;
+    data_[call.shard]->Give(std::move(connections[k]));
+    if (failed) data_[call.shard]->Reset();
+  }
+  return results;
+}
+
+template <typename Request, typename Response, typename Method>
+absl::Status PsClient::CallAll(std::vector<Call<Request, Response>>* calls,
+                               Method method, const char* what,
+                               bool idempotent) {
+  return Retry(
+      calls,
+      [this, &method](const std::vector<Call<Request, Response>*>& pending) {
+        return GrpcAttempt(pending, method);
+      },
+      what, idempotent);
+}
+
+template <typename Request, typename Response, typename Method>
+absl::Status PsClient::Exchange(std::vector<Call<Request, Response>>* calls,
+                                FrameOp op, Method method, const char* what,
+                                bool idempotent) {
+  if (options_.transport == Transport::kGrpc) {
+    return CallAll(calls, method, what, idempotent);
+  }
+  return Retry(
+      calls,
+      [this, op](const std::vector<Call<Request, Response>*>& pending) {
+        return TcpAttempt(pending, op);
+      },
+      what, idempotent);
+}
+
+absl::StatusOr<DataPlaneAddress> PsClient::DiscoverDataPlane(
+    int shard, absl::Time deadline) {
+  std::vector<Call<v1::DataPlaneRequest, v1::DataPlaneResponse>> calls(1);
+  calls[0].shard = shard;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  absl::Notification done;
+  grpc::Status status;
+  stubs_[shard]->async()->DataPlane(&context, &calls[0].request,
+                                    &calls[0].response, [&](grpc::Status s) {
+                                      status = std::move(s);
+                                      done.Notify();
+                                    });
+  done.WaitForNotification();
+  RETURN_IF_ERROR(Annotate(FromGrpcStatus(status), "DataPlane"));
+  DataPlaneAddress address;
+  address.host = options_.servers[shard].host;
+  address.port = static_cast<int>(calls[0].response.port());
+  address.token = calls[0].response.token();
+  return address;
 }
 
 absl::Status PsClient::UseModel(const v1::ModelSpec& spec) {
@@ -218,8 +327,8 @@ absl::Status PsClient::Pull(absl::Span<const int> tensors,
       FillKey(spec_, partition_->slices()[i], calls[b].request.add_slices());
     }
   }
-  RETURN_IF_ERROR(
-      CallAll(&calls, ASYNCPS_RPC(Pull), "Pull", /*idempotent=*/true));
+  RETURN_IF_ERROR(Exchange(&calls, FrameOp::kPull, ASYNCPS_RPC(Pull), "Pull",
+                           /*idempotent=*/true));
   versions->resize(partition_->slices().size());
   for (size_t b = 0; b < batches.size(); ++b) {
     RETURN_IF_ERROR(TakeWeights(calls[b].shard, batches[b], calls[b].response,
@@ -276,7 +385,7 @@ absl::Status PsClient::Push(absl::Span<const int> tensors,
     calls[b].shard = partition_->slices()[batches[b][0]].shard;
     FillPush(batches[b], grads, versions, rank, clock, &calls[b].request);
   }
-  RETURN_IF_ERROR(CallAll(&calls, ASYNCPS_RPC(Push), "Push"));
+  RETURN_IF_ERROR(Exchange(&calls, FrameOp::kPush, ASYNCPS_RPC(Push), "Push"));
   if (result != nullptr) {
     *result = PushResult();
     for (const auto& call : calls) AddPushResponse(call.response, result);
@@ -302,7 +411,8 @@ absl::Status PsClient::PushPull(absl::Span<const int> tensors,
     FillPush(batches[b], grads, versions, rank, clock,
              calls[b].request.mutable_push());
   }
-  RETURN_IF_ERROR(CallAll(&calls, ASYNCPS_RPC(PushPull), "PushPull"));
+  RETURN_IF_ERROR(
+      Exchange(&calls, FrameOp::kPushPull, ASYNCPS_RPC(PushPull), "PushPull"));
   new_versions->resize(partition_->slices().size());
   if (result != nullptr) *result = PushResult();
   for (size_t b = 0; b < batches.size(); ++b) {

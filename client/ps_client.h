@@ -1,6 +1,8 @@
 // PsClient: a worker's connection to every shard of the parameter server.
-// One Pull or Push fans out to all shards at once over gRPC's callback API
-// (one channel per shard, reused), each call with a deadline; requests are
+// One Pull or Push fans out to all shards at once, each call with a
+// deadline: over each shard's data plane (plain TCP, client/data_channel.h)
+// with --transport=tcp, over gRPC's callback API (one channel per shard,
+// reused) with --transport=grpc; every other call goes over gRPC. Requests are
 // split to stay under the message limit; UNAVAILABLE is retried with capped
 // exponential backoff until `retry_for` has passed, then the call fails with
 // a message naming the shard.
@@ -16,9 +18,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "client/data_channel.h"
 #include "common/clock.h"
 #include "common/cluster_spec.h"
 #include "common/partitioner.h"
@@ -26,6 +30,15 @@
 #include "proto/asyncps.grpc.pb.h"
 
 namespace asyncps {
+
+// How Pull, Push and PushPull travel (the other calls always use gRPC).
+enum class Transport {
+  kTcp,   // The shards' data planes: framed TCP, no protobuf copies.
+  kGrpc,  // The gRPC service.
+};
+
+// "tcp" or "grpc" (--transport); INVALID_ARGUMENT naming the flag otherwise.
+absl::StatusOr<Transport> ParseTransport(absl::string_view text);
 
 struct PsClientOptions {
   std::vector<ServerAddress> servers;  // Shard i at servers[i].
@@ -38,6 +51,7 @@ struct PsClientOptions {
   // The dtype gradients and weights travel in (F32, BF16, F16); the servers
   // keep f32 either way.
   v1::DType wire_dtype = v1::DTYPE_F32;
+  Transport transport = Transport::kTcp;
   // Time for deadlines and backoff; borrowed, must outlive the client.
   Clock* clock = Clock::Real();
 };
@@ -131,14 +145,35 @@ class PsClient final : public RendezvousStore {
     Response response;
   };
 
-  // Sends every call at once, retrying UNAVAILABLE ones (and, for
-  // idempotent calls such as a pull an ssp/bsp server held, DEADLINE_EXCEEDED
-  // ones) with backoff; returns the first other error, annotated with the
-  // shard and `what`.
+  // Runs every call with `attempt` (which sends the calls it is given at
+  // once and returns their statuses), retrying UNAVAILABLE ones (and, for
+  // idempotent calls such as a pull an ssp/bsp server held,
+  // DEADLINE_EXCEEDED ones) with backoff; returns the first other error,
+  // annotated with the shard and `what`.
+  template <typename Request, typename Response, typename Attempt>
+  absl::Status Retry(std::vector<Call<Request, Response>>* calls,
+                     Attempt attempt, const char* what, bool idempotent);
+  // One attempt of `calls` over gRPC, with `method`.
+  template <typename Request, typename Response, typename Method>
+  std::vector<absl::Status> GrpcAttempt(
+      const std::vector<Call<Request, Response>*>& calls, Method method);
+  // One attempt of `calls` over the data planes, as `op` frames.
+  template <typename Request, typename Response>
+  std::vector<absl::Status> TcpAttempt(
+      const std::vector<Call<Request, Response>*>& calls, FrameOp op);
+  // Every call over gRPC, retried.
   template <typename Request, typename Response, typename Method>
   absl::Status CallAll(std::vector<Call<Request, Response>>* calls,
                        Method method, const char* what,
                        bool idempotent = false);
+  // A tensor call (Pull, Push, PushPull) over options_.transport, retried.
+  template <typename Request, typename Response, typename Method>
+  absl::Status Exchange(std::vector<Call<Request, Response>>* calls, FrameOp op,
+                        Method method, const char* what,
+                        bool idempotent = false);
+  // Shard `shard`'s data-plane address, asked once (no retry) by `deadline`.
+  absl::StatusOr<DataPlaneAddress> DiscoverDataPlane(int shard,
+                                                     absl::Time deadline);
 
   // One call to one shard, through CallAll.
   template <typename Response, typename Request, typename Method>
@@ -172,6 +207,8 @@ class PsClient final : public RendezvousStore {
 
   const PsClientOptions options_;
   std::vector<std::unique_ptr<v1::ParameterServer::Stub>> stubs_;
+  // --transport=tcp: shard i's data plane at data_[i].
+  std::vector<std::unique_ptr<DataChannel>> data_;
   v1::ModelSpec spec_;
   std::optional<Partition> partition_;
 };

@@ -1,6 +1,7 @@
 #include "server/consistency.h"
 
 #include <algorithm>
+#include <memory>
 #include <utility>
 
 #include "common/status.h"
@@ -92,6 +93,29 @@ absl::Status Consistency::Push(const v1::PushRequest& request,
   RETURN_IF_ERROR(store_->Push(request, policy, response));
   Recheck();
   return absl::OkStatus();
+}
+
+void Consistency::PushPull(const v1::PushPullRequest& request,
+                           v1::PushPullResponse* response, PendingCall call) {
+  const v1::PushRequest& push = request.push();
+  absl::Status pushed = Push(push, response->mutable_push());
+  if (!pushed.ok()) {
+    call.done(std::move(pushed));
+    return;
+  }
+  // The pull half: the same slices, answered now or held (ssp, bsp). The
+  // request lives until the call is answered.
+  auto pull = std::make_shared<v1::PullRequest>();
+  pull->set_rank(push.rank());
+  pull->set_clock(push.clock());
+  pull->set_dtype(request.weights_dtype());
+  for (const v1::SliceData& g : push.gradients()) {
+    *pull->add_slices() = g.key();
+  }
+  call.done = [finish = std::move(call.done), pull](absl::Status s) {
+    finish(std::move(s));
+  };
+  Pull(*pull, response->mutable_pull(), std::move(call));
 }
 
 void Consistency::Recheck() {

@@ -50,6 +50,11 @@ class Consistency {
   void Pull(const v1::PullRequest& request, v1::PullResponse* response,
             PendingCall call);
   absl::Status Push(const v1::PushRequest& request, v1::PushResponse* response);
+  // Push, then Pull of the pushed slices in `request.weights_dtype()`; on
+  // a push error `call` is answered with it and nothing was applied.
+  // `request` and `response` must stay valid until the call is answered.
+  void PushPull(const v1::PushPullRequest& request,
+                v1::PushPullResponse* response, PendingCall call);
   // A worker's clock moved (heartbeat): held pulls may go.
   void ClockAdvanced() { Recheck(); }
 

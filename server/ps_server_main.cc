@@ -24,6 +24,14 @@ ABSL_FLAG(std::string, host, "0.0.0.0",
           "Address to listen on (0.0.0.0 for every interface, 127.0.0.1 for "
           "this machine only).");
 ABSL_FLAG(int, port, 5000, "TCP port to listen on; 0 picks a free one.");
+ABSL_FLAG(int, data_port, 0,
+          "TCP port of the data plane, where workers' pulls and pushes travel "
+          "as framed TCP beside gRPC (the fast path; workers find the port "
+          "through gRPC): 0 picks a free one; -1 serves none (workers then "
+          "need --transport=grpc).");
+ABSL_FLAG(int, max_data_connections, 1024,
+          "Data-plane connections served at once; more are refused with "
+          "RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, shard, 0, "This server's shard index, in [0, num_shards).");
 ABSL_FLAG(int, num_shards, 1, "Number of shards in the job.");
 ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,
@@ -71,6 +79,8 @@ absl::StatusOr<ShardServerConfig> ConfigFromFlags() {
   ShardServerConfig config;
   config.host = absl::GetFlag(FLAGS_host);
   config.port = absl::GetFlag(FLAGS_port);
+  config.data_port = absl::GetFlag(FLAGS_data_port);
+  config.max_data_connections = absl::GetFlag(FLAGS_max_data_connections);
   config.shard = absl::GetFlag(FLAGS_shard);
   config.num_shards = absl::GetFlag(FLAGS_num_shards);
   config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
@@ -104,6 +114,8 @@ int Run() {
     LOG(ERROR) << server.status();
     return 1;
   }
+  std::printf("ps_server shard %d/%d data plane on port %d\n", config->shard,
+              config->num_shards, (*server)->data_port());
   std::printf("ps_server shard %d/%d listening on %s:%d\n", config->shard,
               config->num_shards, config->host.c_str(), (*server)->port());
   std::fflush(stdout);

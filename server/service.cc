@@ -1,6 +1,7 @@
 #include "server/service.h"
 
 #include <chrono>
+#include <utility>
 
 #include "absl/time/time.h"
 #include "common/status.h"
@@ -9,7 +10,8 @@ namespace asyncps {
 
 ParameterServerService::ParameterServerService(
     ShardStore* store, Membership* membership, Consistency* consistency,
-    KvStore* kv, Clock* clock, int num_shards, Checkpointer* checkpointer)
+    KvStore* kv, Clock* clock, int num_shards, Checkpointer* checkpointer,
+    v1::DataPlaneResponse data_plane)
     : store_(store),
       membership_(membership),
       consistency_(consistency),
@@ -17,7 +19,8 @@ ParameterServerService::ParameterServerService(
       checkpointer_(checkpointer),
       clock_(clock),
       num_shards_(num_shards),
-      start_(clock->Now()) {}
+      start_(clock->Now()),
+      data_plane_(std::move(data_plane)) {}
 
 namespace {
 
@@ -88,27 +91,8 @@ grpc::ServerUnaryReactor* ParameterServerService::PushPull(
     v1::PushPullResponse* response) {
   grpc::ServerUnaryReactor* reactor = Begin(context);
   if (reactor == nullptr) return context->DefaultReactor();
-  const v1::PushRequest& push = request->push();
-  membership_->Touch(push.rank(), push.clock());
-  absl::Status pushed = consistency_->Push(push, response->mutable_push());
-  if (!pushed.ok()) {
-    reactor->Finish(ToGrpcStatus(pushed));
-    return reactor;
-  }
-  // The pull half: the same slices, answered now or held (ssp, bsp). The
-  // request lives until the call is answered.
-  auto pull = std::make_shared<v1::PullRequest>();
-  pull->set_rank(push.rank());
-  pull->set_clock(push.clock());
-  pull->set_dtype(request->weights_dtype());
-  for (const v1::SliceData& g : push.gradients()) {
-    *pull->add_slices() = g.key();
-  }
-  PendingCall call = Pending(context, reactor);
-  call.done = [finish = std::move(call.done), pull](absl::Status s) {
-    finish(std::move(s));
-  };
-  consistency_->Pull(*pull, response->mutable_pull(), std::move(call));
+  membership_->Touch(request->push().rank(), request->push().clock());
+  consistency_->PushPull(*request, response, Pending(context, reactor));
   return reactor;
 }
 
@@ -120,6 +104,16 @@ grpc::ServerUnaryReactor* ParameterServerService::GetModel(
   auto spec = store_->Spec();
   if (spec.ok()) *response->mutable_spec() = *std::move(spec);
   reactor->Finish(ToGrpcStatus(spec.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::DataPlane(
+    grpc::CallbackServerContext* context, const v1::DataPlaneRequest* request,
+    v1::DataPlaneResponse* response) {
+  grpc::ServerUnaryReactor* reactor = Begin(context);
+  if (reactor == nullptr) return context->DefaultReactor();
+  *response = data_plane_;
+  reactor->Finish(grpc::Status::OK);
   return reactor;
 }
 

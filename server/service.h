@@ -20,10 +20,12 @@ namespace asyncps {
 class ParameterServerService final
     : public v1::ParameterServer::CallbackService {
  public:
-  // Every pointer is borrowed and must outlive this.
+  // Every pointer is borrowed and must outlive this. `data_plane` is what
+  // the DataPlane RPC answers (port 0: none).
   ParameterServerService(ShardStore* store, Membership* membership,
                          Consistency* consistency, KvStore* kv, Clock* clock,
-                         int num_shards, Checkpointer* checkpointer = nullptr);
+                         int num_shards, Checkpointer* checkpointer,
+                         v1::DataPlaneResponse data_plane);
 
   grpc::ServerUnaryReactor* DeclareModel(
       grpc::CallbackServerContext* context,
@@ -41,6 +43,9 @@ class ParameterServerService final
   grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* context,
                                      const v1::GetModelRequest* request,
                                      v1::GetModelResponse* response) override;
+  grpc::ServerUnaryReactor* DataPlane(grpc::CallbackServerContext* context,
+                                      const v1::DataPlaneRequest* request,
+                                      v1::DataPlaneResponse* response) override;
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const v1::RegisterRequest* request,
                                      v1::RegisterResponse* response) override;
@@ -82,6 +87,7 @@ class ParameterServerService final
   Clock* const clock_;
   const int num_shards_;
   const absl::Time start_;
+  const v1::DataPlaneResponse data_plane_;
 };
 
 }  // namespace asyncps

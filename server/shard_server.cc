@@ -1,6 +1,7 @@
 #include "server/shard_server.h"
 
 #include <chrono>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -18,6 +19,14 @@ absl::Status ShardServerConfig::Validate() const {
   if (port < 0 || port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("--port=", port, " is not a TCP port"));
+  }
+  if (data_port < -1 || data_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--data_port=", data_port, " is not a TCP port (-1: no data plane)"));
+  }
+  if (max_data_connections < 1) {
+    return absl::InvalidArgumentError(
+        "--max_data_connections must be at least 1");
   }
   if (max_message_bytes < 2 * kResponseOverhead ||
       max_message_bytes > (int64_t{1} << 31) - 1) {
@@ -94,10 +103,46 @@ absl::Status ShardServer::Restore() {
   return absl::OkStatus();
 }
 
+int ShardServer::data_port() const {
+  return data_plane_ == nullptr ? 0 : data_plane_->port();
+}
+
+std::string ShardServer::data_token() const {
+  return data_plane_ == nullptr ? "" : data_plane_->token();
+}
+
+namespace {
+
+// 128 random bits, hex: what a data-plane connection must present.
+std::string NewToken() {
+  std::random_device random;
+  std::string token;
+  for (int i = 0; i < 4; ++i) {
+    absl::StrAppend(&token, absl::Hex(random(), absl::kZeroPad8));
+  }
+  return token;
+}
+
+}  // namespace
+
 absl::Status ShardServer::Listen() {
+  v1::DataPlaneResponse data_plane;
+  if (!config_.host.empty() && config_.data_port >= 0) {
+    DataPlaneConfig dc;
+    dc.host = config_.host;
+    dc.port = config_.data_port;
+    dc.max_frame_bytes = static_cast<uint64_t>(config_.max_message_bytes);
+    dc.max_connections = config_.max_data_connections;
+    auto started = DataPlaneServer::Start(dc, NewToken(), &store_, &membership_,
+                                          &consistency_, env_.clock);
+    if (!started.ok()) return Annotate(started.status(), "data plane");
+    data_plane_ = *std::move(started);
+    data_plane.set_port(static_cast<uint32_t>(data_plane_->port()));
+    data_plane.set_token(data_plane_->token());
+  }
   service_ = std::make_unique<ParameterServerService>(
       &store_, &membership_, &consistency_, &kv_, env_.clock,
-      config_.num_shards, checkpointer_.get());
+      config_.num_shards, checkpointer_.get(), std::move(data_plane));
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(config_.host, ":", config_.port);
   if (!config_.host.empty()) {
@@ -114,8 +159,9 @@ absl::Status ShardServer::Listen() {
   }
   LOG(INFO) << "ps_server shard " << config_.shard << "/" << config_.num_shards
             << " serving asyncps.v1.ParameterServer on " << config_.host << ":"
-            << port_ << " (mode " << ModeName(config_.consistency.mode)
-            << ", max message " << config_.max_message_bytes << " bytes)";
+            << port_ << ", data plane on port " << data_port() << " (mode "
+            << ModeName(config_.consistency.mode) << ", max message "
+            << config_.max_message_bytes << " bytes)";
   return absl::OkStatus();
 }
 
@@ -144,6 +190,7 @@ void ShardServer::Shutdown() {
   // Held calls would otherwise wait out the grace period.
   consistency_.Shutdown();
   kv_.Shutdown();
+  if (data_plane_ != nullptr) data_plane_->Shutdown();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() +
                       absl::ToChronoMilliseconds(config_.shutdown_grace));

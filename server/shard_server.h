@@ -22,6 +22,7 @@
 #include "common/env.h"
 #include "server/checkpoint.h"
 #include "server/consistency.h"
+#include "server/data_plane.h"
 #include "server/kv_store.h"
 #include "server/membership.h"
 #include "server/service.h"
@@ -35,6 +36,10 @@ inline constexpr int64_t kResponseOverhead = 64 << 10;
 struct ShardServerConfig {
   std::string host = "0.0.0.0";  // "" serves in-process only.
   int port = 0;                  // 0: the kernel picks one.
+  // The data plane's port (server/data_plane.h): 0, the kernel picks one;
+  // -1, none (clients use gRPC for tensors too). Off whenever host is "".
+  int data_port = 0;
+  int max_data_connections = 1024;
   int shard = 0;
   int num_shards = 1;
   int64_t max_message_bytes = 64 << 20;
@@ -66,6 +71,10 @@ class ShardServer {
 
   // The TCP port it listens on (0 when serving in-process only).
   int port() const { return port_; }
+  // The data plane's port (0 when there is none), and the token its
+  // connections present (what the DataPlane RPC answers).
+  int data_port() const;
+  std::string data_token() const;
   // A channel to this server that bypasses the network.
   std::shared_ptr<grpc::Channel> InProcessChannel();
   // Answers held calls with UNAVAILABLE, lets in-flight calls finish for up
@@ -91,6 +100,7 @@ class ShardServer {
   Consistency consistency_;
   KvStore kv_;
   std::unique_ptr<Checkpointer> checkpointer_;
+  std::unique_ptr<DataPlaneServer> data_plane_;
   std::unique_ptr<ParameterServerService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

@@ -31,6 +31,8 @@ ABSL_FLAG(std::string, op, "pull+push",
           "What one round is: pull, push, pushpull (the fused call), or "
           "pull+push (two calls).");
 ABSL_FLAG(std::string, wire_dtype, "f32", "f32, bf16 or f16 on the wire.");
+ABSL_FLAG(std::string, transport, "tcp",
+          "tcp (the shards' data planes) or grpc (the gRPC service).");
 
 namespace asyncps {
 namespace {
@@ -66,14 +68,16 @@ int Run() {
                 static_cast<int>(servers->size()));
   const std::string op = absl::GetFlag(FLAGS_op);
   auto wire = ParseWireDtype(absl::GetFlag(FLAGS_wire_dtype));
-  if (!wire.ok() ||
+  auto transport = ParseTransport(absl::GetFlag(FLAGS_transport));
+  if (!wire.ok() || !transport.ok() ||
       (op != "pull" && op != "push" && op != "pushpull" && op != "pull+push")) {
-    std::fprintf(stderr, "ps_bench: bad --op or --wire_dtype\n");
+    std::fprintf(stderr, "ps_bench: bad --op, --wire_dtype or --transport\n");
     return 2;
   }
   PsClientOptions options;
   options.servers = *servers;
   options.wire_dtype = *wire;
+  options.transport = *transport;
   const int clients = absl::GetFlag(FLAGS_clients);
   std::vector<std::unique_ptr<PsClient>> conns;
   for (int c = 0; c < clients; ++c) {
@@ -149,11 +153,11 @@ int Run() {
   const double copy_rate = bytes * static_cast<double>(copies) /
                            absl::ToDoubleSeconds(absl::Now() - c0);
   std::printf(
-      "ps_bench op=%s wire=%s clients=%d shards=%zu bytes=%lld "
+      "ps_bench op=%s wire=%s transport=%s clients=%d shards=%zu bytes=%lld "
       "rounds_per_s=%.1f gb_per_s=%.3f\n",
-      op.c_str(), absl::GetFlag(FLAGS_wire_dtype).c_str(), clients,
-      servers->size(), static_cast<long long>(bytes), rounds.load() / secs,
-      moved / secs / 1e9);
+      op.c_str(), absl::GetFlag(FLAGS_wire_dtype).c_str(),
+      absl::GetFlag(FLAGS_transport).c_str(), clients, servers->size(),
+      static_cast<long long>(bytes), rounds.load() / secs, moved / secs / 1e9);
   std::printf(
       "ceiling: memcpy of the same bytes %.2f GB/s on one core; ratio %.4f\n",
       copy_rate / 1e9, moved / secs / copy_rate);

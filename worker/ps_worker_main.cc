@@ -102,6 +102,11 @@ ABSL_FLAG(std::string, wire_dtype, "f32",
           "f32, bf16 or f16: the dtype gradients and weights travel in "
           "(rounded to nearest even; the servers keep f32 weights and "
           "optimizer state). The evaluator always pulls f32.");
+ABSL_FLAG(std::string, transport, "tcp",
+          "How pulls and pushes travel: tcp (each shard's data plane: framed "
+          "TCP with no protobuf copy of a tensor; the fast path) or grpc (the "
+          "gRPC service, e.g. for servers run with --data_port=-1). Every "
+          "other call uses gRPC either way.");
 ABSL_FLAG(std::string, exchange, "fused",
           "async only (ssp and bsp always use layered): fused (one PushPull "
           "per shard at the end of each step: the gradients go, the weights "
@@ -155,6 +160,7 @@ WorkerConfig ConfigFromFlags() {
   c.heartbeat_every = absl::GetFlag(FLAGS_heartbeat_every);
   c.wire_dtype = absl::GetFlag(FLAGS_wire_dtype);
   c.exchange = absl::GetFlag(FLAGS_exchange);
+  c.transport = absl::GetFlag(FLAGS_transport);
   return c;
 }
 
@@ -197,7 +203,8 @@ absl::Status Train(const WorkerConfig& config, PsClient* client,
             << " on " << backend->Name() << ": " << client->spec().name()
             << ", " << loader.share() << " training examples, "
             << client->num_shards() << " shards, wire " << config.wire_dtype
-            << ", exchange " << PsExchange::ModeName(config.Exchange());
+            << ", exchange " << PsExchange::ModeName(config.Exchange())
+            << " over " << config.transport;
   TrainerResult r;
   absl::Status s =
       asyncps::Train(tc, &model, &loader, exchange.get(), stop, &r);
@@ -231,6 +238,7 @@ absl::Status Run(const WorkerConfig& config, std::atomic<bool>* stop,
   options.servers = config.ServerList();
   options.rpc_timeout = config.rpc_timeout;
   options.retry_for = config.retry_for;
+  options.transport = config.TensorTransport();
   if (!config.evaluator()) options.wire_dtype = config.WireDtype();
   ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, PsClient::Create(options));
   if (config.evaluator()) {

@@ -82,6 +82,7 @@ absl::Status WorkerConfig::Validate() const {
   RETURN_IF_ERROR(ParsePrecision(precision).status());
   RETURN_IF_ERROR(ParseWireDtype(wire_dtype).status());
   RETURN_IF_ERROR(PsExchange::ParseMode(exchange).status());
+  RETURN_IF_ERROR(ParseTransport(transport).status());
   return ParseDevice(device).status();
 }
 
@@ -103,6 +104,10 @@ v1::OptimizerSpec WorkerConfig::Optimizer() const {
 
 v1::DType WorkerConfig::WireDtype() const {
   return *ParseWireDtype(wire_dtype);
+}
+
+Transport WorkerConfig::TensorTransport() const {
+  return *ParseTransport(transport);
 }
 
 PsExchange::Mode WorkerConfig::Exchange() const {

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/ps_client.h"
 #include "common/cluster_spec.h"
 #include "common/mode.h"
 #include "proto/asyncps.pb.h"
@@ -58,6 +59,7 @@ struct WorkerConfig {
   absl::Duration heartbeat_every = absl::Seconds(1);
   std::string wire_dtype = "f32";
   std::string exchange = "fused";
+  std::string transport = "tcp";
 
   // OK, or INVALID_ARGUMENT / FAILED_PRECONDITION whose message names the
   // flag that is wrong (--mode=eventual, --rank=2, ...).
@@ -71,6 +73,7 @@ struct WorkerConfig {
   GemmPrecision Precision() const;
   v1::OptimizerSpec Optimizer() const;
   v1::DType WireDtype() const;
+  Transport TensorTransport() const;
   // The exchange --exchange asks for; layered in ssp, bsp (and allreduce,
   // where it does not apply).
   PsExchange::Mode Exchange() const;

@@ -1,0 +1,114 @@
+#include "client/data_channel.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace asyncps {
+
+absl::StatusOr<std::unique_ptr<DataConnection>> DataConnection::Open(
+    const DataPlaneAddress& address, uint64_t max_frame_bytes,
+    absl::Time deadline) {
+  ASSIGN_OR_RETURN(Socket socket,
+                   ConnectTcp(address.host, address.port, deadline));
+  std::unique_ptr<DataConnection> c(
+      new DataConnection(std::move(socket), max_frame_bytes));
+  v1::DataHello hello;
+  hello.set_token(address.token);
+  RETURN_IF_ERROR(
+      c->Send(FrameOp::kHello, &hello, absl::ZeroDuration(), deadline));
+  v1::DataHello welcome;
+  absl::Status s = c->Receive(&welcome, deadline);
+  if (!s.ok()) {
+    // A wrong token means the shard restarted since it was asked: asking
+    // again will do, so it is as retryable as a refused connection.
+    return absl::UnavailableError(
+        absl::StrCat("data plane at ", address.host, ":", address.port,
+                     " refused the connection: ", s.message()));
+  }
+  return c;
+}
+
+absl::Status DataConnection::SendFrame(
+    FrameOp op, google::protobuf::MessageLite* request,
+    const std::vector<std::string*>& payloads, absl::Duration timeout,
+    absl::Time deadline) {
+  FrameHeader header;
+  header.op = op;
+  header.timeout_ms = static_cast<uint32_t>(
+      std::min<int64_t>(absl::ToInt64Milliseconds(timeout), UINT32_MAX));
+  absl::Status s =
+      WriteFrame(socket_.fd(), header, request, payloads, deadline);
+  broken_ = broken_ || !s.ok();
+  return s;
+}
+
+absl::Status DataConnection::ReceiveFrame(
+    google::protobuf::MessageLite* response,
+    const std::function<std::vector<std::string*>()>& fields,
+    absl::Time deadline) {
+  // Any failure, an error answer included, retires the connection: after
+  // a refused frame the server may close it.
+  broken_ = true;
+  ASSIGN_OR_RETURN(FrameHeader header,
+                   ReadHeader(socket_.fd(), max_frame_bytes_, deadline));
+  if (header.op != FrameOp::kAnswer) {
+    return absl::InternalError("the data plane sent a request, not an answer");
+  }
+  if (header.code != 0) {
+    absl::Status answer;
+    RETURN_IF_ERROR(ReadError(socket_.fd(), header, deadline, &answer));
+    return answer;
+  }
+  absl::Status s = ReadBody(socket_.fd(), header, response, fields, deadline);
+  if (s.code() == absl::StatusCode::kInvalidArgument) {
+    return absl::InternalError(
+        absl::StrCat("malformed answer from the data plane: ", s.message()));
+  }
+  RETURN_IF_ERROR(s);
+  broken_ = false;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<DataConnection>> DataChannel::Take(
+    absl::Time deadline) {
+  std::optional<DataPlaneAddress> address;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!idle_.empty()) {
+      std::unique_ptr<DataConnection> c = std::move(idle_.back());
+      idle_.pop_back();
+      return c;
+    }
+    address = address_;
+  }
+  if (!address.has_value()) {
+    ASSIGN_OR_RETURN(address, discover_(deadline));
+    absl::MutexLock lock(&mu_);
+    address_ = address;
+  }
+  if (address->port == 0) {
+    return absl::FailedPreconditionError(
+        "the shard serves no data plane (it runs with --data_port=-1); run "
+        "the client with --transport=grpc");
+  }
+  auto c = DataConnection::Open(*address, max_frame_bytes_, deadline);
+  if (!c.ok()) Reset();
+  return c;
+}
+
+void DataChannel::Give(std::unique_ptr<DataConnection> connection) {
+  if (connection->broken()) return;
+  absl::MutexLock lock(&mu_);
+  idle_.push_back(std::move(connection));
+}
+
+void DataChannel::Reset() {
+  std::vector<std::unique_ptr<DataConnection>> idle;
+  absl::MutexLock lock(&mu_);
+  address_.reset();
+  idle.swap(idle_);
+}
+
+}  // namespace asyncps

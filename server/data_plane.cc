@@ -1,0 +1,243 @@
+#include "server/data_plane.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/status.h"
+#include "glog/logging.h"
+
+namespace asyncps {
+namespace {
+
+// Errors that say the client broke the framing or its welcome: answered,
+// counted as rejected, and the connection closed. Others (UNAVAILABLE,
+// DEADLINE_EXCEEDED) are the connection itself failing.
+bool IsProtocolError(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kInvalidArgument ||
+         s.code() == absl::StatusCode::kResourceExhausted ||
+         s.code() == absl::StatusCode::kPermissionDenied;
+}
+
+// Compares in time independent of where the strings differ.
+bool SameToken(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i];
+  return diff == 0;
+}
+
+// Writes the answer to a request: the response, or the error.
+template <typename Response>
+absl::Status Answer(int fd, const absl::Status& status, Response* response,
+                    absl::Time deadline) {
+  if (!status.ok()) return WriteError(fd, status, deadline);
+  FrameHeader header;
+  header.op = FrameOp::kAnswer;
+  return WriteFrame(fd, header, response, PayloadFields(response), deadline);
+}
+
+// A hello is a token and little else.
+constexpr uint64_t kMaxHelloBytes = 4096;
+
+}  // namespace
+
+DataPlaneServer::DataPlaneServer(const DataPlaneConfig& config,
+                                 std::string token, ShardStore* store,
+                                 Membership* membership,
+                                 Consistency* consistency, Clock* clock)
+    : config_(config),
+      token_(std::move(token)),
+      store_(store),
+      membership_(membership),
+      consistency_(consistency),
+      clock_(clock) {}
+
+absl::StatusOr<std::unique_ptr<DataPlaneServer>> DataPlaneServer::Start(
+    const DataPlaneConfig& config, std::string token, ShardStore* store,
+    Membership* membership, Consistency* consistency, Clock* clock) {
+  std::unique_ptr<DataPlaneServer> server(new DataPlaneServer(
+      config, std::move(token), store, membership, consistency, clock));
+  ASSIGN_OR_RETURN(server->listener_,
+                   ListenTcp(config.host, config.port, &server->port_));
+  server->acceptor_ = std::thread([s = server.get()] { s->AcceptLoop(); });
+  return server;
+}
+
+void DataPlaneServer::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    ShutdownSocket(listener_.fd());
+    for (Connection& c : connections_) {
+      if (!c.done) ShutdownSocket(c.socket.fd());
+    }
+  }
+  if (acceptor_.joinable()) acceptor_.join();
+  std::list<Connection> all;
+  {
+    absl::MutexLock lock(&mu_);
+    all.swap(connections_);
+  }
+  for (Connection& c : all) c.thread.join();
+}
+
+void DataPlaneServer::Reap() {
+  for (auto it = connections_.begin(); it != connections_.end();) {
+    if (it->done) {
+      it->thread.join();
+      it = connections_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void DataPlaneServer::AcceptLoop() {
+  while (true) {
+    absl::StatusOr<Socket> accepted = AcceptTcp(listener_.fd());
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    if (!accepted.ok()) {
+      LOG(WARNING) << "data plane: " << accepted.status();
+      if (accepted.status().code() == absl::StatusCode::kResourceExhausted) {
+        // Out of descriptors: give connections time to end, then go on.
+        mu_.AwaitWithTimeout(absl::Condition(&stopping_),
+                             absl::Milliseconds(100));
+      }
+      continue;
+    }
+    Reap();
+    if (static_cast<int>(connections_.size()) >= config_.max_connections) {
+      store_->CountRejected();
+      // A fresh socket's buffer takes this short answer at once.
+      WriteError(accepted->fd(),
+                 absl::ResourceExhaustedError(absl::StrCat(
+                     "this shard serves at most ", config_.max_connections,
+                     " data-plane connections")),
+                 absl::Now())
+          .IgnoreError();
+      continue;
+    }
+    connections_.emplace_back();
+    Connection* c = &connections_.back();
+    c->socket = *std::move(accepted);
+    c->thread = std::thread([this, c] { Serve(c); });
+  }
+}
+
+void DataPlaneServer::Serve(Connection* c) {
+  const int fd = c->socket.fd();
+  absl::Status s = Hello(fd);
+  while (s.ok()) {
+    // Idle between requests for as long as the client likes; once a frame
+    // starts, the rest of it must come within frame_timeout.
+    s = WaitReadable(fd, absl::InfiniteFuture());
+    if (!s.ok()) break;
+    absl::StatusOr<FrameHeader> header = ReadHeader(
+        fd, config_.max_frame_bytes, absl::Now() + config_.frame_timeout);
+    s = header.ok() ? Handle(fd, *header) : header.status();
+  }
+  if (IsProtocolError(s)) {
+    store_->CountRejected();
+    VLOG(1) << "data plane: closing a connection: " << s;
+    const absl::Time deadline = absl::Now() + absl::Seconds(1);
+    if (WriteError(fd, s, deadline).ok()) LingerClose(fd, deadline);
+  }
+  absl::MutexLock lock(&mu_);
+  c->done = true;
+  c->socket.Close();
+}
+
+absl::Status DataPlaneServer::Hello(int fd) {
+  const absl::Time deadline = absl::Now() + config_.frame_timeout;
+  ASSIGN_OR_RETURN(FrameHeader header,
+                   ReadHeader(fd, kMaxHelloBytes, deadline));
+  if (header.op != FrameOp::kHello) {
+    return absl::PermissionDeniedError(
+        "a data-plane connection must open with a hello carrying the "
+        "shard's token (from the DataPlane RPC)");
+  }
+  v1::DataHello hello;
+  RETURN_IF_ERROR(ReadBody(
+      fd, header, &hello, [&] { return PayloadFields(&hello); }, deadline));
+  if (!SameToken(hello.token(), token_)) {
+    return absl::PermissionDeniedError(
+        "wrong data-plane token (the shard may have restarted: ask the "
+        "DataPlane RPC again)");
+  }
+  v1::DataHello welcome;
+  return Answer(fd, absl::OkStatus(), &welcome, deadline);
+}
+
+absl::Status DataPlaneServer::Await(
+    int fd, const FrameHeader& header,
+    const std::function<void(PendingCall)>& start) {
+  // Shared with the callback, which may run on another thread and outlive
+  // this frame by the time it returns from Notify.
+  struct State {
+    absl::Notification answered;
+    absl::Status status;
+  };
+  auto state = std::make_shared<State>();
+  PendingCall call;
+  if (header.timeout_ms > 0) {
+    call.deadline = clock_->Now() + absl::Milliseconds(header.timeout_ms);
+  }
+  call.cancelled = [fd] { return PeerClosed(fd); };
+  call.done = [state](absl::Status s) {
+    state->status = std::move(s);
+    state->answered.Notify();
+  };
+  start(std::move(call));
+  state->answered.WaitForNotification();
+  return state->status;
+}
+
+absl::Status DataPlaneServer::Handle(int fd, const FrameHeader& header) {
+  const absl::Time deadline = absl::Now() + config_.frame_timeout;
+  switch (header.op) {
+    case FrameOp::kPull: {
+      v1::PullRequest request;
+      v1::PullResponse response;
+      RETURN_IF_ERROR(ReadBody(
+          fd, header, &request, [&] { return PayloadFields(&request); },
+          deadline));
+      membership_->Touch(request.rank(), request.clock());
+      absl::Status s = Await(fd, header, [&](PendingCall call) {
+        consistency_->Pull(request, &response, std::move(call));
+      });
+      return Answer(fd, s, &response, absl::Now() + config_.frame_timeout);
+    }
+    case FrameOp::kPush: {
+      v1::PushRequest request;
+      v1::PushResponse response;
+      RETURN_IF_ERROR(ReadBody(
+          fd, header, &request, [&] { return PayloadFields(&request); },
+          deadline));
+      membership_->Touch(request.rank(), request.clock());
+      absl::Status s = consistency_->Push(request, &response);
+      return Answer(fd, s, &response, absl::Now() + config_.frame_timeout);
+    }
+    case FrameOp::kPushPull: {
+      v1::PushPullRequest request;
+      v1::PushPullResponse response;
+      RETURN_IF_ERROR(ReadBody(
+          fd, header, &request, [&] { return PayloadFields(&request); },
+          deadline));
+      membership_->Touch(request.push().rank(), request.push().clock());
+      absl::Status s = Await(fd, header, [&](PendingCall call) {
+        consistency_->PushPull(request, &response, std::move(call));
+      });
+      return Answer(fd, s, &response, absl::Now() + config_.frame_timeout);
+    }
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data-plane op ", static_cast<int>(header.op),
+          " is not a request (hello comes once, answers come from the "
+          "server)"));
+  }
+}
+
+}  // namespace asyncps

@@ -1,0 +1,109 @@
+// DataPlaneServer: a shard's Pull, Push and PushPull over plain TCP
+// (transport/frame.h), beside its gRPC service, for the tensors' bytes:
+// no HTTP/2 framing, no protobuf copy of a payload, no hop between gRPC's
+// threads. Each connection has a thread of its own that reads a frame,
+// hands it to the same Consistency the gRPC service uses (so every rule
+// about a request is the same on both transports) and writes the answer;
+// a held pull (ssp, bsp) holds that connection's thread.
+//
+// A connection's first frame must be a DataHello carrying the shard's token
+// (from the DataPlane RPC); a frame that breaks the framing is answered
+// with an error naming what was wrong and the connection closed; a request
+// the store refuses is answered with its error and the connection kept.
+// Thread-safe.
+#ifndef ASYNCPS_SERVER_DATA_PLANE_H_
+#define ASYNCPS_SERVER_DATA_PLANE_H_
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "server/consistency.h"
+#include "server/held_calls.h"
+#include "server/membership.h"
+#include "server/shard_store.h"
+#include "transport/frame.h"
+#include "transport/socket.h"
+
+namespace asyncps {
+
+struct DataPlaneConfig {
+  std::string host = "0.0.0.0";
+  int port = 0;  // 0: the kernel picks one.
+  // The largest frame body accepted (--max_message_bytes).
+  uint64_t max_frame_bytes = 64 << 20;
+  // How long the rest of a frame may take once its header arrived, and
+  // how long an answer may take to be written.
+  absl::Duration frame_timeout = absl::Seconds(30);
+  int max_connections = 1024;
+};
+
+class DataPlaneServer {
+ public:
+  // Listens and starts accepting. The pointers are borrowed and must
+  // outlive the server; `token` is what each connection must present.
+  static absl::StatusOr<std::unique_ptr<DataPlaneServer>> Start(
+      const DataPlaneConfig& config, std::string token, ShardStore* store,
+      Membership* membership, Consistency* consistency, Clock* clock);
+  ~DataPlaneServer() { Shutdown(); }
+  DataPlaneServer(const DataPlaneServer&) = delete;
+  DataPlaneServer& operator=(const DataPlaneServer&) = delete;
+
+  int port() const { return port_; }
+  const std::string& token() const { return token_; }
+  // Stops accepting, breaks every connection (a request being served
+  // finishes; its answer may not reach the client) and joins their
+  // threads. Call after Consistency::Shutdown, which answers held pulls.
+  // Idempotent.
+  void Shutdown();
+
+ private:
+  struct Connection {
+    Socket socket;
+    std::thread thread;
+    bool done = false;
+  };
+
+  DataPlaneServer(const DataPlaneConfig& config, std::string token,
+                  ShardStore* store, Membership* membership,
+                  Consistency* consistency, Clock* clock);
+  void AcceptLoop();
+  // Serves one connection until it closes, breaks, or the server stops.
+  void Serve(Connection* c);
+  absl::Status Hello(int fd);
+  // Reads the body of a request whose header is `header`, serves it and
+  // writes the answer. An error return means the connection is unusable.
+  absl::Status Handle(int fd, const FrameHeader& header);
+  // Starts a call with `start` and waits for its answer, with the deadline
+  // the frame carries; the call is cancelled if the client hangs up.
+  absl::Status Await(int fd, const FrameHeader& header,
+                     const std::function<void(PendingCall)>& start);
+  // Joins the threads of connections that ended.
+  void Reap() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Constant after construction.
+  const DataPlaneConfig config_;
+  const std::string token_;
+  ShardStore* const store_;
+  Membership* const membership_;
+  Consistency* const consistency_;
+  Clock* const clock_;
+  Socket listener_;
+  int port_ = 0;
+  std::thread acceptor_;
+
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::list<Connection> connections_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_DATA_PLANE_H_
