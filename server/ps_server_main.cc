@@ -14,6 +14,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
+#include "common/large_buffers.h"
 #include "common/mode.h"
 #include "common/status.h"
 #include "common/stop_signal.h"
@@ -133,6 +134,7 @@ int main(int argc, char** argv) {
       "One shard of the asyncps parameter server.\n"
       "  ps_server --port=5000 --shard=0 --num_shards=2");
   absl::ParseCommandLine(argc, argv);
+  asyncps::KeepLargeBuffers();
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
   return asyncps::Run();

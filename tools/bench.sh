@@ -4,10 +4,12 @@
 #   1. ceilings: raw TCP over loopback and a naive gRPC unary service
 #      (tools/wire_bench), push and pull, at 64 KiB, 1 MiB and 16 MiB;
 #   2. ps_bench through real shards: pull, push, the fused pushpull and
-#      pull+push, 1 and 2 shards, 1 and 2 client threads;
+#      pull+push, 1 and 2 shards, 1 and 2 client threads, over the data
+#      plane (--transport=tcp, the default), and pushpull over gRPC beside it;
 #   3. training samples/s of the MLP 784-256-128-10, batch 64 per worker:
 #      compute alone, the worker loop with no communication (allreduce, one
-#      worker), async with 1 and 2 workers (each --exchange, f32 and bf16),
+#      worker), async with 1 and 2 workers (each --exchange, f32 and bf16;
+#      fused f32 over gRPC beside the data plane),
 #      bsp and allreduce with 2 workers, and PyTorch (Debian's python3-torch,
 #      installed here if missing) in one process and DDP with 2;
 #   4. the server's per-byte work (tools/micro_bench, Google Benchmark):
@@ -74,12 +76,15 @@ for shards in 1 2; do
     for clients in 1 2; do
       for op in pull push pushpull pull+push; do
         if [[ $op == pull || $op == push ]] && ((shards != 1 || clients != 1)); then continue; fi
-        line=$("$bin/ps_bench" --servers="$servers" --op=$op --clients=$clients \
-          --model_bytes=$b --seconds=$secs | grep "^ps_bench")
-        gb=$(field gb_per_s "$line")
-        key=$op; [[ $op == pushpull || $op == pull+push ]] && key=pp
-        printf "%-9s %d shard(s) %d client(s) %9d B  %6s GB/s   /naive gRPC %s   /raw TCP %s\n" \
-          $op $shards $clients $b "$gb" "$(ratio "$gb" "${grpc[$key$b]}")" "$(ratio "$gb" "${tcp[$key$b]}")"
+        for transport in tcp grpc; do
+          if [[ $transport == grpc && $op != pushpull ]]; then continue; fi
+          line=$("$bin/ps_bench" --servers="$servers" --op=$op --clients=$clients \
+            --model_bytes=$b --seconds=$secs --transport=$transport | grep "^ps_bench")
+          gb=$(field gb_per_s "$line")
+          key=$op; [[ $op == pushpull || $op == pull+push ]] && key=pp
+          printf "%-9s %-4s %d shard(s) %d client(s) %9d B  %6s GB/s   /naive gRPC %s   /raw TCP %s\n" \
+            $op $transport $shards $clients $b "$gb" "$(ratio "$gb" "${grpc[$key$b]}")" "$(ratio "$gb" "${tcp[$key$b]}")"
+        done
       done
     done
     stop_all
@@ -88,7 +93,7 @@ for shards in 1 2; do
   line=$("$bin/ps_bench" --servers="$servers" --op=pushpull --clients=1 \
     --model_bytes=1048576 --seconds=$secs --wire_dtype=bf16 | grep "^ps_bench")
   gb=$(field gb_per_s "$line")
-  printf "pushpull  %d shard(s) 1 client(s) %9d B  %6s GB/s of f32 model, bf16 on the wire   /naive gRPC %s\n" \
+  printf "pushpull  tcp  %d shard(s) 1 client(s) %9d B  %6s GB/s of f32 model, bf16 on the wire   /naive gRPC %s\n" \
     $shards 1048576 "$gb" "$(ratio "$gb" "${grpc[pp1048576]:-0}")"
   stop_all
 done
@@ -125,6 +130,9 @@ for ex in fused prefetch layered; do
     eval "async2_${ex}_${wire}=$two"
   done
 done
+one_grpc=$(train async 1 2 --transport=grpc)
+async2_grpc=$(train async 2 2 --transport=grpc)
+printf "%-44s %7s samples/s   /no-communication loop %s\n" "async 1 worker, 2 shards, fused, f32, gRPC" "$one_grpc" "$(ratio "$one_grpc" "$loop")"
 bsp2=$(train bsp 2 2)
 ar2=$(train allreduce 2 2)
 ddp=""; single=""
@@ -144,6 +152,8 @@ for ex in fused prefetch layered; do
       "$(ratio "${!v}" "$ar2")" "$(ratio "${!v}" "${ddp:-0}")"
   done
 done
+printf "%-44s %7s samples/s   /allreduce %s   /DDP %s\n" "async 2 workers, 2 shards, fused, f32, gRPC" "$async2_grpc" \
+  "$(ratio "$async2_grpc" "$ar2")" "$(ratio "$async2_grpc" "${ddp:-0}")"
 
 echo
 echo "## 4. Server work per byte (bytes read + written per second / memcpy ceiling)"

@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "client/ps_client.h"
 #include "common/cluster_spec.h"
+#include "common/large_buffers.h"
 #include "common/tensor_bytes.h"
 #include "common/wire_dtype.h"
 
@@ -169,5 +170,6 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  asyncps::KeepLargeBuffers();
   return asyncps::Run();
 }

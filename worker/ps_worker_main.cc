@@ -18,6 +18,7 @@
 #include "absl/flags/usage.h"
 #include "absl/synchronization/notification.h"
 #include "client/ps_client.h"
+#include "common/large_buffers.h"
 #include "common/status.h"
 #include "common/stop_signal.h"
 #include "glog/logging.h"
@@ -262,6 +263,7 @@ int main(int argc, char** argv) {
       "  ps_worker --servers=h:p,h:p --rank=0 --num_workers=2\n"
       "  ps_worker --servers=h:p,h:p --role=evaluator --curve=curve.csv");
   absl::ParseCommandLine(argc, argv);
+  asyncps::KeepLargeBuffers();
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
   const asyncps::WorkerConfig config = asyncps::ConfigFromFlags();
