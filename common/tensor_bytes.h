@@ -19,8 +19,9 @@ inline constexpr size_t kF32Bytes = sizeof(float);
 
 // Writes `values` as little-endian f32 into `out` (replacing its contents).
 inline void EncodeF32(absl::Span<const float> values, std::string* out) {
-  out->resize(values.size() * sizeof(float));
-  if (!values.empty()) std::memcpy(&(*out)[0], values.data(), out->size());
+  // assign, not resize + memcpy: no zeroing of bytes about to be written.
+  out->assign(reinterpret_cast<const char*>(values.data()),
+              values.size() * sizeof(float));
 }
 
 // Reads little-endian f32 from `bytes` into `out`.

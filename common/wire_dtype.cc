@@ -1,6 +1,7 @@
 #include "common/wire_dtype.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -107,6 +108,24 @@ void EncodeTensor(v1::DType dtype, absl::Span<const float> values,
     default:
       EncodeF32(values, out);
   }
+}
+
+int64_t FirstNonFinite(absl::Span<const float> values) {
+  constexpr uint32_t kExponent = 0x7f800000;  // All ones: Inf or NaN.
+  constexpr size_t kBlock = 4096;
+  for (size_t begin = 0; begin < values.size(); begin += kBlock) {
+    const size_t end = std::min(values.size(), begin + kBlock);
+    // The largest exponent field in the block, branch-free so it vectorizes.
+    uint32_t top = 0;
+    for (size_t i = begin; i < end; ++i) {
+      top = std::max(top, Bits(values[i]) & kExponent);
+    }
+    if (top != kExponent) continue;
+    for (size_t i = begin; i < end; ++i) {
+      if (!std::isfinite(values[i])) return static_cast<int64_t>(i);
+    }
+  }
+  return -1;
 }
 
 void DecodeTensor(v1::DType dtype, absl::string_view bytes,

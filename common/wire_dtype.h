@@ -38,6 +38,10 @@ void EncodeTensor(v1::DType dtype, absl::Span<const float> values,
 void DecodeTensor(v1::DType dtype, absl::string_view bytes,
                   absl::Span<float> out);
 
+// The index of the first NaN or Inf in `values`, or -1 if all are finite.
+// Vectorized (one pass over the exponent bits), for validating payloads.
+int64_t FirstNonFinite(absl::Span<const float> values);
+
 // "f32", "bf16", "f16" (--wire_dtype) to the dtype; INVALID_ARGUMENT
 // naming --wire_dtype otherwise.
 absl::StatusOr<v1::DType> ParseWireDtype(absl::string_view text);

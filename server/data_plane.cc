@@ -130,6 +130,7 @@ void DataPlaneServer::AcceptLoop() {
 void DataPlaneServer::Serve(Connection* c) {
   const int fd = c->socket.fd();
   absl::Status s = Hello(fd);
+  std::vector<std::string> spare;
   while (s.ok()) {
     // Idle between requests for as long as the client likes; once a frame
     // starts, the rest of it must come within frame_timeout.
@@ -137,7 +138,7 @@ void DataPlaneServer::Serve(Connection* c) {
     if (!s.ok()) break;
     absl::StatusOr<FrameHeader> header = ReadHeader(
         fd, config_.max_frame_bytes, absl::Now() + config_.frame_timeout);
-    s = header.ok() ? Handle(fd, *header) : header.status();
+    s = header.ok() ? Handle(fd, *header, &spare) : header.status();
   }
   if (IsProtocolError(s)) {
     store_->CountRejected();
@@ -195,7 +196,8 @@ absl::Status DataPlaneServer::Await(
   return state->status;
 }
 
-absl::Status DataPlaneServer::Handle(int fd, const FrameHeader& header) {
+absl::Status DataPlaneServer::Handle(int fd, const FrameHeader& header,
+                                     std::vector<std::string>* spare) {
   const absl::Time deadline = absl::Now() + config_.frame_timeout;
   switch (header.op) {
     case FrameOp::kPull: {
@@ -215,9 +217,10 @@ absl::Status DataPlaneServer::Handle(int fd, const FrameHeader& header) {
       v1::PushResponse response;
       RETURN_IF_ERROR(ReadBody(
           fd, header, &request, [&] { return PayloadFields(&request); },
-          deadline));
+          deadline, spare));
       membership_->Touch(request.rank(), request.clock());
       absl::Status s = consistency_->Push(request, &response);
+      KeepSpares(PayloadFields(&request), spare);
       return Answer(fd, s, &response, absl::Now() + config_.frame_timeout);
     }
     case FrameOp::kPushPull: {
@@ -225,11 +228,12 @@ absl::Status DataPlaneServer::Handle(int fd, const FrameHeader& header) {
       v1::PushPullResponse response;
       RETURN_IF_ERROR(ReadBody(
           fd, header, &request, [&] { return PayloadFields(&request); },
-          deadline));
+          deadline, spare));
       membership_->Touch(request.push().rank(), request.push().clock());
       absl::Status s = Await(fd, header, [&](PendingCall call) {
         consistency_->PushPull(request, &response, std::move(call));
       });
+      KeepSpares(PayloadFields(&request), spare);
       return Answer(fd, s, &response, absl::Now() + config_.frame_timeout);
     }
     default:

@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -80,7 +81,9 @@ class DataPlaneServer {
   absl::Status Hello(int fd);
   // Reads the body of a request whose header is `header`, serves it and
   // writes the answer. An error return means the connection is unusable.
-  absl::Status Handle(int fd, const FrameHeader& header);
+  // `spare`: the connection's payload buffers, reused frame after frame.
+  absl::Status Handle(int fd, const FrameHeader& header,
+                      std::vector<std::string>* spare);
   // Starts a call with `start` and waits for its answer, with the deadline
   // the frame carries; the call is cancelled if the client hangs up.
   absl::Status Await(int fd, const FrameHeader& header,

@@ -104,10 +104,10 @@ absl::StatusOr<int> ShardModel::Resolve(const v1::SliceKey& key) const {
 
 absl::Status ShardModel::Decode(
     const google::protobuf::RepeatedPtrField<v1::SliceData>& data,
-    absl::string_view what, std::vector<int>* indices,
-    std::vector<std::vector<float>>* values) const {
-  indices->clear();
-  values->assign(data.size(), {});
+    absl::string_view what, DecodedPayloads* out) const {
+  out->indices.clear();
+  out->values.clear();
+  out->converted.clear();
   absl::flat_hash_set<int> seen;
   for (int k = 0; k < data.size(); ++k) {
     const v1::SliceData& g = data.Get(k);
@@ -135,17 +135,28 @@ absl::Status ShardModel::Decode(
           absl::StrCat(what, " for slice ", SliceName(g.key()),
                        " has negative version ", g.version()));
     }
-    std::vector<float>& v = (*values)[k];
-    v.resize(info.count);
-    DecodeTensor(g.dtype(), g.data(), absl::MakeSpan(v));
-    for (size_t e = 0; e < v.size(); ++e) {
-      if (!std::isfinite(v[e])) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            what, " for slice ", SliceName(g.key()), " has ",
-            std::isnan(v[e]) ? "NaN" : "Inf", " at element ", info.begin + e));
-      }
+    absl::Span<const float> v;
+    const auto address = reinterpret_cast<uintptr_t>(g.data().data());
+    if (g.dtype() == v1::DTYPE_F32 && address % alignof(float) == 0) {
+      // The payload's own bytes, read as floats: no copy. (The buffer is
+      // only ever written as bytes, by the parser or recv.)
+      v = absl::MakeConstSpan(reinterpret_cast<const float*>(g.data().data()),
+                              info.count);
+    } else {
+      out->converted.emplace_back(info.count);
+      std::vector<float>& c = out->converted.back();
+      DecodeTensor(g.dtype(), g.data(), absl::MakeSpan(c));
+      v = c;
     }
-    indices->push_back(i);
+    const int64_t bad = FirstNonFinite(v);
+    if (bad >= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " for slice ", SliceName(g.key()), " has ",
+                       std::isnan(v[bad]) ? "NaN" : "Inf", " at element ",
+                       info.begin + bad));
+    }
+    out->indices.push_back(i);
+    out->values.push_back(v);
   }
   return absl::OkStatus();
 }

@@ -6,6 +6,7 @@
 #define ASYNCPS_SERVER_SHARD_MODEL_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "common/partitioner.h"
 #include "google/protobuf/repeated_field.h"
 #include "proto/asyncps.pb.h"
@@ -21,6 +23,15 @@ namespace asyncps {
 
 // "'tensor'#index", as errors name a slice.
 std::string SliceName(const v1::SliceKey& key);
+
+// A request's payloads, checked and as f32: values[k] is the k-th payload
+// (slice indices[k]). An f32 payload is read where it lies (the request
+// must outlive this); other dtypes are widened into `converted`.
+struct DecodedPayloads {
+  std::vector<int> indices;
+  std::vector<absl::Span<const float>> values;
+  std::deque<std::vector<float>> converted;  // Stable addresses.
+};
 
 class ShardModel {
  public:
@@ -51,12 +62,10 @@ class ShardModel {
 
   // Validates payloads (gradients or weights, called `what` in errors):
   // slice, dtype (any wire dtype; decoded to f32), byte length, non-negative
-  // version, finite values, no slice twice. Fills the slice indices and the
-  // decoded values.
+  // version, finite values, no slice twice. Fills `out`.
   absl::Status Decode(
       const google::protobuf::RepeatedPtrField<v1::SliceData>& data,
-      absl::string_view what, std::vector<int>* indices,
-      std::vector<std::vector<float>>* values) const;
+      absl::string_view what, DecodedPayloads* out) const;
 
  private:
   ShardModel(v1::ModelSpec spec, Partition partition, int shard);

@@ -194,11 +194,12 @@ absl::Status ShardStore::Push(const v1::PushRequest& request,
         "push before any model was declared on this shard"));
   }
   // Validate everything before touching any weight.
-  std::vector<int> indices;
-  std::vector<std::vector<float>> grads;
+  DecodedPayloads decoded;
   absl::Status valid =
-      m->model->Decode(request.gradients(), "gradient", &indices, &grads);
+      m->model->Decode(request.gradients(), "gradient", &decoded);
   if (!valid.ok()) return Reject(valid);
+  const std::vector<int>& indices = decoded.indices;
+  const std::vector<absl::Span<const float>>& grads = decoded.values;
   const bool bsp = policy.mode == Mode::kBsp;
   if (bsp && request.rank() < 0) {
     return Reject(absl::InvalidArgumentError(
@@ -278,14 +279,13 @@ absl::Status ShardStore::Assign(const v1::AssignRequest& request) {
     return Reject(absl::FailedPreconditionError(
         "assign before any model was declared on this shard"));
   }
-  std::vector<int> indices;
-  std::vector<std::vector<float>> values;
-  absl::Status valid =
-      m->model->Decode(request.weights(), "weights", &indices, &values);
+  DecodedPayloads decoded;
+  absl::Status valid = m->model->Decode(request.weights(), "weights", &decoded);
   if (!valid.ok()) return Reject(valid);
   for (int k = 0; k < request.weights_size(); ++k) {
-    m->slices[indices[k]]->Assign(std::move(values[k]),
-                                  request.weights(k).version());
+    const absl::Span<const float> v = decoded.values[k];
+    m->slices[decoded.indices[k]]->Assign(
+        std::vector<float>(v.begin(), v.end()), request.weights(k).version());
   }
   return absl::OkStatus();
 }

@@ -162,7 +162,7 @@ absl::StatusOr<FrameHeader> ReadHeader(int fd, uint64_t max_body_bytes,
 absl::Status ReadBody(int fd, const FrameHeader& header,
                       google::protobuf::MessageLite* meta,
                       const std::function<std::vector<std::string*>()>& fields,
-                      absl::Time deadline) {
+                      absl::Time deadline, std::vector<std::string>* spare) {
   std::string bytes(header.meta_bytes, '\0');
   RETURN_IF_ERROR(ReadFull(fd, bytes.data(), bytes.size(), deadline));
   if (!meta->ParseFromString(bytes)) {
@@ -191,12 +191,23 @@ absl::Status ReadBody(int fd, const FrameHeader& header,
   }
   for (size_t k = 0; k < payloads.size(); ++k) {
     std::string* p = payloads[k];
-    // Fresh storage of the right size (a string the meta filled is replaced).
-    p->clear();
-    p->resize(lengths[k]);
+    if (spare != nullptr && k < spare->size() &&
+        (*spare)[k].size() == lengths[k]) {
+      p->swap((*spare)[k]);
+    } else {
+      // Fresh storage of the right size (what the meta put there goes).
+      p->clear();
+      p->resize(lengths[k]);
+    }
     RETURN_IF_ERROR(ReadFull(fd, p->data(), p->size(), deadline));
   }
   return absl::OkStatus();
+}
+
+void KeepSpares(const std::vector<std::string*>& fields,
+                std::vector<std::string>* spare) {
+  spare->resize(fields.size());
+  for (size_t k = 0; k < fields.size(); ++k) (*spare)[k].swap(*fields[k]);
 }
 
 absl::Status ReadError(int fd, const FrameHeader& header, absl::Time deadline,

@@ -93,10 +93,20 @@ absl::StatusOr<FrameHeader> ReadHeader(int fd, uint64_t max_body_bytes,
 // INVALID_ARGUMENT if the meta does not parse, or its payload fields do not
 // match the announced count and sizes.
 // REQUIRES: `header` is not an error answer (code 0).
+// `spare`, if given, holds buffers of earlier frames: a payload whose size
+// matches the spare at its position is read into that one (swapped in), so a
+// connection that carries the same shapes again and again neither allocates
+// nor zeroes them. Give them back with KeepSpares.
 absl::Status ReadBody(int fd, const FrameHeader& header,
                       google::protobuf::MessageLite* meta,
                       const std::function<std::vector<std::string*>()>& fields,
-                      absl::Time deadline);
+                      absl::Time deadline,
+                      std::vector<std::string>* spare = nullptr);
+
+// Moves the payload buffers `fields` out of a message into `spare`, for the
+// next ReadBody.
+void KeepSpares(const std::vector<std::string*>& fields,
+                std::vector<std::string>* spare);
 
 // Reads the body of an error answer into `*answer` (its code and
 // message); returns the transport's status.

@@ -74,6 +74,26 @@ TEST(WireDtype, RoundTripsStayWithinHalfAnUlp) {
   EXPECT_EQ(back, values);
 }
 
+TEST(WireDtype, FirstNonFiniteFindsTheFirstNanOrInfAnywhere) {
+  std::vector<float> values(10000, 1.0f);
+  values[3] = std::numeric_limits<float>::max();
+  values[5] = -std::numeric_limits<float>::denorm_min();
+  EXPECT_EQ(FirstNonFinite(values), -1);
+  EXPECT_EQ(FirstNonFinite({}), -1);
+  // Within the first block, on a block boundary (4096), in the last one.
+  for (size_t at : {size_t{0}, size_t{7}, size_t{4095}, size_t{4096},
+                    size_t{9999}}) {
+    for (float bad : {std::nanf(""), -std::nanf(""),
+                      std::numeric_limits<float>::infinity(),
+                      -std::numeric_limits<float>::infinity()}) {
+      std::vector<float> v = values;
+      v[at] = bad;
+      if (at + 3 < v.size()) v[at + 3] = bad;  // Only the first counts.
+      EXPECT_EQ(FirstNonFinite(v), static_cast<int64_t>(at)) << bad;
+    }
+  }
+}
+
 TEST(WireDtype, FlagNamesParse) {
   EXPECT_EQ(*ParseWireDtype("bf16"), v1::DTYPE_BF16);
   EXPECT_EQ(*ParseWireDtype("f16"), v1::DTYPE_F16);
