@@ -51,10 +51,14 @@ absl::Status AllreduceExchange::Start(std::vector<std::vector<float>>* weights,
 void AllreduceExchange::LayerReady(int layer,
                                    const std::vector<std::vector<float>>& grads,
                                    int64_t clock) {
+  if (config_.num_workers == 1) {
+    // Nothing to reduce: FinishStep applies the model's own gradients.
+    alone_grads_ = &grads;
+    return;
+  }
   for (int t : layer_tensors_[layer]) {
     sums_[t] = grads[t];
     queue_.Enqueue([this, t] {
-      if (config_.num_workers == 1) return absl::OkStatus();
       return collective_->AllreduceSum(&sums_[t], static_cast<uint32_t>(t));
     });
   }
@@ -71,6 +75,11 @@ absl::Status AllreduceExchange::FinishStep(
   const float inv = 1.0f / static_cast<float>(config_.num_workers);
   const v1::OptimizerSpec& opt = client_->spec().optimizer();
   for (size_t t = 0; t < sums_.size(); ++t) {
+    if (alone_grads_ != nullptr) {
+      slots_[t].Apply(opt, 1.0f, (*alone_grads_)[t],
+                      absl::MakeSpan((*weights)[t]));
+      continue;
+    }
     for (float& g : sums_[t]) g *= inv;
     slots_[t].Apply(opt, 1.0f, sums_[t], absl::MakeSpan((*weights)[t]));
   }

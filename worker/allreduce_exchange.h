@@ -68,8 +68,11 @@ class AllreduceExchange final : public GradientExchange {
   std::unique_ptr<Collective> collective_;
   std::vector<std::vector<float>>* weights_ = nullptr;
   std::vector<std::vector<float>> sums_;  // Per tensor.
-  std::vector<OptimizerSlots> slots_;     // Per tensor.
-  TaskQueue queue_;                       // Last: its thread stops first.
+  // One worker: the step's gradients, applied as they are (no copy, no
+  // hand-off to the collective's thread).
+  const std::vector<std::vector<float>>* alone_grads_ = nullptr;
+  std::vector<OptimizerSlots> slots_;  // Per tensor.
+  TaskQueue queue_;                    // Last: its thread stops first.
 };
 
 }  // namespace asyncps
