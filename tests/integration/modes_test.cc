@@ -203,8 +203,14 @@ TEST(Bsp, BackupWorkerLetsStepsGoOnWithoutAStalledWorker) {
   // Rank 1 computes a thousand times slower: alive (it heartbeats) but
   // stalled.
   auto stalled = StartWorker(**cluster, 1, 2,
-                             {"--mode=bsp", "--steps=1000", "--slowdown=1000"});
+                             {"--mode=bsp", "--steps=1000", "--slowdown=1000",
+                              "--log_every=1ms"});
   ASSERT_TRUE(stalled.ok());
+  // Rank 1 has joined and finished its first step before rank 0 starts:
+  // otherwise a fast rank 0 may do all its steps before rank 1 is even
+  // registered (it was so once the data plane made rank 0 fast).
+  auto joined = (*stalled)->WaitForLine("rank 1 step", absl::Seconds(60));
+  ASSERT_TRUE(joined.ok()) << joined.status() << (*stalled)->output();
   auto client = Client(**cluster);
   auto worker = StartWorker(**cluster, 0, 2, {"--mode=bsp", "--steps=40"});
   ASSERT_TRUE(worker.ok());
