@@ -42,7 +42,9 @@ def parse_args():
                    help="modes, each optionally with a variant: MODE+bf16, "
                         "MODE+f16 (--wire_dtype), async+prefetch, "
                         "async+layered (--exchange), bsp+backupN "
-                        "(--backup_workers=N on the servers)")
+                        "(--backup_workers=N on the servers), MODE+grpc "
+                        "(--transport=grpc), async+scale, ssp+scale "
+                        "(--stale_policy=scale on the servers)")
     p.add_argument("--workers", default="1,2,4")
     p.add_argument("--profiles", default="none,slow:4",
                    help="none, or slow:F (the last worker runs F times slower)")
@@ -135,6 +137,10 @@ def variant_flags(label):
         return mode, ["--wire_dtype=" + variant], []
     if variant in ("prefetch", "layered", "fused") and mode == "async":
         return mode, ["--exchange=" + variant], []
+    if variant == "grpc" and mode != "allreduce":
+        return mode, ["--transport=grpc"], []
+    if variant == "scale" and mode in ("async", "ssp"):
+        return mode, [], ["--stale_policy=scale"]
     m = re.fullmatch(r"backup([0-9]+)", variant)
     if m and mode == "bsp":
         return mode, [], ["--backup_workers=" + m.group(1)]
