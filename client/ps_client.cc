@@ -199,14 +199,14 @@ absl::Status PsClient::Exchange(std::vector<Call<Request, Response>>* calls,
 
 absl::StatusOr<DataPlaneAddress> PsClient::DiscoverDataPlane(
     int shard, absl::Time deadline) {
-  std::vector<Call<v1::DataPlaneRequest, v1::DataPlaneResponse>> calls(1);
-  calls[0].shard = shard;
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(deadline));
+  v1::DataPlaneRequest request;
+  v1::DataPlaneResponse response;
   absl::Notification done;
   grpc::Status status;
-  stubs_[shard]->async()->DataPlane(&context, &calls[0].request,
-                                    &calls[0].response, [&](grpc::Status s) {
+  stubs_[shard]->async()->DataPlane(&context, &request, &response,
+                                    [&](grpc::Status s) {
                                       status = std::move(s);
                                       done.Notify();
                                     });
@@ -214,8 +214,8 @@ absl::StatusOr<DataPlaneAddress> PsClient::DiscoverDataPlane(
   RETURN_IF_ERROR(Annotate(FromGrpcStatus(status), "DataPlane"));
   DataPlaneAddress address;
   address.host = options_.servers[shard].host;
-  address.port = static_cast<int>(calls[0].response.port());
-  address.token = calls[0].response.token();
+  address.port = static_cast<int>(response.port());
+  address.token = response.token();
   return address;
 }
 

@@ -196,46 +196,48 @@ absl::Status DataPlaneServer::Await(
   return state->status;
 }
 
+// One request of type Request: its body read (into the connection's spare
+// buffers), `run` to answer it, the buffers kept, the answer written.
+template <typename Request, typename Response, typename Run>
+absl::Status Respond(int fd, const FrameHeader& header,
+                     absl::Duration frame_timeout,
+                     std::vector<std::string>* spare, Run run) {
+  Request request;
+  Response response;
+  RETURN_IF_ERROR(ReadBody(
+      fd, header, &request, [&] { return PayloadFields(&request); },
+      absl::Now() + frame_timeout, spare));
+  const absl::Status s = run(request, &response);
+  KeepSpares(PayloadFields(&request), spare);
+  return Answer(fd, s, &response, absl::Now() + frame_timeout);
+}
+
 absl::Status DataPlaneServer::Handle(int fd, const FrameHeader& header,
                                      std::vector<std::string>* spare) {
-  const absl::Time deadline = absl::Now() + config_.frame_timeout;
+  const absl::Duration t = config_.frame_timeout;
   switch (header.op) {
-    case FrameOp::kPull: {
-      v1::PullRequest request;
-      v1::PullResponse response;
-      RETURN_IF_ERROR(ReadBody(
-          fd, header, &request, [&] { return PayloadFields(&request); },
-          deadline));
-      membership_->Touch(request.rank(), request.clock());
-      absl::Status s = Await(fd, header, [&](PendingCall call) {
-        consistency_->Pull(request, &response, std::move(call));
-      });
-      return Answer(fd, s, &response, absl::Now() + config_.frame_timeout);
-    }
-    case FrameOp::kPush: {
-      v1::PushRequest request;
-      v1::PushResponse response;
-      RETURN_IF_ERROR(ReadBody(
-          fd, header, &request, [&] { return PayloadFields(&request); },
-          deadline, spare));
-      membership_->Touch(request.rank(), request.clock());
-      absl::Status s = consistency_->Push(request, &response);
-      KeepSpares(PayloadFields(&request), spare);
-      return Answer(fd, s, &response, absl::Now() + config_.frame_timeout);
-    }
-    case FrameOp::kPushPull: {
-      v1::PushPullRequest request;
-      v1::PushPullResponse response;
-      RETURN_IF_ERROR(ReadBody(
-          fd, header, &request, [&] { return PayloadFields(&request); },
-          deadline, spare));
-      membership_->Touch(request.push().rank(), request.push().clock());
-      absl::Status s = Await(fd, header, [&](PendingCall call) {
-        consistency_->PushPull(request, &response, std::move(call));
-      });
-      KeepSpares(PayloadFields(&request), spare);
-      return Answer(fd, s, &response, absl::Now() + config_.frame_timeout);
-    }
+    case FrameOp::kPull:
+      return Respond<v1::PullRequest, v1::PullResponse>(
+          fd, header, t, spare, [&](const auto& request, auto* response) {
+            membership_->Touch(request.rank(), request.clock());
+            return Await(fd, header, [&](PendingCall call) {
+              consistency_->Pull(request, response, std::move(call));
+            });
+          });
+    case FrameOp::kPush:
+      return Respond<v1::PushRequest, v1::PushResponse>(
+          fd, header, t, spare, [&](const auto& request, auto* response) {
+            membership_->Touch(request.rank(), request.clock());
+            return consistency_->Push(request, response);
+          });
+    case FrameOp::kPushPull:
+      return Respond<v1::PushPullRequest, v1::PushPullResponse>(
+          fd, header, t, spare, [&](const auto& request, auto* response) {
+            membership_->Touch(request.push().rank(), request.push().clock());
+            return Await(fd, header, [&](PendingCall call) {
+              consistency_->PushPull(request, response, std::move(call));
+            });
+          });
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           "data-plane op ", static_cast<int>(header.op),

@@ -2,6 +2,7 @@
 // shard over loopback: it gives exactly the weights gRPC gives, finds a
 // restarted shard again, and meets every malformed or hostile frame with an
 // error naming what was wrong, no weight moved, and the shard still serving.
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -38,6 +39,24 @@ std::string Op(FrameOp op, uint32_t meta, uint32_t payloads = 0,
   return Header(kFrameMagic, kFrameVersion, static_cast<uint8_t>(op), meta,
                 payloads, payload_bytes);
 }
+
+// A gradient push of `values` (12 of them) for tensor t0's one slice.
+v1::PushRequest PushOf(const std::vector<float>& values) {
+  v1::PushRequest push;
+  v1::SliceData* g = push.add_gradients();
+  g->mutable_key()->set_tensor("t0");
+  g->mutable_key()->set_count(values.size());
+  g->set_dtype(v1::DTYPE_F32);
+  g->set_data(std::string(reinterpret_cast<const char*>(values.data()),
+                          values.size() * sizeof(float)));
+  return push;
+}
+
+// Bytes a client sends, and what the refusal must say.
+struct Refusal {
+  std::string bytes;
+  std::string says;
+};
 
 class DataPlaneTest : public ::testing::Test {
  protected:
@@ -113,6 +132,18 @@ class DataPlaneTest : public ::testing::Test {
     return answer;
   }
 
+  // Each of `cases`, sent on a welcomed connection, is answered `code`
+  // with a message saying what it must, and closes the connection; then
+  // the shard still serves, no weight moved.
+  void ExpectRefused(const std::vector<Refusal>& cases, absl::StatusCode code) {
+    for (const Refusal& c : cases) {
+      absl::Status a = SendAndExpectClose(Welcomed(), c.bytes);
+      EXPECT_EQ(a.code(), code) << c.says;
+      EXPECT_NE(a.message().find(c.says), std::string::npos) << a;
+    }
+    ExpectServing();
+  }
+
   void ExpectServing() {
     auto client = Client(Transport::kTcp);
     std::vector<std::vector<float>> w = {std::vector<float>(12)};
@@ -186,14 +217,9 @@ TEST_F(DataPlaneTest, ShardWithoutDataPlaneNamesTheFlag) {
 
 TEST_F(DataPlaneTest, NanGradientIsRefusedAndTheConnectionServesOn) {
   Socket s = Welcomed();
-  v1::PushRequest push;
-  v1::SliceData* g = push.add_gradients();
-  g->mutable_key()->set_tensor("t0");
-  g->mutable_key()->set_count(12);
-  g->set_dtype(v1::DTYPE_F32);
   std::vector<float> values(12, 0.5f);
   values[7] = std::nanf("");
-  g->set_data(std::string(reinterpret_cast<const char*>(values.data()), 48));
+  v1::PushRequest push = PushOf(values);
   FrameHeader h;
   h.op = FrameOp::kPush;
   ASSERT_TRUE(WriteFrame(s.fd(), h, &push, PayloadFields(&push), Soon()).ok());
@@ -203,7 +229,7 @@ TEST_F(DataPlaneTest, NanGradientIsRefusedAndTheConnectionServesOn) {
       << answer;
   // The same connection still answers a pull.
   v1::PullRequest pull;
-  *pull.add_slices() = g->key();
+  *pull.add_slices() = push.gradients(0).key();
   pull.set_rank(-1);
   h.op = FrameOp::kPull;
   ASSERT_TRUE(WriteFrame(s.fd(), h, &pull, {}, Soon()).ok());
@@ -234,70 +260,49 @@ TEST_F(DataPlaneTest, WrongTokenIsDenied) {
 }
 
 TEST_F(DataPlaneTest, BadMagicVersionOrOpClosesTheConnection) {
-  struct Case {
-    std::string bytes;
-    std::string says;
-  } cases[] = {
-      {Header(0x48545450, kFrameVersion, 3, 0, 0, 0), "bad magic"},
-      {Header(kFrameMagic, 9, 3, 0, 0, 0), "version 9"},
-      {Header(kFrameMagic, kFrameVersion, 77, 0, 0, 0),
-       "unknown data-plane op"},
-      {Op(FrameOp::kAnswer, 0), "is not a request"},
-      {Op(FrameOp::kHello, 0), "is not a request"},
-  };
-  for (const Case& c : cases) {
-    absl::Status a = SendAndExpectClose(Welcomed(), c.bytes);
-    EXPECT_EQ(a.code(), absl::StatusCode::kInvalidArgument) << c.says;
-    EXPECT_NE(a.message().find(c.says), std::string::npos) << a;
-  }
-  ExpectServing();
+  ExpectRefused(
+      {
+          {Header(0x48545450, kFrameVersion, 3, 0, 0, 0), "bad magic"},
+          {Header(kFrameMagic, 9, 3, 0, 0, 0), "version 9"},
+          {Header(kFrameMagic, kFrameVersion, 77, 0, 0, 0),
+           "unknown data-plane op"},
+          {Op(FrameOp::kAnswer, 0), "is not a request"},
+          {Op(FrameOp::kHello, 0), "is not a request"},
+      },
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(DataPlaneTest, HugeFrameIsRefusedBeforeAnythingIsAllocated) {
-  for (auto [payloads, bytes] :
-       {std::pair<uint32_t, uint64_t>{1, uint64_t{1} << 62},
-        std::pair<uint32_t, uint64_t>{0xffffffff, 0},
-        std::pair<uint32_t, uint64_t>{1, ~uint64_t{0}}}) {
-    absl::Status a =
-        SendAndExpectClose(Welcomed(), Op(FrameOp::kPush, 10, payloads, bytes));
-    EXPECT_EQ(a.code(), absl::StatusCode::kResourceExhausted);
-    EXPECT_NE(a.message().find("exceeds the limit"), std::string::npos) << a;
-  }
-  ExpectServing();
+  ExpectRefused(
+      {
+          {Op(FrameOp::kPush, 10, 1, uint64_t{1} << 62), "exceeds the limit"},
+          {Op(FrameOp::kPush, 10, 0xffffffff, 0), "exceeds the limit"},
+          {Op(FrameOp::kPush, 10, 1, ~uint64_t{0}), "exceeds the limit"},
+      },
+      absl::StatusCode::kResourceExhausted);
 }
 
 TEST_F(DataPlaneTest, PayloadsThatDoNotMatchTheMetaAreRefused) {
-  v1::PushRequest push;
-  v1::SliceData* g = push.add_gradients();
-  g->mutable_key()->set_tensor("t0");
-  g->mutable_key()->set_count(12);
-  g->set_dtype(v1::DTYPE_F32);
+  v1::PushRequest push = PushOf(std::vector<float>(12, 0.5f));
+  push.mutable_gradients(0)->clear_data();
   const std::string meta = push.SerializeAsString();
-  const uint64_t len = 48;
-  const std::string one_length(reinterpret_cast<const char*>(&len), 8);
-  const uint64_t wrong = 40;
-  const std::string wrong_length(reinterpret_cast<const char*>(&wrong), 8);
-  struct Case {
-    std::string bytes;
-    std::string says;
-  } cases[] = {
-      // Two payloads announced, one tensor in the meta.
-      {Op(FrameOp::kPush, meta.size(), 2, 96) + meta + one_length + one_length +
-           std::string(96, '\0'),
-       "announces 2 payloads"},
-      // Lengths that do not add up to the announced total.
-      {Op(FrameOp::kPush, meta.size(), 1, 48) + meta + wrong_length +
-           std::string(48, '\0'),
-       "do not add up"},
-      // A meta that is not a PushRequest.
-      {Op(FrameOp::kPush, 3, 0, 0) + "\xff\xff\xff", "does not parse"},
+  auto length = [](uint64_t n) {
+    return std::string(reinterpret_cast<const char*>(&n), sizeof(n));
   };
-  for (const Case& c : cases) {
-    absl::Status a = SendAndExpectClose(Welcomed(), c.bytes);
-    EXPECT_EQ(a.code(), absl::StatusCode::kInvalidArgument) << c.says;
-    EXPECT_NE(a.message().find(c.says), std::string::npos) << a;
-  }
-  ExpectServing();
+  ExpectRefused(
+      {
+          // Two payloads announced, one tensor in the meta.
+          {Op(FrameOp::kPush, meta.size(), 2, 96) + meta + length(48) +
+               length(48) + std::string(96, '\0'),
+           "announces 2 payloads"},
+          // Lengths that do not add up to the announced total.
+          {Op(FrameOp::kPush, meta.size(), 1, 48) + meta + length(40) +
+               std::string(48, '\0'),
+           "do not add up"},
+          // A meta that is not a PushRequest.
+          {Op(FrameOp::kPush, 3, 0, 0) + "\xff\xff\xff", "does not parse"},
+      },
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(DataPlaneTest, TruncatedFrameLeavesTheShardServing) {
