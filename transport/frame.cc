@@ -206,7 +206,9 @@ absl::Status ReadBody(int fd, const FrameHeader& header,
 
 void KeepSpares(const std::vector<std::string*>& fields,
                 std::vector<std::string>* spare) {
-  spare->resize(fields.size());
+  // Never shrinks: a frame without tensors (a Pull) between two pushes
+  // must not throw the pushes' buffers away.
+  if (spare->size() < fields.size()) spare->resize(fields.size());
   for (size_t k = 0; k < fields.size(); ++k) (*spare)[k].swap(*fields[k]);
 }
 

@@ -103,8 +103,8 @@ absl::Status ReadBody(int fd, const FrameHeader& header,
                       absl::Time deadline,
                       std::vector<std::string>* spare = nullptr);
 
-// Moves the payload buffers `fields` out of a message into `spare`, for the
-// next ReadBody.
+// Moves the payload buffers `fields` out of a message into the first
+// positions of `spare` (kept for the next ReadBody; spares beyond them stay).
 void KeepSpares(const std::vector<std::string*>& fields,
                 std::vector<std::string>* spare);
 
