@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -27,9 +28,17 @@ namespace {
 // Payload bytes kept free in each request for keys and framing.
 constexpr int64_t kRequestOverhead = 64 << 10;
 
+uint64_t NewClientId() {
+  std::random_device random;
+  uint64_t id = 0;
+  while (id == 0) id = (uint64_t{random()} << 32) | random();
+  return id;
+}
+
 }  // namespace
 
-PsClient::PsClient(PsClientOptions options) : options_(std::move(options)) {}
+PsClient::PsClient(PsClientOptions options)
+    : options_(std::move(options)), client_id_(NewClientId()) {}
 
 absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
     PsClientOptions options) {
@@ -291,10 +300,11 @@ void FillKey(const v1::ModelSpec& spec, const SliceInfo& s, v1::SliceKey* key) {
 // Slice `s` of `values` (one vector per tensor) as `dtype` payload.
 void FillSliceData(const v1::ModelSpec& spec, const SliceInfo& s,
                    const std::vector<std::vector<float>>& values,
-                   int64_t version, v1::DType dtype, v1::SliceData* d) {
+                   SliceVersion version, v1::DType dtype, v1::SliceData* d) {
   FillKey(spec, s, d->mutable_key());
   d->set_dtype(dtype);
-  d->set_version(version);
+  d->set_version(version.version);
+  d->set_incarnation(version.incarnation);
   EncodeTensor(dtype,
                absl::MakeConstSpan(values[s.tensor].data() + s.begin, s.count),
                d->mutable_data());
@@ -308,13 +318,14 @@ void AddPushResponse(const v1::PushResponse& response, PushResult* result) {
     result->max_staleness = std::max(result->max_staleness, s);
   }
   for (bool d : response.dropped()) result->dropped += d;
+  result->front_step = std::max(result->front_step, response.front_step());
 }
 
 }  // namespace
 
 absl::Status PsClient::Pull(absl::Span<const int> tensors,
                             std::vector<std::vector<float>>* values,
-                            std::vector<int64_t>* versions, int rank,
+                            std::vector<SliceVersion>* versions, int rank,
                             int64_t clock) {
   std::vector<std::vector<int>> batches = Batches(tensors);
   std::vector<Call<v1::PullRequest, v1::PullResponse>> calls(batches.size());
@@ -325,6 +336,10 @@ absl::Status PsClient::Pull(absl::Span<const int> tensors,
     calls[b].request.set_dtype(options_.wire_dtype);
     for (int i : batches[b]) {
       FillKey(spec_, partition_->slices()[i], calls[b].request.add_slices());
+    }
+    const size_t first = static_cast<size_t>(batches[b][0]);
+    if (first < versions->size()) {
+      calls[b].request.set_incarnation((*versions)[first].incarnation);
     }
   }
   RETURN_IF_ERROR(Exchange(&calls, FrameOp::kPull, ASYNCPS_RPC(Pull), "Pull",
@@ -340,7 +355,7 @@ absl::Status PsClient::Pull(absl::Span<const int> tensors,
 absl::Status PsClient::TakeWeights(int shard, const std::vector<int>& batch,
                                    const v1::PullResponse& response,
                                    std::vector<std::vector<float>>* values,
-                                   std::vector<int64_t>* versions) const {
+                                   std::vector<SliceVersion>* versions) const {
   if (response.slices_size() != static_cast<int>(batch.size())) {
     return absl::InternalError(
         absl::StrCat("shard ", shard, " answered ", response.slices_size(),
@@ -358,17 +373,20 @@ absl::Status PsClient::TakeWeights(int shard, const std::vector<int>& batch,
     std::vector<float>& dst = (*values)[s.tensor];
     DecodeTensor(d.dtype(), d.data(),
                  absl::MakeSpan(dst.data() + s.begin, s.count));
-    (*versions)[batch[k]] = d.version();
+    (*versions)[batch[k]] = SliceVersion{d.version(), d.incarnation()};
   }
   return absl::OkStatus();
 }
 
 void PsClient::FillPush(const std::vector<int>& batch,
                         const std::vector<std::vector<float>>& grads,
-                        const std::vector<int64_t>& versions, int rank,
-                        int64_t clock, v1::PushRequest* request) const {
+                        const std::vector<SliceVersion>& versions, int rank,
+                        int64_t clock, v1::PushRequest* request) {
   request->set_rank(rank);
   request->set_clock(clock);
+  // Retries resend this very request, so they carry the same number.
+  request->set_client_id(client_id_);
+  request->set_sequence(sequence_.fetch_add(1) + 1);
   for (int i : batch) {
     FillSliceData(spec_, partition_->slices()[i], grads, versions[i],
                   options_.wire_dtype, request->add_gradients());
@@ -377,7 +395,7 @@ void PsClient::FillPush(const std::vector<int>& batch,
 
 absl::Status PsClient::Push(absl::Span<const int> tensors,
                             const std::vector<std::vector<float>>& grads,
-                            const std::vector<int64_t>& versions, int rank,
+                            const std::vector<SliceVersion>& versions, int rank,
                             int64_t clock, PushResult* result) {
   std::vector<std::vector<int>> batches = Batches(tensors);
   std::vector<Call<v1::PushRequest, v1::PushResponse>> calls(batches.size());
@@ -385,7 +403,8 @@ absl::Status PsClient::Push(absl::Span<const int> tensors,
     calls[b].shard = partition_->slices()[batches[b][0]].shard;
     FillPush(batches[b], grads, versions, rank, clock, &calls[b].request);
   }
-  RETURN_IF_ERROR(Exchange(&calls, FrameOp::kPush, ASYNCPS_RPC(Push), "Push"));
+  RETURN_IF_ERROR(Exchange(&calls, FrameOp::kPush, ASYNCPS_RPC(Push), "Push",
+                           /*idempotent=*/true));
   if (result != nullptr) {
     *result = PushResult();
     for (const auto& call : calls) AddPushResponse(call.response, result);
@@ -395,10 +414,10 @@ absl::Status PsClient::Push(absl::Span<const int> tensors,
 
 absl::Status PsClient::PushPull(absl::Span<const int> tensors,
                                 const std::vector<std::vector<float>>& grads,
-                                const std::vector<int64_t>& versions, int rank,
-                                int64_t clock,
+                                const std::vector<SliceVersion>& versions,
+                                int rank, int64_t clock,
                                 std::vector<std::vector<float>>* weights,
-                                std::vector<int64_t>* new_versions,
+                                std::vector<SliceVersion>* new_versions,
                                 PushResult* result) {
   // The answer carries weights as large as the gradients, so the same
   // batches keep both directions under the message limit.
@@ -411,8 +430,8 @@ absl::Status PsClient::PushPull(absl::Span<const int> tensors,
     FillPush(batches[b], grads, versions, rank, clock,
              calls[b].request.mutable_push());
   }
-  RETURN_IF_ERROR(
-      Exchange(&calls, FrameOp::kPushPull, ASYNCPS_RPC(PushPull), "PushPull"));
+  RETURN_IF_ERROR(Exchange(&calls, FrameOp::kPushPull, ASYNCPS_RPC(PushPull),
+                           "PushPull", /*idempotent=*/true));
   new_versions->resize(partition_->slices().size());
   if (result != nullptr) *result = PushResult();
   for (size_t b = 0; b < batches.size(); ++b) {
@@ -436,8 +455,71 @@ absl::Status PsClient::Assign(absl::Span<const int> tensors,
     for (int i : batches[b]) {
       // Weights go in f32 whatever the wire dtype: they replace the
       // servers' master copy.
-      FillSliceData(spec_, partition_->slices()[i], weights, version,
-                    v1::DTYPE_F32, calls[b].request.add_weights());
+      FillSliceData(spec_, partition_->slices()[i], weights,
+                    SliceVersion{version, 0}, v1::DTYPE_F32,
+                    calls[b].request.add_weights());
+    }
+  }
+  return CallAll(&calls, ASYNCPS_RPC(Assign), "Assign", /*idempotent=*/true);
+}
+
+absl::StatusOr<std::vector<int>> PsClient::ShardsWithoutModel() {
+  std::vector<Call<v1::GetModelRequest, v1::GetModelResponse>> calls(
+      num_shards());
+  for (int s = 0; s < num_shards(); ++s) calls[s].shard = s;
+  std::vector<int> lost;
+  // One attempt per shard (a FAILED_PRECONDITION is an answer, not an
+  // error, here); UNAVAILABLE ones are retried.
+  RETURN_IF_ERROR(Retry(
+      &calls,
+      [this, &lost](
+          const std::vector<Call<v1::GetModelRequest, v1::GetModelResponse>*>&
+              pending) {
+        std::vector<absl::Status> results =
+            GrpcAttempt(pending, ASYNCPS_RPC(GetModel));
+        for (size_t k = 0; k < pending.size(); ++k) {
+          if (results[k].code() == absl::StatusCode::kFailedPrecondition) {
+            lost.push_back(pending[k]->shard);
+            results[k] = absl::OkStatus();
+          }
+        }
+        return results;
+      },
+      "GetModel", /*idempotent=*/true));
+  std::sort(lost.begin(), lost.end());
+  return lost;
+}
+
+absl::StatusOr<bool> PsClient::Redeclare(int shard) {
+  v1::DeclareModelRequest request;
+  *request.mutable_spec() = spec_;
+  request.set_recover(true);
+  ASSIGN_OR_RETURN(v1::DeclareModelResponse response,
+                   CallOne<v1::DeclareModelResponse>(
+                       shard, request, ASYNCPS_RPC(DeclareModel),
+                       "DeclareModel", /*idempotent=*/true));
+  return response.created();
+}
+
+absl::Status PsClient::Restore(int shard,
+                               const std::vector<std::vector<float>>& weights,
+                               const std::vector<SliceVersion>& versions,
+                               int rank) {
+  std::vector<int> all(spec_.tensors_size());
+  for (int t = 0; t < spec_.tensors_size(); ++t) all[t] = t;
+  std::vector<Call<v1::AssignRequest, v1::AssignResponse>> calls;
+  for (const std::vector<int>& batch : Batches(all)) {
+    if (partition_->slices()[batch[0]].shard != shard) continue;
+    Call<v1::AssignRequest, v1::AssignResponse>& call = calls.emplace_back();
+    call.shard = shard;
+    call.request.set_rank(rank);
+    call.request.set_restore(true);
+    for (int i : batch) {
+      // The weights replace the lost master copy: f32, and the versions
+      // as they were (the incarnation they came from means nothing there).
+      FillSliceData(spec_, partition_->slices()[i], weights,
+                    SliceVersion{versions[i].version, 0}, v1::DTYPE_F32,
+                    call.request.add_weights());
     }
   }
   return CallAll(&calls, ASYNCPS_RPC(Assign), "Assign", /*idempotent=*/true);
@@ -471,9 +553,14 @@ absl::StatusOr<v1::RegisterResponse> PsClient::Register(
 }
 
 absl::Status PsClient::Heartbeat(int shard, const v1::HeartbeatRequest& req) {
-  return CallOne<v1::HeartbeatResponse>(shard, req, ASYNCPS_RPC(Heartbeat),
-                                        "Heartbeat")
-      .status();
+  // One attempt: the next period is the retry, and a shard that is down
+  // must not hold up the heartbeats to the others.
+  Call<v1::HeartbeatRequest, v1::HeartbeatResponse> call;
+  call.shard = shard;
+  call.request = req;
+  absl::Status s = GrpcAttempt<v1::HeartbeatRequest, v1::HeartbeatResponse>(
+      {&call}, ASYNCPS_RPC(Heartbeat))[0];
+  return Annotate(s, absl::StrCat("Heartbeat to shard ", shard));
 }
 
 absl::StatusOr<std::vector<v1::StatsResponse>> PsClient::StatsAll() {

@@ -5,13 +5,16 @@
 // reused) with --transport=grpc; every other call goes over gRPC. Requests are
 // split to stay under the message limit; UNAVAILABLE is retried with capped
 // exponential backoff until `retry_for` has passed, then the call fails with
-// a message naming the shard.
+// a message naming the shard. Pushes are retried too (also past a
+// deadline): each carries this client's id and a sequence number, and a
+// shard applies it once however often it arrives.
 //
 // Thread-safe: several threads may pull and push at once (e.g. a prefetch
 // thread and a push thread); each call blocks only its caller.
 #ifndef ASYNCPS_CLIENT_PS_CLIENT_H_
 #define ASYNCPS_CLIENT_PS_CLIENT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -56,12 +59,26 @@ struct PsClientOptions {
   Clock* clock = Clock::Real();
 };
 
+// What a pull brought of one slice: its version, and the incarnation of
+// the shard that answered it. A push carries both back, so a shard that
+// restarted since knows the gradient was computed against weights it no
+// longer has.
+struct SliceVersion {
+  int64_t version = 0;
+  uint64_t incarnation = 0;  // 0: unknown; the version is taken as it is.
+
+  friend bool operator==(const SliceVersion& a, const SliceVersion& b) {
+    return a.version == b.version && a.incarnation == b.incarnation;
+  }
+};
+
 // What one Push did, summed over its slices.
 struct PushResult {
   int64_t slices = 0;
   int64_t total_staleness = 0;
   int64_t max_staleness = 0;
-  int64_t dropped = 0;  // Slices the server did not apply (stale or late).
+  int64_t dropped = 0;     // Slices the server did not apply (stale or late).
+  int64_t front_step = 0;  // bsp: the newest step applied on those slices.
 };
 
 class PsClient final : public RendezvousStore {
@@ -85,34 +102,50 @@ class PsClient final : public RendezvousStore {
   // Pulls every slice of the given tensors: values[t] (sized to tensor t's
   // element count) gets the weights, versions[slice] each slice's version
   // (versions is indexed like partition().slices()). `rank` and `clock`
-  // tell the server who asks (rank -1: not a training worker).
+  // tell the server who asks (rank -1: not a training worker). What
+  // `versions` holds on entry tells a bsp shard which incarnation the
+  // caller's weights came from (see PullRequest.incarnation).
   // REQUIRES: a model was declared or adopted.
   absl::Status Pull(absl::Span<const int> tensors,
                     std::vector<std::vector<float>>* values,
-                    std::vector<int64_t>* versions, int rank, int64_t clock);
+                    std::vector<SliceVersion>* versions, int rank,
+                    int64_t clock);
 
   // Pushes gradients for every slice of the given tensors; grads[t] holds
   // tensor t's gradient, versions[slice] the version it was computed from.
   absl::Status Push(absl::Span<const int> tensors,
                     const std::vector<std::vector<float>>& grads,
-                    const std::vector<int64_t>& versions, int rank,
+                    const std::vector<SliceVersion>& versions, int rank,
                     int64_t clock, PushResult* result);
 
   // Push, then pull the same slices, in one round trip per shard: `weights`
   // and `new_versions` (indexed like Pull's) get the weights after the
-  // gradients were applied. Not retried after a lost answer any more than
-  // Push is.
+  // gradients were applied (retried as Push is: applied once).
   absl::Status PushPull(absl::Span<const int> tensors,
                         const std::vector<std::vector<float>>& grads,
-                        const std::vector<int64_t>& versions, int rank,
+                        const std::vector<SliceVersion>& versions, int rank,
                         int64_t clock, std::vector<std::vector<float>>* weights,
-                        std::vector<int64_t>* new_versions, PushResult* result);
+                        std::vector<SliceVersion>* new_versions,
+                        PushResult* result);
 
   // Replaces the weights of every slice of `tensors` on the servers
   // (allreduce mode), each slice's version set to `version`.
   absl::Status Assign(absl::Span<const int> tensors,
                       const std::vector<std::vector<float>>& weights,
                       int64_t version, int rank);
+
+  // Recovery of a shard that restarted without a checkpoint and so lost
+  // the model (its pulls and pushes fail with FAILED_PRECONDITION):
+  // The shards that answer that no model is declared.
+  absl::StatusOr<std::vector<int>> ShardsWithoutModel();
+  // Declares the adopted model on `shard` again, saying it was lost; true
+  // if this call created it (the shard then waits for Restore).
+  absl::StatusOr<bool> Redeclare(int shard);
+  // Sends `shard` this worker's copy of its slices: `weights` (one vector
+  // per tensor) at `versions` (indexed like partition().slices()).
+  absl::Status Restore(int shard,
+                       const std::vector<std::vector<float>>& weights,
+                       const std::vector<SliceVersion>& versions, int rank);
 
   // The rendezvous store on shard 0.
   absl::Status StoreSet(const std::string& key,
@@ -188,18 +221,19 @@ class PsClient final : public RendezvousStore {
     return std::move(calls[0].response);
   }
 
-  // The push of slices `batch` of `grads`, computed from `versions`.
+  // The push of slices `batch` of `grads`, computed from `versions`, with
+  // this client's id and the next sequence number.
   void FillPush(const std::vector<int>& batch,
                 const std::vector<std::vector<float>>& grads,
-                const std::vector<int64_t>& versions, int rank, int64_t clock,
-                v1::PushRequest* request) const;
+                const std::vector<SliceVersion>& versions, int rank,
+                int64_t clock, v1::PushRequest* request);
 
   // Copies one shard's answered weights (slices `batch`, in order) into
   // `values` and `versions`; INTERNAL if the answer does not fit.
   absl::Status TakeWeights(int shard, const std::vector<int>& batch,
                            const v1::PullResponse& response,
                            std::vector<std::vector<float>>* values,
-                           std::vector<int64_t>* versions) const;
+                           std::vector<SliceVersion>* versions) const;
 
   // Groups the slices of `tensors` by shard, in requests of at most
   // max_message_bytes of payload.
@@ -211,6 +245,10 @@ class PsClient final : public RendezvousStore {
   std::vector<std::unique_ptr<DataChannel>> data_;
   v1::ModelSpec spec_;
   std::optional<Partition> partition_;
+  // Exactly-once pushes: this client's id (random, per process start) and
+  // the last sequence number used.
+  const uint64_t client_id_;
+  std::atomic<uint64_t> sequence_{0};
 };
 
 }  // namespace asyncps

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/base/config.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace asyncps {

@@ -4,6 +4,7 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "glog/logging.h"
 
@@ -18,6 +19,9 @@ absl::Status ConsistencyConfig::Validate() const {
   }
   if (step_deadline < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--step_deadline must not be negative");
+  }
+  if (restore_wait < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--restore_wait must not be negative");
   }
   return absl::OkStatus();
 }
@@ -55,8 +59,86 @@ bool Consistency::Ready(const Wait& w) const {
   }
 }
 
+absl::Status Consistency::CheckServing() {
+  if (!awaiting_fast_.load(std::memory_order_acquire)) return absl::OkStatus();
+  absl::MutexLock lock(&restore_mu_);
+  if (!awaiting_) return absl::OkStatus();
+  if (clock_->Now() < await_until_) {
+    return absl::UnavailableError(absl::StrCat(
+        "shard ", store_->shard(),
+        " lost its model at a restart and awaits a worker's copy of its "
+        "weights"));
+  }
+  awaiting_ = false;
+  awaiting_fast_ = false;
+  LOG(WARNING) << "shard " << store_->shard()
+               << ": no worker sent its copy of the lost model within "
+                  "--restore_wait; serving the initial weights";
+  return absl::OkStatus();
+}
+
+bool Consistency::AwaitingRestore() { return !CheckServing().ok(); }
+
+absl::StatusOr<v1::DeclareModelResponse> Consistency::Declare(
+    const v1::DeclareModelRequest& request) {
+  ASSIGN_OR_RETURN(v1::DeclareModelResponse r, store_->Declare(request.spec()));
+  if (r.created() && request.recover()) {
+    absl::MutexLock lock(&restore_mu_);
+    awaiting_ = true;
+    awaiting_fast_ = true;
+    await_until_ = clock_->Now() + config_.restore_wait;
+    restored_slices_ = 0;
+    LOG(WARNING) << "shard " << store_->shard()
+                 << " started without a checkpoint and a worker declared "
+                    "model '"
+                 << request.spec().name() << "' again: waiting up to "
+                 << absl::FormatDuration(config_.restore_wait)
+                 << " for that worker's copy of the weights";
+  }
+  return r;
+}
+
+absl::Status Consistency::Assign(const v1::AssignRequest& request) {
+  if (!request.restore()) {
+    if (config_.mode != Mode::kAllreduce) {
+      store_->CountRejected();
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Assign replaces weights only in --mode=allreduce; this shard runs "
+          "--mode=",
+          ModeName(config_.mode)));
+    }
+    return store_->Assign(request);
+  }
+  absl::MutexLock lock(&restore_mu_);
+  if (!awaiting_) {
+    store_->CountRejected();
+    return absl::FailedPreconditionError(
+        "this shard awaits no restore: it did not lose its model, or a "
+        "worker's copy already came");
+  }
+  RETURN_IF_ERROR(store_->Assign(request, config_.mode == Mode::kBsp));
+  restored_slices_ += request.weights_size();
+  if (restored_slices_ >= store_->num_slices()) {
+    awaiting_ = false;
+    awaiting_fast_ = false;
+    int64_t newest = 0;
+    for (const v1::SliceData& w : request.weights()) {
+      newest = std::max(newest, w.version());
+    }
+    LOG(WARNING) << "shard " << store_->shard()
+                 << " restored its lost model from rank " << request.rank()
+                 << "'s copy (slice versions up to " << newest
+                 << "): only the updates in flight at the crash are lost";
+  }
+  return absl::OkStatus();
+}
+
 void Consistency::Pull(const v1::PullRequest& request,
                        v1::PullResponse* response, PendingCall call) {
+  if (absl::Status serving = CheckServing(); !serving.ok()) {
+    call.done(std::move(serving));
+    return;
+  }
   auto slices = store_->ResolvePull(request);
   if (!slices.ok()) {
     call.done(slices.status());
@@ -69,6 +151,13 @@ void Consistency::Pull(const v1::PullRequest& request,
   if (!may_wait || Ready(w)) {
     store_->FinishPull(request, w.slices, response);
     call.done(absl::OkStatus());
+    return;
+  }
+  if (config_.mode == Mode::kBsp && request.incarnation() != 0 &&
+      request.incarnation() != store_->incarnation()) {
+    call.done(absl::AbortedError(absl::StrCat(
+        "shard ", store_->shard(), " restarted since this worker pulled; ",
+        "push step ", request.clock(), "'s gradient again, then pull")));
     return;
   }
   held_total_.fetch_add(1);
@@ -84,14 +173,38 @@ absl::Status Consistency::Push(const v1::PushRequest& request,
         "this server runs --mode=allreduce: workers all-reduce gradients "
         "among themselves and send weights with Assign");
   }
+  RETURN_IF_ERROR(CheckServing());
+  switch (ledger_.Begin(request, response)) {
+    case PushLedger::Verdict::kAnswered:
+      store_->CountDuplicatePush();
+      return absl::OkStatus();
+    case PushLedger::Verdict::kBusy:
+      return absl::UnavailableError(
+          absl::StrCat("push ", request.sequence(),
+                       " of this client is still being applied; ask again"));
+    case PushLedger::Verdict::kTooOld:
+      store_->CountRejected();
+      return absl::FailedPreconditionError(absl::StrCat(
+          "push ", request.sequence(), " is older than the last ",
+          PushLedger::kWindow,
+          " pushes of this client this shard remembers; not applied"));
+    case PushLedger::Verdict::kApply:
+      break;
+  }
   PushPolicy policy;
   policy.mode = config_.mode;
   policy.stale = config_.stale;
   policy.live_workers = membership_->LiveCount();
   policy.quorum = Quorum(policy.live_workers);
   policy.now = clock_->Now();
-  RETURN_IF_ERROR(store_->Push(request, policy, response));
+  absl::Status pushed = store_->Push(request, policy, response);
+  ledger_.Finish(request, pushed, *response);
+  RETURN_IF_ERROR(pushed);
   Recheck();
+  if (config_.lose_every_nth_answer > 0 &&
+      (pushes_seen_.fetch_add(1) + 1) % config_.lose_every_nth_answer == 0) {
+    return absl::UnavailableError("answer lost on the way (test hook)");
+  }
   return absl::OkStatus();
 }
 

@@ -22,6 +22,7 @@
 #include "proto/asyncps.pb.h"
 #include "server/held_calls.h"
 #include "server/membership.h"
+#include "server/push_ledger.h"
 #include "server/shard_store.h"
 
 namespace asyncps {
@@ -32,6 +33,12 @@ struct ConsistencyConfig {
   int backup_workers = 0;  // bsp: a step needs live - backup_workers.
   absl::Duration step_deadline = absl::ZeroDuration();  // bsp; 0: none.
   StalePolicy stale;                                    // async, ssp.
+  // How long a shard that lost its model waits for a worker's copy (see
+  // Declare) before it serves the initial weights.
+  absl::Duration restore_wait = absl::Seconds(10);
+  // Tests only: every n-th push is applied and then answered UNAVAILABLE,
+  // as if its answer were lost on the way (0: never).
+  int lose_every_nth_answer = 0;
 
   // OK, or INVALID_ARGUMENT naming the bad field.
   absl::Status Validate() const;
@@ -49,12 +56,26 @@ class Consistency {
   // `request` and `response` must stay valid until the call is answered.
   void Pull(const v1::PullRequest& request, v1::PullResponse* response,
             PendingCall call);
+  // Applies a push once: a retry of one already applied (same client id and
+  // sequence) is answered as the first was (PushLedger).
   absl::Status Push(const v1::PushRequest& request, v1::PushResponse* response);
   // Push, then Pull of the pushed slices in `request.weights_dtype()`; on
   // a push error `call` is answered with it and nothing was applied.
   // `request` and `response` must stay valid until the call is answered.
   void PushPull(const v1::PushPullRequest& request,
                 v1::PushPullResponse* response, PendingCall call);
+  // Declares the model (ShardStore::Declare). With `recover` and a model
+  // created by this call, the shard lost its weights at a restart: pulls
+  // and pushes are answered UNAVAILABLE until a worker's copy has come
+  // (Assign with restore) or restore_wait has passed.
+  absl::StatusOr<v1::DeclareModelResponse> Declare(
+      const v1::DeclareModelRequest& request);
+  // Assign: the workers' weights in allreduce mode, or a worker's copy of
+  // a lost model (restore); FAILED_PRECONDITION otherwise.
+  absl::Status Assign(const v1::AssignRequest& request);
+  // True while the shard waits for a worker's copy of its lost model.
+  bool AwaitingRestore();
+
   // A worker's clock moved (heartbeat): held pulls may go.
   void ClockAdvanced() { Recheck(); }
 
@@ -78,6 +99,8 @@ class Consistency {
     std::vector<int> slices;
   };
   bool Ready(const Wait& w) const;
+  // UNAVAILABLE while awaiting a restore, else OK.
+  absl::Status CheckServing();
   int Quorum(int live) const;
   // Answers every held pull that may go, or whose deadline passed.
   void Recheck();
@@ -89,7 +112,17 @@ class Consistency {
   Clock* const clock_;
 
   std::atomic<int64_t> held_total_{0};
+  std::atomic<int64_t> pushes_seen_{0};     // For lose_every_nth_answer.
+  std::atomic<bool> awaiting_fast_{false};  // awaiting_, read without a lock.
+  PushLedger ledger_;
   HeldCalls<Wait> waiters_;
+
+  absl::Mutex restore_mu_;
+  // Set while a lost model awaits a worker's copy: until when, and which
+  // of its slices have come.
+  bool awaiting_ ABSL_GUARDED_BY(restore_mu_) = false;
+  absl::Time await_until_ ABSL_GUARDED_BY(restore_mu_);
+  int64_t restored_slices_ ABSL_GUARDED_BY(restore_mu_) = 0;
 };
 
 }  // namespace asyncps

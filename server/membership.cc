@@ -6,8 +6,9 @@
 
 namespace asyncps {
 
-Membership::Membership(Clock* clock, absl::Duration worker_timeout)
-    : clock_(clock), worker_timeout_(worker_timeout) {}
+Membership::Membership(Clock* clock, absl::Duration worker_timeout,
+                       Resume resume)
+    : clock_(clock), worker_timeout_(worker_timeout), resume_(resume) {}
 
 bool Membership::Live(const Worker& w, absl::Time now) const {
   return !w.left && now - w.last_heard <= worker_timeout_;
@@ -15,12 +16,34 @@ bool Membership::Live(const Worker& w, absl::Time now) const {
 
 absl::StatusOr<v1::RegisterResponse> Membership::Register(
     const v1::RegisterRequest& request) {
-  if (request.rank() < -1 || request.rank() > kMaxRank) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", request.rank(), " is outside [-1, ", kMaxRank, "]"));
+  if (request.num_workers() < 1 || request.num_workers() > kMaxRank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_workers ", request.num_workers(), " is outside [1, ",
+                     kMaxRank, "]"));
+  }
+  if (request.rank() < -1 || request.rank() >= request.num_workers()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", request.rank(), " is outside [-1, num_workers ",
+                     request.num_workers(), ")"));
+  }
+  if (request.clock() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("clock ", request.clock(), " is negative"));
   }
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
+  if (request.num_workers() != expected_) {
+    for (const auto& [r, w] : workers_) {
+      if (!Live(w, now) || r == request.rank()) continue;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "this worker says the job has num_workers ", request.num_workers(),
+          " but live rank ", r, " joined it with ", expected_, " (rank ",
+          expected_from_rank_,
+          " set it); start every worker with the same --num_workers"));
+    }
+    expected_ = request.num_workers();
+    expected_from_rank_ = request.rank();
+  }
   int rank = request.rank();
   if (rank == -1) {
     rank = 0;
@@ -31,6 +54,7 @@ absl::StatusOr<v1::RegisterResponse> Membership::Register(
     }
   }
   Worker& w = workers_[rank];
+  const bool known = w.incarnation != 0;
   w.incarnation = next_incarnation_++;
   w.left = false;
   w.last_heard = now;
@@ -41,10 +65,14 @@ absl::StatusOr<v1::RegisterResponse> Membership::Register(
   // A (re)joining worker starts where the job is, not at 0: one step
   // behind the front, so in bsp its first gradient completes the step the
   // others are in (or is dropped as late where that step is done).
-  const int64_t resume = std::max<int64_t>(0, max_clock_ - 1);
+  // A replacement in async or ssp goes on from where its rank stopped.
+  int64_t resume = resume_ == Resume::kOwnClock
+                       ? (known ? w.clock : 0)
+                       : std::max<int64_t>(0, max_clock_ - 1);
+  resume = std::max(resume, request.clock());
   w.clock = resume;
+  NoteClock(request.clock());
   response.set_attempt(++w.attempt);
-  expected_ = std::max(expected_, std::min(request.num_workers(), kMaxRank));
   response.set_resume_clock(resume);
   return response;
 }

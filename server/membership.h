@@ -16,19 +16,32 @@
 
 namespace asyncps {
 
-// Largest rank a worker may ask for.
+// Largest rank a worker may ask for, and largest job.
 inline constexpr int kMaxRank = 1 << 16;
 
 class Membership {
  public:
+  // Where a (re)joining worker resumes.
+  enum class Resume {
+    // One below the highest clock seen, so that in bsp its first gradient
+    // contributes to the step in progress (bsp, allreduce).
+    kJobFront,
+    // Where this rank was when last heard from, so a replacement picks up
+    // the dead worker's share of the data where it stopped (async, ssp).
+    kOwnClock,
+  };
   // `clock` is borrowed and must outlive this object.
-  Membership(Clock* clock, absl::Duration worker_timeout);
+  Membership(Clock* clock, absl::Duration worker_timeout,
+             Resume resume = Resume::kJobFront);
 
   // Adds or re-adds a worker. rank = -1 gives the lowest rank that is not
   // live; a rank that registers again gets a new incarnation (a restarted
-  // worker rejoins) and a resume clock one below the highest clock seen, so
-  // that in bsp it contributes to the step in progress.
-  // INVALID_ARGUMENT for a rank outside [-1, kMaxRank].
+  // worker rejoins) and a resume clock (see Resume); a worker that says it
+  // is at a later clock (it registers again with a restarted shard) is
+  // taken to be there.
+  // INVALID_ARGUMENT for a rank outside [-1, num_workers) or num_workers
+  // outside [1, kMaxRank]; FAILED_PRECONDITION for a num_workers other
+  // than the one the job's live workers registered with.
   absl::StatusOr<v1::RegisterResponse> Register(
       const v1::RegisterRequest& request);
 
@@ -47,7 +60,7 @@ class Membership {
   int64_t MinLiveClock() const;
   // Highest clock any worker, live or not, has reported.
   int64_t MaxClock() const;
-  // Workers the job expects (the largest num_workers a Register named) and
+  // Workers the job expects (the num_workers its workers registered with) and
   // ranks that have registered so far, live or not.
   int Expected() const;
   int Registered() const;
@@ -77,6 +90,7 @@ class Membership {
 
   Clock* const clock_;
   const absl::Duration worker_timeout_;
+  const Resume resume_;
 
   mutable absl::Mutex mu_;
   std::map<int, Worker> workers_ ABSL_GUARDED_BY(mu_);
@@ -84,7 +98,10 @@ class Membership {
   int64_t max_gap_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t max_clock_ ABSL_GUARDED_BY(mu_) = 0;  // Ever reported; only grows.
   void NoteClock(int64_t clock) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's worker count: set by the first Register, changed only by one
+  // made while no worker is live (a new job on the same servers).
   int expected_ ABSL_GUARDED_BY(mu_) = 0;
+  int expected_from_rank_ ABSL_GUARDED_BY(mu_) = -1;
   void UpdateGap(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 

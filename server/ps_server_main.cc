@@ -70,6 +70,10 @@ ABSL_FLAG(absl::Duration, step_deadline, absl::ZeroDuration(),
 ABSL_FLAG(std::string, stale_policy, "none",
           "async/ssp: none, drop:K (drop gradients staler than K versions), "
           "or scale (learning rate / (1 + staleness)).");
+ABSL_FLAG(absl::Duration, restore_wait, absl::Seconds(10),
+          "A shard restarted without a checkpoint gets the model declared "
+          "again by the workers; it waits this long for a worker's copy of "
+          "the weights before serving the initial ones.");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
           "On SIGTERM, how long in-flight calls may take to finish.");
 
@@ -98,6 +102,7 @@ absl::StatusOr<ShardServerConfig> ConfigFromFlags() {
   config.consistency.staleness = absl::GetFlag(FLAGS_staleness);
   config.consistency.backup_workers = absl::GetFlag(FLAGS_backup_workers);
   config.consistency.step_deadline = absl::GetFlag(FLAGS_step_deadline);
+  config.consistency.restore_wait = absl::GetFlag(FLAGS_restore_wait);
   RETURN_IF_ERROR(config.Validate());
   return config;
 }
@@ -113,7 +118,9 @@ int Run() {
   auto server = ShardServer::Start(*config);
   if (!server.ok()) {
     LOG(ERROR) << server.status();
-    return 1;
+    // A flag that names something unusable is the caller's error, as a
+    // malformed flag is.
+    return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   std::printf("ps_server shard %d/%d data plane on port %d\n", config->shard,
               config->num_shards, (*server)->data_port());

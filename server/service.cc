@@ -60,7 +60,7 @@ grpc::ServerUnaryReactor* ParameterServerService::DeclareModel(
     v1::DeclareModelResponse* response) {
   grpc::ServerUnaryReactor* reactor = Begin(context);
   if (reactor == nullptr) return context->DefaultReactor();
-  auto result = store_->Declare(request->spec());
+  auto result = consistency_->Declare(*request);
   if (result.ok()) *response = *std::move(result);
   reactor->Finish(ToGrpcStatus(result.status()));
   return reactor;
@@ -126,6 +126,7 @@ grpc::ServerUnaryReactor* ParameterServerService::Register(
   if (result.ok()) {
     *response = *std::move(result);
     response->set_mode(ModeName(consistency_->config().mode));
+    response->set_shard_incarnation(store_->incarnation());
   } else {
     store_->CountRejected();
   }
@@ -150,7 +151,7 @@ grpc::ServerUnaryReactor* ParameterServerService::Assign(
     v1::AssignResponse* response) {
   grpc::ServerUnaryReactor* reactor = Begin(context);
   if (reactor == nullptr) return context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(store_->Assign(*request)));
+  reactor->Finish(ToGrpcStatus(consistency_->Assign(*request)));
   return reactor;
 }
 
@@ -222,6 +223,10 @@ grpc::ServerUnaryReactor* ParameterServerService::Stats(
   response->set_held_pulls(consistency_->held_pulls());
   response->set_live_workers(membership_->LiveCount());
   response->set_max_clock_gap(membership_->MaxClockGap());
+  response->set_incarnation(store_->incarnation());
+  response->set_dropped_restarted(c.dropped_restarted);
+  response->set_duplicate_pushes(c.duplicate_pushes);
+  response->set_awaiting_restore(consistency_->AwaitingRestore());
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -26,6 +26,8 @@ struct ShardCounters {
   int64_t dropped_late = 0;
   int64_t steps_applied = 0;
   int64_t steps_short = 0;
+  int64_t dropped_restarted = 0;
+  int64_t duplicate_pushes = 0;
   std::vector<int64_t> staleness_histogram;
 };
 
@@ -37,6 +39,10 @@ class ShardCounterSet {
   void CountPush() { Add(pushes_); }
   void CountPull() { Add(pulls_); }
   void CountRejected() { Add(rejected_); }
+  // A slice gradient computed against an earlier incarnation, dropped.
+  void CountDroppedRestarted() { Add(dropped_restarted_); }
+  // A retried push answered from the ledger.
+  void CountDuplicatePush() { Add(duplicate_pushes_); }
   // One slice's outcome of a push (`bsp`: of a bsp push), or of a bsp step
   // completed later.
   void Count(const SliceOutcome& o, bool bsp) {
@@ -63,6 +69,8 @@ class ShardCounterSet {
     c.dropped_late = Get(dropped_late_);
     c.steps_applied = Get(steps_applied_);
     c.steps_short = Get(steps_short_);
+    c.dropped_restarted = Get(dropped_restarted_);
+    c.duplicate_pushes = Get(duplicate_pushes_);
     for (const auto& b : staleness_) c.staleness_histogram.push_back(Get(b));
     return c;
   }
@@ -83,6 +91,8 @@ class ShardCounterSet {
   std::atomic<int64_t> dropped_late_{0};
   std::atomic<int64_t> steps_applied_{0};
   std::atomic<int64_t> steps_short_{0};
+  std::atomic<int64_t> dropped_restarted_{0};
+  std::atomic<int64_t> duplicate_pushes_{0};
   std::vector<std::atomic<int64_t>> staleness_;
 };
 

@@ -56,13 +56,32 @@ absl::Status ShardServerConfig::Validate() const {
   return consistency.Validate();
 }
 
+namespace {
+
+// A fresh, nonzero id for this start of the shard.
+uint64_t NewIncarnation() {
+  std::random_device random;
+  uint64_t id = 0;
+  while (id == 0) id = (uint64_t{random()} << 32) | random();
+  return id;
+}
+
+Membership::Resume ResumeFor(Mode mode) {
+  return mode == Mode::kAsync || mode == Mode::kSsp
+             ? Membership::Resume::kOwnClock
+             : Membership::Resume::kJobFront;
+}
+
+}  // namespace
+
 ShardServer::ShardServer(const ShardServerConfig& config, Env env)
     : config_(config),
       env_(env),
       store_(config.shard, config.num_shards,
              config.max_message_bytes - kResponseOverhead,
-             static_cast<uint64_t>(config.max_shard_bytes)),
-      membership_(env.clock, config.worker_timeout),
+             static_cast<uint64_t>(config.max_shard_bytes), NewIncarnation()),
+      membership_(env.clock, config.worker_timeout,
+                  ResumeFor(config.consistency.mode)),
       consistency_(config.consistency, &store_, &membership_, env.clock),
       kv_(env.clock) {}
 
@@ -73,11 +92,29 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   RETURN_IF_ERROR(server->Restore());
   RETURN_IF_ERROR(server->Listen());
   server->ticker_ = std::thread([s = server.get()] { s->Housekeeping(); });
+  if (server->checkpointer_ != nullptr) {
+    server->checkpoints_ =
+        std::thread([s = server.get()] { s->PeriodicCheckpoints(); });
+  }
   return server;
 }
 
 absl::Status ShardServer::Restore() {
   if (config_.checkpoint_dir.empty()) return absl::OkStatus();
+  // Found unusable now rather than at the first checkpoint, minutes in.
+  const std::string probe =
+      absl::StrCat(config_.checkpoint_dir, "/.probe-shard-", config_.shard);
+  auto file = env_.fs->NewWritableFile(probe);
+  absl::Status writable = file.status();
+  if (file.ok()) {
+    writable = (*file)->Close();
+    env_.fs->Delete(probe).IgnoreError();
+  }
+  if (!writable.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--checkpoint_dir=", config_.checkpoint_dir,
+        " is not a directory this shard can write to: ", writable.message()));
+  }
   std::vector<std::string> skipped;
   auto newest = LoadNewestCheckpoint(env_.fs, config_.checkpoint_dir,
                                      config_.shard, &skipped);
@@ -177,7 +214,14 @@ void ShardServer::Housekeeping() {
   while (!stop_.WaitForNotificationWithTimeout(config_.tick)) {
     consistency_.Tick();
     kv_.Expire();
-    if (checkpointer_ != nullptr) checkpointer_->MaybeWrite(env_.clock->Now());
+  }
+}
+
+void ShardServer::PeriodicCheckpoints() {
+  // Apart from Housekeeping, so a slow disk never delays held pulls, bsp
+  // deadlines or liveness.
+  while (!stop_.WaitForNotificationWithTimeout(config_.tick)) {
+    checkpointer_->MaybeWrite(env_.clock->Now());
   }
 }
 
@@ -199,6 +243,7 @@ void ShardServer::Shutdown() {
   stop_.Notify();
   const bool started = ticker_.joinable();
   if (started) ticker_.join();
+  if (checkpoints_.joinable()) checkpoints_.join();
   if (started && checkpointer_ != nullptr && store_.declared()) {
     auto path = checkpointer_->Write();
     if (path.ok()) {

@@ -51,7 +51,7 @@ struct ShardServerConfig {
   ConsistencyConfig consistency;
   absl::Duration shutdown_grace = absl::Seconds(5);
   // Period of housekeeping: held-call deadlines, bsp step deadlines,
-  // liveness logs, periodic checkpoints.
+  // liveness logs; and of the periodic-checkpoint thread.
   absl::Duration tick = absl::Milliseconds(20);
 
   // OK, or INVALID_ARGUMENT naming the flag that is wrong.
@@ -90,6 +90,7 @@ class ShardServer {
   absl::Status Restore();
   absl::Status Listen();
   void Housekeeping();
+  void PeriodicCheckpoints();
 
   // Constant after construction.
   const ShardServerConfig config_;
@@ -106,6 +107,7 @@ class ShardServer {
   int port_ = 0;
   absl::Notification stop_;
   std::thread ticker_;
+  std::thread checkpoints_;  // Periodic checkpoints, with a checkpoint_dir.
 
   absl::Mutex shutdown_mu_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;

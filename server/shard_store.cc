@@ -1,5 +1,6 @@
 #include "server/shard_store.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -19,11 +20,12 @@ v1::DType PullDtype(const v1::PullRequest& request) {
 }  // namespace
 
 ShardStore::ShardStore(int shard, int num_shards, uint64_t max_response_bytes,
-                       uint64_t max_shard_bytes)
+                       uint64_t max_shard_bytes, uint64_t incarnation)
     : shard_(shard),
       num_shards_(num_shards),
       max_response_bytes_(max_response_bytes),
-      max_shard_bytes_(max_shard_bytes) {}
+      max_shard_bytes_(max_shard_bytes),
+      incarnation_(incarnation) {}
 
 std::shared_ptr<const ShardStore::Model> ShardStore::model() const {
   absl::MutexLock lock(&mu_);
@@ -77,6 +79,7 @@ absl::StatusOr<v1::DeclareModelResponse> ShardStore::Declare(
     model_ = *std::move(m);
     response.set_created(true);
   }
+  response.set_incarnation(incarnation_);
   response.set_num_slices(model_->model->num_slices());
   response.set_num_bytes(model_->model->num_bytes());
   return response;
@@ -172,6 +175,7 @@ void ShardStore::FinishPull(const v1::PullRequest& request,
     v1::SliceData* out = response->add_slices();
     *out->mutable_key() = request.slices(static_cast<int>(k));
     out->set_dtype(PullDtype(request));
+    out->set_incarnation(incarnation_);
     out->set_version(
         m->slices[slices[k]]->Read(PullDtype(request), out->mutable_data()));
   }
@@ -209,8 +213,13 @@ absl::Status ShardStore::Push(const v1::PushRequest& request,
     return Reject(absl::InvalidArgumentError(absl::StrCat(
         "bsp push with clock ", request.clock(), "; steps count from 1")));
   }
+  // Stamped with another incarnation: computed before this shard restarted.
+  auto restarted = [this](const v1::SliceData& g) {
+    return g.incarnation() != 0 && g.incarnation() != incarnation_;
+  };
   for (int k = 0; k < request.gradients_size(); ++k) {
     const v1::SliceData& g = request.gradients(k);
+    if (restarted(g)) continue;
     absl::Status ok = m->slices[indices[k]]->CheckPush(
         g.version(), bsp, request.clock(), SliceName(g.key()));
     if (!ok.ok()) return Reject(ok);
@@ -218,15 +227,28 @@ absl::Status ShardStore::Push(const v1::PushRequest& request,
   response->clear_versions();
   response->clear_staleness();
   response->clear_dropped();
+  response->set_incarnation(incarnation_);
   const v1::OptimizerSpec& optimizer = m->model->spec().optimizer();
+  int64_t front = 0;
   for (int k = 0; k < request.gradients_size(); ++k) {
     SliceState& state = *m->slices[indices[k]];
-    const int64_t version = request.gradients(k).version();
+    const bool lost = restarted(request.gradients(k));
+    if (lost && !bsp) {
+      counters_.CountDroppedRestarted();
+      response->add_versions(state.version());
+      response->add_staleness(0);
+      response->add_dropped(true);
+      continue;
+    }
+    if (lost) state.FastForward(request.clock() - 1);
+    const int64_t version =
+        lost ? state.version() : request.gradients(k).version();
     const SliceOutcome o =
         bsp ? state.AddToStep(optimizer, request.rank(), request.clock(),
                               version, grads[k], policy.quorum,
                               policy.live_workers, policy.now)
             : state.ApplyAsync(optimizer, policy.stale, version, grads[k]);
+    if (bsp) front = std::max(front, state.applied_step());
     if (o.step_pending) {
       absl::MutexLock pending(&pending_mu_);
       pending_.insert(indices[k]);
@@ -236,6 +258,7 @@ absl::Status ShardStore::Push(const v1::PushRequest& request,
     response->add_staleness(o.staleness);
     response->add_dropped(o.dropped);
   }
+  if (bsp) response->set_front_step(front);
   counters_.CountPush();
   return absl::OkStatus();
 }
@@ -273,7 +296,8 @@ bool ShardStore::StepApplied(const std::vector<int>& slices,
   return true;
 }
 
-absl::Status ShardStore::Assign(const v1::AssignRequest& request) {
+absl::Status ShardStore::Assign(const v1::AssignRequest& request,
+                                bool steps_unknown) {
   std::shared_ptr<const Model> m = model();
   if (m == nullptr) {
     return Reject(absl::FailedPreconditionError(
@@ -285,7 +309,8 @@ absl::Status ShardStore::Assign(const v1::AssignRequest& request) {
   for (int k = 0; k < request.weights_size(); ++k) {
     const absl::Span<const float> v = decoded.values[k];
     m->slices[decoded.indices[k]]->Assign(
-        std::vector<float>(v.begin(), v.end()), request.weights(k).version());
+        std::vector<float>(v.begin(), v.end()), request.weights(k).version(),
+        steps_unknown);
   }
   return absl::OkStatus();
 }

@@ -43,9 +43,12 @@ class ShardStore {
   // REQUIRES: 0 <= shard < num_shards. `max_shard_bytes` bounds the weights
   // this shard will hold (the optimizer's slots come on top: up to 2x more
   // for Adam); a bigger model is refused with RESOURCE_EXHAUSTED instead of
-  // running the process out of memory.
+  // running the process out of memory. `incarnation` (nonzero) is stamped
+  // on every slice answered; gradients stamped with another are from
+  // before a restart.
   ShardStore(int shard, int num_shards, uint64_t max_response_bytes,
-             uint64_t max_shard_bytes = uint64_t{4} << 30);
+             uint64_t max_shard_bytes = uint64_t{4} << 30,
+             uint64_t incarnation = 1);
   ShardStore(const ShardStore&) = delete;
   ShardStore& operator=(const ShardStore&) = delete;
 
@@ -67,7 +70,10 @@ class ShardStore {
   // Validates every gradient in `request` first (known slice on this shard,
   // matching range, dtype, byte length, finite values, version not from the
   // future, no slice twice, a bsp step that is not ahead); if any fails
-  // nothing is applied. Then, per slice under its lock:
+  // nothing is applied. A gradient stamped with an earlier incarnation is
+  // not checked against versions it never saw: async/ssp drop it, bsp
+  // fast-forwards the slice to the pushed step (SliceState::FastForward)
+  // and adds it there. Then, per slice under its lock:
   // - async/ssp: applies the optimizer (the learning rate scaled, or the
   //   gradient dropped, per `policy.stale`);
   // - bsp: adds the gradient to its step's sum; the step's mean is applied
@@ -97,11 +103,15 @@ class ShardStore {
   // shard; nothing changes on error.
   absl::Status Restore(const v1::ShardCheckpoint& checkpoint);
 
-  // Replaces weights (allreduce mode), validated like a push's gradients;
-  // each slice's version becomes the given one.
-  absl::Status Assign(const v1::AssignRequest& request);
+  // Replaces weights (allreduce mode, or a restore), validated like a
+  // push's gradients; each slice's version becomes the given one. With
+  // `steps_unknown` (a bsp restore) each slice takes its step from the
+  // first push (SliceState::Assign).
+  absl::Status Assign(const v1::AssignRequest& request,
+                      bool steps_unknown = false);
 
   int shard() const { return shard_; }
+  uint64_t incarnation() const { return incarnation_; }
   // The declared spec, or FAILED_PRECONDITION before Declare.
   absl::StatusOr<v1::ModelSpec> Spec() const;
   bool declared() const;
@@ -112,6 +122,7 @@ class ShardStore {
   ShardCounters Counters() const;
   // Counts an RPC refused before it reached the store (e.g. a bad Register).
   void CountRejected() { counters_.CountRejected(); }
+  void CountDuplicatePush() { counters_.CountDuplicatePush(); }
 
  private:
   // A declared model and the state of its slices on this shard. Published
@@ -133,6 +144,7 @@ class ShardStore {
   const int num_shards_;
   const uint64_t max_response_bytes_;
   const uint64_t max_shard_bytes_;
+  const uint64_t incarnation_;
 
   mutable absl::Mutex mu_;
   std::shared_ptr<const Model> model_ ABSL_GUARDED_BY(mu_);

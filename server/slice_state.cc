@@ -20,7 +20,7 @@ absl::Status SliceState::CheckPush(int64_t version, bool bsp, int64_t clock,
         absl::StrCat("gradient for slice ", name, " claims version ", version,
                      " but the slice is only at version ", version_));
   }
-  if (bsp && clock > applied_step_ + 1) {
+  if (bsp && clock > applied_step_ + 1 && !steps_unknown_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "bsp step ", clock, " for slice ", name, " pushed before step ",
         applied_step_ + 1, " was applied"));
@@ -53,6 +53,11 @@ SliceOutcome SliceState::AddToStep(const v1::OptimizerSpec& optimizer, int rank,
                                    absl::Span<const float> grad, int quorum,
                                    int live_workers, absl::Time now) {
   absl::MutexLock lock(&mu_);
+  if (steps_unknown_) {
+    // The first step pushed after a restore is the one the job is on.
+    applied_step_ = std::max(applied_step_, clock - 1);
+    steps_unknown_ = false;
+  }
   SliceOutcome out;
   out.staleness = version_ - version;
   const bool duplicate = std::find(step_ranks_.begin(), step_ranks_.end(),
@@ -104,6 +109,23 @@ void SliceState::ApplyStep(const v1::OptimizerSpec& optimizer, int live_workers,
   outcome->step_short = static_cast<int>(n) < live_workers;
 }
 
+void SliceState::FastForward(int64_t step) {
+  absl::MutexLock lock(&mu_);
+  if (applied_step_ >= step) return;
+  applied_step_ = step;
+  step_ranks_.clear();
+}
+
+int64_t SliceState::version() const {
+  absl::MutexLock lock(&mu_);
+  return version_;
+}
+
+int64_t SliceState::applied_step() const {
+  absl::MutexLock lock(&mu_);
+  return applied_step_;
+}
+
 bool SliceState::StepApplied(int64_t clock) const {
   absl::MutexLock lock(&mu_);
   return applied_step_ >= clock;
@@ -115,10 +137,12 @@ int64_t SliceState::Read(v1::DType dtype, std::string* data) const {
   return version_;
 }
 
-void SliceState::Assign(std::vector<float> weights, int64_t version) {
+void SliceState::Assign(std::vector<float> weights, int64_t version,
+                        bool steps_unknown) {
   absl::MutexLock lock(&mu_);
   weights_ = std::move(weights);
   version_ = version;
+  steps_unknown_ = steps_unknown;
 }
 
 void SliceState::Save(v1::SliceCheckpoint* out) const {

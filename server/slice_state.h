@@ -71,15 +71,28 @@ class SliceState {
                             int live_workers, absl::Duration deadline,
                             absl::Time now);
 
+  // bsp: a shard restored from an older checkpoint rejoins the job at the
+  // step its workers are on: if fewer than `step` steps were applied, the
+  // slice counts `step` as applied and forgets the partial sum of the step
+  // it was in (its gradients belong to a step the job has finished).
+  void FastForward(int64_t step);
+
+  int64_t version() const;
+  int64_t applied_step() const;
+
   // bsp: true once step `clock` has been applied.
   bool StepApplied(int64_t clock) const;
 
   // Writes the weights as `dtype` payload bytes into `data`; returns the
   // version.
   int64_t Read(v1::DType dtype, std::string* data) const;
-  // Replaces the weights (allreduce), with `version`.
-  // REQUIRES: weights.size() == the slice's size.
-  void Assign(std::vector<float> weights, int64_t version);
+  // Replaces the weights (allreduce, or a restore), with `version`. With
+  // `steps_unknown` (a bsp restore from a worker's copy: how many steps the
+  // job has done is not known here), the first bsp push, for step c, sets
+  // the applied step to c - 1 (FastForward) instead of being refused as
+  // ahead. REQUIRES: weights.size() == the slice's size.
+  void Assign(std::vector<float> weights, int64_t version,
+              bool steps_unknown = false);
 
   // Checkpoint form of the whole state (but the slice index).
   void Save(v1::SliceCheckpoint* out) const;
@@ -98,6 +111,7 @@ class SliceState {
   // bsp: the last step applied, and the sum of step applied_step_ + 1's
   // gradients so far, from these ranks, the first at step_first_.
   int64_t applied_step_ ABSL_GUARDED_BY(mu_) = 0;
+  bool steps_unknown_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<float> step_sum_ ABSL_GUARDED_BY(mu_);
   std::vector<int> step_ranks_ ABSL_GUARDED_BY(mu_);
   absl::Time step_first_ ABSL_GUARDED_BY(mu_);

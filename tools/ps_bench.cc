@@ -112,7 +112,7 @@ int Run() {
         w.emplace_back(n, 0.0f);
         g.emplace_back(n, 1e-3f);
       }
-      std::vector<int64_t> versions;
+      std::vector<SliceVersion> versions;
       absl::Status s = conns[c]->Pull(tensors, &w, &versions, -1, 0);
       while (s.ok() && absl::Now() - start < length) {
         if (op == "pull" || op == "pull+push") {

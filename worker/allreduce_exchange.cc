@@ -17,7 +17,7 @@ AllreduceExchange::AllreduceExchange(
 absl::Status AllreduceExchange::Start(std::vector<std::vector<float>>* weights,
                                       int64_t clock) {
   weights_ = weights;
-  std::vector<int64_t> versions;
+  std::vector<SliceVersion> versions;
   absl::Status s =
       client_->Pull(all_tensors_, weights, &versions, config_.rank, clock);
   if (!s.ok()) return s;
@@ -92,6 +92,16 @@ absl::Status AllreduceExchange::FinishStep(
 
 absl::Status AllreduceExchange::Flush(int64_t clock) {
   if (config_.rank != 0 || weights_ == nullptr) return absl::OkStatus();
+  absl::Status s =
+      client_->Assign(all_tensors_, *weights_, clock, config_.rank);
+  if (s.code() != absl::StatusCode::kFailedPrecondition) return s;
+  // A shard restarted without a checkpoint: declare the model on it again
+  // (idempotent elsewhere); these weights then replace its initial ones.
+  auto lost = client_->ShardsWithoutModel();
+  if (!lost.ok() || lost->empty()) return s;
+  if (absl::Status d = client_->DeclareModel(client_->spec()); !d.ok()) {
+    return d;
+  }
   return client_->Assign(all_tensors_, *weights_, clock, config_.rank);
 }
 

@@ -22,7 +22,7 @@ absl::StatusOr<Evaluation> EvaluateOnce(PsClient* client, Mlp* model,
   for (size_t n : model->TensorSizes()) weights.emplace_back(n, 0.0f);
   std::vector<int> all(model->num_tensors());
   for (int t = 0; t < model->num_tensors(); ++t) all[t] = t;
-  std::vector<int64_t> versions;
+  std::vector<SliceVersion> versions;
   RETURN_IF_ERROR(client->Pull(all, &weights, &versions, -1, 0));
   model->SetWeights(weights);
 
@@ -43,7 +43,9 @@ absl::StatusOr<Evaluation> EvaluateOnce(PsClient* client, Mlp* model,
   // A slice's version counts the updates applied to it (async: pushes;
   // bsp: steps; allreduce: the step of the weights last assigned).
   double slice_updates = 0;
-  for (int64_t v : versions) slice_updates += static_cast<double>(v);
+  for (const SliceVersion& v : versions) {
+    slice_updates += static_cast<double>(v.version);
+  }
   Evaluation e;
   e.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   e.updates =
@@ -76,7 +78,18 @@ absl::Status RunEvaluator(PsClient* client, Mlp* model, const Dataset& test,
   while (true) {
     // Sleeping until the next period or a stop request, whichever first.
     const bool stopping = stop->WaitForNotificationWithTimeout(every);
-    ASSIGN_OR_RETURN(Evaluation e, EvaluateOnce(client, model, test, start));
+    auto evaluated = EvaluateOnce(client, model, test, start);
+    if (!evaluated.ok() && !stopping &&
+        (evaluated.status().code() == absl::StatusCode::kFailedPrecondition ||
+         evaluated.status().code() == absl::StatusCode::kUnavailable)) {
+      // A shard restarted and has no model until the workers declare it
+      // again, or was down past the retries: score at the next period.
+      std::printf("evaluator skipped an evaluation: %s\n",
+                  evaluated.status().ToString().c_str());
+      std::fflush(stdout);
+      continue;
+    }
+    ASSIGN_OR_RETURN(Evaluation e, std::move(evaluated));
     std::printf(
         "evaluator t=%.1fs updates=%.0f test_loss=%.4f accuracy=%.4f%s\n",
         e.seconds, e.updates, e.loss, e.accuracy, stopping ? " (final)" : "");

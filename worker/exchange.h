@@ -21,6 +21,11 @@ struct StepStats {
   // The lowest version among the weights now held (updates the servers have
   // applied to every slice); -1 if unknown.
   int64_t min_version = -1;
+  // bsp: this worker's gradient came back dropped as late, and the job has
+  // applied steps up to here: the worker goes on from this clock instead of
+  // redoing steps the others have done (it stalled, or it rejoined). 0:
+  // carry on.
+  int64_t front_step = 0;
 };
 
 // Every tensor of `layer_tensors`, in ascending order.

@@ -12,7 +12,8 @@ std::unique_ptr<GradientExchange> MakeExchange(
     int64_t attempt, std::vector<std::vector<int>> layer_tensors) {
   if (config.ParsedMode() != Mode::kAllreduce) {
     return std::make_unique<PsExchange>(
-        client, config.rank, std::move(layer_tensors), config.Exchange());
+        client, config.rank, std::move(layer_tensors), config.Exchange(),
+        /*steps=*/config.ParsedMode() == Mode::kBsp);
   }
   AllreduceConfig ar;
   ar.rank = config.rank;

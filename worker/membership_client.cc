@@ -70,8 +70,11 @@ void MembershipClient::HeartbeatLoop() {
     for (int s = 0; s < client_->num_shards(); ++s) {
       absl::Status hs = Heartbeat(s, /*leaving=*/false);
       if (hs.code() == absl::StatusCode::kNotFound) {
-        // The shard restarted and forgot us: join again.
-        auto r = client_->Register(s, join_);
+        // The shard restarted and forgot us: join again, saying where we
+        // are (so ssp does not take us for a worker at clock 0).
+        v1::RegisterRequest again = join_;
+        again.set_clock(clock_.load());
+        auto r = client_->Register(s, again);
         if (r.ok()) {
           absl::MutexLock lock(&mu_);
           incarnations_[s] = r->incarnation();

@@ -13,6 +13,12 @@
 //   t-1's PushPull brought. Half the round trips, and communication overlaps
 //   a whole step; each gradient is then at most one step staler (the
 //   staleness histogram shows it).
+// A shard that restarts costs at most the step in flight: its new weights
+// come back in the next answer (the gradients computed against the lost
+// ones are dropped, or in bsp added to the step the job is on); a shard
+// that restarted without a checkpoint gets the model declared again and
+// this worker's copy of its weights (Recover); a bsp pull that a restarted
+// shard answers ABORTED pushes its layer again.
 // Used by one trainer thread.
 #ifndef ASYNCPS_WORKER_PS_EXCHANGE_H_
 #define ASYNCPS_WORKER_PS_EXCHANGE_H_
@@ -36,9 +42,11 @@ class PsExchange final : public GradientExchange {
 
   // `client` is borrowed and must have a model; `layer_tensors[l]` lists
   // the tensor indices of layer l.
+  // `steps`: the servers run bsp, where a step's gradient must reach every
+  // slice (a step broken off by a shard's restart is sent again whole).
   PsExchange(PsClient* client, int rank,
              std::vector<std::vector<int>> layer_tensors,
-             Mode mode = Mode::kLayered);
+             Mode mode = Mode::kLayered, bool steps = false);
 
   absl::Status Start(std::vector<std::vector<float>>* weights,
                      int64_t clock) override;
@@ -51,7 +59,18 @@ class PsExchange final : public GradientExchange {
   absl::Status Finish(int64_t clock) override;
 
  private:
-  absl::Status FinishLayered(StepStats* stats);
+  // After a tensor call failed with `failure`: if some shards lost the
+  // model, declares it on them again, restores those this worker's call
+  // created from this worker's copy, and pulls every weight afresh (the
+  // step's gradient is lost where it was not applied). Any other failure
+  // is returned as it is.
+  absl::Status Recover(const absl::Status& failure);
+  // Layered: pulls `tensors` after their push; a bsp shard that restarted
+  // since answers ABORTED, and then the push goes again first.
+  absl::Status PullLayer(const std::vector<int>& tensors,
+                         const std::vector<std::vector<float>>& grads,
+                         int64_t clock);
+  absl::Status FinishLayered(int64_t clock, StepStats* stats);
   absl::Status FinishFused(int64_t clock, StepStats* stats);
   absl::Status FinishPrefetched(int64_t clock, StepStats* stats);
   void AddPushResult(const PushResult& r);
@@ -67,18 +86,19 @@ class PsExchange final : public GradientExchange {
   const std::vector<std::vector<int>> layer_tensors_;
   const std::vector<int> all_tensors_;
   const Mode mode_;
+  const bool steps_;
   // Touched by the queue's thread only while tasks are pending; the trainer
   // reads them after FinishStep has drained the queue.
-  std::vector<int64_t> versions_;
+  std::vector<SliceVersion> versions_;
   std::vector<std::vector<float>>* weights_ = nullptr;
   StepStats step_stats_;
   // Prefetch: the gradients being sent and the versions they came from;
   // the weights (and versions) the PushPull in flight brings.
   const std::vector<std::vector<float>>* grads_ = nullptr;
   std::vector<std::vector<float>> sent_grads_;
-  std::vector<int64_t> sent_versions_;
+  std::vector<SliceVersion> sent_versions_;
   std::vector<std::vector<float>> staged_;
-  std::vector<int64_t> staged_versions_;
+  std::vector<SliceVersion> staged_versions_;
   bool in_flight_ = false;
   TaskQueue queue_;  // Last: its thread stops before the rest is destroyed.
 };

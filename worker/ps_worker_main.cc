@@ -16,6 +16,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "client/ps_client.h"
 #include "common/large_buffers.h"
@@ -165,13 +166,15 @@ WorkerConfig ConfigFromFlags() {
   return c;
 }
 
-int Fail(const absl::Status& s) {
+// Exit statuses: 1, training failed; 2, refused at start (a bad flag, or
+// data that cannot be trained on), before touching the network.
+int Fail(const absl::Status& s, int code = 1) {
   LOG(ERROR) << s;
   std::fprintf(stderr, "ps_worker: %s\n", s.ToString().c_str());
   // Also on stdout, where scripts and tests read the worker's results.
   std::printf("ps_worker failed: %s\n", s.ToString().c_str());
   std::fflush(stdout);
-  return 1;
+  return code;
 }
 
 // Trains until the data, --steps or the shared update budget run out, or
@@ -185,6 +188,8 @@ absl::Status Train(const WorkerConfig& config, PsClient* client,
                              config.ParsedMode(), config.heartbeat_every));
   DataLoader loader(&data, config.rank, config.num_workers, config.seed,
                     config.max_train_examples);
+  // A replacement picks the rank's share up where the job has it.
+  loader.Skip(membership->start_clock() * config.accumulate, config.batch_size);
   Mlp model(backend, config.Layers(), config.batch_size);
   std::unique_ptr<GradientExchange> exchange =
       MakeExchange(config, client, backend->cuda_device(),
@@ -228,13 +233,29 @@ absl::Status Train(const WorkerConfig& config, PsClient* client,
 
 // Everything after the flags were checked: device, data, servers, role.
 absl::Status Run(const WorkerConfig& config, std::atomic<bool>* stop,
-                 absl::Notification* stopped) {
+                 absl::Notification* stopped, bool* refused_at_start) {
+  *refused_at_start = true;
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
                    MakeBackend(config.device, config.Precision(), config.rank,
                                config.blas_threads));
   ASSIGN_OR_RETURN(
       Dataset data,
       ReadFashionMnist(config.data_dir, config.evaluator() ? "t10k" : "train"));
+  // This worker's share: examples rank, rank + n, ... (DataLoader).
+  const int64_t share =
+      config.evaluator() || data.size <= config.rank
+          ? data.size
+          : (data.size - config.rank + config.num_workers - 1) /
+                config.num_workers;
+  if (data.size == 0 || share == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--data_dir=", config.data_dir, ": the ",
+                     config.evaluator() ? "test" : "training", " set has ",
+                     data.size, " images, ", share, " of them for rank ",
+                     config.rank, " of ", config.num_workers, "; nothing to ",
+                     config.evaluator() ? "score" : "train on"));
+  }
+  *refused_at_start = false;
   PsClientOptions options;
   options.servers = config.ServerList();
   options.rpc_timeout = config.rpc_timeout;
@@ -267,7 +288,9 @@ int main(int argc, char** argv) {
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
   const asyncps::WorkerConfig config = asyncps::ConfigFromFlags();
-  if (absl::Status s = config.Validate(); !s.ok()) return asyncps::Fail(s);
+  if (absl::Status s = config.Validate(); !s.ok()) {
+    return asyncps::Fail(s, 2);
+  }
 
   // A stop signal ends training after the current step, and makes the
   // evaluator score once more.
@@ -278,8 +301,10 @@ int main(int argc, char** argv) {
     if (asyncps::WaitForStopSignal() != 0) stop = true;
     stopped.Notify();
   });
-  const absl::Status s = asyncps::Run(config, &stop, &stopped);
+  bool refused_at_start = false;
+  const absl::Status s =
+      asyncps::Run(config, &stop, &stopped, &refused_at_start);
   asyncps::WakeStopWaiter();
   watcher.join();
-  return s.ok() ? 0 : asyncps::Fail(s);
+  return s.ok() ? 0 : asyncps::Fail(s, refused_at_start ? 2 : 1);
 }

@@ -42,13 +42,14 @@ absl::Status Train(const TrainerConfig& config, Mlp* model, DataLoader* loader,
   std::vector<int> y;
   *result = TrainerResult();
 
-  int64_t step = 0;
+  int64_t step = 0;                         // Steps done by this process.
+  int64_t done_clock = config.start_clock;  // Steps done by this rank.
   while (!stop->load(std::memory_order_relaxed)) {
-    if (config.steps > 0 && step >= config.steps) break;
+    if (config.steps > 0 && done_clock >= config.steps) break;
     if (loader->epoch() >= config.epochs) break;
     model->SetWeights(weights);
     double loss = 0;
-    const int64_t clock = config.start_clock + step + 1;
+    const int64_t clock = done_clock + 1;
     const absl::Time compute_start = absl::Now();
     for (int m = 0; m < config.accumulate; ++m) {
       const int n = loader->NextBatch(config.batch_size, &x, &y);
@@ -76,7 +77,9 @@ absl::Status Train(const TrainerConfig& config, Mlp* model, DataLoader* loader,
     StepStats stats;
     RETURN_IF_ERROR(exchange->FinishStep(clock, &weights, &stats));
     ++step;
-    if (config.clock != nullptr) config.clock->store(clock);
+    // bsp: behind the job (it stalled, or rejoined): catch up at once.
+    done_clock = std::max(clock, stats.front_step);
+    if (config.clock != nullptr) config.clock->store(done_clock);
     const bool budget_spent = config.stop_at_version > 0 &&
                               stats.min_version >= config.stop_at_version;
     if (first.size() < 10) first.push_back(loss);
@@ -109,7 +112,7 @@ absl::Status Train(const TrainerConfig& config, Mlp* model, DataLoader* loader,
     }
     if (budget_spent) break;
   }
-  RETURN_IF_ERROR(exchange->Finish(config.start_clock + step));
+  RETURN_IF_ERROR(exchange->Finish(done_clock));
   result->steps = step;
   result->weights_checksum = WeightsChecksum(weights);
   result->seconds = absl::ToDoubleSeconds(absl::Now() - start);

@@ -23,9 +23,13 @@ struct TrainerConfig {
   int batch_size = 64;
   int accumulate = 1;
   int64_t epochs = 1;  // Stop after this many passes over the share...
-  int64_t steps = 0;   // ... or this many steps, if > 0, whichever first.
+  // ... or once the worker's clock (its steps, counting those done before
+  // a restart) reaches this, if > 0, whichever first.
+  int64_t steps = 0;
   absl::Duration log_every = absl::Seconds(5);
-  int64_t start_clock = 0;  // Steps the job had done when this worker joined.
+  // The clock this worker resumes from (0 on a fresh job); the loader is
+  // expected to be at the same point of the data.
+  int64_t start_clock = 0;
   // Straggler simulation: after each step's compute, sleep (slowdown - 1)
   // times its compute time. 1 = full speed.
   double slowdown = 1.0;

@@ -34,7 +34,7 @@ TEST(Checkpoint, TrainedWeightsSurviveARestart) {
   spec.mutable_optimizer()->set_momentum(0.5f);
   const std::vector<int> tensors = {0, 1};
   std::vector<std::vector<float>> before(2), after(2), grads(2);
-  std::vector<int64_t> v_before, v_after;
+  std::vector<SliceVersion> v_before, v_after;
   for (int t = 0; t < 2; ++t) {
     before[t].resize(t == 0 ? 2000 : 40);
     after[t].resize(before[t].size());
@@ -47,7 +47,7 @@ TEST(Checkpoint, TrainedWeightsSurviveARestart) {
     ASSERT_TRUE(server.ok()) << server.status();
     auto client = Client(port);
     ASSERT_TRUE(client->DeclareModel(spec).ok());
-    std::vector<int64_t> versions;
+    std::vector<SliceVersion> versions;
     ASSERT_TRUE(client->Pull(tensors, &before, &versions, -1, 0).ok());
     for (int i = 0; i < 3; ++i) {
       ASSERT_TRUE(client->Push(tensors, grads, versions, -1, 0, nullptr).ok());
@@ -68,8 +68,13 @@ TEST(Checkpoint, TrainedWeightsSurviveARestart) {
     ASSERT_TRUE(client->FetchModel().ok());  // Restored, not redeclared.
     ASSERT_TRUE(client->Pull(tensors, &after, &v_after, -1, 0).ok());
     EXPECT_EQ(after, before);
-    EXPECT_EQ(v_after, v_before);
-    for (int64_t v : v_after) EXPECT_EQ(v, 4);
+    ASSERT_EQ(v_after.size(), v_before.size());
+    for (size_t i = 0; i < v_after.size(); ++i) {
+      EXPECT_EQ(v_after[i].version, v_before[i].version);
+      // A new start of the shard: versions from before are not its own.
+      EXPECT_NE(v_after[i].incarnation, v_before[i].incarnation);
+    }
+    for (const SliceVersion& v : v_after) EXPECT_EQ(v.version, 4);
     (*server)->Signal(SIGTERM);
     ASSERT_EQ(ExitCode(**server, absl::Seconds(30)), 0);
   }
@@ -92,7 +97,7 @@ TEST(Checkpoint, TrainedWeightsSurviveARestart) {
   auto client = Client(port);
   ASSERT_TRUE(client->FetchModel().ok());
   ASSERT_TRUE(client->Pull(tensors, &after, &v_after, -1, 0).ok());
-  for (int64_t v : v_after) EXPECT_EQ(v, 3);
+  for (const SliceVersion& v : v_after) EXPECT_EQ(v.version, 3);
 }
 
 }  // namespace

@@ -87,7 +87,7 @@ class DataPlaneTest : public ::testing::Test {
 
   std::vector<float> Weights() {
     std::vector<std::vector<float>> w = {std::vector<float>(12)};
-    std::vector<int64_t> versions;
+    std::vector<SliceVersion> versions;
     EXPECT_TRUE(grpc_->Pull({0}, &w, &versions, -1, 0).ok());
     return w[0];
   }
@@ -147,7 +147,7 @@ class DataPlaneTest : public ::testing::Test {
   void ExpectServing() {
     auto client = Client(Transport::kTcp);
     std::vector<std::vector<float>> w = {std::vector<float>(12)};
-    std::vector<int64_t> versions;
+    std::vector<SliceVersion> versions;
     EXPECT_TRUE(client->Pull({0}, &w, &versions, -1, 0).ok());
     EXPECT_EQ(Weights(), std::vector<float>(12, 1.0f)) << "a weight moved";
   }
@@ -160,7 +160,7 @@ class DataPlaneTest : public ::testing::Test {
 // Three rounds of Push, Pull and PushPull through `client`.
 std::vector<float> Train(PsClient* client) {
   std::vector<std::vector<float>> w = {std::vector<float>(12)};
-  std::vector<int64_t> versions;
+  std::vector<SliceVersion> versions;
   EXPECT_TRUE(client->Pull({0}, &w, &versions, 0, 0).ok());
   for (int round = 1; round <= 3; ++round) {
     std::vector<std::vector<float>> g = {std::vector<float>(12)};
@@ -196,7 +196,7 @@ TEST_F(DataPlaneTest, FindsARestartedShardAgain) {
   Start(config);
   EXPECT_NE(server_->data_port(), 0);
   std::vector<std::vector<float>> w = {std::vector<float>(12)};
-  std::vector<int64_t> versions;
+  std::vector<SliceVersion> versions;
   ASSERT_TRUE(client->Pull({0}, &w, &versions, -1, 0).ok());
   EXPECT_EQ(w[0], std::vector<float>(12, 1.0f));  // The fresh model.
   EXPECT_NE(server_->data_token(), "");
@@ -209,7 +209,7 @@ TEST_F(DataPlaneTest, ShardWithoutDataPlaneNamesTheFlag) {
   EXPECT_EQ(server_->data_port(), 0);
   auto client = Client(Transport::kTcp);
   std::vector<std::vector<float>> w = {std::vector<float>(12)};
-  std::vector<int64_t> versions;
+  std::vector<SliceVersion> versions;
   absl::Status s = client->Pull({0}, &w, &versions, -1, 0);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(s.message().find("--transport=grpc"), std::string::npos) << s;

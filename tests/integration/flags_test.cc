@@ -2,7 +2,10 @@
 // refuses them at start, with a message naming the flag, before touching the
 // network. Every bad value is tested in-process (shard_server_test,
 // worker_config_test); these are the few that show the wiring.
+#include <cstdlib>
+#include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -26,13 +29,57 @@ TEST(Flags, ServerRefusesBadFlags) {
   }
 }
 
+// Start-up errors that only show against the machine: each a clear
+// message and exit status 2.
+TEST(Flags, ServerRefusesAnUnusableCheckpointDirectory) {
+  const std::string file = std::string(std::getenv("TEST_TMPDIR")) + "/a-file";
+  std::ofstream(file) << "not a directory";
+  for (std::vector<std::string> flags :
+       {std::vector<std::string>{"--checkpoint_dir=" + file},
+        {"--checkpoint_dir=/nonexistent/dir"},
+        {"--checkpoint_dir=" + std::string(std::getenv("TEST_TMPDIR")),
+         "--checkpoint_every=-5s"}}) {
+    std::vector<std::string> argv = {RunfilePath("server/ps_server"),
+                                     "--host=127.0.0.1", "--port=0"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    auto p = Subprocess::Start(argv);
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(ExitCode(**p, absl::Seconds(30)), 2) << flags.back();
+  }
+}
+
+TEST(Flags, WorkerRefusesAnEmptyTrainingSet) {
+  // Valid IDX files holding zero 28x28 images and zero labels.
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/empty";
+  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  const std::string images =
+      std::string("\0\0\x08\x03", 4) + std::string("\0\0\0\0", 4) +
+      std::string("\0\0\0\x1c", 4) + std::string("\0\0\0\x1c", 4);
+  const std::string labels =
+      std::string("\0\0\x08\x01", 4) + std::string("\0\0\0\0", 4);
+  for (const auto& [name, bytes] :
+       {std::pair<std::string, std::string>{"train-images-idx3-ubyte", images},
+        {"train-labels-idx1-ubyte", labels}}) {
+    std::ofstream(dir + "/" + name, std::ios::binary) << bytes;
+    ASSERT_EQ(std::system(("gzip -f " + dir + "/" + name).c_str()), 0);
+  }
+  auto p = Subprocess::Start({RunfilePath("worker/ps_worker"),
+                              "--servers=127.0.0.1:1", "--data_dir=" + dir});
+  ASSERT_TRUE(p.ok());
+  auto line = (*p)->WaitForLine("failed:", absl::Seconds(30));
+  ASSERT_TRUE(line.ok()) << line.status();
+  EXPECT_NE(line->find("nothing to train on"), std::string::npos) << *line;
+  EXPECT_EQ(ExitCode(**p, absl::Seconds(30)), 2);
+}
+
 TEST(Flags, WorkerRefusesBadFlagsNamingThem) {
   struct Case {
     std::string flag, words;
   };
   for (const Case& c : std::vector<Case>{{"--mode=eventual", "--mode=eventual"},
                                          {"--lr=-1", "learning_rate"},
-                                         {"--rank=2", "--rank=2"}}) {
+                                         {"--rank=2", "--rank=2"},
+                                         {"--eval_every=0", "--eval_every"}}) {
     auto p =
         Subprocess::Start({RunfilePath("worker/ps_worker"),
                            "--servers=127.0.0.1:1", "--num_workers=2", c.flag});
@@ -40,7 +87,7 @@ TEST(Flags, WorkerRefusesBadFlagsNamingThem) {
     auto line = (*p)->WaitForLine("failed:", absl::Seconds(30));
     ASSERT_TRUE(line.ok()) << c.flag << ": " << line.status();
     EXPECT_NE(line->find(c.words), std::string::npos) << *line;
-    EXPECT_EQ(ExitCode(**p, absl::Seconds(30)), 1) << c.flag;
+    EXPECT_EQ(ExitCode(**p, absl::Seconds(30)), 2) << c.flag;
   }
 }
 

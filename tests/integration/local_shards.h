@@ -4,6 +4,7 @@
 #ifndef ASYNCPS_TESTS_INTEGRATION_LOCAL_SHARDS_H_
 #define ASYNCPS_TESTS_INTEGRATION_LOCAL_SHARDS_H_
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -18,13 +19,16 @@ struct LocalShards {
   std::vector<ServerAddress> addresses;  // Shard i at addresses[i].
 };
 
-inline absl::StatusOr<LocalShards> StartLocalShards(int n) {
+// `tweak`, if given, adjusts each shard's config before it starts.
+inline absl::StatusOr<LocalShards> StartLocalShards(
+    int n, const std::function<void(ShardServerConfig*)>& tweak = nullptr) {
   LocalShards shards;
   for (int s = 0; s < n; ++s) {
     ShardServerConfig config;
     config.host = "127.0.0.1";
     config.shard = s;
     config.num_shards = n;
+    if (tweak) tweak(&config);
     auto server = ShardServer::Start(config);
     if (!server.ok()) return server.status();
     shards.addresses.push_back(ServerAddress{"127.0.0.1", (*server)->port()});

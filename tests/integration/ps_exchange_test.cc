@@ -37,7 +37,7 @@ class PsExchangeTest : public ::testing::TestWithParam<PsExchange::Mode> {
   std::vector<float> ServerWeights(int t) {
     std::vector<std::vector<float>> w = {std::vector<float>(1200),
                                          std::vector<float>(30)};
-    std::vector<int64_t> versions;
+    std::vector<SliceVersion> versions;
     EXPECT_TRUE(client_->Pull({0, 1}, &w, &versions, -1, 0).ok());
     return w[t];
   }

@@ -35,7 +35,7 @@ class PushPullTest : public ::testing::Test {
   std::vector<std::vector<float>> Train(PsClient* client, bool fused) {
     std::vector<std::vector<float>> w = {std::vector<float>(3000),
                                          std::vector<float>(50)};
-    std::vector<int64_t> versions;
+    std::vector<SliceVersion> versions;
     EXPECT_TRUE(client->Pull(tensors_, &w, &versions, 0, 0).ok());
     for (int round = 1; round <= 3; ++round) {
       std::vector<std::vector<float>> g = w;
@@ -52,7 +52,7 @@ class PushPullTest : public ::testing::Test {
         EXPECT_TRUE(client->Pull(tensors_, &w, &versions, 0, round).ok());
       }
       EXPECT_EQ(r.slices, static_cast<int64_t>(versions.size()));
-      for (int64_t v : versions) EXPECT_EQ(v, round);
+      for (const SliceVersion& v : versions) EXPECT_EQ(v.version, round);
     }
     return w;
   }

@@ -1,5 +1,7 @@
 #include "tests/integration/test_cluster.h"
 
+#include <signal.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -8,6 +10,7 @@ namespace asyncps::testing {
 absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(
     int num_shards, const std::vector<std::string>& extra_flags) {
   auto cluster = std::make_unique<TestCluster>();
+  cluster->num_shards_ = num_shards;
   for (int s = 0; s < num_shards; ++s) {
     int port = 0;
     auto proc = StartServer(s, num_shards, &port, extra_flags);
@@ -16,6 +19,21 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(
     cluster->servers_.push_back(ServerAddress{"127.0.0.1", port});
   }
   return cluster;
+}
+
+absl::Status TestCluster::Restart(int shard,
+                                  const std::vector<std::string>& flags) {
+  procs_[shard]->Signal(SIGKILL);
+  if (procs_[shard]->Wait(absl::Seconds(30)) == -1) {
+    return absl::DeadlineExceededError("killed shard did not exit");
+  }
+  std::vector<std::string> with_port = flags;
+  with_port.push_back(absl::StrCat("--port=", servers_[shard].port));
+  int port = 0;
+  auto proc = StartServer(shard, num_shards_, &port, with_port);
+  if (!proc.ok()) return proc.status();
+  procs_[shard] = *std::move(proc);
+  return absl::OkStatus();
 }
 
 std::string TestCluster::ServerList() const {

@@ -23,8 +23,12 @@ class TestCluster {
   // "127.0.0.1:p0,127.0.0.1:p1,..."
   std::string ServerList() const;
   Subprocess& process(int shard) { return *procs_[shard]; }
+  // SIGKILLs shard `shard` (if still running) and starts it again on the
+  // same port with `flags` (replacing the flags it was started with).
+  absl::Status Restart(int shard, const std::vector<std::string>& flags);
 
  private:
+  int num_shards_ = 0;
   std::vector<std::unique_ptr<Subprocess>> procs_;
   std::vector<ServerAddress> servers_;
 };

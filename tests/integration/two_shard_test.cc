@@ -49,7 +49,7 @@ TEST(TwoShards, ConcurrentPushesLoseNoUpdate) {
         weights[k].resize(partition.tensor_elements(k));
         grads[k].resize(partition.tensor_elements(k));
       }
-      std::vector<int64_t> versions;
+      std::vector<SliceVersion> versions;
       for (int p = 0; p < kPushes && results[t].ok(); ++p) {
         results[t] = (*client)->Pull(tensors, &weights, &versions, t, p);
         if (!results[t].ok()) break;
@@ -70,7 +70,7 @@ TEST(TwoShards, ConcurrentPushesLoseNoUpdate) {
 
   std::vector<std::vector<float>> weights(3);
   for (int k = 0; k < 3; ++k) weights[k].resize(partition.tensor_elements(k));
-  std::vector<int64_t> versions;
+  std::vector<SliceVersion> versions;
   ASSERT_TRUE((*setup)->Pull(tensors, &weights, &versions, -1, 0).ok());
   for (int k = 0; k < 3; ++k) {
     for (size_t e = 0; e < weights[k].size(); ++e) {
@@ -83,7 +83,7 @@ TEST(TwoShards, ConcurrentPushesLoseNoUpdate) {
     }
   }
   for (int i = 0; i < num_slices; ++i) {
-    EXPECT_EQ(versions[i], kThreads * kPushes) << "slice " << i;
+    EXPECT_EQ(versions[i].version, kThreads * kPushes) << "slice " << i;
   }
   auto stats = (*setup)->StatsAll();
   ASSERT_TRUE(stats.ok()) << stats.status();

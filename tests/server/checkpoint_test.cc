@@ -19,15 +19,20 @@ using ::asyncps::testing::FaultFileSystem;
 
 constexpr char kDir[] = "/ckpt";
 
-v1::ModelSpec Spec() {
+v1::ModelSpec Spec(
+    v1::OptimizerSpec::Kind optimizer = v1::OptimizerSpec::MOMENTUM) {
   v1::ModelSpec spec;
   spec.set_name("m");
   spec.set_seed(3);
   spec.set_slice_bytes(4096);
   spec.set_num_shards(1);
-  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::MOMENTUM);
+  spec.mutable_optimizer()->set_kind(optimizer);
   spec.mutable_optimizer()->set_learning_rate(0.1f);
   spec.mutable_optimizer()->set_momentum(0.9f);
+  spec.mutable_optimizer()->set_beta1(0.9f);
+  spec.mutable_optimizer()->set_beta2(0.999f);
+  spec.mutable_optimizer()->set_epsilon(1e-8f);
+  spec.mutable_optimizer()->set_initial_accumulator_value(0.1f);
   v1::TensorSpec* t = spec.add_tensors();
   t->set_name("w");
   t->add_shape(3000);
@@ -86,6 +91,49 @@ TEST(Checkpoint, RestoredStoreBehavesLikeTheOriginal) {
   // A second store cannot take a checkpoint over a declared model.
   EXPECT_EQ(b.Restore(*loaded).code(), absl::StatusCode::kFailedPrecondition);
 }
+
+// Every optimizer's state (momentum; Adam's moments and step, which its
+// bias correction reads; Adagrad's sums) comes back bit for bit: after a
+// restore, ten more pushes give the very weights the original reaches.
+class OptimizerStateTest
+    : public ::testing::TestWithParam<v1::OptimizerSpec::Kind> {};
+
+TEST_P(OptimizerStateTest, RestoredExactly) {
+  const v1::ModelSpec spec = Spec(GetParam());
+  FaultFileSystem fs;
+  ShardStore a(0, 1, 64 << 20);
+  ASSERT_TRUE(a.Declare(spec).ok());
+  for (int i = 0; i < 7; ++i) PushAll(&a, spec, 0.3f * (i % 3) - 0.2f);
+  Checkpointer checkpointer(&a, &fs, kDir, 0, 3, absl::ZeroDuration(),
+                            Clock::Real());
+  auto path = checkpointer.Write();
+  ASSERT_TRUE(path.ok()) << path.status();
+  auto loaded = ReadCheckpointFile(&fs, *path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ShardStore b(0, 1, 64 << 20);
+  ASSERT_TRUE(b.Restore(*loaded).ok());
+  for (int i = 0; i < 10; ++i) {
+    PushAll(&a, spec, 0.1f * i - 0.4f);
+    PushAll(&b, spec, 0.1f * i - 0.4f);
+  }
+  auto sa = a.Snapshot();
+  auto sb = b.Snapshot();
+  ASSERT_TRUE(sa.ok() && sb.ok());
+  ASSERT_EQ(sa->slices_size(), sb->slices_size());
+  for (int i = 0; i < sa->slices_size(); ++i) {
+    EXPECT_EQ(sa->slices(i).weights(), sb->slices(i).weights());
+    EXPECT_EQ(sa->slices(i).slot1(), sb->slices(i).slot1());
+    EXPECT_EQ(sa->slices(i).slot2(), sb->slices(i).slot2());
+    EXPECT_EQ(sa->slices(i).optimizer_steps(), sb->slices(i).optimizer_steps());
+    EXPECT_EQ(sb->slices(i).version(), 17);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, OptimizerStateTest,
+                         ::testing::Values(v1::OptimizerSpec::SGD,
+                                           v1::OptimizerSpec::MOMENTUM,
+                                           v1::OptimizerSpec::ADAM,
+                                           v1::OptimizerSpec::ADAGRAD));
 
 TEST(Checkpoint, DamagedFilesAreRefusedByName) {
   FaultFileSystem fs;

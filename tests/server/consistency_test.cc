@@ -106,8 +106,8 @@ TEST_F(ConsistencyTest, SspCountsWorkersNotYetJoinedAsClockZero) {
   ConsistencyConfig config;
   config.mode = Mode::kSsp;
   config.staleness = 1;
-  Start(config, 1);
-  v1::RegisterRequest expects_two;  // Rank 0 again, saying the job has 2.
+  Start(config, 0);
+  v1::RegisterRequest expects_two;  // Rank 0, saying the job has 2.
   expects_two.set_rank(0);
   expects_two.set_num_workers(2);
   ASSERT_TRUE(membership_.Register(expects_two).ok());

@@ -24,6 +24,16 @@ void DataLoader::Shuffle() {
   next_ = 0;
 }
 
+void DataLoader::Skip(int64_t batches, int batch) {
+  for (int64_t b = 0; b < batches; ++b) {
+    next_ += std::min<size_t>(batch, indices_.size() - next_);
+    if (next_ >= indices_.size()) {
+      ++epoch_;
+      Shuffle();
+    }
+  }
+}
+
 int DataLoader::NextBatch(int batch, std::vector<float>* x,
                           std::vector<int>* y) {
   const int n =

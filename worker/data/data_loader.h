@@ -26,6 +26,11 @@ class DataLoader {
   // ends one, and the next epoch's order is reshuffled.
   int NextBatch(int batch, std::vector<float>* x, std::vector<int>* y);
 
+  // Moves past the next `batches` batches of `batch` examples as NextBatch
+  // would, without copying them: where a worker that resumes at a clock
+  // picks its share of the data up.
+  void Skip(int64_t batches, int batch);
+
   int64_t epoch() const { return epoch_; }
   int64_t share() const { return static_cast<int64_t>(indices_.size()); }
 

@@ -1,0 +1,258 @@
+// What keeps a job alive across deaths, in-process with a manual clock:
+// gradients computed against a restarted shard's lost weights (dropped in
+// async, fast-forwarded into the job's step in bsp), a lost model declared
+// again and restored from a worker's copy (or not, past --restore_wait),
+// retried pushes applied once, and the requests that could stall or
+// corrupt a job refused.
+#include <optional>
+#include <vector>
+
+#include "common/tensor_bytes.h"
+#include "gtest/gtest.h"
+#include "server/consistency.h"
+#include "server/push_ledger.h"
+#include "tests/server/small_model.h"
+
+namespace asyncps {
+namespace {
+
+constexpr uint64_t kIncarnation = 77;
+
+class RecoveryTest : public ::testing::Test {
+ protected:
+  void Start(Mode mode, bool declare = true) {
+    ConsistencyConfig config;
+    config.mode = mode;
+    config.restore_wait = absl::Seconds(10);
+    consistency_.emplace(config, &store_, &membership_, &clock_);
+    if (declare) ASSERT_TRUE(store_.Declare(testing::SmallModel()).ok());
+  }
+
+  // A push of `value` computed from `version` of incarnation `from`.
+  v1::PushRequest Grad(float value, int64_t version, uint64_t from,
+                       int rank = 0, int64_t clock = 1) {
+    v1::PushRequest req = testing::SmallModelPush(value, version, rank, clock);
+    req.mutable_gradients(0)->set_incarnation(from);
+    return req;
+  }
+
+  absl::StatusOr<float> Weight(int64_t* version = nullptr) {
+    v1::PullRequest req;
+    *req.add_slices() = testing::SmallModelKey();
+    v1::PullResponse resp;
+    std::optional<absl::Status> answer;
+    PendingCall call;
+    call.deadline = clock_.Now() + absl::Seconds(1);
+    call.done = [&answer](absl::Status s) { answer = s; };
+    consistency_->Pull(req, &resp, std::move(call));
+    EXPECT_TRUE(answer.has_value());
+    if (!answer->ok()) return *answer;
+    EXPECT_EQ(resp.slices(0).incarnation(), kIncarnation);
+    std::vector<float> w(4);
+    DecodeF32(resp.slices(0).data(), absl::MakeSpan(w));
+    if (version != nullptr) *version = resp.slices(0).version();
+    return w[0];
+  }
+
+  ManualClock clock_;
+  ShardStore store_{0, 1, 64 << 20, uint64_t{1} << 30, kIncarnation};
+  Membership membership_{&clock_, absl::Seconds(5)};
+  std::optional<Consistency> consistency_;
+};
+
+TEST_F(RecoveryTest, AsyncDropsAGradientOfAnEarlierIncarnation) {
+  Start(Mode::kAsync);
+  v1::PushResponse resp;
+  // Version 500 of another incarnation: not "from the future", just lost.
+  ASSERT_TRUE(consistency_->Push(Grad(1.0f, 500, 12345), &resp).ok());
+  EXPECT_TRUE(resp.dropped(0));
+  EXPECT_EQ(resp.incarnation(), kIncarnation);
+  EXPECT_EQ(*Weight(), 10.0f);
+  EXPECT_EQ(store_.Counters().dropped_restarted, 1);
+  // Ours (or none) is checked and applied as always.
+  EXPECT_EQ(consistency_->Push(Grad(1.0f, 500, kIncarnation), &resp).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(consistency_->Push(Grad(1.0f, 0, kIncarnation), &resp).ok());
+  ASSERT_TRUE(consistency_->Push(Grad(1.0f, 0, 0), &resp).ok());
+  EXPECT_EQ(*Weight(), 8.0f);
+}
+
+TEST_F(RecoveryTest, BspJoinsTheStepTheWorkersAreOn) {
+  Start(Mode::kBsp);
+  v1::RegisterRequest join;
+  join.set_num_workers(1);
+  ASSERT_TRUE(membership_.Register(join).ok());
+  // A shard restored at step 0 while the job is at step 41: the gradient of
+  // step 42, computed before the restart, completes step 42 here.
+  v1::PushResponse resp;
+  ASSERT_TRUE(
+      consistency_->Push(Grad(2.0f, 41, 999, 0, /*clock=*/42), &resp).ok());
+  EXPECT_FALSE(resp.dropped(0));
+  EXPECT_EQ(resp.front_step(), 42);
+  EXPECT_EQ(*Weight(), 8.0f);
+  // The same step's gradient of our incarnation now is late: dropped, and
+  // the answer says where the job is.
+  ASSERT_TRUE(
+      consistency_->Push(Grad(1.0f, 1, kIncarnation, 0, 42), &resp).ok());
+  EXPECT_TRUE(resp.dropped(0));
+  EXPECT_EQ(resp.front_step(), 42);
+}
+
+TEST_F(RecoveryTest, LostModelWaitsForAWorkersCopy) {
+  Start(Mode::kAsync, /*declare=*/false);
+  v1::DeclareModelRequest declare;
+  *declare.mutable_spec() = testing::SmallModel();
+  declare.set_recover(true);
+  auto created = consistency_->Declare(declare);
+  ASSERT_TRUE(created.ok());
+  EXPECT_TRUE(created->created());
+  EXPECT_TRUE(consistency_->AwaitingRestore());
+  // Nobody trains on the initial weights meanwhile.
+  EXPECT_EQ(Weight().status().code(), absl::StatusCode::kUnavailable);
+  v1::PushResponse resp;
+  EXPECT_EQ(consistency_->Push(Grad(1.0f, 0, 0), &resp).code(),
+            absl::StatusCode::kUnavailable);
+  // A second worker's declare creates nothing and restores nothing.
+  auto again = consistency_->Declare(declare);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->created());
+  v1::AssignRequest restore;
+  restore.set_restore(true);
+  *restore.add_weights() = testing::SmallModelSlice(3.0f, 250);
+  ASSERT_TRUE(consistency_->Assign(restore).ok());
+  EXPECT_FALSE(consistency_->AwaitingRestore());
+  int64_t version = 0;
+  EXPECT_EQ(*Weight(&version), 3.0f);
+  EXPECT_EQ(version, 250);
+  // Only once: a second copy is refused and changes nothing.
+  *restore.mutable_weights(0) = testing::SmallModelSlice(4.0f, 260);
+  EXPECT_EQ(consistency_->Assign(restore).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(*Weight(), 3.0f);
+}
+
+TEST_F(RecoveryTest, NoCopyWithinTheWaitServesTheInitialWeights) {
+  Start(Mode::kAsync, /*declare=*/false);
+  v1::DeclareModelRequest declare;
+  *declare.mutable_spec() = testing::SmallModel();
+  declare.set_recover(true);
+  ASSERT_TRUE(consistency_->Declare(declare).ok());
+  EXPECT_EQ(Weight().status().code(), absl::StatusCode::kUnavailable);
+  clock_.Advance(absl::Seconds(11));
+  EXPECT_EQ(*Weight(), 10.0f);
+}
+
+TEST_F(RecoveryTest, AssignOutsideAllreduceIsRefused) {
+  Start(Mode::kAsync);
+  v1::AssignRequest assign;
+  *assign.add_weights() = testing::SmallModelSlice(-1.0f, 0);
+  absl::Status s = consistency_->Assign(assign);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("--mode=allreduce"), std::string::npos) << s;
+  EXPECT_EQ(*Weight(), 10.0f);
+  assign.set_restore(true);  // Nothing was lost: refused too.
+  EXPECT_EQ(consistency_->Assign(assign).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(*Weight(), 10.0f);
+}
+
+TEST_F(RecoveryTest, RetriedPushIsAnsweredNotAppliedAgain) {
+  Start(Mode::kAsync);
+  v1::PushRequest push = Grad(1.0f, 0, kIncarnation);
+  push.set_client_id(5);
+  push.set_sequence(1);
+  v1::PushResponse first, retry;
+  ASSERT_TRUE(consistency_->Push(push, &first).ok());
+  ASSERT_TRUE(consistency_->Push(push, &retry).ok());
+  EXPECT_EQ(retry.versions(0), first.versions(0));
+  EXPECT_EQ(*Weight(), 9.0f);
+  EXPECT_EQ(store_.Counters().duplicate_pushes, 1);
+  push.set_sequence(2);  // The next push of the same client applies.
+  ASSERT_TRUE(consistency_->Push(push, &retry).ok());
+  push.set_client_id(6);  // So does another client's sequence 1.
+  push.set_sequence(1);
+  ASSERT_TRUE(consistency_->Push(push, &retry).ok());
+  EXPECT_EQ(*Weight(), 7.0f);
+}
+
+TEST(PushLedger, WindowBusyTooOldAndFailures) {
+  PushLedger ledger;
+  v1::PushRequest r;
+  r.set_client_id(9);
+  v1::PushResponse answer;
+  answer.add_versions(42);
+  r.set_sequence(1);
+  ASSERT_EQ(ledger.Begin(r, &answer), PushLedger::Verdict::kApply);
+  // Its retry while it is being applied waits its turn.
+  EXPECT_EQ(ledger.Begin(r, &answer), PushLedger::Verdict::kBusy);
+  ledger.Finish(r, absl::OkStatus(), answer);
+  v1::PushResponse again;
+  EXPECT_EQ(ledger.Begin(r, &again), PushLedger::Verdict::kAnswered);
+  EXPECT_EQ(again.versions(0), 42);
+  // A refused push is judged afresh when it comes again.
+  r.set_sequence(2);
+  ASSERT_EQ(ledger.Begin(r, &again), PushLedger::Verdict::kApply);
+  ledger.Finish(r, absl::InvalidArgumentError("bad"), again);
+  EXPECT_EQ(ledger.Begin(r, &again), PushLedger::Verdict::kApply);
+  ledger.Finish(r, absl::OkStatus(), again);
+  for (int s = 3; s < 3 + PushLedger::kWindow; ++s) {
+    r.set_sequence(s);
+    ASSERT_EQ(ledger.Begin(r, &again), PushLedger::Verdict::kApply);
+    ledger.Finish(r, absl::OkStatus(), again);
+  }
+  r.set_sequence(1);  // Pushed out of the window.
+  EXPECT_EQ(ledger.Begin(r, &again), PushLedger::Verdict::kTooOld);
+  r.set_client_id(0);  // No identity: always applied.
+  EXPECT_EQ(ledger.Begin(r, &again), PushLedger::Verdict::kApply);
+  EXPECT_EQ(ledger.Begin(r, &again), PushLedger::Verdict::kApply);
+}
+
+v1::RegisterRequest Join(int rank, int num_workers) {
+  v1::RegisterRequest r;
+  r.set_rank(rank);
+  r.set_num_workers(num_workers);
+  return r;
+}
+
+TEST(MembershipRules, AbsurdOrDisagreeingWorkerCountsAreRefused) {
+  ManualClock clock;
+  Membership m(&clock, absl::Seconds(5));
+  EXPECT_EQ(m.Register(Join(0, 2000000000)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(m.Register(Join(0, 0)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(m.Register(Join(2, 2)).status().code(),
+            absl::StatusCode::kInvalidArgument);  // Rank outside the job.
+  ASSERT_TRUE(m.Register(Join(0, 2)).ok());
+  // One call may not make every bsp step wait for 60000 workers.
+  auto s = m.Register(Join(1, 60000));
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("--num_workers"), std::string::npos);
+  EXPECT_EQ(m.Expected(), 2);
+  ASSERT_TRUE(m.Register(Join(1, 2)).ok());
+  // Once the job's workers are gone, a new job may be another size.
+  clock.Advance(absl::Seconds(6));
+  ASSERT_TRUE(m.Register(Join(0, 3)).ok());
+  EXPECT_EQ(m.Expected(), 3);
+}
+
+TEST(MembershipRules, AsyncReplacementResumesWhereItsRankStopped) {
+  ManualClock clock;
+  Membership m(&clock, absl::Seconds(5), Membership::Resume::kOwnClock);
+  ASSERT_TRUE(m.Register(Join(0, 2)).ok());
+  ASSERT_TRUE(m.Register(Join(1, 2)).ok());
+  m.Touch(0, 90);
+  m.Touch(1, 40);
+  clock.Advance(absl::Seconds(6));  // Rank 1 dies.
+  m.Touch(0, 120);
+  auto again = m.Register(Join(1, 2));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->resume_clock(), 40);
+  // A worker rejoining a restarted shard says where it is.
+  v1::RegisterRequest rejoin = Join(0, 2);
+  rejoin.set_clock(121);
+  EXPECT_EQ(m.Register(rejoin)->resume_clock(), 121);
+}
+
+}  // namespace
+}  // namespace asyncps
