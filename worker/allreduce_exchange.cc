@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "glog/logging.h"
 
 namespace asyncps {
 
@@ -67,10 +68,7 @@ void AllreduceExchange::LayerReady(int layer,
 absl::Status AllreduceExchange::FinishStep(
     int64_t clock, std::vector<std::vector<float>>* weights, StepStats* stats) {
   absl::Status s = queue_.Drain();
-  if (!s.ok()) {
-    return Explain(
-        absl::StrCat("all-reduce of step ", clock, ": ", s.message()), clock);
-  }
+  if (!s.ok()) return Reform(clock, s, stats);
   // The same arithmetic as a bsp server: sum, times 1/n, then the optimizer.
   const float inv = 1.0f / static_cast<float>(config_.num_workers);
   const v1::OptimizerSpec& opt = client_->spec().optimizer();
@@ -103,6 +101,41 @@ absl::Status AllreduceExchange::Flush(int64_t clock) {
     return d;
   }
   return client_->Assign(all_tensors_, *weights_, clock, config_.rank);
+}
+
+absl::Status AllreduceExchange::Reform(int64_t clock,
+                                       const absl::Status& failure,
+                                       StepStats* stats) {
+  const std::string what =
+      absl::StrCat("all-reduce of step ", clock, ": ", failure.message());
+  if (!config_.rejoin || config_.num_workers == 1) return Explain(what, clock);
+  LOG(WARNING) << "rank " << config_.rank << ": " << what
+               << "; re-forming the ring, waiting up to "
+               << absl::FormatDuration(config_.timeout)
+               << " for a replacement of the dead rank";
+  // Rank 0's weights are the newest the job has: hand them over first, so
+  // the ring resumes from them rather than from the last periodic upload.
+  if (absl::Status flushed = Flush(clock - 1); !flushed.ok()) {
+    LOG(WARNING) << "handing over the weights before re-forming: " << flushed;
+  }
+  auto rejoined = config_.rejoin();
+  if (!rejoined.ok()) return Explain(what, clock);
+  const auto [resume, attempt] = *rejoined;
+  config_.attempt = attempt;
+  collective_.reset();
+  slots_.clear();  // A replacement starts with none: so do we.
+  sums_.clear();
+  if (absl::Status s = Start(weights_, resume); !s.ok()) {
+    return Explain(absl::StrCat(what, "; re-forming the ring: ", s.message()),
+                   clock);
+  }
+  LOG(WARNING) << "rank " << config_.rank << ": the ring re-formed at step "
+               << resume;
+  if (stats != nullptr) {
+    *stats = StepStats();
+    stats->next_clock = resume;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status AllreduceExchange::Explain(const std::string& what,

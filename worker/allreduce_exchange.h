@@ -6,13 +6,19 @@
 // every replica stays bit-identical. The servers are off the gradient path:
 // they give the initial weights, host the Gloo rendezvous (a store over our
 // gRPC service), and rank 0 hands them the weights every `assign_every` steps
-// and at the end, for the evaluator and checkpoints. Used by one trainer
-// thread.
+// and at the end, for the evaluator and checkpoints. When a peer dies the
+// survivors re-form the ring (Reform): they register again, start from the
+// servers' weights (rank 0, if alive, hands them its own first) and wait up
+// to the collective timeout for a replacement with the dead rank (started
+// with the same flags, it joins at the same clock and attempt); if none
+// comes, each exits naming the dead rank. Used by one trainer thread.
 #ifndef ASYNCPS_WORKER_ALLREDUCE_EXCHANGE_H_
 #define ASYNCPS_WORKER_ALLREDUCE_EXCHANGE_H_
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -33,6 +39,10 @@ struct AllreduceConfig {
   absl::Duration timeout = absl::Seconds(30);
   int64_t assign_every = 50;  // Steps between weight uploads (rank 0).
   int64_t attempt = 1;        // From Register: keeps rendezvous keys apart.
+  // Registers this worker again after a peer died; returns the clock to
+  // resume from and the new attempt (as a replacement's Register gets
+  // them). Unset: a failed all-reduce ends the worker.
+  std::function<absl::StatusOr<std::pair<int64_t, int64_t>>()> rejoin;
 };
 
 class AllreduceExchange final : public GradientExchange {
@@ -57,12 +67,18 @@ class AllreduceExchange final : public GradientExchange {
   // Rank 0 uploads the current weights (also done every assign_every).
   absl::Status Flush(int64_t clock);
 
+  // After the all-reduce of step `clock` failed with `failure`: re-forms the
+  // ring with a replacement of the dead peer and sets stats->next_clock to
+  // where the job resumes, or returns the failure explained.
+  absl::Status Reform(int64_t clock, const absl::Status& failure,
+                      StepStats* stats);
+
   // Turns a collective failure into an error naming the dead ranks, as far
   // as the servers' membership can tell within the worker timeout.
   absl::Status Explain(const std::string& what, int64_t clock);
 
   PsClient* const client_;
-  const AllreduceConfig config_;
+  AllreduceConfig config_;  // attempt changes when the ring re-forms.
   const std::vector<std::vector<int>> layer_tensors_;
   const std::vector<int> all_tensors_;  // Every tensor, ascending.
   std::unique_ptr<Collective> collective_;

@@ -21,11 +21,11 @@ struct StepStats {
   // The lowest version among the weights now held (updates the servers have
   // applied to every slice); -1 if unknown.
   int64_t min_version = -1;
-  // bsp: this worker's gradient came back dropped as late, and the job has
-  // applied steps up to here: the worker goes on from this clock instead of
-  // redoing steps the others have done (it stalled, or it rejoined). 0:
-  // carry on.
-  int64_t front_step = 0;
+  // If >= 0, the clock the worker goes on from instead of the step's own:
+  // bsp, its gradient came back dropped as late and the job has applied
+  // steps up to here (it stalled, or rejoined), so it does not redo steps
+  // the others have done; allreduce, the ring re-formed at this clock.
+  int64_t next_clock = -1;
 };
 
 // Every tensor of `layer_tensors`, in ascending order.

@@ -9,7 +9,8 @@ namespace asyncps {
 
 std::unique_ptr<GradientExchange> MakeExchange(
     const WorkerConfig& config, PsClient* client, int cuda_device,
-    int64_t attempt, std::vector<std::vector<int>> layer_tensors) {
+    int64_t attempt, std::vector<std::vector<int>> layer_tensors,
+    std::function<absl::StatusOr<std::pair<int64_t, int64_t>>()> rejoin) {
   if (config.ParsedMode() != Mode::kAllreduce) {
     return std::make_unique<PsExchange>(
         client, config.rank, std::move(layer_tensors), config.Exchange(),
@@ -23,6 +24,7 @@ std::unique_ptr<GradientExchange> MakeExchange(
   ar.assign_every = config.assign_every;
   ar.attempt = attempt;
   ar.cuda_device = cuda_device;
+  ar.rejoin = std::move(rejoin);
   ar.collective = config.CollectiveKind(cuda_device);
   return std::make_unique<AllreduceExchange>(client, ar,
                                              std::move(layer_tensors));

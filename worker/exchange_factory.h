@@ -3,7 +3,9 @@
 #define ASYNCPS_WORKER_EXCHANGE_FACTORY_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "client/ps_client.h"
@@ -14,12 +16,16 @@ namespace asyncps {
 
 // allreduce: an AllreduceExchange over the collective of --collective
 // (nccl chosen by "auto" when `cuda_device` >= 0); otherwise a PsExchange
-// through the servers. `attempt` comes from the worker's membership;
-// `layer_tensors` from the model. `client` is borrowed and must outlive the
-// exchange. REQUIRES: config.Validate().ok().
+// through the servers. `attempt` comes from the worker's membership, and
+// `rejoin` (allreduce: re-forming the ring after a peer died; see
+// AllreduceConfig) registers it again; `layer_tensors` come from the model.
+// `client` is borrowed and must outlive the exchange.
+// REQUIRES: config.Validate().ok().
 std::unique_ptr<GradientExchange> MakeExchange(
     const WorkerConfig& config, PsClient* client, int cuda_device,
-    int64_t attempt, std::vector<std::vector<int>> layer_tensors);
+    int64_t attempt, std::vector<std::vector<int>> layer_tensors,
+    std::function<absl::StatusOr<std::pair<int64_t, int64_t>>()> rejoin =
+        nullptr);
 
 }  // namespace asyncps
 

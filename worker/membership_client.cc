@@ -53,6 +53,21 @@ absl::StatusOr<std::unique_ptr<MembershipClient>> MembershipClient::Join(
 
 MembershipClient::~MembershipClient() { Leave(); }
 
+absl::StatusOr<std::pair<int64_t, int64_t>> MembershipClient::Rejoin() {
+  int64_t resume = 0, attempt = 0;
+  for (int s = 0; s < client_->num_shards(); ++s) {
+    ASSIGN_OR_RETURN(const v1::RegisterResponse r, client_->Register(s, join_));
+    {
+      absl::MutexLock lock(&mu_);
+      incarnations_[s] = r.incarnation();
+    }
+    resume = std::max(resume, r.resume_clock());
+    if (s == 0) attempt = r.attempt();
+  }
+  clock_ = resume;
+  return std::make_pair(resume, attempt);
+}
+
 absl::Status MembershipClient::Heartbeat(int shard, bool leaving) {
   v1::HeartbeatRequest req;
   req.set_rank(join_.rank());

@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -41,6 +42,11 @@ class MembershipClient {
   // The worker's clock (steps completed), which heartbeats report; the
   // trainer advances it.
   std::atomic<int64_t>* clock() { return &clock_; }
+
+  // Registers again with every shard, as a replacement would (allreduce:
+  // the ring re-forms after a peer died); the clock to resume from is set
+  // as the worker's clock. Returns (resume clock, attempt).
+  absl::StatusOr<std::pair<int64_t, int64_t>> Rejoin();
 
   // Stops heartbeating and says, with the final clock, that this worker is
   // leaving. Idempotent.

@@ -55,7 +55,7 @@ void PsExchange::AddPushResult(const PushResult& r) {
       std::max(step_stats_.max_staleness, r.max_staleness);
   step_stats_.dropped += r.dropped;
   if (r.dropped > 0) {
-    step_stats_.front_step = std::max(step_stats_.front_step, r.front_step);
+    step_stats_.next_clock = std::max(step_stats_.next_clock, r.front_step);
   }
 }
 
@@ -138,14 +138,20 @@ absl::Status PsExchange::FinishStep(int64_t clock,
                                     StepStats* stats) {
   // Either way the weights land in the buffer given to Start.
   (void)weights;
+  absl::Status s;
   switch (mode_) {
     case Mode::kFused:
-      return FinishFused(clock, stats);
+      s = FinishFused(clock, stats);
+      break;
     case Mode::kPrefetch:
-      return FinishPrefetched(clock, stats);
+      s = FinishPrefetched(clock, stats);
+      break;
     default:
-      return FinishLayered(clock, stats);
+      s = FinishLayered(clock, stats);
   }
+  // Only a job ahead of this worker moves its clock.
+  if (stats != nullptr && stats->next_clock <= clock) stats->next_clock = -1;
+  return s;
 }
 
 void PsExchange::TakeStepStats(StepStats* stats) {

@@ -191,9 +191,9 @@ absl::Status Train(const WorkerConfig& config, PsClient* client,
   // A replacement picks the rank's share up where the job has it.
   loader.Skip(membership->start_clock() * config.accumulate, config.batch_size);
   Mlp model(backend, config.Layers(), config.batch_size);
-  std::unique_ptr<GradientExchange> exchange =
-      MakeExchange(config, client, backend->cuda_device(),
-                   membership->attempt(), model.LayerTensors());
+  std::unique_ptr<GradientExchange> exchange = MakeExchange(
+      config, client, backend->cuda_device(), membership->attempt(),
+      model.LayerTensors(), [m = membership.get()] { return m->Rejoin(); });
   TrainerConfig tc;
   tc.rank = config.rank;
   tc.batch_size = config.batch_size;

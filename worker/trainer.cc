@@ -77,8 +77,8 @@ absl::Status Train(const TrainerConfig& config, Mlp* model, DataLoader* loader,
     StepStats stats;
     RETURN_IF_ERROR(exchange->FinishStep(clock, &weights, &stats));
     ++step;
-    // bsp: behind the job (it stalled, or rejoined): catch up at once.
-    done_clock = std::max(clock, stats.front_step);
+    // Where the exchange says the job is (StepStats::next_clock).
+    done_clock = stats.next_clock >= 0 ? stats.next_clock : clock;
     if (config.clock != nullptr) config.clock->store(done_clock);
     const bool budget_spent = config.stop_at_version > 0 &&
                               stats.min_version >= config.stop_at_version;

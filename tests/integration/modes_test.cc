@@ -253,10 +253,11 @@ TEST(Allreduce, DeadRankMakesTheOthersFailFastNamingIt) {
   auto cluster =
       TestCluster::Start(1, {"--mode=allreduce", "--worker_timeout=2s"});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  auto victim =
-      StartWorker(**cluster, 1, 2, {"--mode=allreduce", "--steps=100000"});
-  auto other =
-      StartWorker(**cluster, 0, 2, {"--mode=allreduce", "--steps=100000"});
+  // No replacement comes within the collective timeout.
+  const std::vector<std::string> flags = {"--mode=allreduce", "--steps=100000",
+                                          "--collective_timeout=5s"};
+  auto victim = StartWorker(**cluster, 1, 2, flags);
+  auto other = StartWorker(**cluster, 0, 2, flags);
   ASSERT_TRUE(victim.ok() && other.ok());
   ASSERT_TRUE((*victim)->WaitForLine("rank 1 step", absl::Seconds(60)).ok());
   (*victim)->Signal(SIGKILL);

@@ -39,6 +39,13 @@ std::vector<std::string> ServerFlags(const std::string& mode) {
 // 4 epochs of 3000 examples per worker, 94 steps each; slowed down so that
 // a death lands mid-training rather than after it.
 std::vector<std::string> WorkerFlags(const std::string& mode) {
+  if (mode == "allreduce") {
+    // Ranks stop at the same clock, whatever their data position after the
+    // ring re-formed.
+    return {"--mode=allreduce", "--max_train_examples=3000", "--epochs=100",
+            "--steps=376",      "--optimizer=sgd",           "--lr=0.1",
+            "--slowdown=10"};
+  }
   return {"--mode=" + mode, "--max_train_examples=3000",
           "--epochs=4",     "--optimizer=sgd",
           "--lr=0.1",       "--slowdown=10"};
@@ -64,9 +71,10 @@ using Disturbance = std::function<void(Job&)>;
 
 // Trains kWorkers workers on kShards shards, lets `disturb` act, waits for
 // every worker to finish (exit 0), and returns the test accuracy of the
-// final weights.
+// final weights; `done`, if given, gets the workers' result lines.
 double Train(const std::string& mode, const std::vector<std::string>& server,
-             const Disturbance& disturb) {
+             const Disturbance& disturb,
+             std::vector<std::string>* done_lines = nullptr) {
   Job run;
   auto cluster = TestCluster::Start(kShards, server);
   EXPECT_TRUE(cluster.ok()) << cluster.status();
@@ -85,6 +93,7 @@ double Train(const std::string& mode, const std::vector<std::string>& server,
     EXPECT_TRUE(done.ok()) << "rank " << rank << ": " << done.status() << "\n"
                            << w.output();
     EXPECT_EQ(ExitCode(w), 0) << "rank " << rank;
+    if (done.ok() && done_lines != nullptr) done_lines->push_back(*done);
     if (done.ok()) {
       // bsp: a worker whose gradient missed a step jumps to the front.
       EXPECT_GE(Field(*done, "clock"), 4 * 94) << *done;
@@ -165,19 +174,48 @@ class WorkerRestart : public ::testing::TestWithParam<std::string> {};
 // it picks rank 1's share up where the job has it, and both finish.
 TEST_P(WorkerRestart, ReplacementFinishesTheJob) {
   const std::string mode = GetParam();
-  const double accuracy = Train(mode, ServerFlags(mode), [mode](Job& run) {
+  std::vector<std::string> done;
+  const double accuracy = Train(
+      mode, ServerFlags(mode),
+      [mode](Job& run) {
+        WaitForStep(*run.workers[1], 1, 30);
+        run.workers[1]->Signal(SIGKILL);
+        ASSERT_EQ(ExitCode(*run.workers[1]), 128 + SIGKILL);
+        auto replacement =
+            StartWorker(*run.cluster, 1, kWorkers, WorkerFlags(mode));
+        ASSERT_TRUE(replacement.ok()) << replacement.status();
+        run.workers[1] = *std::move(replacement);
+      },
+      &done);
+  EXPECT_GT(accuracy, 0.6);
+  if (mode == "allreduce" && done.size() == 2) {
+    // The re-formed ring started both from the same weights and state.
+    EXPECT_EQ(TextField(done[0], "weights"), TextField(done[1], "weights"));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, WorkerRestart,
+                         ::testing::Values("async", "ssp", "bsp", "allreduce"));
+
+class WorkerStall : public ::testing::TestWithParam<std::string> {};
+
+// SIGSTOPs rank 1 at step 30: once --worker_timeout has passed the others
+// go on without it (rank 0 gets 40 steps further), and when it wakes it
+// rejoins and both finish.
+TEST_P(WorkerStall, StalledWorkerIsDroppedAndRejoinsWhenItWakes) {
+  const std::string mode = GetParam();
+  const double accuracy = Train(mode, ServerFlags(mode), [](Job& run) {
     WaitForStep(*run.workers[1], 1, 30);
-    run.workers[1]->Signal(SIGKILL);
-    ASSERT_EQ(ExitCode(*run.workers[1]), 128 + SIGKILL);
-    auto replacement =
-        StartWorker(*run.cluster, 1, kWorkers, WorkerFlags(mode));
-    ASSERT_TRUE(replacement.ok()) << replacement.status();
-    run.workers[1] = *std::move(replacement);
+    run.workers[1]->Signal(SIGSTOP);
+    auto at = run.workers[0]->WaitForLine("rank 0 step", absl::Seconds(60));
+    ASSERT_TRUE(at.ok()) << at.status();
+    WaitForStep(*run.workers[0], 0, static_cast<int>(Field(*at, "step")) + 40);
+    run.workers[1]->Signal(SIGCONT);
   });
   EXPECT_GT(accuracy, 0.6);
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, WorkerRestart,
+INSTANTIATE_TEST_SUITE_P(Modes, WorkerStall,
                          ::testing::Values("async", "ssp", "bsp"));
 
 }  // namespace
