@@ -160,6 +160,14 @@ class PsClient final : public RendezvousStore {
   absl::StatusOr<v1::StatsResponse> Stats(int shard);
   // Asks a shard to write a checkpoint now; returns the file's path there.
   absl::StatusOr<std::string> Checkpoint(int shard);
+  // A job checkpoint: every shard written at the same model version (bsp:
+  // the same applied step on every slice; async/ssp: with no update applied
+  // anywhere between the first file and the last), as "job-<tag>-shard-
+  // <i>.ckpt"; returns the paths in shard order. Pushes wait (retried by
+  // the workers) for at most the time this takes; the shards resume by
+  // themselves after `lease` should this client die meanwhile.
+  absl::StatusOr<std::vector<std::string>> JobCheckpoint(
+      const std::string& tag, absl::Duration lease = absl::Seconds(60));
   // Stats of every shard, in shard order.
   absl::StatusOr<std::vector<v1::StatsResponse>> StatsAll();
 

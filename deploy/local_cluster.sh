@@ -4,10 +4,12 @@
 # process down at the end or on Ctrl-C.
 #
 #   deploy/local_cluster.sh [--workers N] [--shards N] [--epochs N]
-#                           [--mode async] [--out DIR] [-- ps_worker flags...]
+#                           [--mode async] [--out DIR] [--checkpoint_every D]
+#                           [-- ps_worker flags...]
 #
 # Defaults: 2 shards, 2 workers, 5 epochs, async. --mode (async, ssp, bsp,
-# allreduce) goes to the servers and the workers alike. Logs and the evaluator's
+# allreduce) goes to the servers and the workers alike. Logs, checkpoints
+# (every 30s by default, and at exit; "off" for none) and the evaluator's
 # curve (CSV) go to --out (default: a fresh directory under /tmp).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +20,8 @@ epochs=5
 mode=async
 out=""
 extra=()
-usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; }
+checkpoint_every=30s
+usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case "$1" in
     --workers) workers="$2"; shift 2 ;;
@@ -26,6 +29,7 @@ while (($#)); do
     --epochs) epochs="$2"; shift 2 ;;
     --mode) mode="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
+    --checkpoint_every) checkpoint_every="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "local_cluster.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
@@ -64,7 +68,13 @@ trap 'echo; echo "== interrupted: stopping the cluster"; exit 130' INT TERM
 
 echo "== starting $shards shards"
 source deploy/shards.sh
-start_shards "$out" "$out" "$shards" --mode="$mode" || exit 1
+ckpt=()
+if [[ "$checkpoint_every" != off ]]; then
+  mkdir -p "$out/checkpoints"
+  ckpt=(--checkpoint_dir="$out/checkpoints" --checkpoint_every="$checkpoint_every")
+  echo "   checkpoints every $checkpoint_every in $out/checkpoints"
+fi
+start_shards "$out" "$out" "$shards" --mode="$mode" ${ckpt[@]+"${ckpt[@]}"} || exit 1
 echo "   servers: $servers"
 
 echo "== starting the evaluator and $workers workers (mode $mode, $epochs epochs)"

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -70,6 +71,26 @@ absl::Status WriteDurably(FileSystem* fs, const std::string& tmp,
 std::string CheckpointPath(const std::string& dir, int shard,
                            int64_t unix_micros) {
   return absl::StrFormat("%s/%s%020d.ckpt", dir, Prefix(shard), unix_micros);
+}
+
+std::string JobCheckpointPath(const std::string& dir, const std::string& tag,
+                              int shard) {
+  return absl::StrCat(dir, "/job-", tag, "-shard-", shard, ".ckpt");
+}
+
+absl::Status CheckJobTag(const std::string& tag) {
+  if (tag.empty() || tag.size() > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job checkpoint tag '", tag, "' must have 1 to 64 characters"));
+  }
+  for (char c : tag) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' &&
+        c != '.' && c != '-') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job checkpoint tag '", tag, "' may hold only [A-Za-z0-9_.-]"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status WriteCheckpointFile(FileSystem* fs, const std::string& path,
@@ -175,6 +196,16 @@ absl::StatusOr<std::string> Checkpointer::Write() {
   RETURN_IF_ERROR(WriteCheckpointFile(fs_, path, snapshot));
   last_ = now;
   PruneCheckpoints(fs_, dir_, shard_, keep_);
+  return path;
+}
+
+absl::StatusOr<std::string> Checkpointer::WriteJob(const std::string& tag) {
+  RETURN_IF_ERROR(CheckJobTag(tag));
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(v1::ShardCheckpoint snapshot, store_->Snapshot());
+  snapshot.set_unix_micros(absl::ToUnixMicros(clock_->Now()));
+  const std::string path = JobCheckpointPath(dir_, tag, shard_);
+  RETURN_IF_ERROR(WriteCheckpointFile(fs_, path, snapshot));
   return path;
 }
 

@@ -23,6 +23,14 @@ namespace asyncps {
 std::string CheckpointPath(const std::string& dir, int shard,
                            int64_t unix_micros);
 
+// "<dir>/job-<tag>-shard-<shard>.ckpt": a job checkpoint (psctl checkpoint),
+// outside the periodic files' names, so never pruned nor restored unless
+// asked for (--restore_job).
+std::string JobCheckpointPath(const std::string& dir, const std::string& tag,
+                              int shard);
+// OK if `tag` may name a job checkpoint; else INVALID_ARGUMENT saying why.
+absl::Status CheckJobTag(const std::string& tag);
+
 // Every function below does its file operations through `fs`.
 
 // Writes `path` through a temporary file: write, fsync, rename, fsync the
@@ -55,6 +63,8 @@ class Checkpointer {
                int keep, absl::Duration every, Clock* clock);
   // Writes one now; returns its path.
   absl::StatusOr<std::string> Write();
+  // Writes job checkpoint `tag` of this shard; returns its path.
+  absl::StatusOr<std::string> WriteJob(const std::string& tag);
   // Writes one if `every` has passed since the last (and a model exists).
   void MaybeWrite(absl::Time now);
 

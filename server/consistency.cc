@@ -79,6 +79,39 @@ absl::Status Consistency::CheckServing() {
 
 bool Consistency::AwaitingRestore() { return !CheckServing().ok(); }
 
+void Consistency::Pause(int64_t until_step, absl::Duration lease) {
+  absl::MutexLock lock(&pause_mu_);
+  paused_ = true;
+  paused_fast_ = true;
+  pause_until_step_ = until_step;
+  pause_until_ = clock_->Now() + lease;
+}
+
+void Consistency::Resume() {
+  absl::MutexLock lock(&pause_mu_);
+  paused_ = false;
+  paused_fast_ = false;
+}
+
+absl::Status Consistency::CheckPaused(const v1::PushRequest& push) {
+  if (!paused_fast_.load(std::memory_order_acquire)) return absl::OkStatus();
+  absl::MutexLock lock(&pause_mu_);
+  if (!paused_) return absl::OkStatus();
+  if (clock_->Now() >= pause_until_) {
+    paused_ = false;
+    paused_fast_ = false;
+    LOG(WARNING) << "shard " << store_->shard()
+                 << ": the job checkpoint's pause outlived its lease; "
+                    "applying pushes again";
+    return absl::OkStatus();
+  }
+  if (config_.mode == Mode::kBsp && push.clock() <= pause_until_step_) {
+    return absl::OkStatus();  // Completes the step every shard finishes.
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "shard ", store_->shard(), " is paused for a job checkpoint"));
+}
+
 absl::StatusOr<v1::DeclareModelResponse> Consistency::Declare(
     const v1::DeclareModelRequest& request) {
   ASSIGN_OR_RETURN(v1::DeclareModelResponse r, store_->Declare(request.spec()));
@@ -174,6 +207,7 @@ absl::Status Consistency::Push(const v1::PushRequest& request,
         "among themselves and send weights with Assign");
   }
   RETURN_IF_ERROR(CheckServing());
+  RETURN_IF_ERROR(CheckPaused(request));
   switch (ledger_.Begin(request, response)) {
     case PushLedger::Verdict::kAnswered:
       store_->CountDuplicatePush();

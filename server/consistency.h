@@ -76,6 +76,12 @@ class Consistency {
   // True while the shard waits for a worker's copy of its lost model.
   bool AwaitingRestore();
 
+  // A job checkpoint (CheckpointRequest): until Resume, or `lease` from
+  // now, pushes are answered UNAVAILABLE (clients retry them), but, in
+  // bsp, those for steps up to `until_step`.
+  void Pause(int64_t until_step, absl::Duration lease);
+  void Resume();
+
   // A worker's clock moved (heartbeat): held pulls may go.
   void ClockAdvanced() { Recheck(); }
 
@@ -116,6 +122,14 @@ class Consistency {
   std::atomic<bool> awaiting_fast_{false};  // awaiting_, read without a lock.
   PushLedger ledger_;
   HeldCalls<Wait> waiters_;
+
+  std::atomic<bool> paused_fast_{false};
+  absl::Mutex pause_mu_;
+  bool paused_ ABSL_GUARDED_BY(pause_mu_) = false;
+  int64_t pause_until_step_ ABSL_GUARDED_BY(pause_mu_) = 0;
+  absl::Time pause_until_ ABSL_GUARDED_BY(pause_mu_);
+  // UNAVAILABLE if `push` must wait for the end of a pause.
+  absl::Status CheckPaused(const v1::PushRequest& push);
 
   absl::Mutex restore_mu_;
   // Set while a lost model awaits a worker's copy: until when, and which

@@ -48,6 +48,10 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
           "start the newest valid one is restored; one is written every "
           "--checkpoint_every, on the Checkpoint RPC, and at SIGTERM. Empty: "
           "no checkpoints.");
+ABSL_FLAG(std::string, restore_job, "",
+          "Restore job checkpoint <tag> (written by psctl checkpoint "
+          "--tag=<tag> to every shard at the same model version) instead of "
+          "the newest periodic one: start every shard of the job with it.");
 ABSL_FLAG(absl::Duration, checkpoint_every, absl::Seconds(60),
           "Period of checkpoints (0: only on request and at exit).");
 ABSL_FLAG(int, checkpoint_keep, 3, "Checkpoint files kept per shard.");
@@ -92,6 +96,7 @@ absl::StatusOr<ShardServerConfig> ConfigFromFlags() {
   config.max_shard_bytes = absl::GetFlag(FLAGS_max_shard_bytes);
   config.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   config.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
+  config.restore_job = absl::GetFlag(FLAGS_restore_job);
   config.checkpoint_keep = absl::GetFlag(FLAGS_checkpoint_keep);
   config.worker_timeout = absl::GetFlag(FLAGS_worker_timeout);
   config.shutdown_grace = absl::GetFlag(FLAGS_shutdown_grace);

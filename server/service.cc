@@ -186,7 +186,29 @@ grpc::ServerUnaryReactor* ParameterServerService::Checkpoint(
                                  "this server runs without --checkpoint_dir"));
     return reactor;
   }
-  auto path = checkpointer_->Write();
+  absl::StatusOr<std::string> path;
+  switch (request->phase()) {
+    case v1::CheckpointRequest::PAUSE: {
+      const int64_t lease_ms =
+          request->lease_ms() > 0 ? request->lease_ms() : 60000;
+      consistency_->Pause(request->until_step(), absl::Milliseconds(lease_ms));
+      const auto [lo, hi] =
+          store_->Progress(consistency_->config().mode == Mode::kBsp);
+      response->set_min_step(lo);
+      response->set_max_step(hi);
+      path = "";
+      break;
+    }
+    case v1::CheckpointRequest::RESUME:
+      consistency_->Resume();
+      path = "";
+      break;
+    case v1::CheckpointRequest::WRITE:
+      path = checkpointer_->WriteJob(request->tag());
+      break;
+    default:
+      path = checkpointer_->Write();
+  }
   if (path.ok()) response->set_path(*path);
   reactor->Finish(ToGrpcStatus(path.status()));
   return reactor;

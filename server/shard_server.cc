@@ -40,6 +40,16 @@ absl::Status ShardServerConfig::Validate() const {
   if (worker_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--worker_timeout must be positive");
   }
+  if (!restore_job.empty()) {
+    if (checkpoint_dir.empty()) {
+      return absl::InvalidArgumentError(
+          "--restore_job needs the --checkpoint_dir it was written to");
+    }
+    if (absl::Status tag = CheckJobTag(restore_job); !tag.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--restore_job: ", tag.message()));
+    }
+  }
   if (!checkpoint_dir.empty() && checkpoint_keep < 1) {
     return absl::InvalidArgumentError("--checkpoint_keep must be at least 1");
   }
@@ -116,8 +126,21 @@ absl::Status ShardServer::Restore() {
         " is not a directory this shard can write to: ", writable.message()));
   }
   std::vector<std::string> skipped;
-  auto newest = LoadNewestCheckpoint(env_.fs, config_.checkpoint_dir,
-                                     config_.shard, &skipped);
+  absl::StatusOr<v1::ShardCheckpoint> newest;
+  if (config_.restore_job.empty()) {
+    newest = LoadNewestCheckpoint(env_.fs, config_.checkpoint_dir,
+                                  config_.shard, &skipped);
+  } else {
+    // A whole job restored to one consistent point: that file or nothing.
+    newest = ReadCheckpointFile(
+        env_.fs, JobCheckpointPath(config_.checkpoint_dir, config_.restore_job,
+                                   config_.shard));
+    if (!newest.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--restore_job=", config_.restore_job, ": ",
+                       newest.status().message()));
+    }
+  }
   for (const std::string& why : skipped) {
     LOG(WARNING) << "skipping checkpoint: " << why;
   }

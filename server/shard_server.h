@@ -45,6 +45,9 @@ struct ShardServerConfig {
   int64_t max_message_bytes = 64 << 20;
   int64_t max_shard_bytes = int64_t{4} << 30;
   std::string checkpoint_dir;  // Empty: no checkpoints.
+  // Restore job checkpoint <tag> (psctl checkpoint --tag) instead of the
+  // newest periodic one; empty: the newest.
+  std::string restore_job;
   absl::Duration checkpoint_every = absl::Seconds(60);
   int checkpoint_keep = 3;
   absl::Duration worker_timeout = absl::Seconds(10);

@@ -286,6 +286,21 @@ int ShardStore::CompletePendingSteps(int quorum, int live_workers,
   return applied;
 }
 
+std::pair<int64_t, int64_t> ShardStore::Progress(bool bsp) const {
+  std::shared_ptr<const Model> m = model();
+  if (m == nullptr) return {0, 0};
+  bool any = false;
+  int64_t lo = 0, hi = 0;
+  for (int i : m->model->local_slices()) {
+    const int64_t v =
+        bsp ? m->slices[i]->applied_step() : m->slices[i]->version();
+    lo = any ? std::min(lo, v) : v;
+    hi = any ? std::max(hi, v) : v;
+    any = true;
+  }
+  return {lo, hi};
+}
+
 bool ShardStore::StepApplied(const std::vector<int>& slices,
                              int64_t clock) const {
   std::shared_ptr<const Model> m = model();

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -92,6 +93,9 @@ class ShardStore {
   // steps applied.
   int CompletePendingSteps(int quorum, int live_workers,
                            absl::Duration deadline, absl::Time now);
+  // The lowest and highest step applied (bsp) or version (otherwise) over
+  // this shard's slices; (0, 0) before Declare.
+  std::pair<int64_t, int64_t> Progress(bool bsp) const;
   // bsp: true if step `clock` has been applied to every slice in `slices`.
   bool StepApplied(const std::vector<int>& slices, int64_t clock) const;
 

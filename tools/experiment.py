@@ -63,6 +63,10 @@ def parse_args():
     p.add_argument("--eval_flags", default="",
                    help="extra flags for the evaluator, space-separated")
     p.add_argument("--run_timeout", type=float, default=1800)
+    p.add_argument("--checkpoint_every", default="",
+                   help="shards checkpoint this often (e.g. 30s) into "
+                        "OUT/<run>.ckpt/; default: no checkpoints, which "
+                        "would add their own cost to the timings")
     return p.parse_args()
 
 
@@ -157,13 +161,20 @@ def run_one(args, bindir, label, workers, profile, seed, rundir):
     if os.path.exists(curve):
         os.remove(curve)
     try:
+        ckpt_flags = []
+        if args.checkpoint_every:
+            ckpt_dir = os.path.join(rundir, name + ".ckpt")
+            os.makedirs(ckpt_dir, exist_ok=True)
+            ckpt_flags = ["--checkpoint_dir=" + ckpt_dir,
+                          "--checkpoint_every=" + args.checkpoint_every]
         addrs = []
         for s in range(args.shards):
             p = cluster.start([os.path.join(bindir, "ps_server"), "--host=127.0.0.1",
                                "--port=0", "--shard=%d" % s,
                                "--num_shards=%d" % args.shards, "--mode=" + mode,
                                "--staleness=%d" % args.staleness,
-                               "--worker_timeout=30s"] + variant_server_flags)
+                               "--worker_timeout=30s"] + variant_server_flags +
+                              ckpt_flags)
             addrs.append(wait_for_line(p, "listening on", 30).split()[-1])
         servers = ",".join(addrs)
         evaluator = cluster.start(

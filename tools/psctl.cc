@@ -12,11 +12,15 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "client/ps_client.h"
 #include "common/cluster_spec.h"
 
 ABSL_FLAG(std::string, servers, "127.0.0.1:5000",
           "Comma-separated host:port of every shard, shard 0 first.");
+ABSL_FLAG(std::string, tag, "",
+          "checkpoint: names the job checkpoint (default: t<unix seconds>).");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10),
           "Give up after the servers have been unreachable this long.");
 
@@ -40,14 +44,19 @@ int Run(const std::string& command) {
     return 2;
   }
   if (command == "checkpoint") {
-    for (int s = 0; s < (*client)->num_shards(); ++s) {
-      auto path = (*client)->Checkpoint(s);
-      if (!path.ok()) {
-        std::fprintf(stderr, "psctl: %s\n", path.status().ToString().c_str());
-        return 1;
-      }
-      std::printf("shard %d: %s\n", s, path->c_str());
+    // Every shard at the same model version (PsClient::JobCheckpoint).
+    std::string tag = absl::GetFlag(FLAGS_tag);
+    if (tag.empty()) tag = absl::StrCat("t", absl::ToUnixSeconds(absl::Now()));
+    auto paths = (*client)->JobCheckpoint(tag);
+    if (!paths.ok()) {
+      std::fprintf(stderr, "psctl: %s\n", paths.status().ToString().c_str());
+      return 1;
     }
+    for (size_t s = 0; s < paths->size(); ++s) {
+      std::printf("shard %zu: %s\n", s, (*paths)[s].c_str());
+    }
+    std::printf("restore the whole job with ps_server --restore_job=%s\n",
+                tag.c_str());
     return 0;
   }
   auto stats = (*client)->StatsAll();

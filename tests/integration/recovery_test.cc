@@ -12,7 +12,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/ps_client.h"
+#include "common/file_system.h"
 #include "gtest/gtest.h"
+#include "server/checkpoint.h"
 #include "tests/integration/test_cluster.h"
 #include "tests/integration/worker_runner.h"
 
@@ -196,6 +198,56 @@ TEST_P(WorkerRestart, ReplacementFinishesTheJob) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, WorkerRestart,
                          ::testing::Values("async", "ssp", "bsp", "allreduce"));
+
+// psctl checkpoint's job checkpoint in bsp mid-training: every slice of
+// both shards at one step, and the whole job restored to it.
+TEST(JobCheckpoint, EveryShardAtTheSameStepAndRestoredTogether) {
+  const std::string dir = CheckpointDir("job");
+  std::vector<std::string> flags = ServerFlags("bsp");
+  flags.push_back("--checkpoint_dir=" + dir);
+  flags.push_back("--checkpoint_every=0");
+  std::vector<v1::ShardCheckpoint> files;
+  Train("bsp", flags, [&](Job& run) {
+    WaitForStep(*run.workers[0], 0, 30);
+    auto client = Client(*run.cluster);
+    ASSERT_NE(client, nullptr);
+    auto paths = client->JobCheckpoint("mid");
+    ASSERT_TRUE(paths.ok()) << paths.status();
+    ASSERT_EQ(paths->size(), 2u);
+    for (const std::string& path : *paths) {
+      auto file = ReadCheckpointFile(FileSystem::Default(), path);
+      ASSERT_TRUE(file.ok()) << file.status();
+      files.push_back(*std::move(file));
+    }
+  });
+  ASSERT_EQ(files.size(), 2u);
+  const int64_t step = files[0].slices(0).applied_step();
+  EXPECT_GT(step, 0);
+  for (const auto& f : files) {
+    for (const auto& s : f.slices()) {
+      EXPECT_EQ(s.applied_step(), step) << "shard " << f.shard();
+      EXPECT_EQ(s.version(), step) << "shard " << f.shard();
+    }
+  }
+  // The whole job back at that step.
+  std::vector<std::string> restore = flags;
+  restore.push_back("--restore_job=mid");
+  auto cluster = TestCluster::Start(kShards, restore);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto client = Client(**cluster);
+  ASSERT_TRUE(client->FetchModel().ok());
+  std::vector<int> all(client->spec().tensors_size());
+  std::vector<std::vector<float>> w;
+  for (int t = 0; t < client->spec().tensors_size(); ++t) {
+    all[t] = t;
+    int64_t n = 1;
+    for (int64_t d : client->spec().tensors(t).shape()) n *= d;
+    w.emplace_back(n);
+  }
+  std::vector<SliceVersion> versions;
+  ASSERT_TRUE(client->Pull(all, &w, &versions, -1, 0).ok());
+  for (const SliceVersion& v : versions) EXPECT_EQ(v.version, step);
+}
 
 class WorkerStall : public ::testing::TestWithParam<std::string> {};
 

@@ -61,20 +61,27 @@ void PushAll(ShardStore* store, const v1::ModelSpec& spec, float value) {
   ASSERT_TRUE(store->Push(req, &resp).ok());
 }
 
-TEST(Checkpoint, RestoredStoreBehavesLikeTheOriginal) {
+// `store` written through a Checkpointer and read back.
+v1::ShardCheckpoint RoundTrip(ShardStore* store) {
   FaultFileSystem fs;
+  Checkpointer checkpointer(store, &fs, kDir, 0, 3, absl::ZeroDuration(),
+                            Clock::Real());
+  auto path = checkpointer.Write();
+  EXPECT_TRUE(path.ok()) << path.status();
+  if (!path.ok()) return {};
+  auto loaded = ReadCheckpointFile(&fs, *path);
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  return loaded.ok() ? *std::move(loaded) : v1::ShardCheckpoint();
+}
+
+TEST(Checkpoint, RestoredStoreBehavesLikeTheOriginal) {
   ShardStore a(0, 1, 64 << 20);
   ASSERT_TRUE(a.Declare(Spec()).ok());
   PushAll(&a, Spec(), 1.0f);
   PushAll(&a, Spec(), -0.5f);
-  Checkpointer checkpointer(&a, &fs, kDir, 0, 3, absl::ZeroDuration(),
-                            Clock::Real());
-  auto path = checkpointer.Write();
-  ASSERT_TRUE(path.ok()) << path.status();
-  auto loaded = ReadCheckpointFile(&fs, *path);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const v1::ShardCheckpoint loaded = RoundTrip(&a);
   ShardStore b(0, 1, 64 << 20);
-  ASSERT_TRUE(b.Restore(*loaded).ok());
+  ASSERT_TRUE(b.Restore(loaded).ok());
   // The same next push (momentum state included) gives the same weights.
   PushAll(&a, Spec(), 2.0f);
   PushAll(&b, Spec(), 2.0f);
@@ -89,7 +96,7 @@ TEST(Checkpoint, RestoredStoreBehavesLikeTheOriginal) {
     EXPECT_EQ(sb->slices(i).version(), 3);
   }
   // A second store cannot take a checkpoint over a declared model.
-  EXPECT_EQ(b.Restore(*loaded).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(b.Restore(loaded).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 // Every optimizer's state (momentum; Adam's moments and step, which its
@@ -100,18 +107,12 @@ class OptimizerStateTest
 
 TEST_P(OptimizerStateTest, RestoredExactly) {
   const v1::ModelSpec spec = Spec(GetParam());
-  FaultFileSystem fs;
   ShardStore a(0, 1, 64 << 20);
   ASSERT_TRUE(a.Declare(spec).ok());
   for (int i = 0; i < 7; ++i) PushAll(&a, spec, 0.3f * (i % 3) - 0.2f);
-  Checkpointer checkpointer(&a, &fs, kDir, 0, 3, absl::ZeroDuration(),
-                            Clock::Real());
-  auto path = checkpointer.Write();
-  ASSERT_TRUE(path.ok()) << path.status();
-  auto loaded = ReadCheckpointFile(&fs, *path);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const v1::ShardCheckpoint loaded = RoundTrip(&a);
   ShardStore b(0, 1, 64 << 20);
-  ASSERT_TRUE(b.Restore(*loaded).ok());
+  ASSERT_TRUE(b.Restore(loaded).ok());
   for (int i = 0; i < 10; ++i) {
     PushAll(&a, spec, 0.1f * i - 0.4f);
     PushAll(&b, spec, 0.1f * i - 0.4f);

@@ -103,5 +103,45 @@ TEST(Membership, UnknownRankAndBadRankRefused) {
   EXPECT_EQ(m.Register(Join(-1))->rank(), 1);
 }
 
+TEST(Membership, AbsurdOrDisagreeingWorkerCountsAreRefused) {
+  ManualClock clock;
+  Membership m(&clock, absl::Seconds(5));
+  EXPECT_EQ(m.Register(Join(0, 2000000000)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(m.Register(Join(0, 0)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(m.Register(Join(2, 2)).status().code(),
+            absl::StatusCode::kInvalidArgument);  // Rank outside the job.
+  ASSERT_TRUE(m.Register(Join(0, 2)).ok());
+  // One call may not make every bsp step wait for 60000 workers.
+  auto s = m.Register(Join(1, 60000));
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("--num_workers"), std::string::npos);
+  EXPECT_EQ(m.Expected(), 2);
+  ASSERT_TRUE(m.Register(Join(1, 2)).ok());
+  // Once the job's workers are gone, a new job may be another size.
+  clock.Advance(absl::Seconds(6));
+  ASSERT_TRUE(m.Register(Join(0, 3)).ok());
+  EXPECT_EQ(m.Expected(), 3);
+}
+
+TEST(Membership, AsyncReplacementResumesWhereItsRankStopped) {
+  ManualClock clock;
+  Membership m(&clock, absl::Seconds(5), Membership::Resume::kOwnClock);
+  ASSERT_TRUE(m.Register(Join(0, 2)).ok());
+  ASSERT_TRUE(m.Register(Join(1, 2)).ok());
+  m.Touch(0, 90);
+  m.Touch(1, 40);
+  clock.Advance(absl::Seconds(6));  // Rank 1 dies.
+  m.Touch(0, 120);
+  auto again = m.Register(Join(1, 2));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->resume_clock(), 40);
+  // A worker rejoining a restarted shard says where it is.
+  v1::RegisterRequest rejoin = Join(0, 2);
+  rejoin.set_clock(121);
+  EXPECT_EQ(m.Register(rejoin)->resume_clock(), 121);
+}
+
 }  // namespace
 }  // namespace asyncps
