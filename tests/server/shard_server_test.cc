@@ -4,10 +4,14 @@
 // checkpoint.
 #include "server/shard_server.h"
 
+#include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
+#include "common/status.h"
 #include "common/tensor_bytes.h"
 #include "common/testing/fault_file_system.h"
 #include "gtest/gtest.h"
@@ -147,6 +151,113 @@ TEST_F(ShardServerTest, CheckpointOfAnotherModelShapeStopsTheStart) {
   EXPECT_EQ(server.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(server.status().message().find("/ckpt"), absl::string_view::npos)
       << server.status();
+}
+
+// A file system whose checkpoint writes stall in Sync until released, as a
+// slow or hung disk would.
+class StallingFileSystem : public FileSystem {
+ public:
+  explicit StallingFileSystem(FileSystem* base) : base_(base) {}
+  ~StallingFileSystem() override { Release(); }
+
+  void Release() {
+    if (!release_.HasBeenNotified()) release_.Notify();
+  }
+  absl::Notification& stalled() { return stalled_; }
+
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
+      const std::string& path) override {
+    ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
+                     base_->NewWritableFile(path));
+    if (path.find(".ckpt") == std::string::npos) return file;
+    return std::unique_ptr<WritableFile>(new Stalling(std::move(file), this));
+  }
+  absl::StatusOr<std::string> ReadFile(const std::string& path) override {
+    return base_->ReadFile(path);
+  }
+  absl::Status Rename(const std::string& from, const std::string& to) override {
+    return base_->Rename(from, to);
+  }
+  absl::Status Delete(const std::string& path) override {
+    return base_->Delete(path);
+  }
+  absl::StatusOr<std::vector<std::string>> ListDir(
+      const std::string& dir) override {
+    return base_->ListDir(dir);
+  }
+  absl::Status SyncDir(const std::string& dir) override {
+    return base_->SyncDir(dir);
+  }
+
+ private:
+  class Stalling : public WritableFile {
+   public:
+    Stalling(std::unique_ptr<WritableFile> file, StallingFileSystem* fs)
+        : file_(std::move(file)), fs_(fs) {}
+    absl::Status Append(absl::string_view data) override {
+      return file_->Append(data);
+    }
+    absl::Status Sync() override {
+      if (!fs_->stalled_.HasBeenNotified()) fs_->stalled_.Notify();
+      fs_->release_.WaitForNotification();
+      return file_->Sync();
+    }
+    absl::Status Close() override { return file_->Close(); }
+
+   private:
+    std::unique_ptr<WritableFile> file_;
+    StallingFileSystem* fs_;
+  };
+
+  FileSystem* const base_;
+  absl::Notification stalled_, release_;
+};
+
+// A periodic checkpoint stuck on the disk holds up nothing else: a bsp step
+// whose straggler never comes is still applied at --step_deadline, and the
+// pull waiting for it answered.
+TEST_F(ShardServerTest, AStalledCheckpointDelaysNoStep) {
+  StallingFileSystem stalling(&fs_);
+  config_.checkpoint_every = absl::Milliseconds(1);
+  config_.consistency.mode = Mode::kBsp;
+  config_.consistency.step_deadline = absl::Milliseconds(50);
+  Env env;
+  env.fs = &stalling;
+  auto server = ShardServer::Start(config_, env);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::ParameterServer::NewStub((*server)->InProcessChannel());
+  v1::DeclareModelRequest declare;
+  *declare.mutable_spec() = spec_;
+  v1::DeclareModelResponse declared;
+  grpc::ClientContext declare_ctx;
+  ASSERT_TRUE(stub->DeclareModel(&declare_ctx, declare, &declared).ok());
+  stalling.stalled().WaitForNotification();  // A checkpoint is stuck now.
+  for (int rank = 0; rank < 2; ++rank) {
+    v1::RegisterRequest join;
+    join.set_rank(rank);
+    join.set_num_workers(2);
+    v1::RegisterResponse joined;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->Register(&ctx, join, &joined).ok());
+  }
+  // Rank 0 pushes step 1; rank 1 never does.
+  v1::PushResponse pushed;
+  grpc::ClientContext push_ctx;
+  ASSERT_TRUE(
+      stub->Push(&push_ctx, testing::SmallModelPush(2.0f, 0, 0, 1), &pushed)
+          .ok());
+  v1::PullRequest pull;
+  *pull.add_slices() = testing::SmallModelKey();
+  pull.set_rank(0);
+  pull.set_clock(1);
+  v1::PullResponse pulled;
+  grpc::ClientContext pull_ctx;
+  pull_ctx.set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::seconds(30));
+  grpc::Status s = stub->Pull(&pull_ctx, pull, &pulled);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(pulled.slices(0).version(), 1);
+  stalling.Release();
 }
 
 }  // namespace

@@ -168,5 +168,30 @@ TEST(DataLoader, SharesAreDisjointAndReshuffled) {
   for (int c : seen) EXPECT_EQ(c, 1);
 }
 
+// A replacement worker skips the batches its rank already trained on and
+// carries on with exactly the batches the dead one would have had next,
+// across epochs and their reshuffles.
+TEST(DataLoader, SkipLandsWhereNextBatchWouldHave) {
+  Dataset d;
+  d.size = 23;
+  d.features = 1;
+  for (int i = 0; i < 23; ++i) {
+    d.pixels.push_back(static_cast<float>(i));
+    d.labels.push_back(0);
+  }
+  std::vector<float> x, skipped_x;
+  std::vector<int> y;
+  for (int batches : {0, 1, 3, 4, 9}) {
+    DataLoader read(&d, 1, 2, 7), skip(&d, 1, 2, 7);
+    for (int b = 0; b < batches; ++b) read.NextBatch(4, &x, &y);
+    skip.Skip(batches, 4);
+    EXPECT_EQ(skip.epoch(), read.epoch()) << batches;
+    for (int b = 0; b < 5; ++b) {
+      EXPECT_EQ(read.NextBatch(4, &x, &y), skip.NextBatch(4, &skipped_x, &y));
+      EXPECT_EQ(x, skipped_x) << "after skipping " << batches;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace asyncps
