@@ -7,8 +7,10 @@
 // Every worker declares the model (idempotent); weights start on the
 // servers. SIGTERM or SIGINT stops a worker after its current step, and makes
 // the evaluator score once more and exit.
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -200,6 +202,23 @@ absl::Status Train(const WorkerConfig& config, PsClient* client,
   tc.accumulate = config.accumulate;
   tc.epochs = config.epochs;
   tc.steps = config.steps;
+  if (config.ParsedMode() == Mode::kAllreduce) {
+    // Every rank must stop at the same clock, also after the ring re-formed
+    // (a survivor's place in its data then differs from a replacement's):
+    // --epochs become the step count of rank 0's share, the same number on
+    // every rank, and each loader wraps around as it needs to.
+    int64_t share0 = (data.size + config.num_workers - 1) / config.num_workers;
+    if (config.max_train_examples > 0) {
+      share0 = std::min(share0, config.max_train_examples);
+    }
+    const int64_t batches = (share0 + config.batch_size - 1) / config.batch_size;
+    const int64_t epoch_steps =
+        config.epochs * batches / config.accumulate +
+        (config.epochs * batches % config.accumulate != 0);
+    tc.steps = config.steps > 0 ? std::min(config.steps, epoch_steps)
+                                : epoch_steps;
+    tc.epochs = std::numeric_limits<int64_t>::max();
+  }
   tc.log_every = config.log_every;
   tc.start_clock = membership->start_clock();
   tc.slowdown = config.slowdown;
