@@ -23,8 +23,9 @@ struct StepStats {
   int64_t min_version = -1;
   // If >= 0, the clock the worker goes on from instead of the step's own:
   // bsp, its gradient came back dropped as late and the job has applied
-  // steps up to here (it stalled, or rejoined), so it does not redo steps
-  // the others have done; allreduce, the ring re-formed at this clock.
+  // steps up to one past here (it stalled, or rejoined), so it does not
+  // redo steps the others have done; allreduce, the ring re-formed at this
+  // clock.
   int64_t next_clock = -1;
 };
 

@@ -55,7 +55,10 @@ void PsExchange::AddPushResult(const PushResult& r) {
       std::max(step_stats_.max_staleness, r.max_staleness);
   step_stats_.dropped += r.dropped;
   if (r.dropped > 0) {
-    step_stats_.next_clock = std::max(step_stats_.next_clock, r.front_step);
+    // One below the newest step applied anywhere, as a rejoining worker
+    // resumes: that step may still wait on some slices for this worker's
+    // gradient (it counts as live again), which its next push brings.
+    step_stats_.next_clock = std::max(step_stats_.next_clock, r.front_step - 1);
   }
 }
 
