@@ -133,7 +133,9 @@ int Run() {
               config->num_shards, config->host.c_str(), (*server)->port());
   std::fflush(stdout);
   const int sig = WaitForStopSignal();
-  LOG(INFO) << "signal " << sig << ": shutting down shard " << config->shard;
+  LOG(INFO) << "signal " << sig << ": draining shard " << config->shard
+            << " (health NOT_SERVING, pushes refused, last checkpoint)";
+  (*server)->Drain();
   (*server)->Shutdown();
   return 0;
 }

@@ -1,5 +1,8 @@
 #include "server/shard_server.h"
 
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
 #include <chrono>
 #include <random>
 #include <utility>
@@ -203,6 +206,10 @@ absl::Status ShardServer::Listen() {
   service_ = std::make_unique<ParameterServerService>(
       &store_, &membership_, &consistency_, &kv_, env_.clock,
       config_.num_shards, checkpointer_.get(), std::move(data_plane));
+  // The standard grpc.health.v1 service (SERVING once this returns: the
+  // checkpoint is restored) and server reflection, for gRPC's own tools.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(config_.host, ":", config_.port);
   if (!config_.host.empty()) {
@@ -248,26 +255,22 @@ void ShardServer::PeriodicCheckpoints() {
   }
 }
 
-void ShardServer::Shutdown() {
+void ShardServer::Drain() {
   {
     absl::MutexLock lock(&shutdown_mu_);
-    if (shut_down_) return;
-    shut_down_ = true;
+    if (drained_) return;
+    drained_ = true;
   }
+  if (server_ != nullptr) {
+    server_->GetHealthCheckService()->SetServingStatus(false);
+  }
+  // No update after this: the last checkpoint holds everything applied.
+  consistency_.Pause(/*until_step=*/0, absl::InfiniteDuration());
   // Held calls would otherwise wait out the grace period.
   consistency_.Shutdown();
   kv_.Shutdown();
   if (data_plane_ != nullptr) data_plane_->Shutdown();
-  if (server_ != nullptr) {
-    server_->Shutdown(std::chrono::system_clock::now() +
-                      absl::ToChronoMilliseconds(config_.shutdown_grace));
-    server_->Wait();
-  }
-  stop_.Notify();
-  const bool started = ticker_.joinable();
-  if (started) ticker_.join();
-  if (checkpoints_.joinable()) checkpoints_.join();
-  if (started && checkpointer_ != nullptr && store_.declared()) {
+  if (ticker_.joinable() && checkpointer_ != nullptr && store_.declared()) {
     auto path = checkpointer_->Write();
     if (path.ok()) {
       LOG(INFO) << "final checkpoint " << *path;
@@ -275,6 +278,23 @@ void ShardServer::Shutdown() {
       LOG(ERROR) << "final checkpoint failed: " << path.status();
     }
   }
+}
+
+void ShardServer::Shutdown() {
+  {
+    absl::MutexLock lock(&shutdown_mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  Drain();
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      absl::ToChronoMilliseconds(config_.shutdown_grace));
+    server_->Wait();
+  }
+  stop_.Notify();
+  if (ticker_.joinable()) ticker_.join();
+  if (checkpoints_.joinable()) checkpoints_.join();
   ShardCounters c = store_.Counters();
   LOG(INFO) << "shard " << config_.shard << " stopped after " << c.pushes
             << " pushes, " << c.pulls << " pulls, " << c.rejected

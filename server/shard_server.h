@@ -80,9 +80,14 @@ class ShardServer {
   std::string data_token() const;
   // A channel to this server that bypasses the network.
   std::shared_ptr<grpc::Channel> InProcessChannel();
-  // Answers held calls with UNAVAILABLE, lets in-flight calls finish for up
-  // to shutdown_grace, stops housekeeping and writes a last checkpoint.
-  // Idempotent.
+  // The first half of Shutdown: the gRPC health service answers NOT_SERVING,
+  // held calls are answered UNAVAILABLE, pushes are refused (UNAVAILABLE:
+  // clients retry them, e.g. against the restarted shard), the data plane
+  // closes, and the last checkpoint is written from the state this froze.
+  // gRPC still answers (Stats, health) until Shutdown. Idempotent.
+  void Drain();
+  // Drains, lets in-flight gRPC calls finish for up to shutdown_grace and
+  // stops. Idempotent.
   void Shutdown();
 
   ShardStore& store() { return store_; }
@@ -113,6 +118,7 @@ class ShardServer {
   std::thread checkpoints_;  // Periodic checkpoints, with a checkpoint_dir.
 
   absl::Mutex shutdown_mu_;
+  bool drained_ ABSL_GUARDED_BY(shutdown_mu_) = false;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
 };
 

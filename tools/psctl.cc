@@ -5,6 +5,9 @@
 //                                        shards, CSV "staleness,count"
 //   psctl --servers=h:p,h:p workers      CSV
 //   "shard,rank,clock,live,seconds_since_heard"
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -16,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "client/ps_client.h"
 #include "common/cluster_spec.h"
+#include "proto/health.grpc.pb.h"
 
 ABSL_FLAG(std::string, servers, "127.0.0.1:5000",
           "Comma-separated host:port of every shard, shard 0 first.");
@@ -42,6 +46,33 @@ int Run(const std::string& command) {
   if (!client.ok()) {
     std::fprintf(stderr, "psctl: %s\n", client.status().ToString().c_str());
     return 2;
+  }
+  if (command == "health") {
+    // The standard grpc.health.v1 check of every shard: 0 if all serve.
+    int serving = 0;
+    for (size_t s = 0; s < servers->size(); ++s) {
+      auto channel = grpc::CreateChannel((*servers)[s].ToString(),
+                                         grpc::InsecureChannelCredentials());
+      auto stub = grpc::health::v1::Health::NewStub(channel);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(
+          std::chrono::system_clock::now() +
+          absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_timeout)));
+      grpc::health::v1::HealthCheckRequest req;
+      grpc::health::v1::HealthCheckResponse resp;
+      grpc::Status st = stub->Check(&ctx, req, &resp);
+      const bool ok =
+          st.ok() &&
+          resp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+      serving += ok;
+      std::printf(
+          "shard %zu at %s: %s\n", s, (*servers)[s].ToString().c_str(),
+          st.ok() ? grpc::health::v1::HealthCheckResponse::ServingStatus_Name(
+                        resp.status())
+                        .c_str()
+                  : st.error_message().c_str());
+    }
+    return serving == static_cast<int>(servers->size()) ? 0 : 1;
   }
   if (command == "checkpoint") {
     // Every shard at the same model version (PsClient::JobCheckpoint).
@@ -94,7 +125,7 @@ int Run(const std::string& command) {
   } else {
     std::fprintf(stderr,
                  "psctl: unknown command '%s' (want stats, histogram, "
-                 "workers or checkpoint)\n",
+                 "workers, checkpoint or health)\n",
                  command.c_str());
     return 2;
   }
@@ -107,7 +138,7 @@ int Run(const std::string& command) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Inspect a running asyncps cluster.\n"
-      "  psctl --servers=h:p,h:p stats|histogram|workers|checkpoint");
+      "  psctl --servers=h:p,h:p stats|histogram|workers|checkpoint|health");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
     std::fprintf(stderr,

@@ -299,6 +299,34 @@ TEST_F(ValidationTest, GarbageBytesDoNotCrashTheServer) {
   ExpectUntouched();  // And the server still answers.
 }
 
+// Server reflection answers gRPC's tools: asked to list the services (a
+// ServerReflectionRequest with list_services, field 7, sent as the one
+// message of its stream), it names ours and the health service.
+TEST_F(ValidationTest, ReflectionListsTheServices) {
+  grpc::GenericStub generic(channel_);
+  const std::string list_services("\x3a\x00", 2);
+  grpc::Slice slice(list_services);
+  grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  grpc::ClientContext ctx;
+  absl::Notification done;
+  grpc::Status status;
+  generic.UnaryCall(
+      &ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+      grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+        status = std::move(s);
+        done.Notify();
+      });
+  done.WaitForNotification();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& s : slices) bytes += std::string(s.begin(), s.end());
+  EXPECT_NE(bytes.find("asyncps.v1.ParameterServer"), std::string::npos);
+  EXPECT_NE(bytes.find("grpc.health.v1.Health"), std::string::npos);
+}
+
 // The fused call: the weights it answers are those a Push and then a Pull
 // would give, bit for bit.
 TEST_F(ValidationTest, PushPullAnswersTheWeightsItsPushProduced) {

@@ -16,6 +16,7 @@
 #include "common/testing/fault_file_system.h"
 #include "gtest/gtest.h"
 #include "proto/asyncps.grpc.pb.h"
+#include "proto/health.grpc.pb.h"
 #include "tests/server/small_model.h"
 
 namespace asyncps {
@@ -151,6 +152,37 @@ TEST_F(ShardServerTest, CheckpointOfAnotherModelShapeStopsTheStart) {
   EXPECT_EQ(server.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(server.status().message().find("/ckpt"), absl::string_view::npos)
       << server.status();
+}
+
+// The standard health service says SERVING once the shard serves, and
+// NOT_SERVING from the moment it drains (SIGTERM): it then refuses pushes
+// (to be retried elsewhere) but still answers, until it stops.
+TEST_F(ShardServerTest, HealthFollowsTheShardsLife) {
+  auto server = Start();
+  ASSERT_NE(server, nullptr);
+  auto channel = server->InProcessChannel();
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  auto check = [&health] {
+    grpc::health::v1::HealthCheckResponse resp;
+    grpc::ClientContext ctx;
+    grpc::Status s =
+        health->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp.status();
+  };
+  EXPECT_EQ(check(), grpc::health::v1::HealthCheckResponse::SERVING);
+  auto stub = v1::ParameterServer::NewStub(channel);
+  ASSERT_TRUE(server->store().Declare(spec_).ok());
+  server->Drain();
+  EXPECT_EQ(check(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  v1::PushResponse pushed;
+  grpc::ClientContext push_ctx;
+  EXPECT_EQ(stub->Push(&push_ctx, testing::SmallModelPush(1.0f), &pushed)
+                .error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(Read(stub.get()), std::make_pair(10.0f, int64_t{0}));
+  EXPECT_EQ(fs_.Paths().size(), 1u);  // The last checkpoint, written.
+  server->Shutdown();
 }
 
 // A file system whose checkpoint writes stall in Sync until released, as a
