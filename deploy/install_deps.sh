@@ -20,6 +20,7 @@ PACKAGES=(
   libopenblas-dev           # CPU backend (cblas_sgemm)
   libgloo-dev               # CPU ring all-reduce
   zlib1g-dev                # gzip'd IDX files
+  prometheus-cpp-dev        # /metrics (prometheus-cpp 1.0: core + pull)
   dataset-fashion-mnist     # /usr/share/datasets/fashion-mnist/
   gnuplot-nox               # experiment plots
   procps                    # pkill/pgrep in scripts

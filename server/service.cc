@@ -5,6 +5,7 @@
 
 #include "absl/time/time.h"
 #include "common/status.h"
+#include "server/shard_stats.h"
 
 namespace asyncps {
 
@@ -219,36 +220,14 @@ grpc::ServerUnaryReactor* ParameterServerService::Stats(
     v1::StatsResponse* response) {
   grpc::ServerUnaryReactor* reactor = Begin(context);
   if (reactor == nullptr) return context->DefaultReactor();
-  ShardCounters c = store_->Counters();
-  response->set_shard(store_->shard());
-  response->set_num_shards(num_shards_);
-  response->set_model_declared(store_->declared());
-  response->set_model_name(store_->model_name());
-  response->set_num_slices(store_->num_slices());
-  response->set_num_bytes(store_->num_bytes());
-  response->set_updates_applied(c.updates_applied);
-  response->set_pushes(c.pushes);
-  response->set_pulls(c.pulls);
-  response->set_rejected_requests(c.rejected);
-  for (int64_t n : c.staleness_histogram) {
-    response->add_staleness_histogram(n);
-  }
-  for (v1::WorkerInfo& w : membership_->Workers()) {
-    *response->add_workers() = std::move(w);
-  }
-  response->set_uptime_seconds(absl::ToDoubleSeconds(clock_->Now() - start_));
-  response->set_mode(ModeName(consistency_->config().mode));
-  response->set_dropped_stale(c.dropped_stale);
-  response->set_dropped_late(c.dropped_late);
-  response->set_steps_applied(c.steps_applied);
-  response->set_steps_short(c.steps_short);
-  response->set_held_pulls(consistency_->held_pulls());
-  response->set_live_workers(membership_->LiveCount());
-  response->set_max_clock_gap(membership_->MaxClockGap());
-  response->set_incarnation(store_->incarnation());
-  response->set_dropped_restarted(c.dropped_restarted);
-  response->set_duplicate_pushes(c.duplicate_pushes);
-  response->set_awaiting_restore(consistency_->AwaitingRestore());
+  ShardParts parts;
+  parts.store = store_;
+  parts.membership = membership_;
+  parts.consistency = consistency_;
+  parts.clock = clock_;
+  parts.num_shards = num_shards_;
+  parts.start = start_;
+  *response = CollectStats(parts);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

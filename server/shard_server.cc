@@ -27,6 +27,10 @@ absl::Status ShardServerConfig::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "--data_port=", data_port, " is not a TCP port (-1: no data plane)"));
   }
+  if (metrics_port < 0 || metrics_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metrics_port=", metrics_port, " is not a TCP port (0: none)"));
+  }
   if (max_data_connections < 1) {
     return absl::InvalidArgumentError(
         "--max_data_connections must be at least 1");
@@ -223,6 +227,26 @@ absl::Status ShardServer::Listen() {
   if (server_ == nullptr || (!config_.host.empty() && port_ == 0)) {
     return absl::UnavailableError(
         absl::StrCat("could not listen on ", address));
+  }
+  if (!config_.host.empty() && config_.metrics_port > 0) {
+    ShardParts parts;
+    parts.store = &store_;
+    parts.membership = &membership_;
+    parts.consistency = &consistency_;
+    parts.clock = env_.clock;
+    parts.num_shards = config_.num_shards;
+    parts.start = env_.clock->Now();
+    metrics_ = std::make_shared<ShardMetrics>(parts);
+    const std::string at =
+        absl::StrCat(config_.host, ":", config_.metrics_port);
+    try {
+      exposer_ = std::make_unique<prometheus::Exposer>(at, 1);
+    } catch (const std::exception& e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--metrics_port=", config_.metrics_port,
+                       ": cannot serve /metrics on ", at, ": ", e.what()));
+    }
+    exposer_->RegisterCollectable(metrics_);
   }
   LOG(INFO) << "ps_server shard " << config_.shard << "/" << config_.num_shards
             << " serving asyncps.v1.ParameterServer on " << config_.host << ":"

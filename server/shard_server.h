@@ -20,11 +20,13 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/env.h"
+#include "prometheus/exposer.h"
 #include "server/checkpoint.h"
 #include "server/consistency.h"
 #include "server/data_plane.h"
 #include "server/kv_store.h"
 #include "server/membership.h"
+#include "server/metrics.h"
 #include "server/service.h"
 #include "server/shard_store.h"
 
@@ -40,6 +42,8 @@ struct ShardServerConfig {
   // -1, none (clients use gRPC for tensors too). Off whenever host is "".
   int data_port = 0;
   int max_data_connections = 1024;
+  // Prometheus' /metrics on this port (0: none); off whenever host is "".
+  int metrics_port = 0;
   int shard = 0;
   int num_shards = 1;
   int64_t max_message_bytes = 64 << 20;
@@ -112,6 +116,8 @@ class ShardServer {
   std::unique_ptr<DataPlaneServer> data_plane_;
   std::unique_ptr<ParameterServerService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::shared_ptr<prometheus::Collectable> metrics_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
   int port_ = 0;
   absl::Notification stop_;
   std::thread ticker_;

@@ -1,0 +1,161 @@
+#include "server/metrics.h"
+
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace asyncps {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+MetricFamily Family(std::string name, std::string help, MetricType type) {
+  MetricFamily f;
+  f.name = std::move(name);
+  f.help = std::move(help);
+  f.type = type;
+  return f;
+}
+
+// One sample of `value` with `labels`.
+ClientMetric Sample(MetricType type, double value,
+                    std::vector<ClientMetric::Label> labels = {}) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  if (type == MetricType::Counter) {
+    m.counter.value = value;
+  } else {
+    m.gauge.value = value;
+  }
+  return m;
+}
+
+void Add(std::vector<MetricFamily>* out, const char* name, const char* help,
+         MetricType type, double value) {
+  MetricFamily f = Family(name, help, type);
+  f.metric.push_back(Sample(type, value));
+  out->push_back(std::move(f));
+}
+
+}  // namespace
+
+std::vector<MetricFamily> StatsToMetrics(const v1::StatsResponse& s) {
+  std::vector<MetricFamily> out;
+  const auto counter = MetricType::Counter;
+  const auto gauge = MetricType::Gauge;
+  Add(&out, "asyncps_shard_pushes_total", "Push calls accepted.", counter,
+      s.pushes());
+  Add(&out, "asyncps_shard_pulls_total", "Pull calls answered.", counter,
+      s.pulls());
+  Add(&out, "asyncps_shard_rejected_requests_total",
+      "Calls refused by validation.", counter, s.rejected_requests());
+  Add(&out, "asyncps_shard_updates_applied_total",
+      "Slice updates applied (optimizer steps on one slice).", counter,
+      s.updates_applied());
+  Add(&out, "asyncps_shard_duplicate_pushes_total",
+      "Retried pushes answered from the ledger, not applied again.", counter,
+      s.duplicate_pushes());
+  Add(&out, "asyncps_shard_bsp_steps_applied_total",
+      "bsp: slice steps applied.", counter, s.steps_applied());
+  Add(&out, "asyncps_shard_bsp_steps_short_total",
+      "bsp: slice steps applied with fewer gradients than live workers.",
+      counter, s.steps_short());
+  Add(&out, "asyncps_shard_held_pulls_total",
+      "ssp/bsp: pulls that had to wait.", counter, s.held_pulls());
+  {
+    MetricFamily f = Family("asyncps_shard_dropped_gradients_total",
+                            "Slice gradients not applied, by reason.", counter);
+    f.metric.push_back(
+        Sample(counter, s.dropped_stale(), {{"reason", "stale"}}));
+    f.metric.push_back(Sample(counter, s.dropped_late(), {{"reason", "late"}}));
+    f.metric.push_back(
+        Sample(counter, s.dropped_restarted(), {{"reason", "restarted"}}));
+    out.push_back(std::move(f));
+  }
+  {
+    // The staleness of every slice update: bucket k counts staleness k, the
+    // last one everything larger (its samples count at its lower bound in
+    // the sum).
+    MetricFamily f = Family("asyncps_shard_update_staleness",
+                            "Versions applied between a gradient's pull and "
+                            "its push, per slice update.",
+                            MetricType::Histogram);
+    ClientMetric m;
+    uint64_t cumulative = 0;
+    double sum = 0;
+    const int n = s.staleness_histogram_size();
+    for (int k = 0; k < n; ++k) {
+      const int64_t count = s.staleness_histogram(k);
+      cumulative += static_cast<uint64_t>(count);
+      sum += static_cast<double>(k) * static_cast<double>(count);
+      if (k + 1 < n) {
+        m.histogram.bucket.push_back({cumulative, static_cast<double>(k)});
+      }
+    }
+    m.histogram.bucket.push_back(
+        {cumulative, std::numeric_limits<double>::infinity()});
+    m.histogram.sample_count = cumulative;
+    m.histogram.sample_sum = sum;
+    f.metric.push_back(std::move(m));
+    out.push_back(std::move(f));
+  }
+  Add(&out, "asyncps_shard_live_workers", "Workers heard from lately.", gauge,
+      s.live_workers());
+  Add(&out, "asyncps_shard_registered_workers",
+      "Ranks that have registered since the shard started.", gauge,
+      s.workers_size());
+  {
+    MetricFamily clock = Family("asyncps_shard_worker_clock",
+                                "Steps each worker has completed.", gauge);
+    MetricFamily heard =
+        Family("asyncps_shard_worker_last_seen_seconds",
+               "Seconds since each worker was last heard from.", gauge);
+    MetricFamily live =
+        Family("asyncps_shard_worker_live", "1 if the worker is live.", gauge);
+    for (const v1::WorkerInfo& w : s.workers()) {
+      std::vector<ClientMetric::Label> labels = {
+          {"rank", absl::StrCat(w.rank())}, {"host", w.host()}};
+      clock.metric.push_back(Sample(gauge, w.clock(), labels));
+      heard.metric.push_back(Sample(gauge, w.seconds_since_heard(), labels));
+      live.metric.push_back(Sample(gauge, w.live() ? 1 : 0, labels));
+    }
+    out.push_back(std::move(clock));
+    out.push_back(std::move(heard));
+    out.push_back(std::move(live));
+  }
+  Add(&out, "asyncps_shard_max_clock_gap",
+      "Largest gap seen between two live workers' clocks.", gauge,
+      s.max_clock_gap());
+  Add(&out, "asyncps_shard_slices", "Slices this shard holds.", gauge,
+      s.num_slices());
+  Add(&out, "asyncps_shard_weight_bytes", "Weight bytes this shard holds.",
+      gauge, s.num_bytes());
+  Add(&out, "asyncps_shard_slice_version_min",
+      "Lowest slice version (bsp: step applied).", gauge, s.min_version());
+  Add(&out, "asyncps_shard_slice_version_max",
+      "Highest slice version (bsp: step applied).", gauge, s.max_version());
+  Add(&out, "asyncps_shard_awaiting_restore",
+      "1 while the shard waits for a worker's copy of a lost model.", gauge,
+      s.awaiting_restore() ? 1 : 0);
+  Add(&out, "asyncps_shard_uptime_seconds", "Seconds since the shard started.",
+      gauge, s.uptime_seconds());
+  {
+    MetricFamily f = Family("asyncps_shard_info",
+                            "The shard's identity; the value is 1.", gauge);
+    f.metric.push_back(
+        Sample(gauge, 1,
+               {{"shard", absl::StrCat(s.shard())},
+                {"num_shards", absl::StrCat(s.num_shards())},
+                {"mode", s.mode()},
+                {"model", s.model_name()},
+                {"incarnation", absl::StrCat(absl::Hex(s.incarnation()))}}));
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+}  // namespace asyncps

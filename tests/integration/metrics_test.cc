@@ -1,0 +1,110 @@
+// Prometheus' /metrics of a real shard over HTTP: its counters move as a
+// client pushes and pulls, the staleness histogram fills, and a busy port
+// is a clear start-up error.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/ps_client.h"
+#include "gtest/gtest.h"
+#include "tests/integration/local_shards.h"
+#include "tests/integration/test_cluster.h"
+
+namespace asyncps::testing {
+namespace {
+
+// A TCP port nothing listens on now (the kernel's pick, released).
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// The body of GET /metrics on 127.0.0.1:port ("" on failure).
+std::string Scrape(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string get = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  EXPECT_EQ(write(fd, get.data(), get.size()),
+            static_cast<ssize_t>(get.size()));
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) out.append(buf, n);
+  close(fd);
+  const size_t body = out.find("\r\n\r\n");
+  return body == std::string::npos ? "" : out.substr(body + 4);
+}
+
+// The value of the sample line that starts with `series` + " ".
+double Value(const std::string& text, const std::string& series) {
+  const size_t at = text.find("\n" + series + " ");
+  if (at == std::string::npos) {
+    ADD_FAILURE() << "no '" << series << "' in:\n" << text;
+    return -1;
+  }
+  return std::stod(text.substr(at + series.size() + 2));
+}
+
+TEST(Metrics, ShardCountersMoveAndABusyPortIsRefused) {
+  const int port = FreePort();
+  auto shards = StartLocalShards(
+      1, [port](ShardServerConfig* c) { c->metrics_port = port; });
+  ASSERT_TRUE(shards.ok()) << shards.status();
+  const std::string before = Scrape(port);
+  EXPECT_EQ(Value(before, "asyncps_shard_pushes_total"), 0);
+  EXPECT_NE(before.find("# TYPE asyncps_shard_update_staleness histogram"),
+            std::string::npos);
+
+  PsClientOptions options;
+  options.servers = shards->addresses;
+  auto client = PsClient::Create(options);
+  ASSERT_TRUE(client.ok());
+  const v1::ModelSpec spec = ConstantSpec({{100}}, 1, 0.0f, 1.0f, 1 << 20);
+  ASSERT_TRUE((*client)->DeclareModel(spec).ok());
+  std::vector<std::vector<float>> w = {std::vector<float>(100)};
+  std::vector<std::vector<float>> g = {std::vector<float>(100, 1.0f)};
+  std::vector<SliceVersion> versions;
+  ASSERT_TRUE((*client)->Pull({0}, &w, &versions, -1, 0).ok());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE((*client)->Push({0}, g, versions, -1, 0, nullptr).ok());
+  }
+  const std::string after = Scrape(port);
+  EXPECT_EQ(Value(after, "asyncps_shard_pushes_total"), 3);
+  EXPECT_EQ(Value(after, "asyncps_shard_pulls_total"), 1);
+  EXPECT_EQ(Value(after, "asyncps_shard_updates_applied_total"), 3);
+  // Pushed from version 0 three times: staleness 0, 1 and 2.
+  EXPECT_EQ(Value(after, "asyncps_shard_update_staleness_count"), 3);
+  EXPECT_EQ(Value(after, "asyncps_shard_update_staleness_sum"), 3);
+  EXPECT_EQ(Value(after, "asyncps_shard_slice_version_max"), 3);
+
+  // A second shard on the same metrics port does not start.
+  ShardServerConfig config;
+  config.host = "127.0.0.1";
+  config.metrics_port = port;
+  auto second = ShardServer::Start(config);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(second.status().message().find("--metrics_port"), std::string::npos)
+      << second.status();
+}
+
+}  // namespace
+}  // namespace asyncps::testing
