@@ -92,6 +92,7 @@ absl::Status Membership::Heartbeat(const v1::HeartbeatRequest& request) {
   it->second.last_heard = clock_->Now();
   it->second.clock = std::max(it->second.clock, request.clock());
   it->second.left = request.leaving();
+  if (request.has_progress()) it->second.progress = request.progress();
   NoteClock(request.clock());
   UpdateGap(it->second.last_heard);
   return absl::OkStatus();
@@ -143,6 +144,7 @@ std::vector<v1::WorkerInfo> Membership::Workers() const {
     info.set_seconds_since_heard(absl::ToDoubleSeconds(now - w.last_heard));
     info.set_live(Live(w, now));
     info.set_host(w.host);
+    *info.mutable_progress() = w.progress;
     out.push_back(std::move(info));
   }
   return out;

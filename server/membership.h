@@ -84,6 +84,7 @@ class Membership {
     int64_t clock = 0;
     absl::Time last_heard;
     std::string host;
+    v1::WorkerProgress progress;
   };
   bool Live(const Worker& w, absl::Time now) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);

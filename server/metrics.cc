@@ -127,6 +127,41 @@ std::vector<MetricFamily> StatsToMetrics(const v1::StatsResponse& s) {
     out.push_back(std::move(heard));
     out.push_back(std::move(live));
   }
+  {
+    // What each worker reported on its last heartbeat (every shard has it;
+    // query one shard, or take the max per rank).
+    MetricFamily samples =
+        Family("asyncps_worker_samples_total",
+               "Examples a worker process trained on.", counter);
+    MetricFamily rate = Family("asyncps_worker_samples_per_second",
+                               "A worker's recent training rate.", gauge);
+    MetricFamily loss =
+        Family("asyncps_worker_loss", "A worker's last training loss.", gauge);
+    MetricFamily phases = Family(
+        "asyncps_worker_step_seconds_total",
+        "Seconds a worker spent per phase of its steps: data (reading "
+        "minibatches), compute (forward, backward), exchange (waiting for "
+        "the servers or the ring).",
+        counter);
+    for (const v1::WorkerInfo& w : s.workers()) {
+      const v1::WorkerProgress& p = w.progress();
+      const std::string rank = absl::StrCat(w.rank());
+      samples.metric.push_back(Sample(counter, p.samples(), {{"rank", rank}}));
+      rate.metric.push_back(
+          Sample(gauge, p.samples_per_second(), {{"rank", rank}}));
+      loss.metric.push_back(Sample(gauge, p.loss(), {{"rank", rank}}));
+      phases.metric.push_back(Sample(counter, p.data_seconds(),
+                                     {{"rank", rank}, {"phase", "data"}}));
+      phases.metric.push_back(Sample(counter, p.compute_seconds(),
+                                     {{"rank", rank}, {"phase", "compute"}}));
+      phases.metric.push_back(Sample(counter, p.exchange_seconds(),
+                                     {{"rank", rank}, {"phase", "exchange"}}));
+    }
+    out.push_back(std::move(samples));
+    out.push_back(std::move(rate));
+    out.push_back(std::move(loss));
+    out.push_back(std::move(phases));
+  }
   Add(&out, "asyncps_shard_max_clock_gap",
       "Largest gap seen between two live workers' clocks.", gauge,
       s.max_clock_gap());

@@ -5,10 +5,12 @@
 //                                        shards, CSV "staleness,count"
 //   psctl --servers=h:p,h:p workers      CSV
 //   "shard,rank,clock,live,seconds_since_heard"
+#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -25,11 +27,68 @@ ABSL_FLAG(std::string, servers, "127.0.0.1:5000",
           "Comma-separated host:port of every shard, shard 0 first.");
 ABSL_FLAG(std::string, tag, "",
           "checkpoint: names the job checkpoint (default: t<unix seconds>).");
+ABSL_FLAG(absl::Duration, watch, absl::ZeroDuration(),
+          "status: refresh every this long until interrupted (0: once).");
+ABSL_FLAG(bool, json, false, "status: the shards' Stats as JSON.");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10),
           "Give up after the servers have been unreachable this long.");
 
 namespace asyncps {
 namespace {
+
+// psctl status: every shard and every worker on one screen. `previous`
+// (may be empty) is the last refresh's answer, for rates.
+void PrintStatus(const std::vector<v1::StatsResponse>& stats,
+                 const std::vector<v1::StatsResponse>& previous) {
+  if (stats.empty()) return;
+  std::printf("asyncps: %zu shards, mode %s, model '%s'\n", stats.size(),
+              stats[0].mode().c_str(), stats[0].model_name().c_str());
+  std::printf("%-5s %-16s %7s %9s %15s %11s %5s %9s\n", "shard", "incarnation",
+              "slices", "MiB", "versions", "updates/s", "live", "uptime");
+  for (size_t s = 0; s < stats.size(); ++s) {
+    const v1::StatsResponse& r = stats[s];
+    double rate =
+        r.uptime_seconds() > 0 ? r.updates_applied() / r.uptime_seconds() : 0.0;
+    if (s < previous.size() && previous[s].incarnation() == r.incarnation() &&
+        r.uptime_seconds() > previous[s].uptime_seconds()) {
+      rate = (r.updates_applied() - previous[s].updates_applied()) /
+             (r.uptime_seconds() - previous[s].uptime_seconds());
+    }
+    std::printf("%-5u %016llx %7u %9.2f %7lld..%-7lld %11.1f %5d %8.0fs%s\n",
+                r.shard(), static_cast<unsigned long long>(r.incarnation()),
+                r.num_slices(), r.num_bytes() / 1048576.0,
+                static_cast<long long>(r.min_version()),
+                static_cast<long long>(r.max_version()), rate, r.live_workers(),
+                r.uptime_seconds(),
+                r.awaiting_restore() ? "  awaiting a worker's copy" : "");
+  }
+  // A worker as the shards see it: the freshest report of any shard.
+  std::map<int, v1::WorkerInfo> workers;
+  for (const auto& r : stats) {
+    for (const auto& w : r.workers()) {
+      auto it = workers.find(w.rank());
+      if (it == workers.end() ||
+          w.seconds_since_heard() < it->second.seconds_since_heard()) {
+        workers[w.rank()] = w;
+      }
+    }
+  }
+  std::printf("%-5s %-20s %9s %5s %10s %10s %8s %22s\n", "rank", "host",
+              "clock", "live", "last seen", "samples/s", "loss",
+              "data/compute/exchange");
+  for (const auto& [rank, w] : workers) {
+    const v1::WorkerProgress& p = w.progress();
+    const double total =
+        p.data_seconds() + p.compute_seconds() + p.exchange_seconds();
+    auto share = [total](double s) { return total > 0 ? 100 * s / total : 0; };
+    std::printf(
+        "%-5d %-20s %9lld %5s %9.1fs %10.0f %8.4f %6.0f%%/%3.0f%%/%3.0f%%\n",
+        rank, w.host().c_str(), static_cast<long long>(w.clock()),
+        w.live() ? "yes" : "NO", w.seconds_since_heard(),
+        p.samples_per_second(), p.loss(), share(p.data_seconds()),
+        share(p.compute_seconds()), share(p.exchange_seconds()));
+  }
+}
 
 int Run(const std::string& command) {
   auto servers = ParseServerList(absl::GetFlag(FLAGS_servers));
@@ -90,6 +149,34 @@ int Run(const std::string& command) {
                 tag.c_str());
     return 0;
   }
+  if (command == "status") {
+    // --json: the shards' Stats for scripts; --watch: refresh until killed.
+    const absl::Duration watch = absl::GetFlag(FLAGS_watch);
+    std::vector<v1::StatsResponse> previous;
+    while (true) {
+      auto stats = (*client)->StatsAll();
+      if (!stats.ok()) {
+        std::fprintf(stderr, "psctl: %s\n", stats.status().ToString().c_str());
+        return 1;
+      }
+      if (absl::GetFlag(FLAGS_json)) {
+        std::string out = "[";
+        for (size_t s = 0; s < stats->size(); ++s) {
+          std::string one;
+          (void)google::protobuf::util::MessageToJsonString((*stats)[s], &one);
+          absl::StrAppend(&out, s ? "," : "", one);
+        }
+        std::printf("%s]\n", out.c_str());
+      } else {
+        if (watch > absl::ZeroDuration()) std::printf("\033[H\033[2J");
+        PrintStatus(*stats, previous);
+      }
+      std::fflush(stdout);
+      if (watch <= absl::ZeroDuration()) return 0;
+      previous = *std::move(stats);
+      absl::SleepFor(watch);
+    }
+  }
   auto stats = (*client)->StatsAll();
   if (!stats.ok()) {
     std::fprintf(stderr, "psctl: %s\n", stats.status().ToString().c_str());
@@ -124,8 +211,8 @@ int Run(const std::string& command) {
     }
   } else {
     std::fprintf(stderr,
-                 "psctl: unknown command '%s' (want stats, histogram, "
-                 "workers, checkpoint or health)\n",
+                 "psctl: unknown command '%s' (want status, stats, "
+                 "histogram, workers, checkpoint or health)\n",
                  command.c_str());
     return 2;
   }
@@ -138,11 +225,20 @@ int Run(const std::string& command) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Inspect a running asyncps cluster.\n"
-      "  psctl --servers=h:p,h:p stats|histogram|workers|checkpoint|health");
+      "  psctl --servers=h:p,h:p COMMAND\n"
+      "  status      every shard and worker on one screen (--watch, --json)\n"
+      "  health      grpc.health.v1 of every shard; exit 0 if all serve\n"
+      "  checkpoint  a job checkpoint: every shard at one model version\n"
+      "              (--tag; restore with ps_server --restore_job)\n"
+      "  stats       every shard's Stats, in full\n"
+      "  histogram   the staleness histogram, summed over shards (CSV)\n"
+      "  workers     every shard's view of every worker (CSV)");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
     std::fprintf(stderr,
-                 "usage: psctl --servers=h:p,... stats|histogram|workers\n");
+                 "usage: psctl --servers=h:p,... "
+                 "status|health|checkpoint|stats|histogram|workers "
+                 "(psctl --help)\n");
     return 2;
   }
   return asyncps::Run(args[1]);

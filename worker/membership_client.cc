@@ -74,6 +74,7 @@ absl::Status MembershipClient::Heartbeat(int shard, bool leaving) {
   {
     absl::MutexLock lock(&mu_);
     req.set_incarnation(incarnations_[shard]);
+    *req.mutable_progress() = progress_;
   }
   req.set_clock(clock_.load());
   req.set_leaving(leaving);

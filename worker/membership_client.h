@@ -48,6 +48,12 @@ class MembershipClient {
   // as the worker's clock. Returns (resume clock, attempt).
   absl::StatusOr<std::pair<int64_t, int64_t>> Rejoin();
 
+  // What the next heartbeats report of this worker's progress.
+  void Report(const v1::WorkerProgress& progress) {
+    absl::MutexLock lock(&mu_);
+    progress_ = progress;
+  }
+
   // Stops heartbeating and says, with the final clock, that this worker is
   // leaving. Idempotent.
   void Leave();
@@ -66,6 +72,7 @@ class MembershipClient {
   std::atomic<int64_t> clock_{0};
   absl::Mutex mu_;
   std::vector<int64_t> incarnations_ ABSL_GUARDED_BY(mu_);
+  v1::WorkerProgress progress_ ABSL_GUARDED_BY(mu_);
   absl::Notification stop_;
   std::thread heartbeat_;
   bool left_ = false;  // Touched by the owner's thread only.

@@ -211,12 +211,13 @@ absl::Status Train(const WorkerConfig& config, PsClient* client,
     if (config.max_train_examples > 0) {
       share0 = std::min(share0, config.max_train_examples);
     }
-    const int64_t batches = (share0 + config.batch_size - 1) / config.batch_size;
+    const int64_t batches =
+        (share0 + config.batch_size - 1) / config.batch_size;
     const int64_t epoch_steps =
         config.epochs * batches / config.accumulate +
         (config.epochs * batches % config.accumulate != 0);
-    tc.steps = config.steps > 0 ? std::min(config.steps, epoch_steps)
-                                : epoch_steps;
+    tc.steps =
+        config.steps > 0 ? std::min(config.steps, epoch_steps) : epoch_steps;
     tc.epochs = std::numeric_limits<int64_t>::max();
   }
   tc.log_every = config.log_every;
@@ -224,6 +225,29 @@ absl::Status Train(const WorkerConfig& config, PsClient* client,
   tc.slowdown = config.slowdown;
   tc.stop_at_version = config.stop_at_version;
   tc.clock = membership->clock();
+  // What the heartbeats tell the shards (their metrics, psctl status).
+  v1::WorkerProgress progress;
+  absl::Time window_start = absl::Now();
+  int64_t window_samples = 0;
+  tc.on_step = [&, m = membership.get()](const StepReport& r) {
+    progress.set_samples(progress.samples() + r.samples);
+    progress.set_loss(r.loss);
+    progress.set_data_seconds(progress.data_seconds() + r.data_seconds);
+    progress.set_compute_seconds(progress.compute_seconds() +
+                                 r.compute_seconds);
+    progress.set_exchange_seconds(progress.exchange_seconds() +
+                                  r.exchange_seconds);
+    progress.set_dropped(progress.dropped() + r.dropped);
+    window_samples += r.samples;
+    const absl::Time now = absl::Now();
+    if (now - window_start >= absl::Seconds(1)) {
+      progress.set_samples_per_second(
+          window_samples / absl::ToDoubleSeconds(now - window_start));
+      window_start = now;
+      window_samples = 0;
+    }
+    m->Report(progress);
+  };
   LOG(INFO) << "ps_worker rank " << config.rank << "/" << config.num_workers
             << " on " << backend->Name() << ": " << client->spec().name()
             << ", " << loader.share() << " training examples, "

@@ -51,8 +51,13 @@ absl::Status Train(const TrainerConfig& config, Mlp* model, DataLoader* loader,
     double loss = 0;
     const int64_t clock = done_clock + 1;
     const absl::Time compute_start = absl::Now();
+    absl::Duration data_time;
+    int64_t step_samples = 0;
     for (int m = 0; m < config.accumulate; ++m) {
+      const absl::Time data_start = absl::Now();
       const int n = loader->NextBatch(config.batch_size, &x, &y);
+      data_time += absl::Now() - data_start;
+      step_samples += n;
       const bool last = m + 1 == config.accumulate;
       Mlp::LayerDone done;
       if (last) {
@@ -75,11 +80,24 @@ absl::Status Train(const TrainerConfig& config, Mlp* model, DataLoader* loader,
           config.rank, loss, step));
     }
     StepStats stats;
+    const absl::Time exchange_start = absl::Now();
     RETURN_IF_ERROR(exchange->FinishStep(clock, &weights, &stats));
     ++step;
     // Where the exchange says the job is (StepStats::next_clock).
     done_clock = stats.next_clock >= 0 ? stats.next_clock : clock;
     if (config.clock != nullptr) config.clock->store(done_clock);
+    if (config.on_step) {
+      StepReport report;
+      report.samples = step_samples;
+      report.loss = loss;
+      report.data_seconds = absl::ToDoubleSeconds(data_time);
+      report.compute_seconds =
+          absl::ToDoubleSeconds(exchange_start - compute_start - data_time);
+      report.exchange_seconds =
+          absl::ToDoubleSeconds(absl::Now() - exchange_start);
+      report.dropped = stats.dropped;
+      config.on_step(report);
+    }
     const bool budget_spent = config.stop_at_version > 0 &&
                               stats.min_version >= config.stop_at_version;
     if (first.size() < 10) first.push_back(loss);

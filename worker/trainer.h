@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -17,6 +18,16 @@
 #include "worker/model/mlp.h"
 
 namespace asyncps {
+
+// One training step, as the trainer saw it.
+struct StepReport {
+  int64_t samples = 0;
+  double loss = 0;
+  double data_seconds = 0;      // Reading the minibatches.
+  double compute_seconds = 0;   // Forward and backward (and --slowdown).
+  double exchange_seconds = 0;  // Waiting for the servers (or the ring).
+  int64_t dropped = 0;          // Slice gradients the servers did not apply.
+};
 
 struct TrainerConfig {
   int rank = 0;
@@ -39,6 +50,8 @@ struct TrainerConfig {
   int64_t stop_at_version = 0;
   // If set, holds the worker's clock (steps completed), for heartbeats.
   std::atomic<int64_t>* clock = nullptr;
+  // If set, told about every step (the worker's progress reports).
+  std::function<void(const StepReport&)> on_step;
 };
 
 struct TrainerResult {

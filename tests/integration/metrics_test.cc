@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/local_shards.h"
 #include "tests/integration/test_cluster.h"
+#include "tests/integration/worker_runner.h"
 
 namespace asyncps::testing {
 namespace {
@@ -104,6 +105,57 @@ TEST(Metrics, ShardCountersMoveAndABusyPortIsRefused) {
   EXPECT_EQ(second.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(second.status().message().find("--metrics_port"), std::string::npos)
       << second.status();
+}
+
+// The value of the first sample of `name` whose labels hold `must_contain`.
+double LabelledValue(const std::string& text, const std::string& name,
+                     const std::string& must_contain) {
+  for (size_t at = text.find("\n" + name + "{"); at != std::string::npos;
+       at = text.find("\n" + name + "{", at + 1)) {
+    const size_t end = text.find('\n', at + 1);
+    const std::string line = text.substr(at + 1, end - at - 1);
+    if (line.find(must_contain) == std::string::npos) continue;
+    return std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return -1;
+}
+
+// A worker's progress reaches the shard's /metrics through its heartbeats:
+// samples, loss and the time of each phase of its steps.
+TEST(Metrics, WorkersProgressShowsOnTheShard) {
+  const int port = FreePort();
+  auto cluster = TestCluster::Start(1, {absl::StrCat("--metrics_port=", port)});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto worker =
+      StartWorker(**cluster, 0, 1, {"--steps=100000", "--slowdown=5"});
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  while (true) {
+    auto line = (*worker)->WaitForLine("rank 0 step", absl::Seconds(60));
+    ASSERT_TRUE(line.ok()) << line.status() << (*worker)->output();
+    if (Field(*line, "step") >= 10) break;
+  }
+  // The heartbeat after step 10 (every 200 ms) carries it; poll the
+  // scrapes for it, for at most 30 s.
+  std::string text;
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < give_up) {
+    text = Scrape(port);
+    if (LabelledValue(text, "asyncps_worker_samples_total", "rank=\"0\"") >=
+        10 * 32) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_GE(LabelledValue(text, "asyncps_worker_samples_total", "rank=\"0\""),
+            10 * 32)
+      << text;
+  for (const char* phase : {"data", "compute", "exchange"}) {
+    EXPECT_GT(LabelledValue(text, "asyncps_worker_step_seconds_total",
+                            absl::StrCat("phase=\"", phase, "\"")),
+              0)
+        << phase;
+  }
+  EXPECT_GT(LabelledValue(text, "asyncps_worker_loss", "rank=\"0\""), 0);
 }
 
 }  // namespace
