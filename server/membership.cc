@@ -66,12 +66,14 @@ absl::StatusOr<v1::RegisterResponse> Membership::Register(
   // behind the front, so in bsp its first gradient completes the step the
   // others are in (or is dropped as late where that step is done).
   // A replacement in async or ssp goes on from where its rank stopped.
-  int64_t resume = resume_ == Resume::kOwnClock
-                       ? (known ? w.clock : 0)
-                       : std::max<int64_t>(0, max_clock_ - 1);
-  resume = std::max(resume, request.clock());
-  w.clock = resume;
+  // A worker that says where it is (re-registering after a shard restart,
+  // or an allreduce survivor re-forming the ring) moves the job's front
+  // first, so a replacement registering next gets the same resume clock.
   NoteClock(request.clock());
+  int64_t resume = resume_ == Resume::kOwnClock
+                       ? std::max(known ? w.clock : 0, request.clock())
+                       : std::max<int64_t>(0, max_clock_ - 1);
+  w.clock = std::max(resume, request.clock());
   response.set_attempt(++w.attempt);
   response.set_resume_clock(resume);
   return response;

@@ -55,8 +55,12 @@ MembershipClient::~MembershipClient() { Leave(); }
 
 absl::StatusOr<std::pair<int64_t, int64_t>> MembershipClient::Rejoin() {
   int64_t resume = 0, attempt = 0;
+  // Saying where this worker is: its clock may be ahead of its last
+  // heartbeat, and a replacement must get the same resume clock.
+  v1::RegisterRequest again = join_;
+  again.set_clock(clock_.load());
   for (int s = 0; s < client_->num_shards(); ++s) {
-    ASSIGN_OR_RETURN(const v1::RegisterResponse r, client_->Register(s, join_));
+    ASSIGN_OR_RETURN(const v1::RegisterResponse r, client_->Register(s, again));
     {
       absl::MutexLock lock(&mu_);
       incarnations_[s] = r.incarnation();
