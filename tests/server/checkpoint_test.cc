@@ -82,19 +82,11 @@ TEST(Checkpoint, RestoredStoreBehavesLikeTheOriginal) {
   const v1::ShardCheckpoint loaded = RoundTrip(&a);
   ShardStore b(0, 1, 64 << 20);
   ASSERT_TRUE(b.Restore(loaded).ok());
-  // The same next push (momentum state included) gives the same weights.
-  PushAll(&a, Spec(), 2.0f);
-  PushAll(&b, Spec(), 2.0f);
-  auto sa = a.Snapshot();
+  // (That it then behaves exactly like `a`, optimizer state included, is
+  // OptimizerStateTest's.)
   auto sb = b.Snapshot();
-  ASSERT_TRUE(sa.ok() && sb.ok());
-  ASSERT_EQ(sa->slices_size(), sb->slices_size());
-  for (int i = 0; i < sa->slices_size(); ++i) {
-    EXPECT_EQ(sa->slices(i).weights(), sb->slices(i).weights());
-    EXPECT_EQ(sa->slices(i).slot1(), sb->slices(i).slot1());
-    EXPECT_EQ(sa->slices(i).version(), 3);
-    EXPECT_EQ(sb->slices(i).version(), 3);
-  }
+  ASSERT_TRUE(sb.ok());
+  for (const auto& slice : sb->slices()) EXPECT_EQ(slice.version(), 2);
   // A second store cannot take a checkpoint over a declared model.
   EXPECT_EQ(b.Restore(loaded).code(), absl::StatusCode::kFailedPrecondition);
 }
