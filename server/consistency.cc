@@ -20,6 +20,9 @@ absl::Status ConsistencyConfig::Validate() const {
   if (step_deadline < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--step_deadline must not be negative");
   }
+  if (stall_warn < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--stall_warn must not be negative");
+  }
   if (restore_wait < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--restore_wait must not be negative");
   }
@@ -177,7 +180,7 @@ void Consistency::Pull(const v1::PullRequest& request,
     call.done(slices.status());
     return;
   }
-  Wait w{&request, response, *std::move(slices)};
+  Wait w{&request, response, *std::move(slices), clock_->Now()};
   const bool may_wait =
       (config_.mode == Mode::kSsp || config_.mode == Mode::kBsp) &&
       request.rank() >= 0;
@@ -267,9 +270,21 @@ void Consistency::PushPull(const v1::PushPullRequest& request,
 
 void Consistency::Recheck() {
   std::vector<HeldCalls<Wait>::Held> ready, expired;
+  Oldest oldest;
   waiters_.Sweep(
-      clock_->Now(), [this](const Wait& w) { return Ready(w); }, &ready,
-      &expired);
+      clock_->Now(),
+      [this, &oldest](const Wait& w) {
+        if (Ready(w)) return true;
+        if (w.since < oldest.since) {
+          oldest = {w.request->rank(), w.request->clock(), w.since};
+        }
+        return false;
+      },
+      &ready, &expired);
+  {
+    absl::MutexLock lock(&stall_mu_);
+    oldest_ = oldest;
+  }
   for (auto& h : ready) {
     store_->FinishPull(*h.what.request, h.what.slices, h.what.response);
     h.call.done(absl::OkStatus());
@@ -302,6 +317,61 @@ void Consistency::Tick() {
                                  clock_->Now());
   }
   Recheck();
+  DiagnoseStall();
+}
+
+void Consistency::DiagnoseStall() {
+  Oldest oldest;
+  {
+    absl::MutexLock lock(&stall_mu_);
+    oldest = oldest_;
+  }
+  const absl::Time now = clock_->Now();
+  if (config_.stall_warn <= absl::ZeroDuration() ||
+      oldest.since == absl::InfiniteFuture() ||
+      now - oldest.since < config_.stall_warn) {
+    absl::MutexLock lock(&stall_mu_);
+    stall_.clear();
+    return;
+  }
+  // ssp waits for workers more than `staleness` clocks behind the puller;
+  // bsp for those that have not completed the puller's step before it.
+  const int64_t needed = config_.mode == Mode::kSsp
+                             ? oldest.clock - config_.staleness
+                             : oldest.clock;
+  std::string whom;
+  for (const v1::WorkerInfo& w : membership_->Workers()) {
+    if (w.rank() == oldest.rank || w.clock() >= needed) continue;
+    absl::StrAppend(&whom, whom.empty() ? "" : ", ", "rank ", w.rank(),
+                    " (clock ", w.clock(), ", last seen ",
+                    absl::FormatDuration(absl::Seconds(
+                        static_cast<int64_t>(w.seconds_since_heard()))),
+                    " ago", w.live() ? "" : ", not live", ")");
+  }
+  const int expected = membership_->Expected();
+  const int registered = membership_->Registered();
+  if (registered < expected) {
+    absl::StrAppend(&whom, whom.empty() ? "" : ", ", expected - registered,
+                    " worker(s) not yet registered");
+  }
+  if (whom.empty()) whom = "no rank behind it (a step short of gradients)";
+  const std::string stall = absl::StrCat(
+      ModeName(config_.mode), " pull of rank ", oldest.rank, " at clock ",
+      oldest.clock, " held for ",
+      absl::FormatDuration(absl::Seconds(
+          static_cast<int64_t>(absl::ToDoubleSeconds(now - oldest.since)))),
+      ", waiting for ", whom);
+  absl::MutexLock lock(&stall_mu_);
+  stall_ = stall;
+  if (warned_ != std::make_pair(oldest.rank, oldest.clock)) {
+    warned_ = {oldest.rank, oldest.clock};
+    LOG(WARNING) << "stalled: " << stall;
+  }
+}
+
+std::string Consistency::Stall() {
+  absl::MutexLock lock(&stall_mu_);
+  return stall_;
 }
 
 }  // namespace asyncps

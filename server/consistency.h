@@ -13,6 +13,8 @@
 #define ASYNCPS_SERVER_CONSISTENCY_H_
 
 #include <atomic>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -36,6 +38,9 @@ struct ConsistencyConfig {
   // How long a shard that lost its model waits for a worker's copy (see
   // Declare) before it serves the initial weights.
   absl::Duration restore_wait = absl::Seconds(10);
+  // A held pull (an ssp clock or a bsp step) waiting longer than this is
+  // logged once, naming the ranks it waits for (the stall doctor); 0: never.
+  absl::Duration stall_warn = absl::Seconds(10);
   // Tests only: every n-th push is applied and then answered UNAVAILABLE,
   // as if its answer were lost on the way (0: never).
   int lose_every_nth_answer = 0;
@@ -94,6 +99,9 @@ class Consistency {
   void Shutdown();
 
   const ConsistencyConfig& config() const { return config_; }
+  // What the longest-held pull has waited for past --stall_warn (who it
+  // waits for, when each was last seen); "" when nothing is stalled.
+  std::string Stall();
   // Pulls held since the start, and held now.
   int64_t held_pulls() const { return held_total_.load(); }
   size_t waiting() { return waiters_.size(); }
@@ -103,7 +111,17 @@ class Consistency {
     const v1::PullRequest* request;
     v1::PullResponse* response;
     std::vector<int> slices;
+    absl::Time since;  // When it began to wait.
   };
+  // The longest-held pull's rank, clock and start, as of the last Recheck.
+  struct Oldest {
+    int rank = -1;
+    int64_t clock = 0;
+    absl::Time since = absl::InfiniteFuture();
+  };
+  // Looks at the longest-held pull; past stall_warn, describes whom it
+  // waits for (logged once per waiting pull).
+  void DiagnoseStall();
   bool Ready(const Wait& w) const;
   // UNAVAILABLE while awaiting a restore, else OK.
   absl::Status CheckServing();
@@ -124,6 +142,11 @@ class Consistency {
   HeldCalls<Wait> waiters_;
 
   std::atomic<bool> paused_fast_{false};
+  absl::Mutex stall_mu_;
+  Oldest oldest_ ABSL_GUARDED_BY(stall_mu_);
+  std::string stall_ ABSL_GUARDED_BY(stall_mu_);
+  std::pair<int, int64_t> warned_ ABSL_GUARDED_BY(stall_mu_) = {-1, -1};
+
   absl::Mutex pause_mu_;
   bool paused_ ABSL_GUARDED_BY(pause_mu_) = false;
   int64_t pause_until_step_ ABSL_GUARDED_BY(pause_mu_) = 0;

@@ -77,6 +77,10 @@ ABSL_FLAG(absl::Duration, step_deadline, absl::ZeroDuration(),
 ABSL_FLAG(std::string, stale_policy, "none",
           "async/ssp: none, drop:K (drop gradients staler than K versions), "
           "or scale (learning rate / (1 + staleness)).");
+ABSL_FLAG(absl::Duration, stall_warn, absl::Seconds(10),
+          "ssp/bsp: a pull held longer than this is logged once, naming the "
+          "ranks it waits for and when each was last seen (also in psctl "
+          "status); 0: never.");
 ABSL_FLAG(absl::Duration, restore_wait, absl::Seconds(10),
           "A shard restarted without a checkpoint gets the model declared "
           "again by the workers; it waits this long for a worker's copy of "
@@ -112,6 +116,7 @@ absl::StatusOr<ShardServerConfig> ConfigFromFlags() {
   config.consistency.backup_workers = absl::GetFlag(FLAGS_backup_workers);
   config.consistency.step_deadline = absl::GetFlag(FLAGS_step_deadline);
   config.consistency.restore_wait = absl::GetFlag(FLAGS_restore_wait);
+  config.consistency.stall_warn = absl::GetFlag(FLAGS_stall_warn);
   RETURN_IF_ERROR(config.Validate());
   return config;
 }

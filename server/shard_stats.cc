@@ -36,6 +36,7 @@ v1::StatsResponse CollectStats(const ShardParts& parts) {
   r.set_awaiting_restore(parts.consistency->AwaitingRestore());
   const auto [lo, hi] =
       parts.store->Progress(parts.consistency->config().mode == Mode::kBsp);
+  r.set_stall(parts.consistency->Stall());
   r.set_min_version(lo);
   r.set_max_version(hi);
   return r;

@@ -61,6 +61,9 @@ void PrintStatus(const std::vector<v1::StatsResponse>& stats,
                 static_cast<long long>(r.max_version()), rate, r.live_workers(),
                 r.uptime_seconds(),
                 r.awaiting_restore() ? "  awaiting a worker's copy" : "");
+    if (!r.stall().empty()) {
+      std::printf("      stalled: %s\n", r.stall().c_str());
+    }
   }
   // A worker as the shards see it: the freshest report of any shard.
   std::map<int, v1::WorkerInfo> workers;

@@ -102,6 +102,32 @@ TEST_F(ConsistencyTest, SspHoldsUntilTheSlowestIsWithinTheBound) {
   EXPECT_EQ(consistency_->held_pulls(), 1);
 }
 
+// The stall doctor: a bsp pull held past --stall_warn names the rank whose
+// gradient the step still lacks, once, and clears when the step goes.
+TEST_F(ConsistencyTest, StalledBspPullNamesTheRankItWaitsFor) {
+  ConsistencyConfig config;
+  config.mode = Mode::kBsp;
+  config.stall_warn = absl::Seconds(2);
+  Start(config, 2);
+  ASSERT_TRUE(Push(0, 1, 1.0f).ok());
+  Pulled p;
+  Pull(&p, 0, 1, absl::Seconds(60));
+  EXPECT_FALSE(p.answer.has_value());
+  consistency_->Tick();
+  EXPECT_EQ(consistency_->Stall(), "");  // Not yet past the threshold.
+  clock_.Advance(absl::Seconds(3));      // Rank 1 still live (5 s timeout).
+  consistency_->Tick();
+  const std::string stall = consistency_->Stall();
+  EXPECT_NE(stall.find("bsp pull of rank 0 at clock 1"), std::string::npos)
+      << stall;
+  EXPECT_NE(stall.find("rank 1 (clock 0, last seen 3s ago)"), std::string::npos)
+      << stall;
+  ASSERT_TRUE(Push(1, 1, 1.0f).ok());  // The step completes.
+  ASSERT_TRUE(p.answer.has_value());
+  consistency_->Tick();
+  EXPECT_EQ(consistency_->Stall(), "");
+}
+
 TEST_F(ConsistencyTest, SspCountsWorkersNotYetJoinedAsClockZero) {
   ConsistencyConfig config;
   config.mode = Mode::kSsp;
