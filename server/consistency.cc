@@ -180,7 +180,7 @@ void Consistency::Pull(const v1::PullRequest& request,
     call.done(slices.status());
     return;
   }
-  Wait w{&request, response, *std::move(slices), clock_->Now()};
+  Wait w{&request, response, *std::move(slices), absl::InfinitePast()};
   const bool may_wait =
       (config_.mode == Mode::kSsp || config_.mode == Mode::kBsp) &&
       request.rank() >= 0;
@@ -197,6 +197,7 @@ void Consistency::Pull(const v1::PullRequest& request,
     return;
   }
   held_total_.fetch_add(1);
+  w.since = clock_->Now();
   waiters_.Hold({std::move(w), std::move(call)});
   Recheck();  // The condition may have turned true meanwhile.
 }
@@ -268,7 +269,7 @@ void Consistency::PushPull(const v1::PushPullRequest& request,
   Pull(*pull, response->mutable_pull(), std::move(call));
 }
 
-void Consistency::Recheck() {
+Consistency::Oldest Consistency::Recheck() {
   std::vector<HeldCalls<Wait>::Held> ready, expired;
   Oldest oldest;
   waiters_.Sweep(
@@ -281,10 +282,6 @@ void Consistency::Recheck() {
         return false;
       },
       &ready, &expired);
-  {
-    absl::MutexLock lock(&stall_mu_);
-    oldest_ = oldest;
-  }
   for (auto& h : ready) {
     store_->FinishPull(*h.what.request, h.what.slices, h.what.response);
     h.call.done(absl::OkStatus());
@@ -296,6 +293,7 @@ void Consistency::Recheck() {
               "far behind"
             : "pull held past its deadline: the step was not applied"));
   }
+  return oldest;
 }
 
 void Consistency::Tick() {
@@ -316,16 +314,10 @@ void Consistency::Tick() {
     store_->CompletePendingSteps(Quorum(live), live, config_.step_deadline,
                                  clock_->Now());
   }
-  Recheck();
-  DiagnoseStall();
+  DiagnoseStall(Recheck());
 }
 
-void Consistency::DiagnoseStall() {
-  Oldest oldest;
-  {
-    absl::MutexLock lock(&stall_mu_);
-    oldest = oldest_;
-  }
+void Consistency::DiagnoseStall(const Oldest& oldest) {
   const absl::Time now = clock_->Now();
   if (config_.stall_warn <= absl::ZeroDuration() ||
       oldest.since == absl::InfiniteFuture() ||

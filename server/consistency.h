@@ -113,7 +113,7 @@ class Consistency {
     std::vector<int> slices;
     absl::Time since;  // When it began to wait.
   };
-  // The longest-held pull's rank, clock and start, as of the last Recheck.
+  // The longest-held pull's rank, clock and start.
   struct Oldest {
     int rank = -1;
     int64_t clock = 0;
@@ -121,13 +121,14 @@ class Consistency {
   };
   // Looks at the longest-held pull; past stall_warn, describes whom it
   // waits for (logged once per waiting pull).
-  void DiagnoseStall();
+  void DiagnoseStall(const Oldest& oldest);
   bool Ready(const Wait& w) const;
   // UNAVAILABLE while awaiting a restore, else OK.
   absl::Status CheckServing();
   int Quorum(int live) const;
-  // Answers every held pull that may go, or whose deadline passed.
-  void Recheck();
+  // Answers every held pull that may go, or whose deadline passed; returns
+  // the longest-held of those still waiting.
+  Oldest Recheck();
 
   // Constant after construction.
   const ConsistencyConfig config_;
@@ -143,7 +144,6 @@ class Consistency {
 
   std::atomic<bool> paused_fast_{false};
   absl::Mutex stall_mu_;
-  Oldest oldest_ ABSL_GUARDED_BY(stall_mu_);
   std::string stall_ ABSL_GUARDED_BY(stall_mu_);
   std::pair<int, int64_t> warned_ ABSL_GUARDED_BY(stall_mu_) = {-1, -1};
 

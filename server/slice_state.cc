@@ -55,7 +55,7 @@ SliceOutcome SliceState::AddToStep(const v1::OptimizerSpec& optimizer, int rank,
   absl::MutexLock lock(&mu_);
   if (steps_unknown_) {
     // The first step pushed after a restore is the one the job is on.
-    applied_step_ = std::max(applied_step_, clock - 1);
+    FastForwardLocked(clock - 1);
     steps_unknown_ = false;
   }
   SliceOutcome out;
@@ -111,6 +111,10 @@ void SliceState::ApplyStep(const v1::OptimizerSpec& optimizer, int live_workers,
 
 void SliceState::FastForward(int64_t step) {
   absl::MutexLock lock(&mu_);
+  FastForwardLocked(step);
+}
+
+void SliceState::FastForwardLocked(int64_t step) {
   if (applied_step_ >= step) return;
   applied_step_ = step;
   step_ranks_.clear();

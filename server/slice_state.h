@@ -100,6 +100,8 @@ class SliceState {
   bool Load(const v1::SliceCheckpoint& in);
 
  private:
+  // FastForward, under the lock.
+  void FastForwardLocked(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the mean of the pending step.
   void ApplyStep(const v1::OptimizerSpec& optimizer, int live_workers,
                  SliceOutcome* outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

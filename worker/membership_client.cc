@@ -53,12 +53,15 @@ absl::StatusOr<std::unique_ptr<MembershipClient>> MembershipClient::Join(
 
 MembershipClient::~MembershipClient() { Leave(); }
 
-absl::StatusOr<std::pair<int64_t, int64_t>> MembershipClient::Rejoin() {
-  int64_t resume = 0, attempt = 0;
-  // Saying where this worker is: its clock may be ahead of its last
-  // heartbeat, and a replacement must get the same resume clock.
+v1::RegisterRequest MembershipClient::Again() const {
   v1::RegisterRequest again = join_;
   again.set_clock(clock_.load());
+  return again;
+}
+
+absl::StatusOr<std::pair<int64_t, int64_t>> MembershipClient::Rejoin() {
+  int64_t resume = 0, attempt = 0;
+  const v1::RegisterRequest again = Again();
   for (int s = 0; s < client_->num_shards(); ++s) {
     ASSIGN_OR_RETURN(const v1::RegisterResponse r, client_->Register(s, again));
     {
@@ -92,9 +95,7 @@ void MembershipClient::HeartbeatLoop() {
       if (hs.code() == absl::StatusCode::kNotFound) {
         // The shard restarted and forgot us: join again, saying where we
         // are (so ssp does not take us for a worker at clock 0).
-        v1::RegisterRequest again = join_;
-        again.set_clock(clock_.load());
-        auto r = client_->Register(s, again);
+        auto r = client_->Register(s, Again());
         if (r.ok()) {
           absl::MutexLock lock(&mu_);
           incarnations_[s] = r->incarnation();

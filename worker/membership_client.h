@@ -62,6 +62,10 @@ class MembershipClient {
   MembershipClient(PsClient* client, v1::RegisterRequest join,
                    absl::Duration heartbeat_every);
   absl::Status Heartbeat(int shard, bool leaving);
+  // The join request again, saying where this worker is now: its clock may
+  // be ahead of its last heartbeat (a restarted shard, a replacement that
+  // must get the same resume clock in allreduce).
+  v1::RegisterRequest Again() const;
   void HeartbeatLoop();
 
   PsClient* const client_;

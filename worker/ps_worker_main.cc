@@ -207,10 +207,8 @@ absl::Status Train(const WorkerConfig& config, PsClient* client,
     // (a survivor's place in its data then differs from a replacement's):
     // --epochs become the step count of rank 0's share, the same number on
     // every rank, and each loader wraps around as it needs to.
-    int64_t share0 = (data.size + config.num_workers - 1) / config.num_workers;
-    if (config.max_train_examples > 0) {
-      share0 = std::min(share0, config.max_train_examples);
-    }
+    const int64_t share0 = DataLoader::ShareSize(
+        data.size, 0, config.num_workers, config.max_train_examples);
     const int64_t batches =
         (share0 + config.batch_size - 1) / config.batch_size;
     const int64_t epoch_steps =
@@ -284,12 +282,11 @@ absl::Status Run(const WorkerConfig& config, std::atomic<bool>* stop,
   ASSIGN_OR_RETURN(
       Dataset data,
       ReadFashionMnist(config.data_dir, config.evaluator() ? "t10k" : "train"));
-  // This worker's share: examples rank, rank + n, ... (DataLoader).
   const int64_t share =
-      config.evaluator() || data.size <= config.rank
+      config.evaluator()
           ? data.size
-          : (data.size - config.rank + config.num_workers - 1) /
-                config.num_workers;
+          : DataLoader::ShareSize(data.size, config.rank, config.num_workers,
+                                  config.max_train_examples);
   if (data.size == 0 || share == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--data_dir=", config.data_dir, ": the ",

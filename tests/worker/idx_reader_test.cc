@@ -166,6 +166,14 @@ TEST(DataLoader, SharesAreDisjointAndReshuffled) {
     EXPECT_EQ(first, x);  // Same share, new epoch.
   }
   for (int c : seen) EXPECT_EQ(c, 1);
+  // ShareSize says what a loader's share() will be, without building one.
+  for (int rank = 0; rank < 4; ++rank) {
+    for (int64_t max : {0, 1, 2, 100}) {
+      DataLoader loader(&d, rank, 4, 3, max);
+      EXPECT_EQ(DataLoader::ShareSize(d.size, rank, 4, max), loader.share())
+          << "rank " << rank << " max " << max;
+    }
+  }
 }
 
 // A replacement worker skips the batches its rank already trained on and

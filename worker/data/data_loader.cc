@@ -24,6 +24,13 @@ void DataLoader::Shuffle() {
   next_ = 0;
 }
 
+int64_t DataLoader::ShareSize(int64_t size, int rank, int num_workers,
+                              int64_t max_examples) {
+  const int64_t n =
+      size > rank ? (size - rank + num_workers - 1) / num_workers : 0;
+  return max_examples > 0 ? std::min(n, max_examples) : n;
+}
+
 void DataLoader::Skip(int64_t batches, int batch) {
   for (int64_t b = 0; b < batches; ++b) {
     next_ += std::min<size_t>(batch, indices_.size() - next_);

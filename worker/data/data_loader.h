@@ -31,6 +31,11 @@ class DataLoader {
   // picks its share of the data up.
   void Skip(int64_t batches, int batch);
 
+  // The size of rank's share of `size` examples, as a loader built with
+  // these arguments has it (share()).
+  static int64_t ShareSize(int64_t size, int rank, int num_workers,
+                           int64_t max_examples = 0);
+
   int64_t epoch() const { return epoch_; }
   int64_t share() const { return static_cast<int64_t>(indices_.size()); }
 
