@@ -112,6 +112,7 @@ absl::Status PsClient::Retry(std::vector<Call<Request, Response>>* calls,
       return Annotate(s, where);
     }
     if (retry.empty()) return absl::OkStatus();
+    retries_ += static_cast<int64_t>(retry.size());
     if (!backoff.Wait()) {
       return absl::UnavailableError(absl::StrCat(
           "giving up after ", absl::FormatDuration(options_.retry_for),
@@ -161,6 +162,7 @@ std::vector<absl::Status> PsClient::TcpAttempt(
       results[k] = c.status();
       continue;
     }
+    sent_bytes_ += static_cast<int64_t>(call.request.ByteSizeLong());
     results[k] = (*c)->Send(op, &call.request, options_.rpc_timeout, deadline);
     if (results[k].ok()) {
       connections[k] = *std::move(c);
@@ -172,6 +174,9 @@ std::vector<absl::Status> PsClient::TcpAttempt(
     if (connections[k] == nullptr) continue;
     Call<Request, Response>& call = *calls[k];
     results[k] = connections[k]->Receive(&call.response, deadline);
+    if (results[k].ok()) {
+      received_bytes_ += static_cast<int64_t>(call.response.ByteSizeLong());
+    }
     const bool failed = results[k].code() == absl::StatusCode::kUnavailable;
     data_[call.shard]->Give(std::move(connections[k]));
     if (failed) data_[call.shard]->Reset();
@@ -196,7 +201,12 @@ absl::Status PsClient::Exchange(std::vector<Call<Request, Response>>* calls,
                                 FrameOp op, Method method, const char* what,
                                 bool idempotent) {
   if (options_.transport == Transport::kGrpc) {
-    return CallAll(calls, method, what, idempotent);
+    RETURN_IF_ERROR(CallAll(calls, method, what, idempotent));
+    for (const auto& call : *calls) {
+      sent_bytes_ += static_cast<int64_t>(call.request.ByteSizeLong());
+      received_bytes_ += static_cast<int64_t>(call.response.ByteSizeLong());
+    }
+    return absl::OkStatus();
   }
   return Retry(
       calls,
@@ -327,6 +337,8 @@ absl::Status PsClient::Pull(absl::Span<const int> tensors,
                             std::vector<std::vector<float>>* values,
                             std::vector<SliceVersion>* versions, int rank,
                             int64_t clock) {
+  ScopedSpan span(options_.timeline, "pull", "exchange");
+  span.set_arg("tensors", static_cast<int64_t>(tensors.size()));
   std::vector<std::vector<int>> batches = Batches(tensors);
   std::vector<Call<v1::PullRequest, v1::PullResponse>> calls(batches.size());
   for (size_t b = 0; b < batches.size(); ++b) {
@@ -397,6 +409,8 @@ absl::Status PsClient::Push(absl::Span<const int> tensors,
                             const std::vector<std::vector<float>>& grads,
                             const std::vector<SliceVersion>& versions, int rank,
                             int64_t clock, PushResult* result) {
+  ScopedSpan span(options_.timeline, "push", "exchange");
+  span.set_arg("tensors", static_cast<int64_t>(tensors.size()));
   std::vector<std::vector<int>> batches = Batches(tensors);
   std::vector<Call<v1::PushRequest, v1::PushResponse>> calls(batches.size());
   for (size_t b = 0; b < batches.size(); ++b) {
@@ -419,6 +433,8 @@ absl::Status PsClient::PushPull(absl::Span<const int> tensors,
                                 std::vector<std::vector<float>>* weights,
                                 std::vector<SliceVersion>* new_versions,
                                 PushResult* result) {
+  ScopedSpan span(options_.timeline, "pushpull", "exchange");
+  span.set_arg("tensors", static_cast<int64_t>(tensors.size()));
   // The answer carries weights as large as the gradients, so the same
   // batches keep both directions under the message limit.
   std::vector<std::vector<int>> batches = Batches(tensors);

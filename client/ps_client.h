@@ -30,6 +30,7 @@
 #include "common/cluster_spec.h"
 #include "common/partitioner.h"
 #include "common/rendezvous_store.h"
+#include "common/timeline.h"
 #include "proto/asyncps.grpc.pb.h"
 
 namespace asyncps {
@@ -57,6 +58,9 @@ struct PsClientOptions {
   Transport transport = Transport::kTcp;
   // Time for deadlines and backoff; borrowed, must outlive the client.
   Clock* clock = Clock::Real();
+  // Pull, Push and PushPull calls are spans here (--timeline); borrowed,
+  // may be null.
+  Timeline* timeline = nullptr;
 };
 
 // What a pull brought of one slice: its version, and the incarnation of
@@ -81,12 +85,25 @@ struct PushResult {
   int64_t front_step = 0;  // bsp: the newest step applied on those slices.
 };
 
+// What a client has moved so far (its metrics): bytes of tensor requests
+// sent and answers received (Pull, Push, PushPull, as messages), and
+// attempts repeated after UNAVAILABLE or a timeout.
+struct Traffic {
+  int64_t sent_bytes = 0;
+  int64_t received_bytes = 0;
+  int64_t retries = 0;
+};
+
 class PsClient final : public RendezvousStore {
  public:
   static absl::StatusOr<std::unique_ptr<PsClient>> Create(
       PsClientOptions options);
 
   int num_shards() const { return static_cast<int>(stubs_.size()); }
+
+  Traffic traffic() const {
+    return {sent_bytes_.load(), received_bytes_.load(), retries_.load()};
+  }
 
   // Declares `spec` on every shard (idempotent) and adopts its partition.
   // REQUIRES: spec.num_shards() == num_shards().
@@ -257,6 +274,9 @@ class PsClient final : public RendezvousStore {
   // the last sequence number used.
   const uint64_t client_id_;
   std::atomic<uint64_t> sequence_{0};
+  std::atomic<int64_t> sent_bytes_{0};
+  std::atomic<int64_t> received_bytes_{0};
+  std::atomic<int64_t> retries_{0};
 };
 
 }  // namespace asyncps

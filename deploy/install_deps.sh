@@ -20,9 +20,11 @@ PACKAGES=(
   libopenblas-dev           # CPU backend (cblas_sgemm)
   libgloo-dev               # CPU ring all-reduce
   zlib1g-dev                # gzip'd IDX files
-  prometheus-cpp-dev        # /metrics (prometheus-cpp 1.0: core + pull)
+  prometheus-cpp-dev        # /metrics: metric types and text format (prometheus-cpp 1.0)
+  libcpp-httplib-dev        # /metrics: the HTTP server (see common/metrics_endpoint.h)
   dataset-fashion-mnist     # /usr/share/datasets/fashion-mnist/
-  gnuplot-nox               # experiment plots
+  gnuplot-nox               # experiment plots, psctl timeline --plot
+  prometheus                # tests/integration/prometheus_test.sh; promtool
   procps                    # pkill/pgrep in scripts
   python3                   # tools/experiment.py (standard library only)
 )

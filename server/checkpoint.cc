@@ -193,7 +193,7 @@ absl::StatusOr<std::string> Checkpointer::Write() {
   snapshot.set_unix_micros(absl::ToUnixMicros(now));
   const std::string path =
       CheckpointPath(dir_, shard_, absl::ToUnixMicros(now));
-  RETURN_IF_ERROR(WriteCheckpointFile(fs_, path, snapshot));
+  RETURN_IF_ERROR(WriteAndRecord(path, snapshot));
   last_ = now;
   PruneCheckpoints(fs_, dir_, shard_, keep_);
   return path;
@@ -205,8 +205,31 @@ absl::StatusOr<std::string> Checkpointer::WriteJob(const std::string& tag) {
   ASSIGN_OR_RETURN(v1::ShardCheckpoint snapshot, store_->Snapshot());
   snapshot.set_unix_micros(absl::ToUnixMicros(clock_->Now()));
   const std::string path = JobCheckpointPath(dir_, tag, shard_);
-  RETURN_IF_ERROR(WriteCheckpointFile(fs_, path, snapshot));
+  RETURN_IF_ERROR(WriteAndRecord(path, snapshot));
   return path;
+}
+
+absl::Status Checkpointer::WriteAndRecord(const std::string& path,
+                                          const v1::ShardCheckpoint& snapshot) {
+  const absl::Time start = clock_->Now();
+  const auto bytes = static_cast<int64_t>(snapshot.ByteSizeLong());
+  ScopedSpan span(timeline_, "checkpoint", "checkpoint");
+  span.set_arg("bytes", bytes);
+  absl::Status s = WriteCheckpointFile(fs_, path, snapshot);
+  if (!s.ok()) {
+    ++record_.failed;
+    return s;
+  }
+  ++record_.written;
+  record_.last = clock_->Now();
+  record_.took = record_.last - start;
+  record_.bytes = bytes;
+  return s;
+}
+
+Checkpointer::Record Checkpointer::record() const {
+  absl::MutexLock lock(&mu_);
+  return record_;
 }
 
 void Checkpointer::MaybeWrite(absl::Time now) {

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/file_system.h"
+#include "common/timeline.h"
 #include "proto/checkpoint.pb.h"
 #include "server/shard_store.h"
 
@@ -68,6 +69,20 @@ class Checkpointer {
   // Writes one if `every` has passed since the last (and a model exists).
   void MaybeWrite(absl::Time now);
 
+  // Each write is a span on `timeline` (borrowed, may be null) from now.
+  // REQUIRES: no write in progress.
+  void set_timeline(Timeline* timeline) { timeline_ = timeline; }
+
+  // What was written so far.
+  struct Record {
+    int64_t written = 0;
+    int64_t failed = 0;
+    absl::Time last = absl::InfinitePast();  // None yet.
+    absl::Duration took;                     // Of the last.
+    int64_t bytes = 0;                       // Of the last.
+  };
+  Record record() const;
+
  private:
   ShardStore* const store_;
   FileSystem* const fs_;
@@ -76,8 +91,15 @@ class Checkpointer {
   const int keep_;
   const absl::Duration every_;
   Clock* const clock_;
-  absl::Mutex mu_;
+  // Writes `snapshot` to `path` and keeps its record.
+  absl::Status WriteAndRecord(const std::string& path,
+                              const v1::ShardCheckpoint& snapshot)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  Timeline* timeline_ = nullptr;
+  mutable absl::Mutex mu_;
   absl::Time last_ ABSL_GUARDED_BY(mu_);
+  Record record_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace asyncps

@@ -272,8 +272,9 @@ void Consistency::PushPull(const v1::PushPullRequest& request,
 Consistency::Oldest Consistency::Recheck() {
   std::vector<HeldCalls<Wait>::Held> ready, expired;
   Oldest oldest;
+  const absl::Time now = clock_->Now();
   waiters_.Sweep(
-      clock_->Now(),
+      now,
       [this, &oldest](const Wait& w) {
         if (Ready(w)) return true;
         if (w.since < oldest.since) {
@@ -284,6 +285,10 @@ Consistency::Oldest Consistency::Recheck() {
       &ready, &expired);
   for (auto& h : ready) {
     store_->FinishPull(*h.what.request, h.what.slices, h.what.response);
+    if (config_.observer != nullptr) {
+      config_.observer->HeldPullAnswered(h.what.request->rank(),
+                                         now - h.what.since);
+    }
     h.call.done(absl::OkStatus());
   }
   for (auto& h : expired) {
@@ -319,6 +324,11 @@ void Consistency::Tick() {
 
 void Consistency::DiagnoseStall(const Oldest& oldest) {
   const absl::Time now = clock_->Now();
+  {
+    absl::MutexLock lock(&stall_mu_);
+    oldest_held_ = oldest.since == absl::InfiniteFuture() ? absl::ZeroDuration()
+                                                          : now - oldest.since;
+  }
   if (config_.stall_warn <= absl::ZeroDuration() ||
       oldest.since == absl::InfiniteFuture() ||
       now - oldest.since < config_.stall_warn) {
@@ -364,6 +374,11 @@ void Consistency::DiagnoseStall(const Oldest& oldest) {
 std::string Consistency::Stall() {
   absl::MutexLock lock(&stall_mu_);
   return stall_;
+}
+
+absl::Duration Consistency::OldestHeld() {
+  absl::MutexLock lock(&stall_mu_);
+  return oldest_held_;
 }
 
 }  // namespace asyncps

@@ -22,6 +22,7 @@
 #include "common/clock.h"
 #include "common/mode.h"
 #include "proto/asyncps.pb.h"
+#include "server/call_observer.h"
 #include "server/held_calls.h"
 #include "server/membership.h"
 #include "server/push_ledger.h"
@@ -44,6 +45,8 @@ struct ConsistencyConfig {
   // Tests only: every n-th push is applied and then answered UNAVAILABLE,
   // as if its answer were lost on the way (0: never).
   int lose_every_nth_answer = 0;
+  // Told how long each held pull waited (metrics); borrowed, may be null.
+  CallObserver* observer = nullptr;
 
   // OK, or INVALID_ARGUMENT naming the bad field.
   absl::Status Validate() const;
@@ -102,6 +105,9 @@ class Consistency {
   // What the longest-held pull has waited for past --stall_warn (who it
   // waits for, when each was last seen); "" when nothing is stalled.
   std::string Stall();
+  // How long the longest-held pull has waited (zero when none is held), as
+  // of the last housekeeping tick.
+  absl::Duration OldestHeld();
   // Pulls held since the start, and held now.
   int64_t held_pulls() const { return held_total_.load(); }
   size_t waiting() { return waiters_.size(); }
@@ -145,6 +151,7 @@ class Consistency {
   std::atomic<bool> paused_fast_{false};
   absl::Mutex stall_mu_;
   std::string stall_ ABSL_GUARDED_BY(stall_mu_);
+  absl::Duration oldest_held_ ABSL_GUARDED_BY(stall_mu_);
   std::pair<int, int64_t> warned_ ABSL_GUARDED_BY(stall_mu_) = {-1, -1};
 
   absl::Mutex pause_mu_;

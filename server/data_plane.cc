@@ -198,10 +198,13 @@ absl::Status DataPlaneServer::Await(
 
 // One request of type Request: its body read (into the connection's spare
 // buffers), `run` to answer it, the buffers kept, the answer written.
+// `observer` (may be null) is told what it cost, as `method`.
 template <typename Request, typename Response, typename Run>
 absl::Status Respond(int fd, const FrameHeader& header,
                      absl::Duration frame_timeout,
-                     std::vector<std::string>* spare, Run run) {
+                     std::vector<std::string>* spare, CallObserver* observer,
+                     absl::string_view method, Run run) {
+  const absl::Time start = absl::Now();
   Request request;
   Response response;
   RETURN_IF_ERROR(ReadBody(
@@ -209,16 +212,26 @@ absl::Status Respond(int fd, const FrameHeader& header,
       absl::Now() + frame_timeout, spare));
   const absl::Status s = run(request, &response);
   KeepSpares(PayloadFields(&request), spare);
-  return Answer(fd, s, &response, absl::Now() + frame_timeout);
+  const int64_t sent = observer != nullptr && s.ok()
+                           ? static_cast<int64_t>(response.ByteSizeLong())
+                           : 0;
+  absl::Status written = Answer(fd, s, &response, absl::Now() + frame_timeout);
+  if (observer != nullptr) {
+    observer->CallEnded("tcp", method, s.code(), absl::Now() - start,
+                        static_cast<int64_t>(header.BodyBytes()), sent);
+  }
+  return written;
 }
 
 absl::Status DataPlaneServer::Handle(int fd, const FrameHeader& header,
                                      std::vector<std::string>* spare) {
   const absl::Duration t = config_.frame_timeout;
+  CallObserver* const o = config_.observer;
   switch (header.op) {
     case FrameOp::kPull:
       return Respond<v1::PullRequest, v1::PullResponse>(
-          fd, header, t, spare, [&](const auto& request, auto* response) {
+          fd, header, t, spare, o, "Pull",
+          [&](const auto& request, auto* response) {
             membership_->Touch(request.rank(), request.clock());
             return Await(fd, header, [&](PendingCall call) {
               consistency_->Pull(request, response, std::move(call));
@@ -226,13 +239,15 @@ absl::Status DataPlaneServer::Handle(int fd, const FrameHeader& header,
           });
     case FrameOp::kPush:
       return Respond<v1::PushRequest, v1::PushResponse>(
-          fd, header, t, spare, [&](const auto& request, auto* response) {
+          fd, header, t, spare, o, "Push",
+          [&](const auto& request, auto* response) {
             membership_->Touch(request.rank(), request.clock());
             return consistency_->Push(request, response);
           });
     case FrameOp::kPushPull:
       return Respond<v1::PushPullRequest, v1::PushPullResponse>(
-          fd, header, t, spare, [&](const auto& request, auto* response) {
+          fd, header, t, spare, o, "PushPull",
+          [&](const auto& request, auto* response) {
             membership_->Touch(request.push().rank(), request.push().clock());
             return Await(fd, header, [&](PendingCall call) {
               consistency_->PushPull(request, response, std::move(call));

@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "server/call_observer.h"
 #include "server/consistency.h"
 #include "server/held_calls.h"
 #include "server/membership.h"
@@ -44,6 +45,8 @@ struct DataPlaneConfig {
   // how long an answer may take to be written.
   absl::Duration frame_timeout = absl::Seconds(30);
   int max_connections = 1024;
+  // Told what each request cost (metrics); borrowed, may be null.
+  CallObserver* observer = nullptr;
 };
 
 class DataPlaneServer {

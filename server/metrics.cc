@@ -176,6 +176,27 @@ std::vector<MetricFamily> StatsToMetrics(const v1::StatsResponse& s) {
   Add(&out, "asyncps_shard_awaiting_restore",
       "1 while the shard waits for a worker's copy of a lost model.", gauge,
       s.awaiting_restore() ? 1 : 0);
+  Add(&out, "asyncps_shard_oldest_held_pull_seconds",
+      "ssp/bsp: how long the longest-held pull has waited (0: none held).",
+      gauge, s.oldest_held_pull_seconds());
+  Add(&out, "asyncps_shard_stalled",
+      "1 while a held pull has waited past --stall_warn (psctl status says "
+      "for whom).",
+      gauge, s.stall().empty() ? 0 : 1);
+  Add(&out, "asyncps_shard_checkpoints_written_total",
+      "Checkpoints written (periodic and job ones).", counter,
+      s.checkpoints_written());
+  Add(&out, "asyncps_shard_checkpoints_failed_total",
+      "Checkpoints that could not be written.", counter,
+      s.checkpoints_failed());
+  Add(&out, "asyncps_shard_checkpoint_age_seconds",
+      "Seconds since the last checkpoint was written (-1: none yet).", gauge,
+      s.checkpoint_age_seconds());
+  Add(&out, "asyncps_shard_checkpoint_write_seconds",
+      "How long the last checkpoint took to write.", gauge,
+      s.checkpoint_write_seconds());
+  Add(&out, "asyncps_shard_checkpoint_bytes", "Size of the last checkpoint.",
+      gauge, s.checkpoint_bytes());
   Add(&out, "asyncps_shard_uptime_seconds", "Seconds since the shard started.",
       gauge, s.uptime_seconds());
   {

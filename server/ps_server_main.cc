@@ -36,6 +36,10 @@ ABSL_FLAG(int, max_data_connections, 1024,
 ABSL_FLAG(int, metrics_port, 0,
           "TCP port of Prometheus' /metrics (the shard's counters, workers "
           "and staleness, read at scrape time); 0: none.");
+ABSL_FLAG(std::string, timeline, "",
+          "Write a Chrome trace-event timeline of the calls served, held "
+          "pulls and checkpoints to this file (merge a run's files with "
+          "psctl timeline); empty: none.");
 ABSL_FLAG(int, shard, 0, "This server's shard index, in [0, num_shards).");
 ABSL_FLAG(int, num_shards, 1, "Number of shards in the job.");
 ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,
@@ -98,6 +102,7 @@ absl::StatusOr<ShardServerConfig> ConfigFromFlags() {
   config.data_port = absl::GetFlag(FLAGS_data_port);
   config.max_data_connections = absl::GetFlag(FLAGS_max_data_connections);
   config.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  config.timeline = absl::GetFlag(FLAGS_timeline);
   config.shard = absl::GetFlag(FLAGS_shard);
   config.num_shards = absl::GetFlag(FLAGS_num_shards);
   config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);

@@ -225,6 +225,7 @@ grpc::ServerUnaryReactor* ParameterServerService::Stats(
   parts.membership = membership_;
   parts.consistency = consistency_;
   parts.clock = clock_;
+  parts.checkpointer = checkpointer_;
   parts.num_shards = num_shards_;
   parts.start = start_;
   *response = CollectStats(parts);

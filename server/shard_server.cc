@@ -89,23 +89,54 @@ Membership::Resume ResumeFor(Mode mode) {
              : Membership::Resume::kJobFront;
 }
 
+// The consistency rules' configuration, told about held pulls by `observer`.
+ConsistencyConfig Observed(ConsistencyConfig config, CallObserver* observer) {
+  config.observer = observer;
+  return config;
+}
+
 }  // namespace
 
-ShardServer::ShardServer(const ShardServerConfig& config, Env env)
+// Who hears of each call: the metrics and the timeline, those there are.
+CallObservers Observers(CallObserver* metrics, CallObserver* timeline) {
+  CallObservers all;
+  all.Add(metrics);
+  all.Add(timeline);
+  return all;
+}
+
+ShardServer::ShardServer(const ShardServerConfig& config, Env env,
+                         std::unique_ptr<Timeline> timeline)
     : config_(config),
       env_(env),
+      timeline_(std::move(timeline)),
+      call_timeline_(timeline_ != nullptr
+                         ? std::make_unique<CallTimeline>(timeline_.get())
+                         : nullptr),
+      rpc_metrics_(!config.host.empty() && config.metrics_port > 0
+                       ? std::make_unique<RpcMetrics>()
+                       : nullptr),
+      observers_(Observers(rpc_metrics_.get(), call_timeline_.get())),
       store_(config.shard, config.num_shards,
              config.max_message_bytes - kResponseOverhead,
              static_cast<uint64_t>(config.max_shard_bytes), NewIncarnation()),
       membership_(env.clock, config.worker_timeout,
                   ResumeFor(config.consistency.mode)),
-      consistency_(config.consistency, &store_, &membership_, env.clock),
+      consistency_(Observed(config.consistency, observer()), &store_,
+                   &membership_, env.clock),
       kv_(env.clock) {}
 
 absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
     const ShardServerConfig& config, Env env) {
   RETURN_IF_ERROR(config.Validate());
-  std::unique_ptr<ShardServer> server(new ShardServer(config, env));
+  std::unique_ptr<Timeline> timeline;
+  if (!config.timeline.empty()) {
+    ASSIGN_OR_RETURN(
+        timeline,
+        Timeline::Open(config.timeline, absl::StrCat("shard ", config.shard)));
+  }
+  std::unique_ptr<ShardServer> server(
+      new ShardServer(config, env, std::move(timeline)));
   RETURN_IF_ERROR(server->Restore());
   RETURN_IF_ERROR(server->Listen());
   server->ticker_ = std::thread([s = server.get()] { s->Housekeeping(); });
@@ -167,6 +198,7 @@ absl::Status ShardServer::Restore() {
   checkpointer_ = std::make_unique<Checkpointer>(
       &store_, env_.fs, config_.checkpoint_dir, config_.shard,
       config_.checkpoint_keep, config_.checkpoint_every, env_.clock);
+  checkpointer_->set_timeline(timeline_.get());
   return absl::OkStatus();
 }
 
@@ -200,6 +232,7 @@ absl::Status ShardServer::Listen() {
     dc.port = config_.data_port;
     dc.max_frame_bytes = static_cast<uint64_t>(config_.max_message_bytes);
     dc.max_connections = config_.max_data_connections;
+    dc.observer = observer();
     auto started = DataPlaneServer::Start(dc, NewToken(), &store_, &membership_,
                                           &consistency_, env_.clock);
     if (!started.ok()) return Annotate(started.status(), "data plane");
@@ -223,30 +256,33 @@ absl::Status ShardServer::Listen() {
   builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config_.max_message_bytes));
   builder.RegisterService(service_.get());
+  if (observer() != nullptr) {
+    std::vector<
+        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+        interceptors;
+    interceptors.push_back(CallInterceptorFactory(observer()));
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  }
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || (!config_.host.empty() && port_ == 0)) {
     return absl::UnavailableError(
         absl::StrCat("could not listen on ", address));
   }
-  if (!config_.host.empty() && config_.metrics_port > 0) {
+  if (rpc_metrics_ != nullptr) {
     ShardParts parts;
     parts.store = &store_;
     parts.membership = &membership_;
     parts.consistency = &consistency_;
     parts.clock = env_.clock;
+    parts.checkpointer = checkpointer_.get();
     parts.num_shards = config_.num_shards;
     parts.start = env_.clock->Now();
     metrics_ = std::make_shared<ShardMetrics>(parts);
-    const std::string at =
-        absl::StrCat(config_.host, ":", config_.metrics_port);
-    try {
-      exposer_ = std::make_unique<prometheus::Exposer>(at, 1);
-    } catch (const std::exception& e) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--metrics_port=", config_.metrics_port,
-                       ": cannot serve /metrics on ", at, ": ", e.what()));
-    }
-    exposer_->RegisterCollectable(metrics_);
+    ASSIGN_OR_RETURN(metrics_endpoint_,
+                     MetricsEndpoint::Start(config_.host, config_.metrics_port,
+                                            "--metrics_port"));
+    metrics_endpoint_->Register(metrics_);
+    metrics_endpoint_->Register(rpc_metrics_->registry());
   }
   LOG(INFO) << "ps_server shard " << config_.shard << "/" << config_.num_shards
             << " serving asyncps.v1.ParameterServer on " << config_.host << ":"

@@ -20,13 +20,17 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/env.h"
-#include "prometheus/exposer.h"
+#include "common/metrics_endpoint.h"
+#include "common/timeline.h"
+#include "server/call_interceptor.h"
+#include "server/call_timeline.h"
 #include "server/checkpoint.h"
 #include "server/consistency.h"
 #include "server/data_plane.h"
 #include "server/kv_store.h"
 #include "server/membership.h"
 #include "server/metrics.h"
+#include "server/rpc_metrics.h"
 #include "server/service.h"
 #include "server/shard_store.h"
 
@@ -60,6 +64,9 @@ struct ShardServerConfig {
   // Period of housekeeping: held-call deadlines, bsp step deadlines,
   // liveness logs; and of the periodic-checkpoint thread.
   absl::Duration tick = absl::Milliseconds(20);
+  // Chrome trace-event file of what the shard serves (common/timeline.h);
+  // empty: none.
+  std::string timeline;
 
   // OK, or INVALID_ARGUMENT naming the flag that is wrong.
   absl::Status Validate() const;
@@ -98,7 +105,12 @@ class ShardServer {
   const ShardServerConfig& config() const { return config_; }
 
  private:
-  ShardServer(const ShardServerConfig& config, Env env);
+  ShardServer(const ShardServerConfig& config, Env env,
+              std::unique_ptr<Timeline> timeline);
+  // Who hears of each call; null when no one listens.
+  CallObserver* observer() {
+    return observers_.empty() ? nullptr : &observers_;
+  }
   absl::Status Restore();
   absl::Status Listen();
   void Housekeeping();
@@ -108,6 +120,12 @@ class ShardServer {
   const ShardServerConfig config_;
   const Env env_;
   // The parts, in the order they are built (and so destroyed in reverse).
+  // With --timeline only (null otherwise).
+  const std::unique_ptr<Timeline> timeline_;
+  const std::unique_ptr<CallTimeline> call_timeline_;
+  // Per-call metrics, with a metrics port only (null otherwise).
+  const std::unique_ptr<RpcMetrics> rpc_metrics_;
+  CallObservers observers_;
   ShardStore store_;
   Membership membership_;
   Consistency consistency_;
@@ -117,7 +135,7 @@ class ShardServer {
   std::unique_ptr<ParameterServerService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::shared_ptr<prometheus::Collectable> metrics_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<MetricsEndpoint> metrics_endpoint_;
   int port_ = 0;
   absl::Notification stop_;
   std::thread ticker_;

@@ -37,8 +37,22 @@ v1::StatsResponse CollectStats(const ShardParts& parts) {
   const auto [lo, hi] =
       parts.store->Progress(parts.consistency->config().mode == Mode::kBsp);
   r.set_stall(parts.consistency->Stall());
+  r.set_oldest_held_pull_seconds(
+      absl::ToDoubleSeconds(parts.consistency->OldestHeld()));
   r.set_min_version(lo);
   r.set_max_version(hi);
+  r.set_checkpoint_age_seconds(-1);
+  if (parts.checkpointer != nullptr) {
+    const Checkpointer::Record k = parts.checkpointer->record();
+    r.set_checkpoints_written(k.written);
+    r.set_checkpoints_failed(k.failed);
+    if (k.written > 0) {
+      r.set_checkpoint_age_seconds(
+          absl::ToDoubleSeconds(parts.clock->Now() - k.last));
+      r.set_checkpoint_write_seconds(absl::ToDoubleSeconds(k.took));
+      r.set_checkpoint_bytes(k.bytes);
+    }
+  }
   return r;
 }
 

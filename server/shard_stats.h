@@ -6,6 +6,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "proto/asyncps.pb.h"
+#include "server/checkpoint.h"
 #include "server/consistency.h"
 #include "server/membership.h"
 #include "server/shard_store.h"
@@ -18,6 +19,7 @@ struct ShardParts {
   Membership* membership = nullptr;
   Consistency* consistency = nullptr;
   Clock* clock = nullptr;
+  const Checkpointer* checkpointer = nullptr;  // Null: no checkpoints.
   int num_shards = 1;
   absl::Time start;  // When the shard started (uptime).
 };

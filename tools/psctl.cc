@@ -18,10 +18,12 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "client/ps_client.h"
 #include "common/cluster_spec.h"
 #include "proto/health.grpc.pb.h"
+#include "tools/timeline_merge.h"
 
 ABSL_FLAG(std::string, servers, "127.0.0.1:5000",
           "Comma-separated host:port of every shard, shard 0 first.");
@@ -30,6 +32,13 @@ ABSL_FLAG(std::string, tag, "",
 ABSL_FLAG(absl::Duration, watch, absl::ZeroDuration(),
           "status: refresh every this long until interrupted (0: once).");
 ABSL_FLAG(bool, json, false, "status: the shards' Stats as JSON.");
+ABSL_FLAG(std::string, out, "timeline.json",
+          "timeline: where the merged Chrome trace goes.");
+ABSL_FLAG(std::string, plot, "",
+          "timeline: also draw the last --plot_window of it to this PNG "
+          "(gnuplot).");
+ABSL_FLAG(absl::Duration, plot_window, absl::Seconds(1),
+          "timeline: how much of the end of the run the picture shows.");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10),
           "Give up after the servers have been unreachable this long.");
 
@@ -43,8 +52,9 @@ void PrintStatus(const std::vector<v1::StatsResponse>& stats,
   if (stats.empty()) return;
   std::printf("asyncps: %zu shards, mode %s, model '%s'\n", stats.size(),
               stats[0].mode().c_str(), stats[0].model_name().c_str());
-  std::printf("%-5s %-16s %7s %9s %15s %11s %5s %9s\n", "shard", "incarnation",
-              "slices", "MiB", "versions", "updates/s", "live", "uptime");
+  std::printf("%-5s %-16s %7s %9s %15s %11s %5s %9s %10s\n", "shard",
+              "incarnation", "slices", "MiB", "versions", "updates/s", "live",
+              "uptime", "checkpoint");
   for (size_t s = 0; s < stats.size(); ++s) {
     const v1::StatsResponse& r = stats[s];
     double rate =
@@ -54,13 +64,18 @@ void PrintStatus(const std::vector<v1::StatsResponse>& stats,
       rate = (r.updates_applied() - previous[s].updates_applied()) /
              (r.uptime_seconds() - previous[s].uptime_seconds());
     }
-    std::printf("%-5u %016llx %7u %9.2f %7lld..%-7lld %11.1f %5d %8.0fs%s\n",
-                r.shard(), static_cast<unsigned long long>(r.incarnation()),
-                r.num_slices(), r.num_bytes() / 1048576.0,
-                static_cast<long long>(r.min_version()),
-                static_cast<long long>(r.max_version()), rate, r.live_workers(),
-                r.uptime_seconds(),
-                r.awaiting_restore() ? "  awaiting a worker's copy" : "");
+    const std::string checkpoint =
+        r.checkpoint_age_seconds() < 0
+            ? "none"
+            : absl::StrFormat("%.0fs ago", r.checkpoint_age_seconds());
+    std::printf(
+        "%-5u %016llx %7u %9.2f %7lld..%-7lld %11.1f %5d %8.0fs %10s%s\n",
+        r.shard(), static_cast<unsigned long long>(r.incarnation()),
+        r.num_slices(), r.num_bytes() / 1048576.0,
+        static_cast<long long>(r.min_version()),
+        static_cast<long long>(r.max_version()), rate, r.live_workers(),
+        r.uptime_seconds(), checkpoint.c_str(),
+        r.awaiting_restore() ? "  awaiting a worker's copy" : "");
     if (!r.stall().empty()) {
       std::printf("      stalled: %s\n", r.stall().c_str());
     }
@@ -76,8 +91,8 @@ void PrintStatus(const std::vector<v1::StatsResponse>& stats,
       }
     }
   }
-  std::printf("%-5s %-20s %9s %5s %10s %10s %8s %22s\n", "rank", "host",
-              "clock", "live", "last seen", "samples/s", "loss",
+  std::printf("%-5s %-20s %9s %9s %5s %10s %10s %8s %22s\n", "rank", "host",
+              "clock", "staleness", "live", "last seen", "samples/s", "loss",
               "data/compute/exchange");
   for (const auto& [rank, w] : workers) {
     const v1::WorkerProgress& p = w.progress();
@@ -85,12 +100,65 @@ void PrintStatus(const std::vector<v1::StatsResponse>& stats,
         p.data_seconds() + p.compute_seconds() + p.exchange_seconds();
     auto share = [total](double s) { return total > 0 ? 100 * s / total : 0; };
     std::printf(
-        "%-5d %-20s %9lld %5s %9.1fs %10.0f %8.4f %6.0f%%/%3.0f%%/%3.0f%%\n",
+        "%-5d %-20s %9lld %9.2f %5s %9.1fs %10.0f %8.4f "
+        "%6.0f%%/%3.0f%%/%3.0f%%\n",
         rank, w.host().c_str(), static_cast<long long>(w.clock()),
-        w.live() ? "yes" : "NO", w.seconds_since_heard(),
+        p.staleness(), w.live() ? "yes" : "NO", w.seconds_since_heard(),
         p.samples_per_second(), p.loss(), share(p.data_seconds()),
         share(p.compute_seconds()), share(p.exchange_seconds()));
   }
+}
+
+// psctl timeline FILE...: merges, summarizes, and draws.
+int TimelineCommand(const std::vector<std::string>& files) {
+  if (files.empty()) {
+    std::fprintf(stderr,
+                 "usage: psctl timeline [--out=F] [--plot=F.png] FILE... (the "
+                 "--timeline files of one run)\n");
+    return 2;
+  }
+  auto merged = MergeTimelines(files);
+  if (!merged.ok()) {
+    std::fprintf(stderr, "psctl timeline: %s\n",
+                 merged.status().ToString().c_str());
+    return 2;
+  }
+  const std::string out = absl::GetFlag(FLAGS_out);
+  std::FILE* f = std::fopen(out.c_str(), "w");
+  if (f == nullptr ||
+      std::fwrite(merged->json.data(), 1, merged->json.size(), f) !=
+          merged->json.size() ||
+      std::fclose(f) != 0) {
+    std::fprintf(stderr, "psctl timeline: --out=%s: cannot write it\n",
+                 out.c_str());
+    return 1;
+  }
+  std::printf("%zu processes, %zu spans -> %s (chrome://tracing, Perfetto)\n",
+              merged->processes.size(), merged->spans.size(), out.c_str());
+  if (merged->dropped_lines > 0) {
+    std::printf("(%lld cut last lines of killed processes left out)\n",
+                static_cast<long long>(merged->dropped_lines));
+  }
+  std::fputs(Summarize(*merged).c_str(), stdout);
+  const std::string png = absl::GetFlag(FLAGS_plot);
+  if (png.empty()) return 0;
+  const std::string script =
+      PlotScript(*merged, absl::GetFlag(FLAGS_plot_window), png);
+  std::FILE* gnuplot = popen("gnuplot", "w");
+  if (gnuplot == nullptr) {
+    std::fprintf(stderr, "psctl timeline: cannot run gnuplot\n");
+    return 1;
+  }
+  std::fwrite(script.data(), 1, script.size(), gnuplot);
+  if (pclose(gnuplot) != 0) {
+    std::fprintf(stderr,
+                 "psctl timeline: gnuplot failed drawing %s (is gnuplot "
+                 "installed?)\n",
+                 png.c_str());
+    return 1;
+  }
+  std::printf("picture: %s\n", png.c_str());
+  return 0;
 }
 
 int Run(const std::string& command) {
@@ -235,13 +303,20 @@ int main(int argc, char** argv) {
       "              (--tag; restore with ps_server --restore_job)\n"
       "  stats       every shard's Stats, in full\n"
       "  histogram   the staleness histogram, summed over shards (CSV)\n"
-      "  workers     every shard's view of every worker (CSV)");
+      "  workers     every shard's view of every worker (CSV)\n"
+      "  psctl timeline [--out=F] [--plot=F.png] FILE...\n"
+      "              merge a run's --timeline files into one Chrome trace,\n"
+      "              say where each process's time went, draw the end");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() >= 2 && std::string(args[1]) == "timeline") {
+    return asyncps::TimelineCommand(
+        std::vector<std::string>(args.begin() + 2, args.end()));
+  }
   if (args.size() != 2) {
     std::fprintf(stderr,
                  "usage: psctl --servers=h:p,... "
-                 "status|health|checkpoint|stats|histogram|workers "
-                 "(psctl --help)\n");
+                 "status|health|checkpoint|stats|histogram|workers, or "
+                 "psctl timeline FILE... (psctl --help)\n");
     return 2;
   }
   return asyncps::Run(args[1]);

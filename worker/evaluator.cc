@@ -73,7 +73,7 @@ absl::Status AppendCurveRow(const std::string& path, const Evaluation& e) {
 
 absl::Status RunEvaluator(PsClient* client, Mlp* model, const Dataset& test,
                           absl::Duration every, const std::string& curve,
-                          absl::Notification* stop) {
+                          absl::Notification* stop, WorkerMetrics* metrics) {
   const absl::Time start = absl::Now();
   while (true) {
     // Sleeping until the next period or a stop request, whichever first.
@@ -90,6 +90,7 @@ absl::Status RunEvaluator(PsClient* client, Mlp* model, const Dataset& test,
       continue;
     }
     ASSIGN_OR_RETURN(Evaluation e, std::move(evaluated));
+    if (metrics != nullptr) metrics->Evaluated(e.accuracy, e.loss, e.updates);
     std::printf(
         "evaluator t=%.1fs updates=%.0f test_loss=%.4f accuracy=%.4f%s\n",
         e.seconds, e.updates, e.loss, e.accuracy, stopping ? " (final)" : "");
@@ -101,7 +102,8 @@ absl::Status RunEvaluator(PsClient* client, Mlp* model, const Dataset& test,
 
 absl::Status RunEvaluatorRole(const WorkerConfig& config, PsClient* client,
                               Backend* backend, Dataset* test,
-                              absl::Notification* stop) {
+                              absl::Notification* stop,
+                              WorkerMetrics* metrics) {
   // The evaluator scores whatever model the workers declared.
   RETURN_IF_ERROR(client->FetchModel());
   ASSIGN_OR_RETURN(const std::vector<int> layers,
@@ -113,7 +115,7 @@ absl::Status RunEvaluatorRole(const WorkerConfig& config, PsClient* client,
   Mlp model(backend, layers, kEvalBatch);
   if (!config.eval_once) {
     return RunEvaluator(client, &model, *test, config.eval_every, config.curve,
-                        stop);
+                        stop, metrics);
   }
   ASSIGN_OR_RETURN(const Evaluation e,
                    EvaluateOnce(client, &model, *test, absl::Now()));

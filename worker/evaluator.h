@@ -13,6 +13,7 @@
 #include "worker/data/idx_reader.h"
 #include "worker/model/mlp.h"
 #include "worker/worker_config.h"
+#include "worker/worker_metrics.h"
 
 namespace asyncps {
 
@@ -34,9 +35,11 @@ absl::Status AppendCurveRow(const std::string& path, const Evaluation& e);
 
 // Evaluates every `every` until `stop` is notified, then once more (the
 // final figure). Prints each evaluation; appends to `curve` if not empty.
+// `metrics` (may be null) is told each evaluation.
 absl::Status RunEvaluator(PsClient* client, Mlp* model, const Dataset& test,
                           absl::Duration every, const std::string& curve,
-                          absl::Notification* stop);
+                          absl::Notification* stop,
+                          WorkerMetrics* metrics = nullptr);
 
 // ps_worker --role=evaluator: adopts the model the workers declared (waiting
 // for one), then scores `test` once (--eval_once, printing one line) or
@@ -45,7 +48,8 @@ absl::Status RunEvaluator(PsClient* client, Mlp* model, const Dataset& test,
 // REQUIRES: config.Validate().ok().
 absl::Status RunEvaluatorRole(const WorkerConfig& config, PsClient* client,
                               Backend* backend, Dataset* test,
-                              absl::Notification* stop);
+                              absl::Notification* stop,
+                              WorkerMetrics* metrics = nullptr);
 
 }  // namespace asyncps
 

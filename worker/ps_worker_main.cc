@@ -22,6 +22,7 @@
 #include "absl/synchronization/notification.h"
 #include "client/ps_client.h"
 #include "common/large_buffers.h"
+#include "common/metrics_endpoint.h"
 #include "common/status.h"
 #include "common/stop_signal.h"
 #include "glog/logging.h"
@@ -35,6 +36,7 @@
 #include "worker/ps_exchange.h"
 #include "worker/trainer.h"
 #include "worker/worker_config.h"
+#include "worker/worker_metrics.h"
 
 ABSL_FLAG(std::string, role, "worker", "worker or evaluator.");
 ABSL_FLAG(std::string, servers, "127.0.0.1:5000",
@@ -106,6 +108,13 @@ ABSL_FLAG(std::string, wire_dtype, "f32",
           "f32, bf16 or f16: the dtype gradients and weights travel in "
           "(rounded to nearest even; the servers keep f32 weights and "
           "optimizer state). The evaluator always pulls f32.");
+ABSL_FLAG(int, metrics_port, 0,
+          "TCP port of Prometheus' /metrics (samples/s, loss, step phases, "
+          "traffic; the evaluator's accuracy); 0: none.");
+ABSL_FLAG(std::string, timeline, "",
+          "Write a Chrome trace-event timeline of each step (data, compute "
+          "per layer, pull/push, waits) to this file; merge a run's files "
+          "with psctl timeline. Empty: none.");
 ABSL_FLAG(std::string, transport, "tcp",
           "How pulls and pushes travel: tcp (each shard's data plane: framed "
           "TCP with no protobuf copy of a tensor; the fast path) or grpc (the "
@@ -165,6 +174,8 @@ WorkerConfig ConfigFromFlags() {
   c.wire_dtype = absl::GetFlag(FLAGS_wire_dtype);
   c.exchange = absl::GetFlag(FLAGS_exchange);
   c.transport = absl::GetFlag(FLAGS_transport);
+  c.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  c.timeline = absl::GetFlag(FLAGS_timeline);
   return c;
 }
 
@@ -181,9 +192,11 @@ int Fail(const absl::Status& s, int code = 1) {
 
 // Trains until the data, --steps or the shared update budget run out, or
 // `stop` is set; prints the result line.
+// `metrics` and `timeline` may be null.
 absl::Status Train(const WorkerConfig& config, PsClient* client,
                    Backend* backend, const Dataset& data,
-                   std::atomic<bool>* stop) {
+                   std::atomic<bool>* stop, WorkerMetrics* metrics,
+                   Timeline* timeline) {
   ASSIGN_OR_RETURN(
       std::unique_ptr<MembershipClient> membership,
       MembershipClient::Join(client, config.rank, config.num_workers,
@@ -223,11 +236,13 @@ absl::Status Train(const WorkerConfig& config, PsClient* client,
   tc.slowdown = config.slowdown;
   tc.stop_at_version = config.stop_at_version;
   tc.clock = membership->clock();
+  tc.timeline = timeline;
   // What the heartbeats tell the shards (their metrics, psctl status).
   v1::WorkerProgress progress;
   absl::Time window_start = absl::Now();
   int64_t window_samples = 0;
   tc.on_step = [&, m = membership.get()](const StepReport& r) {
+    if (metrics != nullptr) metrics->Step(r);
     progress.set_samples(progress.samples() + r.samples);
     progress.set_loss(r.loss);
     progress.set_data_seconds(progress.data_seconds() + r.data_seconds);
@@ -236,11 +251,15 @@ absl::Status Train(const WorkerConfig& config, PsClient* client,
     progress.set_exchange_seconds(progress.exchange_seconds() +
                                   r.exchange_seconds);
     progress.set_dropped(progress.dropped() + r.dropped);
+    progress.set_staleness(r.staleness);
     window_samples += r.samples;
     const absl::Time now = absl::Now();
     if (now - window_start >= absl::Seconds(1)) {
       progress.set_samples_per_second(
           window_samples / absl::ToDoubleSeconds(now - window_start));
+      if (metrics != nullptr) {
+        metrics->SetRate(progress.samples_per_second());
+      }
       window_start = now;
       window_samples = 0;
     }
@@ -276,6 +295,25 @@ absl::Status Train(const WorkerConfig& config, PsClient* client,
 absl::Status Run(const WorkerConfig& config, std::atomic<bool>* stop,
                  absl::Notification* stopped, bool* refused_at_start) {
   *refused_at_start = true;
+  // A busy metrics port is a start-up error, found before any work.
+  std::shared_ptr<WorkerMetrics> metrics;
+  std::unique_ptr<MetricsEndpoint> endpoint;
+  if (config.metrics_port > 0) {
+    ASSIGN_OR_RETURN(endpoint,
+                     MetricsEndpoint::Start("0.0.0.0", config.metrics_port,
+                                            "--metrics_port"));
+    metrics = std::make_shared<WorkerMetrics>(config.rank);
+    endpoint->Register(metrics);
+  }
+  std::unique_ptr<Timeline> timeline;
+  if (!config.timeline.empty()) {
+    ASSIGN_OR_RETURN(
+        timeline, Timeline::Open(config.timeline,
+                                 config.evaluator()
+                                     ? std::string("evaluator")
+                                     : absl::StrCat("worker ", config.rank)));
+    timeline->NameThread("train loop");
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
                    MakeBackend(config.device, config.Precision(), config.rank,
                                config.blas_threads));
@@ -301,18 +339,28 @@ absl::Status Run(const WorkerConfig& config, std::atomic<bool>* stop,
   options.rpc_timeout = config.rpc_timeout;
   options.retry_for = config.retry_for;
   options.transport = config.TensorTransport();
+  options.timeline = timeline.get();
   if (!config.evaluator()) options.wire_dtype = config.WireDtype();
   ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, PsClient::Create(options));
+  if (metrics != nullptr) {
+    metrics->SetTraffic([c = client.get()] { return c->traffic(); });
+  }
+  // The scrapes stop before the client and metrics they read go.
+  struct StopFirst {
+    std::unique_ptr<MetricsEndpoint>* endpoint;
+    ~StopFirst() { endpoint->reset(); }
+  } stop_first{&endpoint};
   if (config.evaluator()) {
-    return RunEvaluatorRole(config, client.get(), backend.get(), &data,
-                            stopped);
+    return RunEvaluatorRole(config, client.get(), backend.get(), &data, stopped,
+                            metrics.get());
   }
   const std::vector<int> layers = config.Layers();
   RETURN_IF_ERROR(CheckLayersFit(layers, data.features));
   RETURN_IF_ERROR(
       client->DeclareModel(MlpSpec(layers, config.Optimizer(), config.seed,
                                    config.slice_bytes, client->num_shards())));
-  return Train(config, client.get(), backend.get(), data, stop);
+  return Train(config, client.get(), backend.get(), data, stop, metrics.get(),
+               timeline.get());
 }
 
 }  // namespace

@@ -1,9 +1,12 @@
 #include "worker/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <deque>
+#include <limits>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -22,6 +25,28 @@ uint64_t WeightsChecksum(const std::vector<std::vector<float>>& weights) {
   }
   return h;
 }
+
+namespace {
+
+// How long the rest of the run takes at `rate` samples/s: until --steps
+// (steps of `step_samples`) or the last epoch, whichever comes first.
+std::string Eta(const TrainerConfig& config, const DataLoader& loader,
+                int64_t clock, int64_t step_samples, double rate) {
+  double left = std::numeric_limits<double>::infinity();
+  if (config.epochs < std::numeric_limits<int64_t>::max()) {
+    left = static_cast<double>(
+        (config.epochs - loader.epoch()) * loader.share() - loader.position());
+  }
+  if (config.steps > 0) {
+    left = std::min(left, static_cast<double>(config.steps - clock) *
+                              static_cast<double>(step_samples));
+  }
+  if (!(rate > 0) || !std::isfinite(left)) return "unknown";
+  return absl::FormatDuration(
+      absl::Seconds(std::ceil(std::max(0.0, left) / rate)));
+}
+
+}  // namespace
 
 absl::Status Train(const TrainerConfig& config, Mlp* model, DataLoader* loader,
                    GradientExchange* exchange, const std::atomic<bool>* stop,
@@ -53,26 +78,52 @@ absl::Status Train(const TrainerConfig& config, Mlp* model, DataLoader* loader,
     const absl::Time compute_start = absl::Now();
     absl::Duration data_time;
     int64_t step_samples = 0;
+    Timeline* const timeline = config.timeline;
     for (int m = 0; m < config.accumulate; ++m) {
       const absl::Time data_start = absl::Now();
       const int n = loader->NextBatch(config.batch_size, &x, &y);
-      data_time += absl::Now() - data_start;
+      const absl::Time data_end = absl::Now();
+      data_time += data_end - data_start;
+      if (timeline != nullptr) {
+        timeline->Span("data", "data", data_start, data_end, {{"examples", n}});
+      }
       step_samples += n;
       const bool last = m + 1 == config.accumulate;
+      // The compute span so far: forward and the backward of the layers
+      // done, cut at each layer whose gradient is ready.
+      absl::Time segment = data_end;
+      bool forward = true;
       Mlp::LayerDone done;
       if (last) {
         done = [&](int layer) {
+          if (timeline != nullptr) {
+            const absl::Time now = absl::Now();
+            timeline->Span(forward ? "forward, backward" : "backward",
+                           "compute", segment, now,
+                           {{"layer", layer}, {"step", clock}});
+            segment = now;
+            forward = false;
+          }
           exchange->LayerReady(layer, model->grads(), clock);
         };
       }
       loss += model->TrainStep(x.data(), y.data(), n, 1.0f / config.accumulate,
                                m > 0, done) /
               config.accumulate;
+      if (timeline != nullptr && !last) {
+        timeline->Span("forward, backward", "compute", segment, absl::Now(),
+                       {{"micro_batch", m}, {"step", clock}});
+      }
       result->samples += n;
     }
     if (config.slowdown > 1.0) {
       // A simulated straggler: its compute takes `slowdown` times as long.
-      absl::SleepFor((absl::Now() - compute_start) * (config.slowdown - 1.0));
+      const absl::Time sleep_start = absl::Now();
+      absl::SleepFor((sleep_start - compute_start) * (config.slowdown - 1.0));
+      if (timeline != nullptr) {
+        timeline->Span("slowdown", "compute", sleep_start, absl::Now(),
+                       {{"step", clock}});
+      }
     }
     if (!std::isfinite(loss)) {
       return absl::InternalError(absl::StrFormat(
@@ -82,6 +133,10 @@ absl::Status Train(const TrainerConfig& config, Mlp* model, DataLoader* loader,
     StepStats stats;
     const absl::Time exchange_start = absl::Now();
     RETURN_IF_ERROR(exchange->FinishStep(clock, &weights, &stats));
+    if (timeline != nullptr) {
+      timeline->Span("wait for exchange", "wait", exchange_start, absl::Now(),
+                     {{"step", clock}});
+    }
     ++step;
     // Where the exchange says the job is (StepStats::next_clock).
     done_clock = stats.next_clock >= 0 ? stats.next_clock : clock;
@@ -96,6 +151,11 @@ absl::Status Train(const TrainerConfig& config, Mlp* model, DataLoader* loader,
       report.exchange_seconds =
           absl::ToDoubleSeconds(absl::Now() - exchange_start);
       report.dropped = stats.dropped;
+      report.clock = done_clock;
+      report.staleness = stats.slices_pushed > 0
+                             ? static_cast<double>(stats.total_staleness) /
+                                   static_cast<double>(stats.slices_pushed)
+                             : 0.0;
       config.on_step(report);
     }
     const bool budget_spent = config.stop_at_version > 0 &&
@@ -114,14 +174,17 @@ absl::Status Train(const TrainerConfig& config, Mlp* model, DataLoader* loader,
     const absl::Time now = absl::Now();
     if (now - last_log >= config.log_every) {
       const double secs = absl::ToDoubleSeconds(now - last_log);
+      const double rate = (result->samples - samples_at_log) / secs;
       std::printf(
           "rank %d step %lld epoch %lld loss %.4f samples/s %.0f staleness "
-          "%.2f\n",
+          "%.2f clock %lld eta %s\n",
           config.rank, static_cast<long long>(step),
           static_cast<long long>(loader->epoch()), window_loss / window_steps,
-          (result->samples - samples_at_log) / secs,
+          rate,
           window_slices ? static_cast<double>(window_staleness) / window_slices
-                        : 0.0);
+                        : 0.0,
+          static_cast<long long>(done_clock),
+          Eta(config, *loader, done_clock, step_samples, rate).c_str());
       std::fflush(stdout);
       last_log = now;
       samples_at_log = result->samples;

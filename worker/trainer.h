@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/timeline.h"
 #include "worker/data/data_loader.h"
 #include "worker/exchange.h"
 #include "worker/model/mlp.h"
@@ -27,6 +28,10 @@ struct StepReport {
   double compute_seconds = 0;   // Forward and backward (and --slowdown).
   double exchange_seconds = 0;  // Waiting for the servers (or the ring).
   int64_t dropped = 0;          // Slice gradients the servers did not apply.
+  int64_t clock = 0;            // The rank's clock after the step.
+  // Versions applied between the step's pull and its push, averaged over
+  // the slices pushed (0 in allreduce).
+  double staleness = 0;
 };
 
 struct TrainerConfig {
@@ -52,6 +57,9 @@ struct TrainerConfig {
   std::atomic<int64_t>* clock = nullptr;
   // If set, told about every step (the worker's progress reports).
   std::function<void(const StepReport&)> on_step;
+  // If set, each step's phases are spans here: data, compute (one span per
+  // layer as its gradient becomes ready) and the wait for the exchange.
+  Timeline* timeline = nullptr;
 };
 
 struct TrainerResult {

@@ -63,6 +63,10 @@ absl::Status WorkerConfig::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "--collective=", collective, " (want auto, gloo or nccl)"));
   }
+  if (metrics_port < 0 || metrics_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metrics_port=", metrics_port, " is not a TCP port (0: none)"));
+  }
   if (blas_threads < 1) {
     return absl::InvalidArgumentError("--blas_threads must be >= 1");
   }

@@ -60,6 +60,8 @@ struct WorkerConfig {
   std::string wire_dtype = "f32";
   std::string exchange = "fused";
   std::string transport = "tcp";
+  int metrics_port = 0;  // Prometheus' /metrics; 0: none.
+  std::string timeline;  // Chrome trace-event file; empty: none.
 
   // OK, or INVALID_ARGUMENT / FAILED_PRECONDITION whose message names the
   // flag that is wrong (--mode=eventual, --rank=2, ...).

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <string>
 #include <vector>
 
@@ -156,6 +157,119 @@ TEST(Metrics, WorkersProgressShowsOnTheShard) {
         << phase;
   }
   EXPECT_GT(LabelledValue(text, "asyncps_worker_loss", "rank=\"0\""), 0);
+}
+
+// Polls `port`'s /metrics (at most 60 s) until `done` holds of the text;
+// returns the last text.
+template <typename Done>
+std::string ScrapeUntil(int port, Done done) {
+  std::string text;
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < give_up) {
+    text = Scrape(port);
+    if (!text.empty() && done(text)) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return text;
+}
+
+// A worker and the evaluator serve /metrics of their own while they run
+// (OpenBLAS is loaded in both: the scrape must not crash them), and the
+// shard's per-call metrics count the data plane's push-pulls.
+TEST(Metrics, WorkerAndEvaluatorServeTheirOwn) {
+  const int shard_port = FreePort();
+  auto cluster =
+      TestCluster::Start(1, {absl::StrCat("--metrics_port=", shard_port)});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const int worker_port = FreePort();
+  auto worker = StartWorker(**cluster, 0, 1,
+                            {"--steps=100000", "--slowdown=3",
+                             absl::StrCat("--metrics_port=", worker_port)});
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  const int eval_port = FreePort();
+  auto evaluator = StartWorker(
+      **cluster, 0, 1,
+      {"--role=evaluator", "--eval_every=200ms", "--max_test_examples=500",
+       absl::StrCat("--metrics_port=", eval_port)});
+  ASSERT_TRUE(evaluator.ok()) << evaluator.status();
+
+  const std::string w = ScrapeUntil(worker_port, [](const std::string& t) {
+    return LabelledValue(t, "asyncps_worker_steps_total", "rank=\"0\"") >= 20 &&
+           LabelledValue(t, "asyncps_worker_samples_per_second", "rank=\"0\"") >
+               0;
+  });
+  EXPECT_GE(LabelledValue(w, "asyncps_worker_steps_total", "rank=\"0\""), 20)
+      << w << (*worker)->output();
+  EXPECT_GE(LabelledValue(w, "asyncps_worker_samples_total", "rank=\"0\""),
+            20 * 32);
+  EXPECT_GT(LabelledValue(w, "asyncps_worker_samples_per_second", "rank"), 0);
+  EXPECT_GT(LabelledValue(w, "asyncps_worker_loss", "rank"), 0);
+  EXPECT_GE(LabelledValue(w, "asyncps_worker_clock", "rank"), 20);
+  for (const char* phase : {"data", "compute", "exchange"}) {
+    EXPECT_GE(LabelledValue(w, "asyncps_worker_step_phase_seconds_count",
+                            absl::StrCat("phase=\"", phase, "\"")),
+              20)
+        << phase;
+  }
+  EXPECT_GT(LabelledValue(w, "asyncps_worker_sent_bytes_total", "rank"), 0);
+  EXPECT_GT(LabelledValue(w, "asyncps_worker_received_bytes_total", "rank"), 0);
+  EXPECT_EQ(LabelledValue(w, "asyncps_worker_retries_total", "rank"), 0);
+
+  const std::string e = ScrapeUntil(eval_port, [](const std::string& t) {
+    return t.find("\nasyncps_evaluator_evaluations_total ") !=
+               std::string::npos &&
+           Value(t, "asyncps_evaluator_evaluations_total") >= 2;
+  });
+  EXPECT_GE(Value(e, "asyncps_evaluator_evaluations_total"), 2)
+      << e << (*evaluator)->output();
+  EXPECT_GT(Value(e, "asyncps_evaluator_accuracy"), 0.05);
+  EXPECT_LE(Value(e, "asyncps_evaluator_accuracy"), 1.0);
+  EXPECT_GT(Value(e, "asyncps_evaluator_loss"), 0);
+
+  const std::string s = Scrape(shard_port);
+  const double pushpulls =
+      LabelledValue(s, "asyncps_shard_calls_total",
+                    "code=\"OK\",method=\"PushPull\",transport=\"tcp\"");
+  EXPECT_GE(pushpulls, 20) << s;
+  EXPECT_GE(LabelledValue(s, "asyncps_shard_call_duration_seconds_count",
+                          "method=\"PushPull\",transport=\"tcp\""),
+            pushpulls);
+  EXPECT_GT(LabelledValue(s, "asyncps_shard_received_bytes_total",
+                          "method=\"PushPull\",transport=\"tcp\""),
+            0);
+  EXPECT_GT(LabelledValue(s, "asyncps_shard_calls_total",
+                          "method=\"Register\",transport=\"grpc\""),
+            0);
+
+  (*worker)->Signal(SIGTERM);
+  (*evaluator)->Signal(SIGTERM);
+  EXPECT_EQ(ExitCode(**worker), 0) << (*worker)->output();
+  EXPECT_EQ(ExitCode(**evaluator), 0) << (*evaluator)->output();
+}
+
+// A worker told to serve metrics on a port in use stops at start with
+// exit status 2, naming the flag.
+TEST(Metrics, WorkerRefusesABusyPort) {
+  auto cluster = TestCluster::Start(1, {});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  // Held by a listener of our own for the whole test.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const int busy = ntohs(a.sin_port);
+  auto worker =
+      StartWorker(**cluster, 0, 1, {absl::StrCat("--metrics_port=", busy)});
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  auto failed = (*worker)->WaitForLine("ps_worker failed", absl::Seconds(60));
+  ASSERT_TRUE(failed.ok()) << failed.status();
+  EXPECT_NE(failed->find("--metrics_port"), std::string::npos) << *failed;
+  EXPECT_EQ(ExitCode(**worker), 2) << (*worker)->output();
+  close(fd);
 }
 
 }  // namespace

@@ -122,6 +122,46 @@ TEST_F(ShardServerTest, RestartResumesFromTheFinalCheckpoint) {
   EXPECT_EQ(Read(stub.get()), std::make_pair(7.5f, int64_t{1}));
 }
 
+// Stats (and so /metrics and psctl status) say how many checkpoints were
+// written and failed, and the last one's age and size.
+TEST_F(ShardServerTest, CheckpointsShowInStats) {
+  auto server = Start();
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::ParameterServer::NewStub(server->InProcessChannel());
+  auto stats = [&stub] {
+    v1::StatsResponse r;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(stub->Stats(&ctx, v1::StatsRequest(), &r).ok());
+    return r;
+  };
+  auto checkpoint = [&stub] {
+    v1::CheckpointResponse r;
+    grpc::ClientContext ctx;
+    return stub->Checkpoint(&ctx, v1::CheckpointRequest(), &r);
+  };
+  EXPECT_EQ(stats().checkpoints_written(), 0);
+  EXPECT_EQ(stats().checkpoint_age_seconds(), -1);
+  v1::DeclareModelRequest declare;
+  *declare.mutable_spec() = spec_;
+  v1::DeclareModelResponse declared;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub->DeclareModel(&ctx, declare, &declared).ok());
+
+  ASSERT_TRUE(checkpoint().ok());
+  v1::StatsResponse r = stats();
+  EXPECT_EQ(r.checkpoints_written(), 1);
+  EXPECT_EQ(r.checkpoints_failed(), 0);
+  EXPECT_GE(r.checkpoint_age_seconds(), 0);
+  EXPECT_GT(r.checkpoint_bytes(), 16);  // 4 floats of weights, and more.
+
+  fs_.SetFailRename(true);
+  EXPECT_FALSE(checkpoint().ok());
+  r = stats();
+  EXPECT_EQ(r.checkpoints_written(), 1);
+  EXPECT_EQ(r.checkpoints_failed(), 1);
+  fs_.SetFailRename(false);
+}
+
 TEST_F(ShardServerTest, DamagedNewestCheckpointFallsBackToTheOneBefore) {
   {
     auto server = Start();

@@ -38,6 +38,8 @@ class DataLoader {
 
   int64_t epoch() const { return epoch_; }
   int64_t share() const { return static_cast<int64_t>(indices_.size()); }
+  // Examples of this epoch served so far.
+  int64_t position() const { return static_cast<int64_t>(next_); }
 
  private:
   void Shuffle();
