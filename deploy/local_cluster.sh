@@ -5,12 +5,15 @@
 #
 #   deploy/local_cluster.sh [--workers N] [--shards N] [--epochs N]
 #                           [--mode async] [--out DIR] [--checkpoint_every D]
-#                           [-- ps_worker flags...]
+#                           [--metrics_base PORT] [-- ps_worker flags...]
 #
 # Defaults: 2 shards, 2 workers, 5 epochs, async. --mode (async, ssp, bsp,
 # allreduce) goes to the servers and the workers alike. Logs, checkpoints
 # (every 30s by default, and at exit; "off" for none) and the evaluator's
 # curve (CSV) go to --out (default: a fresh directory under /tmp).
+# Every process serves Prometheus' /metrics: shard s on PORT + s, the
+# evaluator on PORT + shards, worker r on PORT + shards + 1 + r (default
+# PORT 9400; 0: none); --out gets a prometheus.yml scraping them all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,7 +24,8 @@ mode=async
 out=""
 extra=()
 checkpoint_every=30s
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+metrics_base=9400
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case "$1" in
     --workers) workers="$2"; shift 2 ;;
@@ -30,6 +34,7 @@ while (($#)); do
     --mode) mode="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --checkpoint_every) checkpoint_every="$2"; shift 2 ;;
+    --metrics_base) metrics_base="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "local_cluster.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
@@ -41,6 +46,11 @@ for v in workers shards epochs; do
     exit 2
   fi
 done
+if ! [[ "$metrics_base" =~ ^[0-9]+$ ]] ||
+  ((metrics_base != 0 && (metrics_base < 1024 || metrics_base + shards + workers + 1 > 65535))); then
+  echo "local_cluster.sh: --metrics_base must be 0 or a port in [1024, 65535 - shards - workers - 1], not '$metrics_base'" >&2
+  exit 2
+fi
 if [[ -z "$out" ]]; then out=$(mktemp -d /tmp/asyncps-cluster.XXXXXX); fi
 mkdir -p "$out"
 
@@ -77,15 +87,43 @@ fi
 start_shards "$out" "$out" "$shards" --mode="$mode" ${ckpt[@]+"${ckpt[@]}"} || exit 1
 echo "   servers: $servers"
 
+# Metrics ports of the evaluator and of worker r (none when the base is 0).
+metrics_flag() {
+  if ((metrics_base > 0)); then echo "--metrics_port=$((metrics_base + shards + $1))"; fi
+}
+# "127.0.0.1:P", ... for COUNT ports from FIRST.
+targets() {
+  local i
+  for ((i = 0; i < $2; i++)); do
+    printf '%s"127.0.0.1:%d"' "$( ((i == 0)) || echo ', ')" $(($1 + i))
+  done
+}
+if ((metrics_base > 0)); then
+  {
+    echo "# Written by deploy/local_cluster.sh: prometheus --config.file=$out/prometheus.yml"
+    echo "global: {scrape_interval: 5s}"
+    echo "scrape_configs:"
+    echo "  - job_name: asyncps-shards"
+    echo "    static_configs: [{targets: [$(targets "$metrics_base" "$shards")]}]"
+    echo "  - job_name: asyncps-evaluator"
+    echo "    static_configs: [{targets: [$(targets $((metrics_base + shards)) 1)]}]"
+    echo "  - job_name: asyncps-workers"
+    echo "    static_configs: [{targets: [$(targets $((metrics_base + shards + 1)) "$workers")]}]"
+  } >"$out/prometheus.yml"
+  echo "   metrics: shards on :$metrics_base..$((metrics_base + shards - 1)), evaluator on :$((metrics_base + shards)), workers on :$((metrics_base + shards + 1))..$((metrics_base + shards + workers)) (/metrics; scrape config $out/prometheus.yml)"
+fi
+
 echo "== starting the evaluator and $workers workers (mode $mode, $epochs epochs)"
+echo "   the evaluator's test accuracy every 10 s: lines starting [eval]"
 "$out/ps_worker" --role=evaluator --servers="$servers" --eval_every=10s \
-  --curve="$out/curve.csv" 2>"$out/evaluator.log" | sed -u 's/^/[eval] /' &
+  --curve="$out/curve.csv" $(metrics_flag 0) 2>"$out/evaluator.log" | sed -u 's/^/[eval] /' &
 eval_pid=$!
 pids+=($eval_pid)
 worker_pids=()
 for ((r = 0; r < workers; r++)); do
   "$out/ps_worker" --servers="$servers" --rank=$r --num_workers="$workers" \
-    --mode="$mode" --epochs="$epochs" --log_every=10s ${extra[@]+"${extra[@]}"} \
+    --mode="$mode" --epochs="$epochs" --log_every=10s $(metrics_flag $((1 + r))) \
+    ${extra[@]+"${extra[@]}"} \
     2>"$out/worker$r.log" | sed -u "s/^/[worker $r] /" &
   worker_pids+=($!)
   pids+=($!)

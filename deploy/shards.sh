@@ -3,16 +3,22 @@
 #   start_shards BIN_DIR LOG_DIR N [ps_server flags...]
 #
 # Starts N shards on kernel-chosen ports, appends their pids to the array
-# `pids` and sets `servers` to "127.0.0.1:p0,127.0.0.1:p1,...". Returns 1 if
-# a shard does not start within 30 s.
+# `pids` and sets `servers` to "127.0.0.1:p0,127.0.0.1:p1,...". If
+# `metrics_base` is set above 0, shard s serves /metrics on metrics_base + s.
+# Returns 1 if a shard does not start within 30 s.
 start_shards() {
   local bin=$1 logs=$2 n=$3
   shift 3
   servers=""
-  local s line
+  local s line metrics
   for ((s = 0; s < n; s++)); do
+    metrics=()
+    if ((${metrics_base:-0} > 0)); then
+      metrics=(--metrics_port=$((metrics_base + s)))
+    fi
     "$bin/ps_server" --host=127.0.0.1 --port=0 --shard=$s --num_shards="$n" \
-      "$@" >"$logs/server$s.out" 2>"$logs/server$s.log" &
+      ${metrics[@]+"${metrics[@]}"} "$@" >"$logs/server$s.out" \
+      2>"$logs/server$s.log" &
     pids+=($!)
     # The server prints "... listening on 127.0.0.1:PORT" once it serves.
     line=$(timeout 30 tail -n +1 -f "$logs/server$s.out" |
