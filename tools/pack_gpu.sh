@@ -8,11 +8,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 deploy/install_deps.sh
 bazel build --config=cuda //server:ps_server //tools:gpu_bench \
-  //tests/worker:cuda_backend_test
+  //tests/worker:cuda_backend_test //tests/worker:gpu_metrics_test
 rm -rf out/gpu
 mkdir -p out/gpu/bin out/gpu/lib
 cp bazel-bin/server/ps_server bazel-bin/tools/gpu_bench \
-  bazel-bin/tests/worker/cuda_backend_test out/gpu/bin/
+  bazel-bin/tests/worker/cuda_backend_test \
+  bazel-bin/tests/worker/gpu_metrics_test out/gpu/bin/
 chmod u+w out/gpu/bin/*
 for b in out/gpu/bin/*; do
   ldd "$b" | awk '/=> \// {print $3}'

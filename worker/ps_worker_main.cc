@@ -31,6 +31,7 @@
 #include "worker/device.h"
 #include "worker/evaluator.h"
 #include "worker/exchange_factory.h"
+#include "worker/gpu_metrics.h"
 #include "worker/membership_client.h"
 #include "worker/model/mlp.h"
 #include "worker/ps_exchange.h"
@@ -317,6 +318,16 @@ absl::Status Run(const WorkerConfig& config, std::atomic<bool>* stop,
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
                    MakeBackend(config.device, config.Precision(), config.rank,
                                config.blas_threads));
+  std::shared_ptr<GpuMetrics> gpu_metrics;
+  if (metrics != nullptr && backend->cuda_device() >= 0) {
+    auto gpu = GpuMetrics::Open(backend->cuda_device());
+    if (gpu.ok()) {
+      gpu_metrics = *std::move(gpu);
+      endpoint->Register(gpu_metrics);
+    } else {
+      LOG(WARNING) << "no GPU metrics: " << gpu.status().message();
+    }
+  }
   ASSIGN_OR_RETURN(
       Dataset data,
       ReadFashionMnist(config.data_dir, config.evaluator() ? "t10k" : "train"));
