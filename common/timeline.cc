@@ -71,6 +71,15 @@ void Timeline::Span(absl::string_view name, absl::string_view cat,
   if (file_ != nullptr) std::fwrite(line.data(), 1, line.size(), file_);
 }
 
+void Timeline::NameProcess(absl::string_view name) {
+  const std::string line = absl::StrFormat(
+      ",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
+      "\"args\":{\"name\":\"%s\"}}",
+      pid_, Escape(name));
+  absl::MutexLock lock(&mu_);
+  if (file_ != nullptr) std::fwrite(line.data(), 1, line.size(), file_);
+}
+
 void Timeline::NameThread(absl::string_view name, int lane) {
   const std::string line = absl::StrFormat(
       ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"

@@ -42,6 +42,9 @@ class Timeline {
   void Span(absl::string_view name, absl::string_view cat, absl::Time start,
             absl::Time end, Args args = {}, int lane = 0);
 
+  // Renames the process (the last name given is the one psctl shows).
+  void NameProcess(absl::string_view name);
+
   // Names the calling thread's row (or, with `lane` > 0, that lane's).
   void NameThread(absl::string_view name, int lane = 0);
 

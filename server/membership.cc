@@ -52,6 +52,12 @@ absl::StatusOr<v1::RegisterResponse> Membership::Register(
          it = workers_.find(rank)) {
       ++rank;
     }
+    if (rank >= request.num_workers()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "every rank of the job's ", request.num_workers(),
+          " is live; a worker asking for one (rank -1) gets the first that "
+          "is not (after --worker_timeout without heartbeats)"));
+    }
   }
   Worker& w = workers_[rank];
   const bool known = w.incarnation != 0;

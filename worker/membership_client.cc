@@ -27,6 +27,11 @@ absl::StatusOr<std::unique_ptr<MembershipClient>> MembershipClient::Join(
   join.set_rank(rank);
   join.set_num_workers(num_workers);
   join.set_host(host);
+  if (rank == -1) {
+    ASSIGN_OR_RETURN(const v1::RegisterResponse assigned,
+                     client->Register(0, join));
+    join.set_rank(assigned.rank());
+  }
   std::unique_ptr<MembershipClient> m(
       new MembershipClient(client, join, heartbeat_every));
   m->left_ = true;  // Until every shard has us, there is nothing to leave.

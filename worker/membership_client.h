@@ -29,6 +29,8 @@ class MembershipClient {
   // Registers `rank` of `num_workers` with every shard of `client`
   // (borrowed; must outlive this) and starts heartbeating every
   // `heartbeat_every`. FAILED_PRECONDITION if a shard runs another mode.
+  // Rank -1: shard 0 assigns one (the lowest not live; RESOURCE_EXHAUSTED
+  // when every rank is), which every other shard is then told.
   static absl::StatusOr<std::unique_ptr<MembershipClient>> Join(
       PsClient* client, int rank, int num_workers, Mode mode,
       absl::Duration heartbeat_every);
@@ -38,6 +40,8 @@ class MembershipClient {
   // The job's clock when this worker joined, and the restart attempt (keeps
   // allreduce rendezvous keys of a restarted job apart).
   int64_t start_clock() const { return start_clock_; }
+  // This worker's rank (as assigned, if it asked for -1).
+  int rank() const { return join_.rank(); }
   int64_t attempt() const { return attempt_; }
   // The worker's clock (steps completed), which heartbeats report; the
   // trainer advances it.

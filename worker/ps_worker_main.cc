@@ -42,7 +42,9 @@
 ABSL_FLAG(std::string, role, "worker", "worker or evaluator.");
 ABSL_FLAG(std::string, servers, "127.0.0.1:5000",
           "Comma-separated host:port of every shard, shard 0 first.");
-ABSL_FLAG(int, rank, 0, "This worker's rank, in [0, num_workers).");
+ABSL_FLAG(int, rank, 0,
+          "This worker's rank, in [0, num_workers); -1: the servers assign "
+          "the lowest rank not live (replicas of one container image).");
 ABSL_FLAG(int, num_workers, 1,
           "Workers in the job; each trains on 1/num_workers of the data.");
 ABSL_FLAG(std::string, mode, "async",
@@ -193,15 +195,29 @@ int Fail(const absl::Status& s, int code = 1) {
 
 // Trains until the data, --steps or the shared update budget run out, or
 // `stop` is set; prints the result line.
-// `metrics` and `timeline` may be null.
-absl::Status Train(const WorkerConfig& config, PsClient* client,
+// `endpoint` and `timeline` may be null.
+absl::Status Train(const WorkerConfig& flags, PsClient* client,
                    Backend* backend, const Dataset& data,
-                   std::atomic<bool>* stop, WorkerMetrics* metrics,
+                   std::atomic<bool>* stop, MetricsEndpoint* endpoint,
                    Timeline* timeline) {
   ASSIGN_OR_RETURN(
       std::unique_ptr<MembershipClient> membership,
-      MembershipClient::Join(client, config.rank, config.num_workers,
-                             config.ParsedMode(), config.heartbeat_every));
+      MembershipClient::Join(client, flags.rank, flags.num_workers,
+                             flags.ParsedMode(), flags.heartbeat_every));
+  // From here on the rank is known (assigned, with --rank=-1).
+  WorkerConfig config = flags;
+  config.rank = membership->rank();
+  std::shared_ptr<WorkerMetrics> owned_metrics;
+  WorkerMetrics* metrics = nullptr;
+  if (endpoint != nullptr) {
+    owned_metrics = std::make_shared<WorkerMetrics>(config.rank);
+    owned_metrics->SetTraffic([client] { return client->traffic(); });
+    endpoint->Register(owned_metrics);
+    metrics = owned_metrics.get();
+  }
+  if (timeline != nullptr) {
+    timeline->NameProcess(absl::StrCat("worker ", config.rank));
+  }
   DataLoader loader(&data, config.rank, config.num_workers, config.seed,
                     config.max_train_examples);
   // A replacement picks the rank's share up where the job has it.
@@ -296,15 +312,21 @@ absl::Status Train(const WorkerConfig& config, PsClient* client,
 absl::Status Run(const WorkerConfig& config, std::atomic<bool>* stop,
                  absl::Notification* stopped, bool* refused_at_start) {
   *refused_at_start = true;
-  // A busy metrics port is a start-up error, found before any work.
-  std::shared_ptr<WorkerMetrics> metrics;
+  // A worker's rank before it joins (rank 0's stands in for one the
+  // servers will assign): for its device and the size of its share.
+  const int rank = std::max(config.rank, 0);
+  // A busy metrics port is a start-up error, found before any work. The
+  // workers' metrics are registered once their rank is known (Train).
   std::unique_ptr<MetricsEndpoint> endpoint;
+  std::shared_ptr<WorkerMetrics> eval_metrics;
   if (config.metrics_port > 0) {
     ASSIGN_OR_RETURN(endpoint,
                      MetricsEndpoint::Start("0.0.0.0", config.metrics_port,
                                             "--metrics_port"));
-    metrics = std::make_shared<WorkerMetrics>(config.rank);
-    endpoint->Register(metrics);
+    if (config.evaluator()) {
+      eval_metrics = WorkerMetrics::ForEvaluator();
+      endpoint->Register(eval_metrics);
+    }
   }
   std::unique_ptr<Timeline> timeline;
   if (!config.timeline.empty()) {
@@ -316,10 +338,10 @@ absl::Status Run(const WorkerConfig& config, std::atomic<bool>* stop,
     timeline->NameThread("train loop");
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
-                   MakeBackend(config.device, config.Precision(), config.rank,
+                   MakeBackend(config.device, config.Precision(), rank,
                                config.blas_threads));
   std::shared_ptr<GpuMetrics> gpu_metrics;
-  if (metrics != nullptr && backend->cuda_device() >= 0) {
+  if (endpoint != nullptr && backend->cuda_device() >= 0) {
     auto gpu = GpuMetrics::Open(backend->cuda_device());
     if (gpu.ok()) {
       gpu_metrics = *std::move(gpu);
@@ -334,14 +356,14 @@ absl::Status Run(const WorkerConfig& config, std::atomic<bool>* stop,
   const int64_t share =
       config.evaluator()
           ? data.size
-          : DataLoader::ShareSize(data.size, config.rank, config.num_workers,
+          : DataLoader::ShareSize(data.size, rank, config.num_workers,
                                   config.max_train_examples);
   if (data.size == 0 || share == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--data_dir=", config.data_dir, ": the ",
                      config.evaluator() ? "test" : "training", " set has ",
-                     data.size, " images, ", share, " of them for rank ",
-                     config.rank, " of ", config.num_workers, "; nothing to ",
+                     data.size, " images, ", share, " of them for rank ", rank,
+                     " of ", config.num_workers, "; nothing to ",
                      config.evaluator() ? "score" : "train on"));
   }
   *refused_at_start = false;
@@ -353,8 +375,8 @@ absl::Status Run(const WorkerConfig& config, std::atomic<bool>* stop,
   options.timeline = timeline.get();
   if (!config.evaluator()) options.wire_dtype = config.WireDtype();
   ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, PsClient::Create(options));
-  if (metrics != nullptr) {
-    metrics->SetTraffic([c = client.get()] { return c->traffic(); });
+  if (eval_metrics != nullptr) {
+    eval_metrics->SetTraffic([c = client.get()] { return c->traffic(); });
   }
   // The scrapes stop before the client and metrics they read go.
   struct StopFirst {
@@ -363,14 +385,14 @@ absl::Status Run(const WorkerConfig& config, std::atomic<bool>* stop,
   } stop_first{&endpoint};
   if (config.evaluator()) {
     return RunEvaluatorRole(config, client.get(), backend.get(), &data, stopped,
-                            metrics.get());
+                            eval_metrics.get());
   }
   const std::vector<int> layers = config.Layers();
   RETURN_IF_ERROR(CheckLayersFit(layers, data.features));
   RETURN_IF_ERROR(
       client->DeclareModel(MlpSpec(layers, config.Optimizer(), config.seed,
                                    config.slice_bytes, client->num_shards())));
-  return Train(config, client.get(), backend.get(), data, stop, metrics.get(),
+  return Train(config, client.get(), backend.get(), data, stop, endpoint.get(),
                timeline.get());
 }
 

@@ -48,9 +48,10 @@ absl::Status WorkerConfig::Validate() const {
   if (!(slowdown >= 1.0)) {
     return absl::InvalidArgumentError("--slowdown must be >= 1");
   }
-  if (num_workers < 1 || rank < 0 || rank >= num_workers) {
+  if (num_workers < 1 || rank < -1 || rank >= num_workers) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--rank=", rank, " must be in [0, --num_workers=", num_workers, ")"));
+        "--rank=", rank, " must be in [0, --num_workers=", num_workers,
+        "), or -1 (the servers assign one)"));
   }
   if (batch_size < 1 || batch_size > 65536) {
     return absl::InvalidArgumentError("--batch_size must be in [1, 65536]");

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace asyncps {
@@ -33,8 +34,15 @@ prometheus::MetricFamily CounterFamily(const char* name, const char* help,
 
 }  // namespace
 
-WorkerMetrics::WorkerMetrics(int rank)
-    : rank_(absl::StrCat(rank)),
+WorkerMetrics::WorkerMetrics(int rank) : WorkerMetrics(rank, false) {}
+
+std::shared_ptr<WorkerMetrics> WorkerMetrics::ForEvaluator() {
+  return std::shared_ptr<WorkerMetrics>(new WorkerMetrics(-1, true));
+}
+
+WorkerMetrics::WorkerMetrics(int rank, bool evaluator)
+    : evaluator_(evaluator),
+      rank_(evaluator ? "evaluator" : absl::StrCat(rank)),
       registry_(std::make_shared<prometheus::Registry>()),
       samples_(BuildCounter()
                    .Name("asyncps_worker_samples_total")
@@ -140,7 +148,13 @@ void WorkerMetrics::Evaluated(double accuracy, double loss, double updates) {
 }
 
 std::vector<prometheus::MetricFamily> WorkerMetrics::Collect() const {
-  std::vector<prometheus::MetricFamily> out = registry_->Collect();
+  // One registry holds both roles' families; each role shows its own.
+  std::vector<prometheus::MetricFamily> out;
+  for (auto& f : registry_->Collect()) {
+    if (absl::StartsWith(f.name, "asyncps_evaluator_") == evaluator_) {
+      out.push_back(std::move(f));
+    }
+  }
   std::function<Traffic()> traffic;
   {
     absl::MutexLock lock(&mu_);

@@ -25,8 +25,10 @@ namespace asyncps {
 
 class WorkerMetrics final : public prometheus::Collectable {
  public:
-  // Every worker series carries `rank` (the evaluator's are unlabelled).
+  // A training worker's: every series carries `rank`.
   explicit WorkerMetrics(int rank);
+  // The evaluator's: accuracy, loss, updates, evaluations, traffic.
+  static std::shared_ptr<WorkerMetrics> ForEvaluator();
 
   // What the client moved, read at each scrape from now on.
   void SetTraffic(std::function<Traffic()> traffic);
@@ -44,7 +46,10 @@ class WorkerMetrics final : public prometheus::Collectable {
   mutable absl::Mutex mu_;
   std::function<Traffic()> traffic_ ABSL_GUARDED_BY(mu_);
 
+  WorkerMetrics(int rank, bool evaluator);
+
   // Constant after construction (the metrics lock themselves).
+  const bool evaluator_;
   const std::string rank_;
   const std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Counter& samples_;

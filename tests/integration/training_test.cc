@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <cmath>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,29 @@ TEST(Training, TwoWorkersLearnFashionMnist) {
   // the whole model.
   EXPECT_EQ(Field(*line, "updates"), 2 * 3 * 94) << *line;
   EXPECT_EQ(ExitCode(**eval), 0);
+}
+
+// Replicas of one container (docker-compose --scale) start with --rank=-1:
+// shard 0 assigns each the lowest rank not live, the other shard is told
+// the same, and the job trains as with ranks given.
+TEST(Training, WorkersAskingForARankGetDistinctOnes) {
+  auto cluster = TestCluster::Start(2);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  for (int i = 0; i < 2; ++i) {
+    auto w = StartWorker(**cluster, 0, 2,
+                         {"--rank=-1", "--max_train_examples=3000"});
+    ASSERT_TRUE(w.ok()) << w.status();
+    workers.push_back(*std::move(w));
+  }
+  std::set<std::string> ranks;
+  for (auto& w : workers) {
+    auto done = w->WaitForLine("done:", absl::Seconds(120));
+    ASSERT_TRUE(done.ok()) << done.status() << "\n" << w->output();
+    ranks.insert(done->substr(0, done->find(" done:")));
+    EXPECT_EQ(ExitCode(*w), 0);
+  }
+  EXPECT_EQ(ranks, (std::set<std::string>{"rank 0", "rank 1"}));
 }
 
 TEST(Training, SigkilledWorkerLeavesTheOthersTraining) {

@@ -101,6 +101,15 @@ TEST(Membership, UnknownRankAndBadRankRefused) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->rank(), 0);
   EXPECT_EQ(m.Register(Join(-1))->rank(), 1);
+  // Every rank of the job is live: none to assign.
+  auto full = m.Register(Join(-1));
+  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(full.status().message().find("every rank"), std::string::npos)
+      << full.status();
+  // Once one is silent past the timeout, it is assigned again.
+  clock.Advance(absl::Seconds(3));
+  ASSERT_TRUE(m.Register(Join(1)).ok());
+  EXPECT_EQ(m.Register(Join(-1))->rank(), 0);
 }
 
 TEST(Membership, AbsurdOrDisagreeingWorkerCountsAreRefused) {
