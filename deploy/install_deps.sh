@@ -25,6 +25,10 @@ PACKAGES=(
   dataset-fashion-mnist     # /usr/share/datasets/fashion-mnist/
   gnuplot-nox               # experiment plots, psctl timeline --plot
   prometheus                # tests/integration/prometheus_test.sh; promtool
+  docker.io                 # the compose cluster (deploy/docker-compose.yml)
+  docker-compose            # 1.29
+  debootstrap               # the base image (deploy/docker/base_image.sh)
+  curl                      # tools/metrics_bench.sh
   procps                    # pkill/pgrep in scripts
   python3                   # tools/experiment.py (standard library only)
 )
