@@ -6,6 +6,8 @@
 # time, never written into a file here.
 #   deploy/docker/base_image.sh [--force]
 set -euo pipefail
+# dockerd and debootstrap live in sbin, which a test's PATH leaves out.
+export PATH="$PATH:/usr/sbin:/sbin"
 image=asyncps/debian:12
 if [[ "${1:-}" != --force ]] && docker image inspect "$image" >/dev/null 2>&1; then
   echo "$image exists"

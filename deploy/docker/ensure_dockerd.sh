@@ -5,6 +5,8 @@
 # that started it can stop it again.
 #   pid=$(deploy/docker/ensure_dockerd.sh)
 set -euo pipefail
+# dockerd and debootstrap live in sbin, which a test's PATH leaves out.
+export PATH="$PATH:/usr/sbin:/sbin"
 if docker info >/dev/null 2>&1; then exit 0; fi
 if ! command -v dockerd >/dev/null; then
   echo "ensure_dockerd.sh: no dockerd (apt-get install docker.io)" >&2
