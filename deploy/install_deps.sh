@@ -29,6 +29,7 @@ PACKAGES=(
   docker-compose            # 1.29
   debootstrap               # the base image (deploy/docker/base_image.sh)
   curl                      # tools/metrics_bench.sh
+  python3-yaml              # tests/deploy/drift_test.py
   procps                    # pkill/pgrep in scripts
   python3                   # tools/experiment.py (standard library only)
 )

@@ -1,0 +1,223 @@
+#!/usr/bin/python3
+"""Drift between the deployment files and the binaries, checked offline.
+
+Every flag that deploy/docker-compose.yml (and its GPU override),
+deploy/k8s/*.yaml and deploy/local_cluster.sh (with deploy/shards.sh) pass
+to ps_server, ps_worker or psctl exists in that binary's --helpfull; the
+Kubernetes manifests parse, and their names and ports agree (the workers'
+--servers name the StatefulSet's pods through its headless Service, on the
+port the shards listen on, which the Service and the containers expose);
+the compose services the workers name exist and listen there; and
+`docker-compose config -q` accepts the compose files.
+"""
+import glob
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import yaml
+
+ROOT = os.path.join(os.environ["TEST_SRCDIR"], os.environ["TEST_WORKSPACE"])
+BINARIES = {
+    "ps_server": "server/ps_server",
+    "ps_worker": "worker/ps_worker",
+    "psctl": "tools/psctl",
+}
+failures = []
+
+
+def fail(message):
+    failures.append(message)
+    print("FAIL:", message, file=sys.stderr)
+
+
+def known_flags(binary):
+    out = subprocess.run([os.path.join(ROOT, BINARIES[binary]), "--helpfull"],
+                         capture_output=True, text=True).stdout
+    flags = set(re.findall(r"^\s+--([A-Za-z0-9_]+) ", out, re.M))
+    assert len(flags) > 10, f"{binary} --helpfull listed {len(flags)} flags"
+    return flags
+
+
+FLAGS = {b: known_flags(b) for b in BINARIES}
+
+
+def flag_names(args):
+    """The --name of each --name=value or --name argument."""
+    return [m.group(1) for a in args
+            for m in [re.match(r"--([A-Za-z0-9_]+)", a)] if m]
+
+
+def check(where, binary, args):
+    for name in flag_names(args):
+        if name not in FLAGS[binary]:
+            fail(f"{where}: {binary} has no flag --{name}")
+
+
+def commands(argv):
+    """(binary, its arguments) for each of our binaries in a command line,
+    including inside `sh -c '...'`."""
+    out = []
+    if len(argv) >= 3 and argv[0] == "sh" and argv[1] == "-c":
+        for line in argv[2:]:
+            out += commands(shlex.split(line))
+        return out
+    for i, word in enumerate(argv):
+        name = os.path.basename(word.strip('"'))
+        if name in BINARIES:
+            rest = []
+            for arg in argv[i + 1:]:
+                if os.path.basename(arg.strip('"')) in BINARIES:
+                    break
+                rest.append(arg)
+            out.append((name, rest))
+            break
+    return out
+
+
+def value(args, flag):
+    for a in args:
+        if a.startswith(f"--{flag}="):
+            return a.split("=", 1)[1]
+    return None
+
+
+# --- docker-compose -------------------------------------------------------
+compose_files = [os.path.join(ROOT, "deploy", f)
+                 for f in ("docker-compose.yml", "docker-compose.gpu.yml")]
+env = dict(os.environ, ASYNCPS_OUT="/tmp")
+for files in ([compose_files[0]], compose_files):
+    cmd = ["docker-compose"] + [x for f in files for x in ("-f", f)]
+    r = subprocess.run(cmd + ["config", "-q"], capture_output=True, text=True,
+                       env=env)
+    if r.returncode != 0:
+        fail(f"docker-compose config -q on {files}: {r.stderr.strip()}")
+config = yaml.safe_load(subprocess.run(
+    ["docker-compose", "-f", compose_files[0], "-f", compose_files[1],
+     "config"], capture_output=True, text=True, env=env, check=True).stdout)
+plain = yaml.safe_load(subprocess.run(
+    ["docker-compose", "-f", compose_files[0], "config"], capture_output=True,
+    text=True, env=env, check=True).stdout)
+shard_ports = {}
+servers_named = []
+for conf, label in ((plain, "docker-compose.yml"),
+                    (config, "docker-compose.gpu.yml")):
+    for name, service in conf["services"].items():
+        argv = list(service.get("entrypoint") or []) + list(
+            service.get("command") or [])
+        for binary, args in commands(argv):
+            check(f"{label} service {name}", binary, args)
+            if binary == "ps_server":
+                shard_ports[name] = value(args, "port")
+            if binary == "ps_worker":
+                servers_named.append((label, name, value(args, "servers")))
+        test = (service.get("healthcheck") or {}).get("test") or []
+        for binary, args in commands([t for t in test if t != "CMD"]):
+            check(f"{label} service {name} healthcheck", binary, args)
+for label, name, servers in servers_named:
+    for server in (servers or "").split(","):
+        host, _, port = server.partition(":")
+        if shard_ports.get(host) != port:
+            fail(f"{label} service {name}: --servers names {server}, but "
+                 f"service {host} listens on {shard_ports.get(host)}")
+
+# --- Kubernetes ------------------------------------------------------------
+manifests = {}
+for path in sorted(glob.glob(os.path.join(ROOT, "deploy/k8s/*.yaml"))):
+    try:
+        manifests[os.path.basename(path)] = list(yaml.safe_load_all(open(path)))
+    except yaml.YAMLError as e:
+        fail(f"{path} does not parse: {e}")
+objects = [d for docs in manifests.values() for d in docs if d]
+for d in objects:
+    for key in ("apiVersion", "kind", "metadata"):
+        if key not in d:
+            fail(f"a {d.get('kind')} has no {key}")
+
+
+def containers(obj):
+    spec = obj.get("spec", {}).get("template", {}).get("spec", {})
+    return spec.get("containers", [])
+
+
+service = next(d for d in objects if d["kind"] == "Service"
+               and d["spec"].get("clusterIP") == "None")
+statefulset = next(d for d in objects if d["kind"] == "StatefulSet")
+if statefulset["spec"]["serviceName"] != service["metadata"]["name"]:
+    fail("the StatefulSet's serviceName is not the headless Service")
+if service["spec"]["selector"].items() - \
+        statefulset["spec"]["template"]["metadata"]["labels"].items():
+    fail("the headless Service does not select the shards' pods")
+service_ports = {p["port"] for p in service["spec"]["ports"]}
+replicas = statefulset["spec"]["replicas"]
+shard_port = None
+for d in objects:
+    for c in containers(d):
+        argv = list(c.get("command") or []) + list(c.get("args") or [])
+        exposed = {p["containerPort"] for p in c.get("ports", [])}
+        for binary, args in commands(argv):
+            where = f"{d['kind']} {d['metadata']['name']}"
+            check(where, binary, args)
+            metrics = value(args, "metrics_port")
+            if metrics and int(metrics) not in exposed:
+                fail(f"{where}: --metrics_port={metrics} is not a containerPort")
+            annotations = d["spec"]["template"]["metadata"].get(
+                "annotations", {})
+            if metrics and annotations.get("prometheus.io/port") != metrics:
+                fail(f"{where}: prometheus.io/port is not --metrics_port")
+            if binary == "ps_server":
+                shard_port = value(args, "port")
+                for flag in ("port", "data_port", "metrics_port"):
+                    p = int(value(args, flag))
+                    if p not in exposed or p not in service_ports:
+                        fail(f"{where}: --{flag}={p} is not exposed by the "
+                             "container and the Service")
+                if value(args, "num_shards") != str(replicas):
+                    fail(f"{where}: --num_shards is not the replica count")
+for d in objects:
+    for c in containers(d):
+        argv = list(c.get("command") or []) + list(c.get("args") or [])
+        for binary, args in commands(argv):
+            servers = value(args, "servers")
+            if binary != "ps_worker" or servers is None:
+                continue
+            want = ",".join(
+                f"{statefulset['metadata']['name']}-{i}."
+                f"{service['metadata']['name']}:{shard_port}"
+                for i in range(replicas))
+            if servers != want:
+                fail(f"{d['metadata']['name']}: --servers={servers}, want "
+                     f"{want}")
+            if d["kind"] == "Job":
+                n = value(args, "num_workers")
+                if str(d["spec"]["completions"]) != n or \
+                        str(d["spec"]["parallelism"]) != n:
+                    fail(f"{d['metadata']['name']}: completions, parallelism "
+                         f"and --num_workers={n} differ")
+
+# --- local_cluster.sh and shards.sh -----------------------------------------
+for script in ("deploy/local_cluster.sh", "deploy/shards.sh"):
+    text = open(os.path.join(ROOT, script)).read().replace("\\\n", " ")
+    for line in text.splitlines():
+        if line.lstrip().startswith("#"):
+            continue
+        names = re.findall(r"--([a-z0-9_]+)=", line)
+        if not names:
+            continue
+        binaries = [b for b in ("ps_server", "ps_worker") if b in line]
+        if "start_shards" in line or "metrics_port" in line and not binaries:
+            binaries = binaries or ["ps_server", "ps_worker"]
+        if not binaries:
+            continue
+        for name in names:
+            if not any(name in FLAGS[b] for b in binaries):
+                fail(f"{script}: --{name} is a flag of none of {binaries}: "
+                     f"{line.strip()[:100]}")
+
+if failures:
+    sys.exit(f"{len(failures)} drift(s)")
+print(f"PASS: {len(objects)} Kubernetes objects, "
+      f"{len(plain['services'])} compose services, flags of "
+      f"{', '.join(f'{b} ({len(f)})' for b, f in FLAGS.items())} checked")
