@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/metric_families.h"
 
 namespace asyncps {
 namespace {
@@ -13,32 +14,9 @@ using prometheus::ClientMetric;
 using prometheus::MetricFamily;
 using prometheus::MetricType;
 
-MetricFamily Family(std::string name, std::string help, MetricType type) {
-  MetricFamily f;
-  f.name = std::move(name);
-  f.help = std::move(help);
-  f.type = type;
-  return f;
-}
-
-// One sample of `value` with `labels`.
-ClientMetric Sample(MetricType type, double value,
-                    std::vector<ClientMetric::Label> labels = {}) {
-  ClientMetric m;
-  m.label = std::move(labels);
-  if (type == MetricType::Counter) {
-    m.counter.value = value;
-  } else {
-    m.gauge.value = value;
-  }
-  return m;
-}
-
 void Add(std::vector<MetricFamily>* out, const char* name, const char* help,
          MetricType type, double value) {
-  MetricFamily f = Family(name, help, type);
-  f.metric.push_back(Sample(type, value));
-  out->push_back(std::move(f));
+  out->push_back(OneSample(name, help, type, value));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/metric_families.h"
 
 namespace asyncps {
 namespace {
@@ -24,15 +25,8 @@ struct Memory {
 
 prometheus::MetricFamily Gauge(const char* name, const char* help,
                                const std::string& index, double value) {
-  prometheus::MetricFamily f;
-  f.name = name;
-  f.help = help;
-  f.type = prometheus::MetricType::Gauge;
-  prometheus::ClientMetric m;
-  m.label = {{"gpu", index}};
-  m.gauge.value = value;
-  f.metric.push_back(std::move(m));
-  return f;
+  return OneSample(name, help, prometheus::MetricType::Gauge, value,
+                   {{"gpu", index}});
 }
 
 }  // namespace
@@ -51,9 +45,8 @@ absl::StatusOr<std::shared_ptr<GpuMetrics>> GpuMetrics::Open(int index) {
   auto api = std::make_unique<Api>();
   api->library = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (api->library == nullptr) {
-    return absl::UnavailableError(
-        absl::StrCat("no NVML (libnvidia-ml.so.1, from the NVIDIA driver): ",
-                     dlerror()));
+    return absl::UnavailableError(absl::StrCat(
+        "no NVML (libnvidia-ml.so.1, from the NVIDIA driver): ", dlerror()));
   }
   auto resolve = [&api](auto* fn, const char* name) {
     *fn = reinterpret_cast<std::remove_pointer_t<decltype(fn)>>(

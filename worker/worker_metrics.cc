@@ -4,6 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/metric_families.h"
 
 namespace asyncps {
 namespace {
@@ -19,17 +20,10 @@ prometheus::Histogram::BucketBoundaries PhaseBuckets() {
   return b;
 }
 
-prometheus::MetricFamily CounterFamily(const char* name, const char* help,
-                                       const std::string& rank, int64_t value) {
-  prometheus::MetricFamily f;
-  f.name = name;
-  f.help = help;
-  f.type = prometheus::MetricType::Counter;
-  prometheus::ClientMetric m;
-  m.label = {{"rank", rank}};
-  m.counter.value = static_cast<double>(value);
-  f.metric.push_back(std::move(m));
-  return f;
+prometheus::MetricFamily Counter(const char* name, const char* help,
+                                 const std::string& rank, int64_t value) {
+  return OneSample(name, help, prometheus::MetricType::Counter,
+                   static_cast<double>(value), {{"rank", rank}});
 }
 
 }  // namespace
@@ -162,18 +156,18 @@ std::vector<prometheus::MetricFamily> WorkerMetrics::Collect() const {
   }
   if (traffic) {
     const Traffic t = traffic();
-    out.push_back(CounterFamily(
-        "asyncps_worker_sent_bytes_total",
-        "Bytes of tensor requests (push, pull, push-pull) sent to the "
-        "servers.",
-        rank_, t.sent_bytes));
-    out.push_back(CounterFamily("asyncps_worker_received_bytes_total",
-                                "Bytes of the servers' answers to them.", rank_,
-                                t.received_bytes));
-    out.push_back(CounterFamily(
-        "asyncps_worker_retries_total",
-        "Calls to a shard tried again (UNAVAILABLE, or a timeout).", rank_,
-        t.retries));
+    out.push_back(
+        Counter("asyncps_worker_sent_bytes_total",
+                "Bytes of tensor requests (push, pull, push-pull) sent to the "
+                "servers.",
+                rank_, t.sent_bytes));
+    out.push_back(Counter("asyncps_worker_received_bytes_total",
+                          "Bytes of the servers' answers to them.", rank_,
+                          t.received_bytes));
+    out.push_back(
+        Counter("asyncps_worker_retries_total",
+                "Calls to a shard tried again (UNAVAILABLE, or a timeout).",
+                rank_, t.retries));
   }
   return out;
 }
