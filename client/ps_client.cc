@@ -61,7 +61,8 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     auto channel = grpc::CreateCustomChannel(
-        addr.ToString(), grpc::InsecureChannelCredentials(), args);
+        addr.ToString(), MakeChannelCredentials(client->options_.security),
+        args);
     client->stubs_.push_back(v1::ParameterServer::NewStub(channel));
   }
   if (client->options_.transport == Transport::kTcp) {
@@ -130,9 +131,7 @@ std::vector<absl::Status> PsClient::GrpcAttempt(
   absl::BlockingCounter done(static_cast<int>(calls.size()));
   for (size_t k = 0; k < calls.size(); ++k) {
     Call<Request, Response>& call = *calls[k];
-    contexts[k] = std::make_unique<grpc::ClientContext>();
-    contexts[k]->set_deadline(std::chrono::system_clock::now() +
-                              absl::ToChronoMilliseconds(options_.rpc_timeout));
+    contexts[k] = NewContext(absl::Now() + options_.rpc_timeout);
     method(stubs_[call.shard].get(), contexts[k].get(), &call.request,
            &call.response, [&results, &done, k](grpc::Status s) {
              results[k] = std::move(s);
@@ -216,15 +215,25 @@ absl::Status PsClient::Exchange(std::vector<Call<Request, Response>>* calls,
       what, idempotent);
 }
 
+std::unique_ptr<grpc::ClientContext> PsClient::NewContext(
+    absl::Time deadline) const {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(absl::ToChronoTime(deadline));
+  if (!options_.security.token.empty()) {
+    context->AddMetadata(kAuthorizationKey,
+                         BearerValue(options_.security.token));
+  }
+  return context;
+}
+
 absl::StatusOr<DataPlaneAddress> PsClient::DiscoverDataPlane(
     int shard, absl::Time deadline) {
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(deadline));
+  std::unique_ptr<grpc::ClientContext> context = NewContext(deadline);
   v1::DataPlaneRequest request;
   v1::DataPlaneResponse response;
   absl::Notification done;
   grpc::Status status;
-  stubs_[shard]->async()->DataPlane(&context, &request, &response,
+  stubs_[shard]->async()->DataPlane(context.get(), &request, &response,
                                     [&](grpc::Status s) {
                                       status = std::move(s);
                                       done.Notify();

@@ -30,6 +30,7 @@
 #include "common/cluster_spec.h"
 #include "common/partitioner.h"
 #include "common/rendezvous_store.h"
+#include "common/security.h"
 #include "common/timeline.h"
 #include "proto/asyncps.grpc.pb.h"
 
@@ -61,6 +62,8 @@ struct PsClientOptions {
   // Pull, Push and PushPull calls are spans here (--timeline); borrowed,
   // may be null.
   Timeline* timeline = nullptr;
+  // TLS and the token every call carries (common/security.h).
+  Security security;
 };
 
 // What a pull brought of one slice: its version, and the incarnation of
@@ -229,6 +232,9 @@ class PsClient final : public RendezvousStore {
   absl::Status Exchange(std::vector<Call<Request, Response>>* calls, FrameOp op,
                         Method method, const char* what,
                         bool idempotent = false);
+  // A context for one call: `deadline`, and the token if there is one.
+  std::unique_ptr<grpc::ClientContext> NewContext(absl::Time deadline) const;
+
   // Shard `shard`'s data-plane address, asked once (no retry) by `deadline`.
   absl::StatusOr<DataPlaneAddress> DiscoverDataPlane(int shard,
                                                      absl::Time deadline);

@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "common/large_buffers.h"
 #include "common/mode.h"
+#include "common/security_flags.h"
 #include "common/status.h"
 #include "common/stop_signal.h"
 #include "glog/logging.h"
@@ -122,6 +123,13 @@ absl::StatusOr<ShardServerConfig> ConfigFromFlags() {
   config.consistency.step_deadline = absl::GetFlag(FLAGS_step_deadline);
   config.consistency.restore_wait = absl::GetFlag(FLAGS_restore_wait);
   config.consistency.stall_warn = absl::GetFlag(FLAGS_stall_warn);
+  ASSIGN_OR_RETURN(config.security,
+                   LoadSecurity(SecurityFlagsFromCommandLine()));
+  if (config.security.tls() && config.security.cert_pem.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_ca without --tls_cert: a server needs its own certificate and "
+        "key for TLS");
+  }
   RETURN_IF_ERROR(config.Validate());
   return config;
 }
@@ -133,6 +141,8 @@ int Run() {
     LOG(ERROR) << config.status().message();
     return 2;
   }
+  LOG(INFO) << "shard " << config->shard << ": "
+            << config->security.Describe(/*server=*/true);
   InstallStopSignalHandlers();
   auto server = ShardServer::Start(*config);
   if (!server.ok()) {

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/time/time.h"
+#include "common/security.h"
 #include "common/status.h"
 #include "server/shard_stats.h"
 
@@ -12,7 +13,7 @@ namespace asyncps {
 ParameterServerService::ParameterServerService(
     ShardStore* store, Membership* membership, Consistency* consistency,
     KvStore* kv, Clock* clock, int num_shards, Checkpointer* checkpointer,
-    v1::DataPlaneResponse data_plane)
+    v1::DataPlaneResponse data_plane, std::string token)
     : store_(store),
       membership_(membership),
       consistency_(consistency),
@@ -21,7 +22,8 @@ ParameterServerService::ParameterServerService(
       clock_(clock),
       num_shards_(num_shards),
       start_(clock->Now()),
-      data_plane_(std::move(data_plane)) {}
+      data_plane_(std::move(data_plane)),
+      token_(std::move(token)) {}
 
 namespace {
 
@@ -35,15 +37,27 @@ absl::Time Deadline(const grpc::CallbackServerContext* context) {
 
 }  // namespace
 
-grpc::ServerUnaryReactor* ParameterServerService::Begin(
-    grpc::CallbackServerContext* context) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+bool ParameterServerService::Admit(grpc::CallbackServerContext* context,
+                                   grpc::ServerUnaryReactor* reactor) {
+  if (!token_.empty()) {
+    const auto& metadata = context->client_metadata();
+    const auto it = metadata.find(kAuthorizationKey);
+    if (it == metadata.end() ||
+        !TokenMatches(
+            token_, absl::string_view(it->second.data(), it->second.size()))) {
+      // Never says what was expected, nor echoes what came.
+      reactor->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                                   "missing or wrong auth token (see "
+                                   "--auth_token_file)"));
+      return false;
+    }
+  }
   if (Deadline(context) < clock_->Now()) {
     reactor->Finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                                  "deadline passed before the server began"));
-    return nullptr;
+    return false;
   }
-  return reactor;
+  return true;
 }
 
 PendingCall ParameterServerService::Pending(
@@ -59,8 +73,8 @@ grpc::ServerUnaryReactor* ParameterServerService::DeclareModel(
     grpc::CallbackServerContext* context,
     const v1::DeclareModelRequest* request,
     v1::DeclareModelResponse* response) {
-  grpc::ServerUnaryReactor* reactor = Begin(context);
-  if (reactor == nullptr) return context->DefaultReactor();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!Admit(context, reactor)) return reactor;
   auto result = consistency_->Declare(*request);
   if (result.ok()) *response = *std::move(result);
   reactor->Finish(ToGrpcStatus(result.status()));
@@ -70,8 +84,8 @@ grpc::ServerUnaryReactor* ParameterServerService::DeclareModel(
 grpc::ServerUnaryReactor* ParameterServerService::Pull(
     grpc::CallbackServerContext* context, const v1::PullRequest* request,
     v1::PullResponse* response) {
-  grpc::ServerUnaryReactor* reactor = Begin(context);
-  if (reactor == nullptr) return context->DefaultReactor();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!Admit(context, reactor)) return reactor;
   membership_->Touch(request->rank(), request->clock());
   consistency_->Pull(*request, response, Pending(context, reactor));
   return reactor;
@@ -80,8 +94,8 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(
 grpc::ServerUnaryReactor* ParameterServerService::Push(
     grpc::CallbackServerContext* context, const v1::PushRequest* request,
     v1::PushResponse* response) {
-  grpc::ServerUnaryReactor* reactor = Begin(context);
-  if (reactor == nullptr) return context->DefaultReactor();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!Admit(context, reactor)) return reactor;
   membership_->Touch(request->rank(), request->clock());
   reactor->Finish(ToGrpcStatus(consistency_->Push(*request, response)));
   return reactor;
@@ -90,8 +104,8 @@ grpc::ServerUnaryReactor* ParameterServerService::Push(
 grpc::ServerUnaryReactor* ParameterServerService::PushPull(
     grpc::CallbackServerContext* context, const v1::PushPullRequest* request,
     v1::PushPullResponse* response) {
-  grpc::ServerUnaryReactor* reactor = Begin(context);
-  if (reactor == nullptr) return context->DefaultReactor();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!Admit(context, reactor)) return reactor;
   membership_->Touch(request->push().rank(), request->push().clock());
   consistency_->PushPull(*request, response, Pending(context, reactor));
   return reactor;
@@ -100,8 +114,8 @@ grpc::ServerUnaryReactor* ParameterServerService::PushPull(
 grpc::ServerUnaryReactor* ParameterServerService::GetModel(
     grpc::CallbackServerContext* context, const v1::GetModelRequest* request,
     v1::GetModelResponse* response) {
-  grpc::ServerUnaryReactor* reactor = Begin(context);
-  if (reactor == nullptr) return context->DefaultReactor();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!Admit(context, reactor)) return reactor;
   auto spec = store_->Spec();
   if (spec.ok()) *response->mutable_spec() = *std::move(spec);
   reactor->Finish(ToGrpcStatus(spec.status()));
@@ -111,8 +125,8 @@ grpc::ServerUnaryReactor* ParameterServerService::GetModel(
 grpc::ServerUnaryReactor* ParameterServerService::DataPlane(
     grpc::CallbackServerContext* context, const v1::DataPlaneRequest* request,
     v1::DataPlaneResponse* response) {
-  grpc::ServerUnaryReactor* reactor = Begin(context);
-  if (reactor == nullptr) return context->DefaultReactor();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!Admit(context, reactor)) return reactor;
   *response = data_plane_;
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -121,8 +135,8 @@ grpc::ServerUnaryReactor* ParameterServerService::DataPlane(
 grpc::ServerUnaryReactor* ParameterServerService::Register(
     grpc::CallbackServerContext* context, const v1::RegisterRequest* request,
     v1::RegisterResponse* response) {
-  grpc::ServerUnaryReactor* reactor = Begin(context);
-  if (reactor == nullptr) return context->DefaultReactor();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!Admit(context, reactor)) return reactor;
   auto result = membership_->Register(*request);
   if (result.ok()) {
     *response = *std::move(result);
@@ -138,8 +152,8 @@ grpc::ServerUnaryReactor* ParameterServerService::Register(
 grpc::ServerUnaryReactor* ParameterServerService::Heartbeat(
     grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
     v1::HeartbeatResponse* response) {
-  grpc::ServerUnaryReactor* reactor = Begin(context);
-  if (reactor == nullptr) return context->DefaultReactor();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!Admit(context, reactor)) return reactor;
   absl::Status s = membership_->Heartbeat(*request);
   if (!s.ok()) store_->CountRejected();
   if (s.ok()) consistency_->ClockAdvanced();
@@ -150,8 +164,8 @@ grpc::ServerUnaryReactor* ParameterServerService::Heartbeat(
 grpc::ServerUnaryReactor* ParameterServerService::Assign(
     grpc::CallbackServerContext* context, const v1::AssignRequest* request,
     v1::AssignResponse* response) {
-  grpc::ServerUnaryReactor* reactor = Begin(context);
-  if (reactor == nullptr) return context->DefaultReactor();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!Admit(context, reactor)) return reactor;
   reactor->Finish(ToGrpcStatus(consistency_->Assign(*request)));
   return reactor;
 }
@@ -159,8 +173,8 @@ grpc::ServerUnaryReactor* ParameterServerService::Assign(
 grpc::ServerUnaryReactor* ParameterServerService::StoreSet(
     grpc::CallbackServerContext* context, const v1::StoreSetRequest* request,
     v1::StoreSetResponse* response) {
-  grpc::ServerUnaryReactor* reactor = Begin(context);
-  if (reactor == nullptr) return context->DefaultReactor();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!Admit(context, reactor)) return reactor;
   absl::Status s = kv_->Set(request->key(), request->value());
   if (!s.ok()) store_->CountRejected();
   reactor->Finish(ToGrpcStatus(s));
@@ -170,8 +184,8 @@ grpc::ServerUnaryReactor* ParameterServerService::StoreSet(
 grpc::ServerUnaryReactor* ParameterServerService::StoreGet(
     grpc::CallbackServerContext* context, const v1::StoreGetRequest* request,
     v1::StoreGetResponse* response) {
-  grpc::ServerUnaryReactor* reactor = Begin(context);
-  if (reactor == nullptr) return context->DefaultReactor();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!Admit(context, reactor)) return reactor;
   kv_->Get(request->key(), absl::Milliseconds(request->wait_ms()),
            response->mutable_value(), Pending(context, reactor));
   return reactor;
@@ -180,8 +194,8 @@ grpc::ServerUnaryReactor* ParameterServerService::StoreGet(
 grpc::ServerUnaryReactor* ParameterServerService::Checkpoint(
     grpc::CallbackServerContext* context, const v1::CheckpointRequest* request,
     v1::CheckpointResponse* response) {
-  grpc::ServerUnaryReactor* reactor = Begin(context);
-  if (reactor == nullptr) return context->DefaultReactor();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!Admit(context, reactor)) return reactor;
   if (checkpointer_ == nullptr) {
     reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                                  "this server runs without --checkpoint_dir"));
@@ -218,8 +232,8 @@ grpc::ServerUnaryReactor* ParameterServerService::Checkpoint(
 grpc::ServerUnaryReactor* ParameterServerService::Stats(
     grpc::CallbackServerContext* context, const v1::StatsRequest* request,
     v1::StatsResponse* response) {
-  grpc::ServerUnaryReactor* reactor = Begin(context);
-  if (reactor == nullptr) return context->DefaultReactor();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!Admit(context, reactor)) return reactor;
   ShardParts parts;
   parts.store = store_;
   parts.membership = membership_;

@@ -1,6 +1,6 @@
 // ParameterServerService: the gRPC face of one shard (callback API), and the
 // only server code that knows gRPC. Each handler checks its deadline the
-// same way (Begin), hands the request to the ShardStore, Membership,
+// same way (Admit), hands the request to the ShardStore, Membership,
 // Consistency or KvStore, and answers the status they give; calls that wait
 // go to them as PendingCalls. Thread-safe.
 #ifndef ASYNCPS_SERVER_SERVICE_H_
@@ -21,11 +21,14 @@ class ParameterServerService final
     : public v1::ParameterServer::CallbackService {
  public:
   // Every pointer is borrowed and must outlive this. `data_plane` is what
-  // the DataPlane RPC answers (port 0: none).
+  // the DataPlane RPC answers (port 0: none). With a `token`, every call
+  // must carry it (authorization: Bearer <token>) or is UNAUTHENTICATED
+  // before anything is read.
   ParameterServerService(ShardStore* store, Membership* membership,
                          Consistency* consistency, KvStore* kv, Clock* clock,
                          int num_shards, Checkpointer* checkpointer,
-                         v1::DataPlaneResponse data_plane);
+                         v1::DataPlaneResponse data_plane,
+                         std::string token = "");
 
   grpc::ServerUnaryReactor* DeclareModel(
       grpc::CallbackServerContext* context,
@@ -70,10 +73,12 @@ class ParameterServerService final
                                   v1::StatsResponse* response) override;
 
  private:
-  // Finishes the call with DEADLINE_EXCEEDED if its deadline has passed and
-  // returns null; otherwise returns the reactor to finish later.
-  // Every handler starts here.
-  grpc::ServerUnaryReactor* Begin(grpc::CallbackServerContext* context);
+  // Finishes the call through `reactor` (the context's default one, which
+  // may be asked for once only) with UNAUTHENTICATED if it lacks the
+  // token, or with DEADLINE_EXCEEDED if its deadline has passed, and
+  // returns false; otherwise returns true. Every handler starts here.
+  bool Admit(grpc::CallbackServerContext* context,
+             grpc::ServerUnaryReactor* reactor);
   // The call as core classes see it: its deadline, whether it was
   // cancelled, and how to answer it through `reactor`.
   static PendingCall Pending(grpc::CallbackServerContext* context,
@@ -88,6 +93,7 @@ class ParameterServerService final
   const int num_shards_;
   const absl::Time start_;
   const v1::DataPlaneResponse data_plane_;
+  const std::string token_;
 };
 
 }  // namespace asyncps

@@ -226,7 +226,11 @@ std::string NewToken() {
 
 absl::Status ShardServer::Listen() {
   v1::DataPlaneResponse data_plane;
-  if (!config_.host.empty() && config_.data_port >= 0) {
+  if (!config_.host.empty() && config_.data_port >= 0 &&
+      config_.security.tls()) {
+    LOG(INFO) << "no data plane: it carries no TLS, so with TLS tensors go "
+                 "over gRPC (workers choose it themselves)";
+  } else if (!config_.host.empty() && config_.data_port >= 0) {
     DataPlaneConfig dc;
     dc.host = config_.host;
     dc.port = config_.data_port;
@@ -242,7 +246,8 @@ absl::Status ShardServer::Listen() {
   }
   service_ = std::make_unique<ParameterServerService>(
       &store_, &membership_, &consistency_, &kv_, env_.clock,
-      config_.num_shards, checkpointer_.get(), std::move(data_plane));
+      config_.num_shards, checkpointer_.get(), std::move(data_plane),
+      config_.security.token);
   // The standard grpc.health.v1 service (SERVING once this returns: the
   // checkpoint is restored) and server reflection, for gRPC's own tools.
   grpc::EnableDefaultHealthCheckService(true);
@@ -250,7 +255,7 @@ absl::Status ShardServer::Listen() {
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(config_.host, ":", config_.port);
   if (!config_.host.empty()) {
-    builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
+    builder.AddListeningPort(address, MakeServerCredentials(config_.security),
                              &port_);
   }
   builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes));

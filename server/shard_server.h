@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "common/env.h"
 #include "common/metrics_endpoint.h"
+#include "common/security.h"
 #include "common/timeline.h"
 #include "server/call_interceptor.h"
 #include "server/call_timeline.h"
@@ -67,6 +68,9 @@ struct ShardServerConfig {
   // Chrome trace-event file of what the shard serves (common/timeline.h);
   // empty: none.
   std::string timeline;
+  // TLS (mutual with a CA) and the bearer token every call must carry.
+  // With TLS there is no data plane (it has no TLS): tensors go over gRPC.
+  Security security;
 
   // OK, or INVALID_ARGUMENT naming the flag that is wrong.
   absl::Status Validate() const;

@@ -22,6 +22,8 @@
 #include "absl/time/clock.h"
 #include "client/ps_client.h"
 #include "common/cluster_spec.h"
+#include "common/security.h"
+#include "common/security_flags.h"
 #include "proto/health.grpc.pb.h"
 #include "tools/timeline_merge.h"
 
@@ -168,8 +170,15 @@ int Run(const std::string& command) {
                  servers.status().ToString().c_str());
     return 2;
   }
+  auto security = LoadSecurity(SecurityFlagsFromCommandLine());
+  if (!security.ok()) {
+    std::fprintf(stderr, "psctl: %s\n", security.status().ToString().c_str());
+    return 2;
+  }
   PsClientOptions options;
   options.servers = *servers;
+  options.security = *security;
+  options.transport = Transport::kGrpc;  // Stats and control calls only.
   options.rpc_timeout = absl::GetFlag(FLAGS_timeout);
   options.retry_for = absl::GetFlag(FLAGS_timeout);
   auto client = PsClient::Create(options);
@@ -181,8 +190,9 @@ int Run(const std::string& command) {
     // The standard grpc.health.v1 check of every shard: 0 if all serve.
     int serving = 0;
     for (size_t s = 0; s < servers->size(); ++s) {
+      // The health service asks for no token (probes carry none).
       auto channel = grpc::CreateChannel((*servers)[s].ToString(),
-                                         grpc::InsecureChannelCredentials());
+                                         MakeChannelCredentials(*security));
       auto stub = grpc::health::v1::Health::NewStub(channel);
       grpc::ClientContext ctx;
       ctx.set_deadline(

@@ -23,6 +23,7 @@
 #include "client/ps_client.h"
 #include "common/large_buffers.h"
 #include "common/metrics_endpoint.h"
+#include "common/security_flags.h"
 #include "common/status.h"
 #include "common/stop_signal.h"
 #include "glog/logging.h"
@@ -179,6 +180,7 @@ WorkerConfig ConfigFromFlags() {
   c.transport = absl::GetFlag(FLAGS_transport);
   c.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   c.timeline = absl::GetFlag(FLAGS_timeline);
+  c.security = SecurityFlagsFromCommandLine();
   return c;
 }
 
@@ -350,6 +352,13 @@ absl::Status Run(const WorkerConfig& config, std::atomic<bool>* stop,
       LOG(WARNING) << "no GPU metrics: " << gpu.status().message();
     }
   }
+  ASSIGN_OR_RETURN(const Security security, LoadSecurity(config.security));
+  LOG(INFO) << (config.evaluator() ? std::string("evaluator")
+                                   : absl::StrCat("rank ", config.rank))
+            << ": " << security.Describe(/*server=*/false)
+            << (security.tls() && config.transport == "tcp"
+                    ? "; tensors over gRPC (the data plane has no TLS)"
+                    : "");
   ASSIGN_OR_RETURN(
       Dataset data,
       ReadFashionMnist(config.data_dir, config.evaluator() ? "t10k" : "train"));
@@ -373,6 +382,7 @@ absl::Status Run(const WorkerConfig& config, std::atomic<bool>* stop,
   options.retry_for = config.retry_for;
   options.transport = config.TensorTransport();
   options.timeline = timeline.get();
+  options.security = security;
   if (!config.evaluator()) options.wire_dtype = config.WireDtype();
   ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, PsClient::Create(options));
   if (eval_metrics != nullptr) {

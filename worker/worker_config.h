@@ -14,6 +14,7 @@
 #include "client/ps_client.h"
 #include "common/cluster_spec.h"
 #include "common/mode.h"
+#include "common/security.h"
 #include "proto/asyncps.pb.h"
 #include "worker/gemm_precision.h"
 #include "worker/ps_exchange.h"
@@ -60,14 +61,17 @@ struct WorkerConfig {
   std::string wire_dtype = "f32";
   std::string exchange = "fused";
   std::string transport = "tcp";
-  int metrics_port = 0;  // Prometheus' /metrics; 0: none.
-  std::string timeline;  // Chrome trace-event file; empty: none.
+  int metrics_port = 0;    // Prometheus' /metrics; 0: none.
+  std::string timeline;    // Chrome trace-event file; empty: none.
+  SecurityFlags security;  // TLS and token files (common/security.h).
 
   // OK, or INVALID_ARGUMENT / FAILED_PRECONDITION whose message names the
   // flag that is wrong (--mode=eventual, --rank=2, ...).
   absl::Status Validate() const;
 
   // Parsed values. REQUIRES: Validate().ok().
+  // --transport, except that with TLS tensors go over gRPC: the data
+  // plane carries no TLS.
   bool evaluator() const { return role == "evaluator"; }
   Mode ParsedMode() const;
   std::vector<ServerAddress> ServerList() const;

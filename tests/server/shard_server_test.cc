@@ -162,6 +162,71 @@ TEST_F(ShardServerTest, CheckpointsShowInStats) {
   fs_.SetFailRename(false);
 }
 
+// Regression: a call whose deadline had passed when its handler began was
+// answered DEADLINE_EXCEEDED and then the handler asked gRPC for the
+// context's default reactor a second time, which aborts the server.
+TEST_F(ShardServerTest, ACallPastItsDeadlineIsRefusedAndTheServerLives) {
+  ManualClock late(absl::Now() + absl::Hours(1));
+  Env env;
+  env.fs = &fs_;
+  env.clock = &late;
+  auto server = ShardServer::Start(config_, env);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::ParameterServer::NewStub((*server)->InProcessChannel());
+  for (int i = 0; i < 2; ++i) {
+    v1::StatsResponse r;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(60));
+    grpc::Status s = stub->Stats(&ctx, v1::StatsRequest(), &r);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+        << s.error_message();
+  }
+}
+
+// With a token, a call without it, or with another, is UNAUTHENTICATED
+// before anything is read: no weight moves, and the message names neither
+// token.
+TEST_F(ShardServerTest, CallsWithoutTheTokenAreRefused) {
+  const std::string token = "job-token-0123456789abcdef";
+  config_.security.token = token;
+  auto server = Start();
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::ParameterServer::NewStub(server->InProcessChannel());
+  auto call = [&](const std::string& header, auto method, const auto& request,
+                  auto* response) {
+    grpc::ClientContext ctx;
+    if (!header.empty()) ctx.AddMetadata("authorization", header);
+    return (stub.get()->*method)(&ctx, request, response);
+  };
+  v1::DeclareModelRequest declare;
+  *declare.mutable_spec() = spec_;
+  v1::DeclareModelResponse declared;
+  const std::string good = "Bearer " + token;
+  ASSERT_TRUE(
+      call(good, &v1::ParameterServer::Stub::DeclareModel, declare, &declared)
+          .ok());
+  for (const std::string& header :
+       {std::string(), std::string("Bearer wrong-token-0123456789ab"),
+        std::string("Bearer " + token + "x"), token}) {
+    v1::PushResponse pushed;
+    grpc::Status s = call(header, &v1::ParameterServer::Stub::Push,
+                          testing::SmallModelPush(2.5f), &pushed);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << header;
+    EXPECT_EQ(s.error_message().find(token), std::string::npos);
+    EXPECT_EQ(s.error_message().find("wrong-token"), std::string::npos);
+  }
+  v1::PullRequest pull;
+  *pull.add_slices() = testing::SmallModelKey();
+  pull.set_rank(-1);
+  v1::PullResponse pulled;
+  EXPECT_EQ(
+      call("", &v1::ParameterServer::Stub::Pull, pull, &pulled).error_code(),
+      grpc::StatusCode::UNAUTHENTICATED);
+  ASSERT_TRUE(call(good, &v1::ParameterServer::Stub::Pull, pull, &pulled).ok());
+  EXPECT_EQ(pulled.slices(0).version(), 0);  // No push was applied.
+}
+
 TEST_F(ShardServerTest, DamagedNewestCheckpointFallsBackToTheOneBefore) {
   {
     auto server = Start();

@@ -1,0 +1,118 @@
+#include "common/security.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace asyncps {
+namespace {
+
+// The contents of `path` (flag `flag`); "" if the flag was not given.
+absl::StatusOr<std::string> ReadFlagFile(const std::string& flag,
+                                         const std::string& path) {
+  if (path.empty()) return std::string();
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, "=", path, ": cannot read it"));
+  }
+  if (text.str().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, "=", path, ": the file is empty"));
+  }
+  return text.str();
+}
+
+// Bearer tokens shorter than this are guessable.
+constexpr size_t kMinTokenLength = 16;
+
+}  // namespace
+
+absl::StatusOr<Security> LoadSecurity(const SecurityFlags& flags) {
+  Security s;
+  auto cert = ReadFlagFile("tls_cert", flags.tls_cert);
+  if (!cert.ok()) return cert.status();
+  auto key = ReadFlagFile("tls_key", flags.tls_key);
+  if (!key.ok()) return key.status();
+  auto ca = ReadFlagFile("tls_ca", flags.tls_ca);
+  if (!ca.ok()) return ca.status();
+  if (cert->empty() != key->empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_cert and --tls_key go together: a certificate and its key");
+  }
+  s.cert_pem = *std::move(cert);
+  s.key_pem = *std::move(key);
+  s.ca_pem = *std::move(ca);
+  auto token = ReadFlagFile("auth_token_file", flags.auth_token_file);
+  if (!token.ok()) return token.status();
+  s.token = std::string(absl::StripAsciiWhitespace(*token));
+  if (!flags.auth_token_file.empty() && s.token.size() < kMinTokenLength) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--auth_token_file=", flags.auth_token_file, ": the token has ",
+        s.token.size(), " characters, fewer than ", kMinTokenLength,
+        " (deploy/gen_certs.sh writes a random one)"));
+  }
+  for (char c : s.token) {
+    if (c < 0x21 || c > 0x7e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--auth_token_file=", flags.auth_token_file,
+                       ": the token must be printable ASCII, one word"));
+    }
+  }
+  return s;
+}
+
+std::string Security::Describe(bool server) const {
+  std::string what;
+  if (!tls()) {
+    what =
+        "plaintext gRPC (no --tls_cert/--tls_ca): anyone who can reach the "
+        "port can read and change the model; fine on a trusted network only";
+  } else if (server) {
+    what = ca_pem.empty() ? "TLS" : "mutual TLS (clients need a certificate)";
+  } else {
+    what = cert_pem.empty() ? "TLS" : "mutual TLS (with a client certificate)";
+  }
+  return absl::StrCat(what,
+                      token.empty() ? ", no auth token" : ", bearer token");
+}
+
+std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(
+    const Security& security) {
+  if (!security.tls()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions options(
+      security.ca_pem.empty()
+          ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+          : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  options.pem_root_certs = security.ca_pem;
+  options.pem_key_cert_pairs.push_back({security.key_pem, security.cert_pem});
+  return grpc::SslServerCredentials(options);
+}
+
+std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
+    const Security& security) {
+  if (!security.tls()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = security.ca_pem;
+  options.pem_private_key = security.key_pem;
+  options.pem_cert_chain = security.cert_pem;
+  return grpc::SslCredentials(options);
+}
+
+std::string BearerValue(absl::string_view token) {
+  return absl::StrCat("Bearer ", token);
+}
+
+bool TokenMatches(absl::string_view token, absl::string_view header) {
+  const std::string want = BearerValue(token);
+  if (header.size() != want.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < want.size(); ++i) diff |= header[i] ^ want[i];
+  return diff == 0;
+}
+
+}  // namespace asyncps

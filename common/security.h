@@ -1,0 +1,65 @@
+// What secures a process's gRPC channels (--tls_cert, --tls_key, --tls_ca,
+// --auth_token_file on ps_server, ps_worker and psctl): TLS, mutual TLS
+// when a server is given a CA, and a bearer token every call carries.
+// Plaintext without a token stays the default for a local run.
+// docs/SECURITY.md has the threat model.
+#ifndef ASYNCPS_COMMON_SECURITY_H_
+#define ASYNCPS_COMMON_SECURITY_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/security/server_credentials.h"
+
+namespace asyncps {
+
+// The flags, as given (file paths; empty: not given).
+struct SecurityFlags {
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_ca;
+  std::string auth_token_file;
+};
+
+// The files' contents. The token is never logged nor put in a message.
+struct Security {
+  std::string cert_pem;
+  std::string key_pem;
+  std::string ca_pem;
+  std::string token;  // Empty: calls carry none, and none is checked.
+
+  bool tls() const { return !cert_pem.empty() || !ca_pem.empty(); }
+  // How a process says what protects it, once, at start ("plaintext ...").
+  std::string Describe(bool server) const;
+};
+
+// Reads the files `flags` names. INVALID_ARGUMENT naming the flag for an
+// unreadable or empty file, a certificate without its key (or a key
+// without its certificate), or a token shorter than 16 characters.
+absl::StatusOr<Security> LoadSecurity(const SecurityFlags& flags);
+
+// A server's credentials: plaintext, TLS with its certificate, or mutual
+// TLS (clients must present a certificate the CA signed) when it has a CA.
+// REQUIRES: a server with TLS has a certificate.
+std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(
+    const Security& security);
+
+// A client's: plaintext, or TLS trusting the CA (the system's roots if
+// none), presenting its own certificate if it has one.
+std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
+    const Security& security);
+
+// The metadata key and value calls carry their token in.
+inline constexpr char kAuthorizationKey[] = "authorization";
+std::string BearerValue(absl::string_view token);
+
+// Whether `header` (the call's authorization value) is "Bearer <token>",
+// compared in time independent of where it differs.
+bool TokenMatches(absl::string_view token, absl::string_view header);
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_COMMON_SECURITY_H_

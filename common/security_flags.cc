@@ -1,0 +1,32 @@
+#include "common/security_flags.h"
+
+#include <string>
+
+#include "absl/flags/flag.h"
+
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate of this process (TLS; deploy/gen_certs.sh makes "
+          "them). A server needs one for TLS; a client presents it for "
+          "mutual TLS. Empty: plaintext.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificate. A client trusts servers it signed (and uses "
+          "TLS even without --tls_cert); a server given one requires "
+          "clients to present a certificate it signed (mutual TLS).");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "File holding the job's bearer token (one word, at least 16 "
+          "characters). Servers refuse calls without it (UNAUTHENTICATED); "
+          "clients send it on every call. Empty: no token.");
+
+namespace asyncps {
+
+SecurityFlags SecurityFlagsFromCommandLine() {
+  SecurityFlags f;
+  f.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  f.tls_key = absl::GetFlag(FLAGS_tls_key);
+  f.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  f.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  return f;
+}
+
+}  // namespace asyncps
