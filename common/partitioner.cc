@@ -80,6 +80,19 @@ absl::StatusOr<Partition> Partition::Create(const v1::ModelSpec& spec) {
       spec.slice_bytes(), std::max<uint64_t>(target, kMinFineSliceBytes));
   p.slice_elements_ =
       std::max<uint64_t>(1, slice_bytes / DTypeSize(v1::DTYPE_F32));
+  // Counted before anything is built: a tiny slice_bytes on a large tensor
+  // (2·10^7 elements at 4 bytes a slice) kept a shard busy for minutes on
+  // one request.
+  uint64_t num_slices = 0;
+  for (const uint64_t n : p.tensor_elements_) {
+    num_slices += (n + p.slice_elements_ - 1) / p.slice_elements_;
+  }
+  if (num_slices > kMaxSlices) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model spec with slice_bytes = ", spec.slice_bytes(), " cuts ",
+        total_bytes, " bytes into ", num_slices, " slices, more than the ",
+        kMaxSlices, " a model may have; raise slice_bytes"));
+  }
 
   p.tensor_slices_.resize(spec.tensors_size());
   for (int t = 0; t < spec.tensors_size(); ++t) {

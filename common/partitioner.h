@@ -28,6 +28,9 @@ namespace asyncps {
 inline constexpr uint64_t kTargetSlicesPerShard = 32;
 // The fine cut never goes below this (slice_bytes itself may).
 inline constexpr uint64_t kMinFineSliceBytes = 4096;
+// The most slices a model may be cut into: each is a request key, an
+// optimizer state and a lock, so more is a denial of service, not a model.
+inline constexpr uint64_t kMaxSlices = uint64_t{1} << 20;
 
 struct SliceInfo {
   int tensor = 0;      // Index into ModelSpec.tensors.

@@ -125,6 +125,18 @@ TEST(Partitioner, RejectsUnusableSpecs) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Regression: a 2·10^7-element tensor cut 4 bytes a slice made 2·10^7
+// slices and kept a shard busy past a 120 s deadline on one DeclareModel.
+TEST(Partitioner, RefusesAbsurdlyManySlicesBeforeBuildingThem) {
+  auto p = Partition::Create(MakeSpec({{20000000}}, 2, 4));
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(p.status().message().find("raise slice_bytes"), std::string::npos)
+      << p.status();
+  // The same tensor in 4 KiB slices is fine.
+  EXPECT_TRUE(Partition::Create(MakeSpec({{20000000}}, 2, 4096)).ok());
+}
+
 TEST(Partitioner, MoreShardsThanElements) {
   v1::ModelSpec spec = MakeSpec({{3}}, 8, 4096);
   auto p = Partition::Create(spec);
