@@ -47,8 +47,10 @@ absl::StatusOr<uint64_t> NumElements(const v1::TensorSpec& tensor) {
 }
 
 absl::StatusOr<Partition> Partition::Create(const v1::ModelSpec& spec) {
-  if (spec.num_shards() == 0) {
-    return absl::InvalidArgumentError("model spec has num_shards = 0");
+  if (spec.num_shards() == 0 || spec.num_shards() > kMaxShards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model spec has num_shards = ", spec.num_shards(),
+                     " (must be in [1, ", kMaxShards, "])"));
   }
   if (spec.tensors_size() == 0) {
     return absl::InvalidArgumentError("model spec has no tensors");

@@ -31,6 +31,9 @@ inline constexpr uint64_t kMinFineSliceBytes = 4096;
 // The most slices a model may be cut into: each is a request key, an
 // optimizer state and a lock, so more is a denial of service, not a model.
 inline constexpr uint64_t kMaxSlices = uint64_t{1} << 20;
+// The most shards a job may have (found by fuzzing: a spec claiming 5·10^8
+// shards made the partitioner allocate 4 GB of per-shard loads).
+inline constexpr uint32_t kMaxShards = 1 << 16;
 
 struct SliceInfo {
   int tensor = 0;      // Index into ModelSpec.tensors.

@@ -32,6 +32,41 @@ if ((${#@} == 0)); then
   fi
 fi
 
+# AddressSanitizer + UndefinedBehaviorSanitizer over the unit tests and the
+# in-process integration tests (those that start no process of their own).
+if ((${#@} == 0)); then
+  echo "== AddressSanitizer + UndefinedBehaviorSanitizer (--config=asan)"
+  asan_tests=(//tests/common/... //tests/server/... //tests/worker/...)
+  for t in checkpoint data_plane exactly_once ps_exchange push_pull validation; do
+    asan_tests+=("//tests/integration:${t}_test")
+  done
+  asan_log=$(mktemp)
+  bazel test --config=asan --test_tag_filters=-benchmark,-gpu \
+    "${asan_tests[@]}" >"$asan_log" 2>&1
+  asan_rc=$?
+  # One line for the whole run, so the totals count each test once; the
+  # failures by name.
+  grep -E '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS)' "$asan_log" |
+    sed 's|^\(//[^ ]*\)|\1 (asan)|'
+  asan_passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$asan_log")
+  if ((asan_rc != 0)); then
+    rc=1
+    tail -n 30 "$asan_log"
+    echo "//:asan FAILED ($asan_passed tests passed under ASAN+UBSAN)" | tee -a "$log"
+  else
+    echo "//:asan PASSED ($asan_passed tests under ASAN+UBSAN)" | tee -a "$log"
+  fi
+  rm -f "$asan_log"
+fi
+
+# libFuzzer targets (clang, ASAN+UBSAN): each over its seed corpus, then
+# 15 s of new inputs (tests/fuzz/run.sh runs longer by hand).
+if ((${#@} == 0)); then
+  echo "== fuzzing (tests/fuzz/run.sh --seconds 15)"
+  tests/fuzz/run.sh --seconds 15 | tee -a "$log"
+  if ((PIPESTATUS[0] != 0)); then rc=1; fi
+fi
+
 # The CUDA configuration builds wherever the toolkit is installed, GPU or
 # not; its tests skip, saying so, on a machine without a GPU.
 if ((${#@} == 0)) && [[ -x /usr/local/cuda/bin/nvcc ]]; then

@@ -115,6 +115,10 @@ TEST(Partitioner, SamePlacementComputedTwice) {
 TEST(Partitioner, RejectsUnusableSpecs) {
   EXPECT_EQ(Partition::Create(MakeSpec(Mlp(), 0, 4096)).status().code(),
             absl::StatusCode::kInvalidArgument);
+  // Regression (request_fuzzer): refused before a per-shard table of
+  // 528 million entries is allocated.
+  EXPECT_EQ(Partition::Create(MakeSpec(Mlp(), 528482304, 4096)).status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Partition::Create(MakeSpec({{3, 0}}, 2, 4096)).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Partition::Create(MakeSpec({}, 2, 4096)).status().code(),

@@ -97,6 +97,14 @@ TEST_F(IdxReaderTest, TruncatedFilesNamed) {
   ExpectError("images.gz", "truncated");
 }
 
+// Regression (found by tests/fuzz idx_fuzzer): a header claiming 10^8
+// images of 4096x4096 made the reader allocate what it claimed (1.6 PB)
+// before reading any of it.
+TEST_F(IdxReaderTest, AHeaderClaimingHugeImagesIsTruncatedNotAllocated) {
+  Write(Images(0x803, 100000000, 4096, 4096, 64), Labels(0x801, 3, {4, 0, 9}));
+  ExpectError("images.gz", "truncated");
+}
+
 TEST_F(IdxReaderTest, WrongCountNamed) {
   Write(Images(0x803, 3, 2, 2, 12), Labels(0x801, 2, {4, 0}));
   ExpectError("labels.gz", "wrong count");

@@ -44,6 +44,27 @@ absl::Status ReadExactly(gzFile f, const std::string& path, void* dst, size_t n,
   return absl::OkStatus();
 }
 
+// Reads exactly n bytes into *out, growing it only as the bytes arrive: a
+// header that claims more than the file holds (a hostile or truncated
+// file) fails as truncated instead of allocating what it claims first.
+absl::Status ReadGrowing(gzFile f, const std::string& path, uint64_t n,
+                         absl::string_view what, std::vector<uint8_t>* out) {
+  constexpr uint64_t kChunk = uint64_t{64} << 20;
+  out->clear();
+  while (out->size() < n) {
+    const uint64_t chunk = std::min<uint64_t>(n - out->size(), kChunk);
+    const size_t at = out->size();
+    out->resize(at + chunk);
+    absl::Status s = ReadExactly(f, path, out->data() + at, chunk, what);
+    if (!s.ok()) {
+      return absl::DataLossError(absl::StrCat(path, ": truncated: ", what,
+                                              " needs ", n,
+                                              " bytes, the file ends before"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<uint32_t> ReadBigEndian32(gzFile f, const std::string& path,
                                          absl::string_view what) {
   unsigned char b[4];
@@ -94,10 +115,10 @@ absl::StatusOr<Dataset> ReadIdxPair(const std::string& images_path,
     }
     d.size = *n;
     d.features = int64_t{*rows} * *cols;
-    std::vector<uint8_t> raw(d.size * d.features);
+    std::vector<uint8_t> raw;
     RETURN_IF_ERROR(
-        ReadExactly(g, images_path, raw.data(), raw.size(),
-                    absl::StrCat(*n, " images of ", *rows, "x", *cols)));
+        ReadGrowing(g, images_path, static_cast<uint64_t>(d.size * d.features),
+                    absl::StrCat(*n, " images of ", *rows, "x", *cols), &raw));
     d.pixels.resize(raw.size());
     for (size_t i = 0; i < raw.size(); ++i) d.pixels[i] = raw[i] / 255.0f;
   }
