@@ -5,7 +5,8 @@
 #
 #   deploy/local_cluster.sh [--workers N] [--shards N] [--epochs N]
 #                           [--mode async] [--out DIR] [--checkpoint_every D]
-#                           [--metrics_base PORT] [-- ps_worker flags...]
+#                           [--metrics_base PORT] [--tls]
+#                           [-- ps_worker flags...]
 #
 # Defaults: 2 shards, 2 workers, 5 epochs, async. --mode (async, ssp, bsp,
 # allreduce) goes to the servers and the workers alike. Logs, checkpoints
@@ -14,6 +15,8 @@
 # Every process serves Prometheus' /metrics: shard s on PORT + s, the
 # evaluator on PORT + shards, worker r on PORT + shards + 1 + r (default
 # PORT 9400; 0: none); --out gets a prometheus.yml scraping them all.
+# --tls: mutual TLS and a bearer token on every gRPC channel, with a CA and
+# certificates deploy/gen_certs.sh makes in --out/certs (docs/SECURITY.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,7 +28,8 @@ out=""
 extra=()
 checkpoint_every=30s
 metrics_base=9400
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+tls=0
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case "$1" in
     --workers) workers="$2"; shift 2 ;;
@@ -35,6 +39,7 @@ while (($#)); do
     --out) out="$2"; shift 2 ;;
     --checkpoint_every) checkpoint_every="$2"; shift 2 ;;
     --metrics_base) metrics_base="$2"; shift 2 ;;
+    --tls) tls=1; shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "local_cluster.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
@@ -76,6 +81,16 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo; echo "== interrupted: stopping the cluster"; exit 130' INT TERM
 
+server_tls=()
+client_tls=()
+if ((tls)); then
+  deploy/gen_certs.sh "$out/certs" >/dev/null
+  c="$out/certs"
+  server_tls=(--tls_cert="$c/server.pem" --tls_key="$c/server.key" --tls_ca="$c/ca.pem" --auth_token_file="$c/token")
+  client_tls=(--tls_cert="$c/client.pem" --tls_key="$c/client.key" --tls_ca="$c/ca.pem" --auth_token_file="$c/token")
+  echo "== mutual TLS and a token (certificates in $c; psctl needs: ${client_tls[*]})"
+fi
+
 echo "== starting $shards shards"
 source deploy/shards.sh
 ckpt=()
@@ -84,7 +99,8 @@ if [[ "$checkpoint_every" != off ]]; then
   ckpt=(--checkpoint_dir="$out/checkpoints" --checkpoint_every="$checkpoint_every")
   echo "   checkpoints every $checkpoint_every in $out/checkpoints"
 fi
-start_shards "$out" "$out" "$shards" --mode="$mode" ${ckpt[@]+"${ckpt[@]}"} || exit 1
+start_shards "$out" "$out" "$shards" --mode="$mode" ${ckpt[@]+"${ckpt[@]}"} \
+  ${server_tls[@]+"${server_tls[@]}"} || exit 1
 echo "   servers: $servers"
 
 # Metrics ports of the evaluator and of worker r (none when the base is 0).
@@ -116,14 +132,15 @@ fi
 echo "== starting the evaluator and $workers workers (mode $mode, $epochs epochs)"
 echo "   the evaluator's test accuracy every 10 s: lines starting [eval]"
 "$out/ps_worker" --role=evaluator --servers="$servers" --eval_every=10s \
-  --curve="$out/curve.csv" $(metrics_flag 0) 2>"$out/evaluator.log" | sed -u 's/^/[eval] /' &
+  --curve="$out/curve.csv" $(metrics_flag 0) ${client_tls[@]+"${client_tls[@]}"} \
+  2>"$out/evaluator.log" | sed -u 's/^/[eval] /' &
 eval_pid=$!
 pids+=($eval_pid)
 worker_pids=()
 for ((r = 0; r < workers; r++)); do
   "$out/ps_worker" --servers="$servers" --rank=$r --num_workers="$workers" \
     --mode="$mode" --epochs="$epochs" --log_every=10s $(metrics_flag $((1 + r))) \
-    ${extra[@]+"${extra[@]}"} \
+    ${client_tls[@]+"${client_tls[@]}"} ${extra[@]+"${extra[@]}"} \
     2>"$out/worker$r.log" | sed -u "s/^/[worker $r] /" &
   worker_pids+=($!)
   pids+=($!)
