@@ -6,12 +6,14 @@
 # ends or on Ctrl-C.
 #
 #   deploy/compose_cluster.sh [--workers N] [--mode async] [--epochs N]
-#                             [--out DIR] [--gpu] [--keep]
+#                             [--out DIR] [--gpu] [--tls] [--keep]
 #
 # Defaults: 2 workers, async, 3 epochs. --out (default: a fresh directory
 # under /tmp) gets the evaluator's curve.csv and the containers' logs.
 # --gpu adds docker-compose.gpu.yml (one NVIDIA GPU per worker; needs the
-# NVIDIA container toolkit). --keep leaves the cluster up after training
+# NVIDIA container toolkit). --tls adds docker-compose.tls.yml: mutual TLS
+# and a token on every gRPC channel, certificates from deploy/gen_certs.sh
+# in --out/certs. --keep leaves the cluster up after training
 # (docker-compose -p asyncps -f deploy/docker-compose.yml down -v ends it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,8 +23,9 @@ mode=async
 epochs=3
 out=""
 gpu=0
+tls=0
 keep=0
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case "$1" in
     --workers) workers="$2"; shift 2 ;;
@@ -30,6 +33,7 @@ while (($#)); do
     --epochs) epochs="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --gpu) gpu=1; shift ;;
+    --tls) tls=1; shift ;;
     --keep) keep=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "compose_cluster.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
@@ -62,6 +66,13 @@ deploy/docker/build_images.sh "$(bazel info bazel-bin 2>/dev/null)" ${cuda[@]+"$
 
 files=(-f deploy/docker-compose.yml)
 if ((gpu)); then files+=(-f deploy/docker-compose.gpu.yml); fi
+if ((tls)); then
+  deploy/gen_certs.sh "$out/certs" >/dev/null
+  chown -R 10001 "$out/certs"  # The containers' user reads the keys.
+  export ASYNCPS_CERTS="$out/certs"
+  files+=(-f deploy/docker-compose.tls.yml)
+  echo "== mutual TLS and a token: certificates in $out/certs"
+fi
 export ASYNCPS_MODE=$mode ASYNCPS_WORKERS=$workers ASYNCPS_EPOCHS=$epochs ASYNCPS_OUT=$out
 compose() { docker-compose -p asyncps "${files[@]}" "$@"; }
 down() {

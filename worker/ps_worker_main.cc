@@ -354,6 +354,7 @@ absl::Status Run(const WorkerConfig& config, std::atomic<bool>* stop,
   }
   ASSIGN_OR_RETURN(const Security security, LoadSecurity(config.security));
   LOG(INFO) << (config.evaluator() ? std::string("evaluator")
+                : config.rank < 0  ? std::string("worker (rank to come)")
                                    : absl::StrCat("rank ", config.rank))
             << ": " << security.Describe(/*server=*/false)
             << (security.tls() && config.transport == "tcp"

@@ -86,9 +86,11 @@ def value(args, flag):
 
 # --- docker-compose -------------------------------------------------------
 compose_files = [os.path.join(ROOT, "deploy", f)
-                 for f in ("docker-compose.yml", "docker-compose.gpu.yml")]
+                 for f in ("docker-compose.yml", "docker-compose.gpu.yml",
+                           "docker-compose.tls.yml")]
 env = dict(os.environ, ASYNCPS_OUT="/tmp")
-for files in ([compose_files[0]], compose_files):
+for files in ([compose_files[0]], compose_files[:2],
+              [compose_files[0], compose_files[2]]):
     cmd = ["docker-compose"] + [x for f in files for x in ("-f", f)]
     r = subprocess.run(cmd + ["config", "-q"], capture_output=True, text=True,
                        env=env)
@@ -97,13 +99,17 @@ for files in ([compose_files[0]], compose_files):
 config = yaml.safe_load(subprocess.run(
     ["docker-compose", "-f", compose_files[0], "-f", compose_files[1],
      "config"], capture_output=True, text=True, env=env, check=True).stdout)
+tls = yaml.safe_load(subprocess.run(
+    ["docker-compose", "-f", compose_files[0], "-f", compose_files[2],
+     "config"], capture_output=True, text=True, env=env, check=True).stdout)
 plain = yaml.safe_load(subprocess.run(
     ["docker-compose", "-f", compose_files[0], "config"], capture_output=True,
     text=True, env=env, check=True).stdout)
 shard_ports = {}
 servers_named = []
 for conf, label in ((plain, "docker-compose.yml"),
-                    (config, "docker-compose.gpu.yml")):
+                    (config, "docker-compose.gpu.yml"),
+                    (tls, "docker-compose.tls.yml")):
     for name, service in conf["services"].items():
         argv = list(service.get("entrypoint") or []) + list(
             service.get("command") or [])
