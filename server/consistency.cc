@@ -20,6 +20,9 @@ absl::Status ConsistencyConfig::Validate() const {
   if (step_deadline < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--step_deadline must not be negative");
   }
+  if (max_held_per_rank < 1) {
+    return absl::InvalidArgumentError("max_held_per_rank must be at least 1");
+  }
   if (stall_warn < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--stall_warn must not be negative");
   }
@@ -196,9 +199,20 @@ void Consistency::Pull(const v1::PullRequest& request,
         "push step ", request.clock(), "'s gradient again, then pull")));
     return;
   }
-  held_total_.fetch_add(1);
   w.since = clock_->Now();
-  waiters_.Hold({std::move(w), std::move(call)});
+  const int rank = request.rank();
+  HeldCalls<Wait>::Held held{std::move(w), std::move(call)};
+  if (!waiters_.HoldIfFewer(
+          &held, static_cast<size_t>(config_.max_held_per_rank),
+          [rank](const Wait& h) { return h.request->rank() == rank; })) {
+    store_->CountRejected();
+    held.call.done(absl::ResourceExhaustedError(
+        absl::StrCat("rank ", rank, " already has ", config_.max_held_per_rank,
+                     " pulls held on shard ", store_->shard(),
+                     ", the most one rank may; wait for one to be answered")));
+    return;
+  }
+  held_total_.fetch_add(1);
   Recheck();  // The condition may have turned true meanwhile.
 }
 

@@ -45,6 +45,10 @@ struct ConsistencyConfig {
   // Tests only: every n-th push is applied and then answered UNAVAILABLE,
   // as if its answer were lost on the way (0: never).
   int lose_every_nth_answer = 0;
+  // The most pulls one rank may have held at once on this shard; more are
+  // RESOURCE_EXHAUSTED (a worker holds one per layer at most; a client
+  // holding thousands would only eat the shard's memory).
+  int max_held_per_rank = 64;
   // Told how long each held pull waited (metrics); borrowed, may be null.
   CallObserver* observer = nullptr;
 

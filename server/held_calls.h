@@ -88,6 +88,24 @@ class HeldCalls {
     absl::MutexLock lock(&mu_);
     return items_.size();
   }
+  // Holds `held` (as Hold does, closed included) only if fewer than
+  // `limit` of the calls held now satisfy `same(what)`, and returns true;
+  // otherwise returns false, leaving `held` with the caller unanswered.
+  template <typename Same>
+  bool HoldIfFewer(Held* held, size_t limit, Same same) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!closed_) {
+        size_t n = 0;
+        for (const Held& h : items_) n += same(h.what) ? 1 : 0;
+        if (n >= limit) return false;
+        items_.push_back(std::move(*held));
+        return true;
+      }
+    }
+    held->call.done(ShuttingDown());
+    return true;
+  }
 
  private:
   static absl::Status ShuttingDown() {

@@ -199,6 +199,35 @@ TEST_F(ConsistencyTest, BspHoldsAPullUntilItsStepIsApplied) {
   EXPECT_EQ(p.Weight(), 10.0f - 3.0f);  // The mean, once.
 }
 
+// One client cannot pile up held pulls on a shard: past the bound (3
+// here) a pull is RESOURCE_EXHAUSTED at once, and other ranks are not
+// affected.
+TEST_F(ConsistencyTest, HeldPullsPerRankAreBounded) {
+  ConsistencyConfig config;
+  config.mode = Mode::kBsp;
+  config.max_held_per_rank = 3;
+  Start(config, 2);
+  ASSERT_TRUE(Push(0, 1, 2.0f).ok());
+  Pulled held[4];
+  for (Pulled& p : held) Pull(&p, 0, 1);
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(held[i].answer.has_value());
+  ASSERT_TRUE(held[3].answer.has_value());
+  EXPECT_EQ(held[3].answer->code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(held[3].answer->message().find("rank 0 already has 3"),
+            std::string::npos)
+      << *held[3].answer;
+  Pulled other;
+  Pull(&other, 1, 1);  // Rank 1's pull is held, not refused.
+  EXPECT_FALSE(other.answer.has_value());
+  ASSERT_TRUE(Push(1, 1, 4.0f).ok());  // The step completes: all go.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(held[i].answer.has_value());
+    EXPECT_TRUE(held[i].answer->ok());
+  }
+  ASSERT_TRUE(other.answer.has_value());
+  EXPECT_TRUE(other.answer->ok());
+}
+
 TEST_F(ConsistencyTest, BspStepDeadlineAppliesAShortStep) {
   ConsistencyConfig config;
   config.mode = Mode::kBsp;
