@@ -16,6 +16,8 @@ start_shards() {
     if ((${metrics_base:-0} > 0)); then
       metrics=(--metrics_port=$((metrics_base + s)))
     fi
+    # Created first: tail below may look before the child's redirection.
+    : >"$logs/server$s.out"
     "$bin/ps_server" --host=127.0.0.1 --port=0 --shard=$s --num_shards="$n" \
       ${metrics[@]+"${metrics[@]}"} "$@" >"$logs/server$s.out" \
       2>"$logs/server$s.log" &

@@ -23,6 +23,9 @@ socks = [socket.socket() for _ in range(3)]
 for s in socks: s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in socks])')
 
+# Created first: the server's redirection happens in the child, possibly
+# after tail below has looked for the file.
+: >"$tmp/server.out"
 "$root/server/ps_server" --host=127.0.0.1 --port=0 \
   --metrics_port="$shard_metrics" >"$tmp/server.out" 2>"$tmp/server.log" &
 pids+=($!)
