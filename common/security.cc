@@ -107,12 +107,15 @@ std::string BearerValue(absl::string_view token) {
   return absl::StrCat("Bearer ", token);
 }
 
-bool TokenMatches(absl::string_view token, absl::string_view header) {
-  const std::string want = BearerValue(token);
-  if (header.size() != want.size()) return false;
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
   unsigned char diff = 0;
-  for (size_t i = 0; i < want.size(); ++i) diff |= header[i] ^ want[i];
+  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i];
   return diff == 0;
+}
+
+bool TokenMatches(absl::string_view token, absl::string_view header) {
+  return ConstantTimeEquals(header, BearerValue(token));
 }
 
 }  // namespace asyncps

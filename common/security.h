@@ -56,8 +56,12 @@ std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
 inline constexpr char kAuthorizationKey[] = "authorization";
 std::string BearerValue(absl::string_view token);
 
+// Whether `a` and `b` are equal, in time independent of where they differ
+// (for secrets: the bearer token, the data plane's connection token).
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
+
 // Whether `header` (the call's authorization value) is "Bearer <token>",
-// compared in time independent of where it differs.
+// compared with ConstantTimeEquals.
 bool TokenMatches(absl::string_view token, absl::string_view header);
 
 }  // namespace asyncps

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/security.h"
 #include "common/status.h"
 #include "glog/logging.h"
 
@@ -17,14 +18,6 @@ bool IsProtocolError(const absl::Status& s) {
   return s.code() == absl::StatusCode::kInvalidArgument ||
          s.code() == absl::StatusCode::kResourceExhausted ||
          s.code() == absl::StatusCode::kPermissionDenied;
-}
-
-// Compares in time independent of where the strings differ.
-bool SameToken(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i];
-  return diff == 0;
 }
 
 // Writes the answer to a request: the response, or the error.
@@ -163,7 +156,7 @@ absl::Status DataPlaneServer::Hello(int fd) {
   v1::DataHello hello;
   RETURN_IF_ERROR(ReadBody(
       fd, header, &hello, [&] { return PayloadFields(&hello); }, deadline));
-  if (!SameToken(hello.token(), token_)) {
+  if (!ConstantTimeEquals(hello.token(), token_)) {
     return absl::PermissionDeniedError(
         "wrong data-plane token (the shard may have restarted: ask the "
         "DataPlane RPC again)");
