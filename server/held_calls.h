@@ -5,6 +5,7 @@
 #define ASYNCPS_SERVER_HELD_CALLS_H_
 
 #include <functional>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -42,14 +43,8 @@ class HeldCalls {
   // Holds `held`. After Close it answers the call UNAVAILABLE ("server
   // shutting down") instead, outside the lock.
   void Hold(Held held) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (!closed_) {
-        items_.push_back(std::move(held));
-        return;
-      }
-    }
-    held.call.done(ShuttingDown());
+    HoldIfFewer(&held, std::numeric_limits<size_t>::max(),
+                [](const T&) { return false; });
   }
 
   // Takes out every call for which `ready(what)` holds into `ready_out`,
