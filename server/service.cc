@@ -6,7 +6,6 @@
 #include "absl/time/time.h"
 #include "common/security.h"
 #include "common/status.h"
-#include "server/shard_stats.h"
 
 namespace asyncps {
 
@@ -58,6 +57,18 @@ bool ParameterServerService::Admit(grpc::CallbackServerContext* context,
     return false;
   }
   return true;
+}
+
+ShardParts ParameterServerService::Parts() const {
+  ShardParts parts;
+  parts.store = store_;
+  parts.membership = membership_;
+  parts.consistency = consistency_;
+  parts.clock = clock_;
+  parts.checkpointer = checkpointer_;
+  parts.num_shards = num_shards_;
+  parts.start = start_;
+  return parts;
 }
 
 PendingCall ParameterServerService::Pending(
@@ -234,15 +245,7 @@ grpc::ServerUnaryReactor* ParameterServerService::Stats(
     v1::StatsResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!Admit(context, reactor)) return reactor;
-  ShardParts parts;
-  parts.store = store_;
-  parts.membership = membership_;
-  parts.consistency = consistency_;
-  parts.clock = clock_;
-  parts.checkpointer = checkpointer_;
-  parts.num_shards = num_shards_;
-  parts.start = start_;
-  *response = CollectStats(parts);
+  *response = CollectStats(Parts());
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -13,6 +13,7 @@
 #include "server/held_calls.h"
 #include "server/kv_store.h"
 #include "server/membership.h"
+#include "server/shard_stats.h"
 #include "server/shard_store.h"
 
 namespace asyncps {
@@ -71,6 +72,9 @@ class ParameterServerService final
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context,
                                   const v1::StatsRequest* request,
                                   v1::StatsResponse* response) override;
+
+  // What the shard's report reads (the Stats answer, /metrics).
+  ShardParts Parts() const;
 
  private:
   // Finishes the call through `reactor` (the context's default one, which

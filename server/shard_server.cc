@@ -274,15 +274,7 @@ absl::Status ShardServer::Listen() {
         absl::StrCat("could not listen on ", address));
   }
   if (rpc_metrics_ != nullptr) {
-    ShardParts parts;
-    parts.store = &store_;
-    parts.membership = &membership_;
-    parts.consistency = &consistency_;
-    parts.clock = env_.clock;
-    parts.checkpointer = checkpointer_.get();
-    parts.num_shards = config_.num_shards;
-    parts.start = env_.clock->Now();
-    metrics_ = std::make_shared<ShardMetrics>(parts);
+    metrics_ = std::make_shared<ShardMetrics>(service_->Parts());
     ASSIGN_OR_RETURN(metrics_endpoint_,
                      MetricsEndpoint::Start(config_.host, config_.metrics_port,
                                             "--metrics_port"));
