@@ -4,13 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
 #include "common/backoff.h"
+#include "common/random_id.h"
 #include "common/status.h"
 #include "common/tensor_bytes.h"
 #include "common/wire_dtype.h"
@@ -28,17 +28,10 @@ namespace {
 // Payload bytes kept free in each request for keys and framing.
 constexpr int64_t kRequestOverhead = 64 << 10;
 
-uint64_t NewClientId() {
-  std::random_device random;
-  uint64_t id = 0;
-  while (id == 0) id = (uint64_t{random()} << 32) | random();
-  return id;
-}
-
 }  // namespace
 
 PsClient::PsClient(PsClientOptions options)
-    : options_(std::move(options)), client_id_(NewClientId()) {}
+    : options_(std::move(options)), client_id_(RandomId()) {}
 
 absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
     PsClientOptions options) {
@@ -94,7 +87,14 @@ absl::Status PsClient::Retry(std::vector<Call<Request, Response>>* calls,
   Backoff backoff(options_.backoff_initial, options_.backoff_max,
                   options_.retry_for, options_.clock);
   while (true) {
+    const int64_t registrations = registrations_.load();
+    for (Call<Request, Response>* call : pending) {
+      Stamp(call->shard, &call->request);
+    }
     const std::vector<absl::Status> results = attempt(pending);
+    // A refusal for want of a secret that has changed since (a shard
+    // restarted, the worker registered again) is retried with the new one.
+    const bool newer_secret = registrations_.load() != registrations;
     std::vector<Call<Request, Response>*> retry;
     std::string last_error;
     for (size_t k = 0; k < pending.size(); ++k) {
@@ -105,7 +105,8 @@ absl::Status PsClient::Retry(std::vector<Call<Request, Response>>* calls,
           absl::StrCat(what, " to shard ", shard, " at ",
                        options_.servers[shard].ToString());
       if (s.code() == absl::StatusCode::kUnavailable ||
-          (idempotent && s.code() == absl::StatusCode::kDeadlineExceeded)) {
+          (idempotent && s.code() == absl::StatusCode::kDeadlineExceeded) ||
+          (newer_secret && s.code() == absl::StatusCode::kPermissionDenied)) {
         retry.push_back(pending[k]);
         last_error = absl::StrCat(where, ": ", s.message());
         continue;
@@ -213,6 +214,36 @@ absl::Status PsClient::Exchange(std::vector<Call<Request, Response>>* calls,
         return TcpAttempt(pending, op);
       },
       what, idempotent);
+}
+
+uint64_t PsClient::SecretFor(int shard, int rank) const {
+  if (rank < 0) return 0;
+  absl::MutexLock lock(&secrets_mu_);
+  auto it = secrets_.find({shard, rank});
+  return it == secrets_.end() ? 0 : it->second;
+}
+
+void PsClient::Stamp(int shard, v1::PullRequest* r) const {
+  r->set_secret(SecretFor(shard, r->rank()));
+}
+void PsClient::Stamp(int shard, v1::PushRequest* r) const {
+  r->set_secret(SecretFor(shard, r->rank()));
+}
+void PsClient::Stamp(int shard, v1::PushPullRequest* r) const {
+  Stamp(shard, r->mutable_push());
+}
+void PsClient::Stamp(int shard, v1::AssignRequest* r) const {
+  r->set_secret(SecretFor(shard, r->rank()));
+}
+void PsClient::Stamp(int shard, v1::DeclareModelRequest* r) const {
+  r->set_rank(rank_.load());
+  r->set_secret(SecretFor(shard, r->rank()));
+}
+void PsClient::Stamp(int shard, v1::RegisterRequest* r) const {
+  r->set_secret(SecretFor(shard, r->rank()));
+}
+void PsClient::Stamp(int shard, v1::HeartbeatRequest* r) const {
+  r->set_secret(SecretFor(shard, r->rank()));
 }
 
 std::unique_ptr<grpc::ClientContext> PsClient::NewContext(
@@ -573,8 +604,25 @@ absl::StatusOr<std::string> PsClient::StoreGet(const std::string& key,
 
 absl::StatusOr<v1::RegisterResponse> PsClient::Register(
     int shard, const v1::RegisterRequest& req) {
-  return CallOne<v1::RegisterResponse>(shard, req, ASYNCPS_RPC(Register),
-                                       "Register");
+  ASSIGN_OR_RETURN(v1::RegisterResponse response,
+                   CallOne<v1::RegisterResponse>(
+                       shard, req, ASYNCPS_RPC(Register), "Register"));
+  {
+    absl::MutexLock lock(&secrets_mu_);
+    secrets_[{shard, response.rank()}] = response.secret();
+  }
+  rank_ = response.rank();
+  ++registrations_;
+  return response;
+}
+
+absl::Status PsClient::Join(int rank, int num_workers) {
+  v1::RegisterRequest req;
+  req.set_rank(rank);
+  req.set_num_workers(num_workers);
+  for (int s = 0; s < num_shards(); ++s)
+    RETURN_IF_ERROR(Register(s, req).status());
+  return absl::OkStatus();
 }
 
 absl::Status PsClient::Heartbeat(int shard, const v1::HeartbeatRequest& req) {
@@ -583,6 +631,7 @@ absl::Status PsClient::Heartbeat(int shard, const v1::HeartbeatRequest& req) {
   Call<v1::HeartbeatRequest, v1::HeartbeatResponse> call;
   call.shard = shard;
   call.request = req;
+  Stamp(shard, &call.request);
   absl::Status s = GrpcAttempt<v1::HeartbeatRequest, v1::HeartbeatResponse>(
       {&call}, ASYNCPS_RPC(Heartbeat))[0];
   return Annotate(s, absl::StrCat("Heartbeat to shard ", shard));

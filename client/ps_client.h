@@ -9,6 +9,11 @@
 // deadline): each carries this client's id and a sequence number, and a
 // shard applies it once however often it arrives.
 //
+// A rank's calls carry the secret its registration with that shard
+// answered (Register keeps it): a shard refuses a call acting as a rank
+// without it. Register first (Join, or MembershipClient), then declare,
+// pull, push.
+//
 // Thread-safe: several threads may pull and push at once (e.g. a prefetch
 // thread and a push thread); each call blocks only its caller.
 #ifndef ASYNCPS_CLIENT_PS_CLIENT_H_
@@ -18,8 +23,10 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -103,13 +110,17 @@ class PsClient final : public RendezvousStore {
       PsClientOptions options);
 
   int num_shards() const { return static_cast<int>(stubs_.size()); }
+  // The rank this client last registered as (-1: none yet).
+  int rank() const { return rank_.load(); }
 
   Traffic traffic() const {
     return {sent_bytes_.load(), received_bytes_.load(), retries_.load()};
   }
 
   // Declares `spec` on every shard (idempotent) and adopts its partition.
-  // REQUIRES: spec.num_shards() == num_shards().
+  // Only a registered worker creates the model: this client declares as
+  // the rank it last registered as (none: PERMISSION_DENIED where the
+  // model is not there yet). REQUIRES: spec.num_shards() == num_shards().
   absl::Status DeclareModel(const v1::ModelSpec& spec);
 
   // Fetches the spec declared on shard 0, waiting (with backoff, up to
@@ -174,8 +185,14 @@ class PsClient final : public RendezvousStore {
   absl::StatusOr<std::string> StoreGet(const std::string& key,
                                        absl::Duration wait) override;
 
+  // Registers with one shard and keeps the secret it answers, which this
+  // client's later calls as that rank carry (and a registration again
+  // presents, so the same worker may re-join while live).
   absl::StatusOr<v1::RegisterResponse> Register(int shard,
                                                 const v1::RegisterRequest& req);
+  // Registers as `rank` of `num_workers` with every shard, without
+  // heartbeats (tools, tests; a training worker has MembershipClient).
+  absl::Status Join(int rank, int num_workers);
   absl::Status Heartbeat(int shard, const v1::HeartbeatRequest& req);
   absl::StatusOr<v1::StatsResponse> Stats(int shard);
   // Asks a shard to write a checkpoint now; returns the file's path there.
@@ -232,6 +249,20 @@ class PsClient final : public RendezvousStore {
   absl::Status Exchange(std::vector<Call<Request, Response>>* calls, FrameOp op,
                         Method method, const char* what,
                         bool idempotent = false);
+  // The registration secret for `rank` on `shard` (0: none), and stamping
+  // it on a request as it is sent (a retry after a registration again
+  // carries the new one). Requests that act as no rank are left alone.
+  uint64_t SecretFor(int shard, int rank) const;
+  void Stamp(int shard, v1::PullRequest* r) const;
+  void Stamp(int shard, v1::PushRequest* r) const;
+  void Stamp(int shard, v1::PushPullRequest* r) const;
+  void Stamp(int shard, v1::AssignRequest* r) const;
+  void Stamp(int shard, v1::DeclareModelRequest* r) const;
+  void Stamp(int shard, v1::RegisterRequest* r) const;
+  void Stamp(int shard, v1::HeartbeatRequest* r) const;
+  template <typename Request>
+  void Stamp(int, Request*) const {}
+
   // A context for one call: `deadline`, and the token if there is one.
   std::unique_ptr<grpc::ClientContext> NewContext(absl::Time deadline) const;
 
@@ -283,6 +314,15 @@ class PsClient final : public RendezvousStore {
   std::atomic<int64_t> sent_bytes_{0};
   std::atomic<int64_t> received_bytes_{0};
   std::atomic<int64_t> retries_{0};
+  // Registration secrets by (shard, rank); `registrations_` counts the
+  // answers taken, so a call refused PERMISSION_DENIED while a newer
+  // secret arrived is tried again with it.
+  mutable absl::Mutex secrets_mu_;
+  absl::flat_hash_map<std::pair<int, int>, uint64_t> secrets_
+      ABSL_GUARDED_BY(secrets_mu_);
+  std::atomic<int64_t> registrations_{0};
+  // The rank this client last registered as (-1: none): who declares.
+  std::atomic<int> rank_{-1};
 };
 
 }  // namespace asyncps

@@ -99,7 +99,8 @@ if [[ "$checkpoint_every" != off ]]; then
   ckpt=(--checkpoint_dir="$out/checkpoints" --checkpoint_every="$checkpoint_every")
   echo "   checkpoints every $checkpoint_every in $out/checkpoints"
 fi
-start_shards "$out" "$out" "$shards" --mode="$mode" ${ckpt[@]+"${ckpt[@]}"} \
+start_shards "$out" "$out" "$shards" --mode="$mode" --num_workers="$workers" \
+  ${ckpt[@]+"${ckpt[@]}"} \
   ${server_tls[@]+"${server_tls[@]}"} || exit 1
 echo "   servers: $servers"
 

@@ -87,6 +87,22 @@ void DataPlaneServer::Reap() {
   }
 }
 
+absl::Status DataPlaneServer::Room(const std::string& peer) const {
+  if (static_cast<int>(connections_.size()) >= config_.max_connections) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("this shard serves at most ", config_.max_connections,
+                     " data-plane connections"));
+  }
+  int from_peer = 0;
+  for (const Connection& c : connections_) from_peer += c.peer == peer;
+  if (from_peer >= config_.max_connections_per_peer) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this shard serves at most ", config_.max_connections_per_peer,
+        " data-plane connections from one address (", peer, ")"));
+  }
+  return absl::OkStatus();
+}
+
 void DataPlaneServer::AcceptLoop() {
   while (true) {
     absl::StatusOr<Socket> accepted = AcceptTcp(listener_.fd());
@@ -102,20 +118,17 @@ void DataPlaneServer::AcceptLoop() {
       continue;
     }
     Reap();
-    if (static_cast<int>(connections_.size()) >= config_.max_connections) {
+    std::string peer = PeerHost(accepted->fd());
+    if (absl::Status room = Room(peer); !room.ok()) {
       store_->CountRejected();
       // A fresh socket's buffer takes this short answer at once.
-      WriteError(accepted->fd(),
-                 absl::ResourceExhaustedError(absl::StrCat(
-                     "this shard serves at most ", config_.max_connections,
-                     " data-plane connections")),
-                 absl::Now())
-          .IgnoreError();
+      WriteError(accepted->fd(), room, absl::Now()).IgnoreError();
       continue;
     }
     connections_.emplace_back();
     Connection* c = &connections_.back();
     c->socket = *std::move(accepted);
+    c->peer = std::move(peer);
     c->thread = std::thread([this, c] { Serve(c); });
   }
 }
@@ -216,6 +229,13 @@ absl::Status Respond(int fd, const FrameHeader& header,
   return written;
 }
 
+absl::Status DataPlaneServer::Authorize(int rank, uint64_t secret,
+                                        int64_t clock, bool anyone) {
+  absl::Status s = membership_->Authorize(rank, secret, clock, anyone);
+  if (!s.ok()) store_->CountRejected();
+  return s;
+}
+
 absl::Status DataPlaneServer::Handle(int fd, const FrameHeader& header,
                                      std::vector<std::string>* spare) {
   const absl::Duration t = config_.frame_timeout;
@@ -225,7 +245,8 @@ absl::Status DataPlaneServer::Handle(int fd, const FrameHeader& header,
       return Respond<v1::PullRequest, v1::PullResponse>(
           fd, header, t, spare, o, "Pull",
           [&](const auto& request, auto* response) {
-            membership_->Touch(request.rank(), request.clock());
+            RETURN_IF_ERROR(Authorize(request.rank(), request.secret(),
+                                      request.clock(), /*anyone=*/true));
             return Await(fd, header, [&](PendingCall call) {
               consistency_->Pull(request, response, std::move(call));
             });
@@ -234,14 +255,17 @@ absl::Status DataPlaneServer::Handle(int fd, const FrameHeader& header,
       return Respond<v1::PushRequest, v1::PushResponse>(
           fd, header, t, spare, o, "Push",
           [&](const auto& request, auto* response) {
-            membership_->Touch(request.rank(), request.clock());
+            RETURN_IF_ERROR(
+                Authorize(request.rank(), request.secret(), request.clock()));
             return consistency_->Push(request, response);
           });
     case FrameOp::kPushPull:
       return Respond<v1::PushPullRequest, v1::PushPullResponse>(
           fd, header, t, spare, o, "PushPull",
           [&](const auto& request, auto* response) {
-            membership_->Touch(request.push().rank(), request.push().clock());
+            const v1::PushRequest& push = request.push();
+            RETURN_IF_ERROR(
+                Authorize(push.rank(), push.secret(), push.clock()));
             return Await(fd, header, [&](PendingCall call) {
               consistency_->PushPull(request, response, std::move(call));
             });

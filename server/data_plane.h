@@ -45,6 +45,9 @@ struct DataPlaneConfig {
   // how long an answer may take to be written.
   absl::Duration frame_timeout = absl::Seconds(30);
   int max_connections = 1024;
+  // Of those, how many one peer address may hold (so that one client
+  // cannot take them all).
+  int max_connections_per_peer = 256;
   // Told what each request cost (metrics); borrowed, may be null.
   CallObserver* observer = nullptr;
 };
@@ -71,6 +74,7 @@ class DataPlaneServer {
  private:
   struct Connection {
     Socket socket;
+    std::string peer;  // The client's address (PeerHost).
     std::thread thread;
     bool done = false;
   };
@@ -87,12 +91,19 @@ class DataPlaneServer {
   // `spare`: the connection's payload buffers, reused frame after frame.
   absl::Status Handle(int fd, const FrameHeader& header,
                       std::vector<std::string>* spare);
+  // Membership::Authorize for a data-plane call; a refusal is counted.
+  absl::Status Authorize(int rank, uint64_t secret, int64_t clock,
+                         bool anyone = false);
   // Starts a call with `start` and waits for its answer, with the deadline
   // the frame carries; the call is cancelled if the client hangs up.
   absl::Status Await(int fd, const FrameHeader& header,
                      const std::function<void(PendingCall)>& start);
   // Joins the threads of connections that ended.
   void Reap() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why a new connection from `peer` is refused (RESOURCE_EXHAUSTED), or
+  // OK if there is room for it.
+  absl::Status Room(const std::string& peer) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const DataPlaneConfig config_;

@@ -3,12 +3,17 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/random_id.h"
 
 namespace asyncps {
 
 Membership::Membership(Clock* clock, absl::Duration worker_timeout,
-                       Resume resume)
-    : clock_(clock), worker_timeout_(worker_timeout), resume_(resume) {}
+                       Resume resume, int job_workers)
+    : clock_(clock),
+      worker_timeout_(worker_timeout),
+      resume_(resume),
+      job_workers_(job_workers),
+      expected_(job_workers) {}
 
 bool Membership::Live(const Worker& w, absl::Time now) const {
   return !w.left && now - w.last_heard <= worker_timeout_;
@@ -30,8 +35,25 @@ absl::StatusOr<v1::RegisterResponse> Membership::Register(
     return absl::InvalidArgumentError(
         absl::StrCat("clock ", request.clock(), " is negative"));
   }
+  if (job_workers_ > 0 && request.num_workers() != job_workers_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this worker says the job has num_workers ", request.num_workers(),
+        " but the server was started with --num_workers=", job_workers_));
+  }
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
+  if (request.rank() >= 0) {
+    auto it = workers_.find(request.rank());
+    if (it != workers_.end() && Live(it->second, now) &&
+        request.secret() != it->second.secret) {
+      return absl::UnavailableError(absl::StrCat(
+          "rank ", request.rank(), " is held by a live worker (heard from ",
+          absl::FormatDuration(now - it->second.last_heard),
+          " ago); another may take it once that one has been silent for "
+          "--worker_timeout=",
+          absl::FormatDuration(worker_timeout_), " or has left"));
+    }
+  }
   if (request.num_workers() != expected_) {
     for (const auto& [r, w] : workers_) {
       if (!Live(w, now) || r == request.rank()) continue;
@@ -62,12 +84,14 @@ absl::StatusOr<v1::RegisterResponse> Membership::Register(
   Worker& w = workers_[rank];
   const bool known = w.incarnation != 0;
   w.incarnation = next_incarnation_++;
+  w.secret = RandomId();
   w.left = false;
   w.last_heard = now;
   w.host = request.host().substr(0, 256);
   v1::RegisterResponse response;
   response.set_rank(rank);
   response.set_incarnation(w.incarnation);
+  response.set_secret(w.secret);
   // A (re)joining worker starts where the job is, not at 0: one step
   // behind the front, so in bsp its first gradient completes the step the
   // others are in (or is dropped as late where that step is done).
@@ -97,6 +121,11 @@ absl::Status Membership::Heartbeat(const v1::HeartbeatRequest& request) {
         "rank ", request.rank(), " incarnation ", request.incarnation(),
         " was superseded by incarnation ", it->second.incarnation));
   }
+  if (request.secret() != it->second.secret) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("heartbeat of rank ", request.rank(),
+                     " without its registration's secret"));
+  }
   it->second.last_heard = clock_->Now();
   it->second.clock = std::max(it->second.clock, request.clock());
   it->second.left = request.leaving();
@@ -106,15 +135,44 @@ absl::Status Membership::Heartbeat(const v1::HeartbeatRequest& request) {
   return absl::OkStatus();
 }
 
+absl::Status Membership::Authorize(int rank, uint64_t secret, int64_t clock,
+                                   bool anyone) {
+  if (rank < 0) {
+    if (anyone) return absl::OkStatus();
+    return absl::PermissionDeniedError(absl::StrCat(
+        "rank ", rank, ": only a registered worker (rank >= 0) may do this"));
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(rank);
+  if (it == workers_.end()) {
+    return absl::UnavailableError(absl::StrCat(
+        "rank ", rank,
+        " has not registered with this shard (it may have restarted: the "
+        "worker's heartbeats register it again)"));
+  }
+  if (secret != it->second.secret) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the call acts as rank ", rank,
+        " without the secret of that rank's registration (another worker "
+        "holds the rank, or this one was replaced)"));
+  }
+  TouchLocked(&it->second, clock);
+  return absl::OkStatus();
+}
+
 void Membership::Touch(int rank, int64_t clock) {
   if (rank < 0) return;
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(rank);
   if (it == workers_.end()) return;
-  it->second.last_heard = clock_->Now();
-  it->second.clock = std::max(it->second.clock, clock);
+  TouchLocked(&it->second, clock);
+}
+
+void Membership::TouchLocked(Worker* w, int64_t clock) {
+  w->last_heard = clock_->Now();
+  w->clock = std::max(w->clock, clock);
   NoteClock(clock);
-  UpdateGap(it->second.last_heard);
+  UpdateGap(w->last_heard);
 }
 
 void Membership::NoteClock(int64_t clock) {

@@ -1,5 +1,7 @@
 // Membership: which workers are in the job, their clocks, and whether each is
-// live (heard from within --worker_timeout). Thread-safe.
+// live (heard from within --worker_timeout); and who may act as which rank:
+// each registration gets a random secret, which every later call of the
+// rank must carry (Authorize). Thread-safe.
 #ifndef ASYNCPS_SERVER_MEMBERSHIP_H_
 #define ASYNCPS_SERVER_MEMBERSHIP_H_
 
@@ -30,26 +32,45 @@ class Membership {
     // the dead worker's share of the data where it stopped (async, ssp).
     kOwnClock,
   };
-  // `clock` is borrowed and must outlive this object.
+  // `clock` is borrowed and must outlive this object. `job_workers` > 0
+  // fixes the job's worker count (ps_server --num_workers): a Register
+  // saying otherwise is refused; 0 takes it from the workers.
   Membership(Clock* clock, absl::Duration worker_timeout,
-             Resume resume = Resume::kJobFront);
+             Resume resume = Resume::kJobFront, int job_workers = 0);
 
   // Adds or re-adds a worker. rank = -1 gives the lowest rank that is not
   // live; a rank that registers again gets a new incarnation (a restarted
   // worker rejoins) and a resume clock (see Resume); a worker that says it
   // is at a later clock (it registers again with a restarted shard) is
   // taken to be there.
+  // Each registration gets a new secret (RegisterResponse.secret). A rank
+  // whose worker is live is registered again only if the request carries
+  // its secret (the same worker re-joining); anyone else is UNAVAILABLE
+  // until that worker has been silent for worker_timeout or has left.
   // INVALID_ARGUMENT for a rank outside [-1, num_workers) or num_workers
   // outside [1, kMaxRank]; FAILED_PRECONDITION for a num_workers other
-  // than the one the job's live workers registered with.
+  // than job_workers, or than the one the job's live workers registered
+  // with.
   absl::StatusOr<v1::RegisterResponse> Register(
       const v1::RegisterRequest& request);
 
   // Records that the worker is alive at `clock`. NOT_FOUND if the rank never
-  // registered; FAILED_PRECONDITION if a newer incarnation has registered.
+  // registered; FAILED_PRECONDITION if a newer incarnation has registered;
+  // PERMISSION_DENIED without the incarnation's secret.
   absl::Status Heartbeat(const v1::HeartbeatRequest& request);
 
-  // Notes the clock a worker reports on a pull or push (rank < 0 ignored).
+  // Checks that a call acting as `rank` carries the secret of the rank's
+  // registration, then notes `clock` as Touch does. Rank -1 (a client that
+  // is not a training worker, e.g. the evaluator) passes only if `anyone`
+  // (reads, which the auth token guards). UNAVAILABLE for a rank that has
+  // not registered here (the shard may have restarted: the worker's
+  // heartbeats register it again); PERMISSION_DENIED for a wrong secret, or
+  // rank -1 where only a worker may act.
+  absl::Status Authorize(int rank, uint64_t secret, int64_t clock,
+                         bool anyone = false);
+
+  // Notes the clock a worker reports on a pull or push (rank < 0 ignored),
+  // without Authorize's check (in-process callers).
   void Touch(int rank, int64_t clock);
 
   std::vector<v1::WorkerInfo> Workers() const;
@@ -81,6 +102,7 @@ class Membership {
     int64_t attempt = 0;    // Registrations since max_clock_ last advanced.
     bool left = false;      // Said it was leaving; live again on Register.
     int64_t incarnation = 0;
+    uint64_t secret = 0;  // Of the current incarnation; never 0 once set.
     int64_t clock = 0;
     absl::Time last_heard;
     std::string host;
@@ -88,10 +110,12 @@ class Membership {
   };
   bool Live(const Worker& w, absl::Time now) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void TouchLocked(Worker* w, int64_t clock) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Clock* const clock_;
   const absl::Duration worker_timeout_;
   const Resume resume_;
+  const int job_workers_;
 
   mutable absl::Mutex mu_;
   std::map<int, Worker> workers_ ABSL_GUARDED_BY(mu_);

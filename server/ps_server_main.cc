@@ -34,6 +34,15 @@ ABSL_FLAG(int, data_port, 0,
 ABSL_FLAG(int, max_data_connections, 1024,
           "Data-plane connections served at once; more are refused with "
           "RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int, max_data_connections_per_client, 256,
+          "Of those, how many one client address may hold.");
+ABSL_FLAG(int, max_streams_per_connection, 256,
+          "Calls one gRPC connection may have in flight at once (HTTP/2 "
+          "SETTINGS_MAX_CONCURRENT_STREAMS); a client's further calls wait.");
+ABSL_FLAG(int, num_workers, 0,
+          "The job's worker count: a worker registering with another "
+          "--num_workers (or a rank outside it) is refused. 0 takes it from "
+          "the first worker (and from the next one while none is live).");
 ABSL_FLAG(int, metrics_port, 0,
           "TCP port of Prometheus' /metrics (the shard's counters, workers "
           "and staleness, read at scrape time); 0: none.");
@@ -102,6 +111,11 @@ absl::StatusOr<ShardServerConfig> ConfigFromFlags() {
   config.port = absl::GetFlag(FLAGS_port);
   config.data_port = absl::GetFlag(FLAGS_data_port);
   config.max_data_connections = absl::GetFlag(FLAGS_max_data_connections);
+  config.max_data_connections_per_client =
+      absl::GetFlag(FLAGS_max_data_connections_per_client);
+  config.max_streams_per_connection =
+      absl::GetFlag(FLAGS_max_streams_per_connection);
+  config.num_workers = absl::GetFlag(FLAGS_num_workers);
   config.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   config.timeline = absl::GetFlag(FLAGS_timeline);
   config.shard = absl::GetFlag(FLAGS_shard);

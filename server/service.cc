@@ -59,6 +59,26 @@ bool ParameterServerService::Admit(grpc::CallbackServerContext* context,
   return true;
 }
 
+bool ParameterServerService::Allowed(const absl::Status& s,
+                                     grpc::ServerUnaryReactor* reactor) {
+  if (s.ok()) return true;
+  store_->CountRejected();
+  reactor->Finish(ToGrpcStatus(s));
+  return false;
+}
+
+absl::Status ParameterServerService::MayDeclare(
+    const v1::DeclareModelRequest& request) {
+  if (store_->Spec().ok()) return absl::OkStatus();
+  if (request.rank() < 0) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "only a registered worker of the job declares the model; this call "
+        "names rank ",
+        request.rank(), " (other clients wait for it: GetModel)"));
+  }
+  return membership_->Authorize(request.rank(), request.secret(), 0);
+}
+
 ShardParts ParameterServerService::Parts() const {
   ShardParts parts;
   parts.store = store_;
@@ -86,6 +106,7 @@ grpc::ServerUnaryReactor* ParameterServerService::DeclareModel(
     v1::DeclareModelResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!Admit(context, reactor)) return reactor;
+  if (!Allowed(MayDeclare(*request), reactor)) return reactor;
   auto result = consistency_->Declare(*request);
   if (result.ok()) *response = *std::move(result);
   reactor->Finish(ToGrpcStatus(result.status()));
@@ -97,7 +118,11 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(
     v1::PullResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!Admit(context, reactor)) return reactor;
-  membership_->Touch(request->rank(), request->clock());
+  if (!Allowed(membership_->Authorize(request->rank(), request->secret(),
+                                      request->clock(), /*anyone=*/true),
+               reactor)) {
+    return reactor;
+  }
   consistency_->Pull(*request, response, Pending(context, reactor));
   return reactor;
 }
@@ -107,7 +132,11 @@ grpc::ServerUnaryReactor* ParameterServerService::Push(
     v1::PushResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!Admit(context, reactor)) return reactor;
-  membership_->Touch(request->rank(), request->clock());
+  if (!Allowed(membership_->Authorize(request->rank(), request->secret(),
+                                      request->clock()),
+               reactor)) {
+    return reactor;
+  }
   reactor->Finish(ToGrpcStatus(consistency_->Push(*request, response)));
   return reactor;
 }
@@ -117,7 +146,11 @@ grpc::ServerUnaryReactor* ParameterServerService::PushPull(
     v1::PushPullResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!Admit(context, reactor)) return reactor;
-  membership_->Touch(request->push().rank(), request->push().clock());
+  const v1::PushRequest& push = request->push();
+  if (!Allowed(membership_->Authorize(push.rank(), push.secret(), push.clock()),
+               reactor)) {
+    return reactor;
+  }
   consistency_->PushPull(*request, response, Pending(context, reactor));
   return reactor;
 }
@@ -177,6 +210,10 @@ grpc::ServerUnaryReactor* ParameterServerService::Assign(
     v1::AssignResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!Admit(context, reactor)) return reactor;
+  if (!Allowed(membership_->Authorize(request->rank(), request->secret(), 0),
+               reactor)) {
+    return reactor;
+  }
   reactor->Finish(ToGrpcStatus(consistency_->Assign(*request)));
   return reactor;
 }

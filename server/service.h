@@ -2,7 +2,9 @@
 // only server code that knows gRPC. Each handler checks its deadline the
 // same way (Admit), hands the request to the ShardStore, Membership,
 // Consistency or KvStore, and answers the status they give; calls that wait
-// go to them as PendingCalls. Thread-safe.
+// go to them as PendingCalls. Calls acting as a rank are authorized by
+// Membership (the rank's registration secret) before anything is applied.
+// Thread-safe.
 #ifndef ASYNCPS_SERVER_SERVICE_H_
 #define ASYNCPS_SERVER_SERVICE_H_
 
@@ -83,6 +85,15 @@ class ParameterServerService final
   // returns false; otherwise returns true. Every handler starts here.
   bool Admit(grpc::CallbackServerContext* context,
              grpc::ServerUnaryReactor* reactor);
+  // Finishes the call with `s`, counted as rejected, and returns false
+  // unless `s` is OK (an authorization check's answer).
+  bool Allowed(const absl::Status& s, grpc::ServerUnaryReactor* reactor);
+  // Whether this declare may go on: one that would create the model must
+  // come from a registered worker of the job, with its registration's
+  // secret (any rank: workers start in any order, and a squatter could as
+  // well register as rank 0); one of a model already there creates nothing
+  // and is left to the store to check.
+  absl::Status MayDeclare(const v1::DeclareModelRequest& request);
   // The call as core classes see it: its deadline, whether it was
   // cancelled, and how to answer it through `reactor`.
   static PendingCall Pending(grpc::CallbackServerContext* context,

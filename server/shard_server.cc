@@ -4,11 +4,11 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include <chrono>
-#include <random>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/random_id.h"
 #include "common/status.h"
 #include "glog/logging.h"
 
@@ -34,6 +34,18 @@ absl::Status ShardServerConfig::Validate() const {
   if (max_data_connections < 1) {
     return absl::InvalidArgumentError(
         "--max_data_connections must be at least 1");
+  }
+  if (max_data_connections_per_client < 1) {
+    return absl::InvalidArgumentError(
+        "--max_data_connections_per_client must be at least 1");
+  }
+  if (max_streams_per_connection < 1) {
+    return absl::InvalidArgumentError(
+        "--max_streams_per_connection must be at least 1");
+  }
+  if (num_workers < 0 || num_workers > kMaxRank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--num_workers=", num_workers, " is outside [0, ", kMaxRank, "]"));
   }
   if (max_message_bytes < 2 * kResponseOverhead ||
       max_message_bytes > (int64_t{1} << 31) - 1) {
@@ -76,13 +88,6 @@ absl::Status ShardServerConfig::Validate() const {
 namespace {
 
 // A fresh, nonzero id for this start of the shard.
-uint64_t NewIncarnation() {
-  std::random_device random;
-  uint64_t id = 0;
-  while (id == 0) id = (uint64_t{random()} << 32) | random();
-  return id;
-}
-
 Membership::Resume ResumeFor(Mode mode) {
   return mode == Mode::kAsync || mode == Mode::kSsp
              ? Membership::Resume::kOwnClock
@@ -119,9 +124,9 @@ ShardServer::ShardServer(const ShardServerConfig& config, Env env,
       observers_(Observers(rpc_metrics_.get(), call_timeline_.get())),
       store_(config.shard, config.num_shards,
              config.max_message_bytes - kResponseOverhead,
-             static_cast<uint64_t>(config.max_shard_bytes), NewIncarnation()),
+             static_cast<uint64_t>(config.max_shard_bytes), RandomId()),
       membership_(env.clock, config.worker_timeout,
-                  ResumeFor(config.consistency.mode)),
+                  ResumeFor(config.consistency.mode), config.num_workers),
       consistency_(Observed(config.consistency, observer()), &store_,
                    &membership_, env.clock),
       kv_(env.clock) {}
@@ -236,6 +241,7 @@ absl::Status ShardServer::Listen() {
     dc.port = config_.data_port;
     dc.max_frame_bytes = static_cast<uint64_t>(config_.max_message_bytes);
     dc.max_connections = config_.max_data_connections;
+    dc.max_connections_per_peer = config_.max_data_connections_per_client;
     dc.observer = observer();
     auto started = DataPlaneServer::Start(dc, NewToken(), &store_, &membership_,
                                           &consistency_, env_.clock);
@@ -260,6 +266,8 @@ absl::Status ShardServer::Listen() {
   }
   builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(config_.max_message_bytes));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             config_.max_streams_per_connection);
   builder.RegisterService(service_.get());
   if (observer() != nullptr) {
     std::vector<

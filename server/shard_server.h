@@ -47,6 +47,12 @@ struct ShardServerConfig {
   // -1, none (clients use gRPC for tensors too). Off whenever host is "".
   int data_port = 0;
   int max_data_connections = 1024;
+  int max_data_connections_per_client = 256;  // Per client address.
+  // gRPC calls in flight on one connection (HTTP/2 max concurrent streams).
+  int max_streams_per_connection = 256;
+  // The job's worker count, fixed (Membership's job_workers); 0: learned
+  // from the workers.
+  int num_workers = 0;
   // Prometheus' /metrics on this port (0: none); off whenever host is "".
   int metrics_port = 0;
   int shard = 0;

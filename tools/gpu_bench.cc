@@ -143,11 +143,11 @@ int Run() {
     v1::OptimizerSpec sgd;
     sgd.set_kind(v1::OptimizerSpec::SGD);
     sgd.set_learning_rate(1e-4f);
-    absl::Status s =
-        client.ok()
-            ? (*client)->DeclareModel(MlpSpec(
-                  *layers, sgd, 1, 4 << 20, static_cast<int>(servers->size())))
-            : client.status();
+    absl::Status s = client.ok() ? (*client)->Join(0, 1) : client.status();
+    if (s.ok()) {
+      s = (*client)->DeclareModel(
+          MlpSpec(*layers, sgd, 1, 4 << 20, static_cast<int>(servers->size())));
+    }
     if (!s.ok()) {
       std::fprintf(stderr, "%s\n", s.ToString().c_str());
       return 1;

@@ -83,8 +83,10 @@ int Run() {
   std::vector<std::unique_ptr<PsClient>> conns;
   for (int c = 0; c < clients; ++c) {
     auto client = PsClient::Create(options);
+    // Client c is rank c of the job: registered, it may push.
     absl::Status s =
-        client.ok() ? (*client)->DeclareModel(spec) : client.status();
+        client.ok() ? (*client)->Join(c, clients) : client.status();
+    if (s.ok()) s = (*client)->DeclareModel(spec);
     if (!s.ok()) {
       std::fprintf(stderr, "%s\n", s.ToString().c_str());
       return 1;
@@ -113,16 +115,16 @@ int Run() {
         g.emplace_back(n, 1e-3f);
       }
       std::vector<SliceVersion> versions;
-      absl::Status s = conns[c]->Pull(tensors, &w, &versions, -1, 0);
+      absl::Status s = conns[c]->Pull(tensors, &w, &versions, c, 0);
       while (s.ok() && absl::Now() - start < length) {
         if (op == "pull" || op == "pull+push") {
-          s = conns[c]->Pull(tensors, &w, &versions, -1, 0);
+          s = conns[c]->Pull(tensors, &w, &versions, c, 0);
         }
         if (s.ok() && (op == "push" || op == "pull+push")) {
-          s = conns[c]->Push(tensors, g, versions, -1, 0, nullptr);
+          s = conns[c]->Push(tensors, g, versions, c, 0, nullptr);
         }
         if (s.ok() && op == "pushpull") {
-          s = conns[c]->PushPull(tensors, g, versions, -1, 0, &w, &versions,
+          s = conns[c]->PushPull(tensors, g, versions, c, 0, &w, &versions,
                                  nullptr);
         }
         if (!s.ok()) {

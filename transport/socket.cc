@@ -1,5 +1,6 @@
 #include "transport/socket.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -113,6 +114,27 @@ absl::StatusOr<Socket> ListenTcp(const std::string& host, int port,
                           ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
                           : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
   return s;
+}
+
+std::string PeerHost(int fd) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof(address);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    return "";
+  }
+  char text[INET6_ADDRSTRLEN] = "";
+  const void* raw = nullptr;
+  if (address.ss_family == AF_INET) {
+    raw = &reinterpret_cast<const sockaddr_in*>(&address)->sin_addr;
+  } else if (address.ss_family == AF_INET6) {
+    raw = &reinterpret_cast<const sockaddr_in6*>(&address)->sin6_addr;
+  } else {
+    return "";
+  }
+  if (inet_ntop(address.ss_family, raw, text, sizeof(text)) == nullptr) {
+    return "";
+  }
+  return text;
 }
 
 absl::StatusOr<Socket> AcceptTcp(int listener) {

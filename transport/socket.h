@@ -49,6 +49,10 @@ absl::StatusOr<Socket> ListenTcp(const std::string& host, int port,
 // and accepts it, non-blocking with TCP_NODELAY.
 absl::StatusOr<Socket> AcceptTcp(int listener);
 
+// The address of `fd`'s peer, without the port ("127.0.0.1", "::1"); ""
+// if it cannot be told.
+std::string PeerHost(int fd);
+
 // Connects to host:port (a name or an address) before `deadline`.
 absl::StatusOr<Socket> ConnectTcp(const std::string& host, int port,
                                   absl::Time deadline);

@@ -195,17 +195,20 @@ int Fail(const absl::Status& s, int code = 1) {
   return code;
 }
 
-// Trains until the data, --steps or the shared update budget run out, or
-// `stop` is set; prints the result line.
+// Joins the job, declares `spec` (the first worker to do so creates it),
+// and trains until the data, --steps or the shared update budget run
+// out, or `stop` is set; prints the result line.
 // `endpoint` and `timeline` may be null.
-absl::Status Train(const WorkerConfig& flags, PsClient* client,
-                   Backend* backend, const Dataset& data,
+absl::Status Train(const WorkerConfig& flags, const v1::ModelSpec& spec,
+                   PsClient* client, Backend* backend, const Dataset& data,
                    std::atomic<bool>* stop, MetricsEndpoint* endpoint,
                    Timeline* timeline) {
   ASSIGN_OR_RETURN(
       std::unique_ptr<MembershipClient> membership,
       MembershipClient::Join(client, flags.rank, flags.num_workers,
                              flags.ParsedMode(), flags.heartbeat_every));
+  // Registered first: only a worker of the job may create the model.
+  RETURN_IF_ERROR(client->DeclareModel(spec));
   // From here on the rank is known (assigned, with --rank=-1).
   WorkerConfig config = flags;
   config.rank = membership->rank();
@@ -400,10 +403,10 @@ absl::Status Run(const WorkerConfig& config, std::atomic<bool>* stop,
   }
   const std::vector<int> layers = config.Layers();
   RETURN_IF_ERROR(CheckLayersFit(layers, data.features));
-  RETURN_IF_ERROR(
-      client->DeclareModel(MlpSpec(layers, config.Optimizer(), config.seed,
-                                   config.slice_bytes, client->num_shards())));
-  return Train(config, client.get(), backend.get(), data, stop, endpoint.get(),
+  return Train(config,
+               MlpSpec(layers, config.Optimizer(), config.seed,
+                       config.slice_bytes, client->num_shards()),
+               client.get(), backend.get(), data, stop, endpoint.get(),
                timeline.get());
 }
 

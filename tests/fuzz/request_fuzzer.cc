@@ -61,7 +61,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       asyncps::ManualClock clock;
       asyncps::Membership membership(&clock, absl::Seconds(10));
       asyncps::v1::RegisterRequest join;
-      if (join.ParseFromArray(body, n)) (void)membership.Register(join);
+      if (join.ParseFromArray(body, n)) {
+        // Registered once, then again and acting as the rank with the
+        // secret it sent (a guess, almost always wrong).
+        (void)membership.Register(join);
+        (void)membership.Register(join);
+        (void)membership.Authorize(join.rank(), join.secret(), join.clock());
+      }
       break;
     }
     case 5: {

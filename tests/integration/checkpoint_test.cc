@@ -21,6 +21,7 @@ std::unique_ptr<PsClient> Client(int port) {
   options.servers = {ServerAddress{"127.0.0.1", port}};
   auto client = PsClient::Create(options);
   EXPECT_TRUE(client.ok());
+  EXPECT_TRUE((*client)->Join(0, 1).ok());  // Rank 0 of a one-worker job.
   return *std::move(client);
 }
 
@@ -50,12 +51,12 @@ TEST(Checkpoint, TrainedWeightsSurviveARestart) {
     std::vector<SliceVersion> versions;
     ASSERT_TRUE(client->Pull(tensors, &before, &versions, -1, 0).ok());
     for (int i = 0; i < 3; ++i) {
-      ASSERT_TRUE(client->Push(tensors, grads, versions, -1, 0, nullptr).ok());
+      ASSERT_TRUE(client->Push(tensors, grads, versions, 0, 0, nullptr).ok());
     }
     auto path = client->Checkpoint(0);  // On request...
     ASSERT_TRUE(path.ok()) << path.status();
     first_path = *path;
-    ASSERT_TRUE(client->Push(tensors, grads, versions, -1, 0, nullptr).ok());
+    ASSERT_TRUE(client->Push(tensors, grads, versions, 0, 0, nullptr).ok());
     ASSERT_TRUE(client->Pull(tensors, &before, &v_before, -1, 0).ok());
     (*server)->Signal(SIGTERM);  // ... and at exit.
     ASSERT_EQ(ExitCode(**server, absl::Seconds(30)), 0);

@@ -41,8 +41,10 @@ std::string Op(FrameOp op, uint32_t meta, uint32_t payloads = 0,
 }
 
 // A gradient push of `values` (12 of them) for tensor t0's one slice.
-v1::PushRequest PushOf(const std::vector<float>& values) {
+// A push of `values` as rank 0 holding `secret`.
+v1::PushRequest PushOf(const std::vector<float>& values, uint64_t secret) {
   v1::PushRequest push;
+  push.set_secret(secret);
   v1::SliceData* g = push.add_gradients();
   g->mutable_key()->set_tensor("t0");
   g->mutable_key()->set_count(values.size());
@@ -67,8 +69,15 @@ class DataPlaneTest : public ::testing::Test {
     auto server = ShardServer::Start(config);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
-    grpc_ = Client(Transport::kGrpc);
+    next_rank_ = 0;
+    grpc_ = Client(Transport::kGrpc);  // Rank 0.
     ASSERT_TRUE(grpc_->DeclareModel(spec_).ok());
+    v1::RegisterRequest again;  // Rank 0 again, for raw frames' secret.
+    again.set_rank(0);
+    again.set_num_workers(kJobSize);
+    auto joined = grpc_->Register(0, again);
+    ASSERT_TRUE(joined.ok()) << joined.status();
+    secret_ = joined->secret();
   }
 
   std::unique_ptr<PsClient> Client(Transport transport,
@@ -82,6 +91,8 @@ class DataPlaneTest : public ::testing::Test {
     auto client = PsClient::Create(options);
     EXPECT_TRUE(client.ok());
     EXPECT_TRUE((*client)->UseModel(spec_).ok());
+    // Each client is a worker of its own rank.
+    EXPECT_TRUE((*client)->Join(next_rank_++, kJobSize).ok());
     return *std::move(client);
   }
 
@@ -155,21 +166,26 @@ class DataPlaneTest : public ::testing::Test {
   const v1::ModelSpec spec_ = ConstantSpec({{4, 3}}, 1, 1.0f, 0.5f, 1024);
   std::unique_ptr<ShardServer> server_;
   std::unique_ptr<PsClient> grpc_;
+  static constexpr int kJobSize = 64;
+  int next_rank_ = 0;
+  uint64_t secret_ = 0;  // Rank 0's, for requests written by hand.
 };
 
 // Three rounds of Push, Pull and PushPull through `client`.
 std::vector<float> Train(PsClient* client) {
   std::vector<std::vector<float>> w = {std::vector<float>(12)};
   std::vector<SliceVersion> versions;
-  EXPECT_TRUE(client->Pull({0}, &w, &versions, 0, 0).ok());
+  const int rank = client->rank();
+  EXPECT_TRUE(client->Pull({0}, &w, &versions, rank, 0).ok());
   for (int round = 1; round <= 3; ++round) {
     std::vector<std::vector<float>> g = {std::vector<float>(12)};
     for (int i = 0; i < 12; ++i) g[0][i] = 0.37f * i - round;
     PushResult r;
-    EXPECT_TRUE(client->Push({0}, g, versions, 0, round, &r).ok());
-    EXPECT_TRUE(client->Pull({0}, &w, &versions, 0, round).ok());
+    EXPECT_TRUE(client->Push({0}, g, versions, rank, round, &r).ok());
+    EXPECT_TRUE(client->Pull({0}, &w, &versions, rank, round).ok());
     EXPECT_TRUE(
-        client->PushPull({0}, g, versions, 0, round, &w, &versions, &r).ok());
+        client->PushPull({0}, g, versions, rank, round, &w, &versions, &r)
+            .ok());
     EXPECT_EQ(r.slices, 1);
   }
   return w[0];
@@ -219,7 +235,7 @@ TEST_F(DataPlaneTest, NanGradientIsRefusedAndTheConnectionServesOn) {
   Socket s = Welcomed();
   std::vector<float> values(12, 0.5f);
   values[7] = std::nanf("");
-  v1::PushRequest push = PushOf(values);
+  v1::PushRequest push = PushOf(values, secret_);
   FrameHeader h;
   h.op = FrameOp::kPush;
   ASSERT_TRUE(WriteFrame(s.fd(), h, &push, PayloadFields(&push), Soon()).ok());
@@ -283,7 +299,7 @@ TEST_F(DataPlaneTest, HugeFrameIsRefusedBeforeAnythingIsAllocated) {
 }
 
 TEST_F(DataPlaneTest, PayloadsThatDoNotMatchTheMetaAreRefused) {
-  v1::PushRequest push = PushOf(std::vector<float>(12, 0.5f));
+  v1::PushRequest push = PushOf(std::vector<float>(12, 0.5f), secret_);
   push.mutable_gradients(0)->clear_data();
   const std::string meta = push.SerializeAsString();
   auto length = [](uint64_t n) {
@@ -326,6 +342,43 @@ TEST_F(DataPlaneTest, ConnectionsBeyondTheLimitAreRefused) {
   EXPECT_NE(a.message().find("at most 1 data-plane connections"),
             std::string::npos)
       << a;
+}
+
+// One client address may hold only so many of the shard's connections
+// (a client that opens them and says nothing cannot take them all); one
+// that closes makes room again.
+TEST_F(DataPlaneTest, ConnectionsFromOneAddressAreBounded) {
+  ShardServerConfig config;
+  config.max_data_connections_per_client = 2;
+  Start(config);
+  Socket first = Welcomed();
+  auto silent = ConnectTcp("127.0.0.1", server_->data_port(), Soon());
+  ASSERT_TRUE(silent.ok());
+  auto third = ConnectTcp("127.0.0.1", server_->data_port(), Soon());
+  ASSERT_TRUE(third.ok());
+  absl::Status a = Answer(third->fd());
+  EXPECT_EQ(a.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(a.message().find("2 data-plane connections from one address "
+                             "(127.0.0.1)"),
+            std::string::npos)
+      << a;
+  *silent = Socket();  // Closed: the shard's thread for it ends.
+  // The next connection is served once the shard has seen the close.
+  absl::Status welcomed;
+  for (int i = 0; i < 200; ++i) {
+    auto again = ConnectTcp("127.0.0.1", server_->data_port(), Soon());
+    ASSERT_TRUE(again.ok());
+    v1::DataHello hello;
+    hello.set_token(Token());
+    FrameHeader h;
+    h.op = FrameOp::kHello;
+    ASSERT_TRUE(WriteFrame(again->fd(), h, &hello, {}, Soon()).ok());
+    welcomed = Answer(again->fd());
+    if (welcomed.ok()) break;
+    ASSERT_EQ(welcomed.code(), absl::StatusCode::kResourceExhausted);
+    absl::SleepFor(absl::Milliseconds(10));  // Not synchronisation: a retry.
+  }
+  EXPECT_TRUE(welcomed.ok()) << welcomed;
 }
 
 }  // namespace

@@ -37,6 +37,7 @@ TEST_P(ExactlyOnceTest, LostAnswersDoNotApplyAPushTwice) {
   // weight is exactly -n (small integers are exact in f32).
   const v1::ModelSpec spec =
       ConstantSpec({{300, 10}, {10}}, 2, 0.0f, 1.0f, 1024);
+  ASSERT_TRUE((*client)->Join(0, 1).ok());
   ASSERT_TRUE((*client)->DeclareModel(spec).ok());
   const std::vector<int> tensors = {0, 1};
   std::vector<std::vector<float>> w = {std::vector<float>(3000),

@@ -80,13 +80,14 @@ TEST(Metrics, ShardCountersMoveAndABusyPortIsRefused) {
   auto client = PsClient::Create(options);
   ASSERT_TRUE(client.ok());
   const v1::ModelSpec spec = ConstantSpec({{100}}, 1, 0.0f, 1.0f, 1 << 20);
+  ASSERT_TRUE((*client)->Join(0, 1).ok());
   ASSERT_TRUE((*client)->DeclareModel(spec).ok());
   std::vector<std::vector<float>> w = {std::vector<float>(100)};
   std::vector<std::vector<float>> g = {std::vector<float>(100, 1.0f)};
   std::vector<SliceVersion> versions;
   ASSERT_TRUE((*client)->Pull({0}, &w, &versions, -1, 0).ok());
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE((*client)->Push({0}, g, versions, -1, 0, nullptr).ok());
+    ASSERT_TRUE((*client)->Push({0}, g, versions, 0, 0, nullptr).ok());
   }
   const std::string after = Scrape(port);
   EXPECT_EQ(Value(after, "asyncps_shard_pushes_total"), 3);

@@ -67,7 +67,13 @@ TEST(Bsp, TwoWorkersEqualOneWorkerOnTheCombinedBatches) {
     for (int k = 0; k < batch * layers[0]; ++k) x[i].push_back(u(rng));
     for (int k = 0; k < batch; ++k) y[i].push_back((i + 3 * k) % 5);
   }
-  auto setup = Client(**cluster);
+  // Rank 0 declares; rank 1 has joined before either steps (steps wait
+  // until both have).
+  std::vector<std::unique_ptr<PsClient>> clients;
+  clients.push_back(Client(**cluster));
+  clients.push_back(Client(**cluster));
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(clients[r]->Join(r, 2).ok());
+  PsClient* setup = clients[0].get();
   ASSERT_TRUE(setup->DeclareModel(spec).ok());
   const std::vector<int> tensors = {0, 1, 2, 3};
   std::vector<std::vector<float>> w0(4);
@@ -80,15 +86,9 @@ TEST(Bsp, TwoWorkersEqualOneWorkerOnTheCombinedBatches) {
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
-      auto client = Client(**cluster);
+      PsClient* client = clients[r].get();
       absl::Status& s = results[r];
-      v1::RegisterRequest join;
-      join.set_rank(r);
-      join.set_num_workers(2);  // Steps wait until both have joined.
-      for (int shard = 0; shard < 2 && s.ok(); ++shard) {
-        s = client->Register(shard, join).status();
-      }
-      if (s.ok()) s = client->UseModel(spec);
+      s = client->UseModel(spec);
       std::unique_ptr<Backend> cpu = MakeCpuBackend(1);
       Mlp model(cpu.get(), layers, batch);
       std::vector<std::vector<float>> w = w0;

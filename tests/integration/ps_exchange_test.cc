@@ -30,6 +30,7 @@ class PsExchangeTest : public ::testing::TestWithParam<PsExchange::Mode> {
     auto client = PsClient::Create(options);
     ASSERT_TRUE(client.ok());
     client_ = *std::move(client);
+    ASSERT_TRUE(client_->Join(0, 1).ok());
     ASSERT_TRUE(client_->DeclareModel(spec_).ok());
   }
 

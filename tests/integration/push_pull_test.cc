@@ -27,6 +27,7 @@ class PushPullTest : public ::testing::Test {
     options.servers = shards_.addresses;
     auto client = PsClient::Create(options);
     EXPECT_TRUE(client.ok());
+    EXPECT_TRUE((*client)->Join(0, 1).ok());
     EXPECT_TRUE((*client)->DeclareModel(spec_).ok());
     return *std::move(client);
   }

@@ -28,6 +28,8 @@ TEST(TwoShards, ConcurrentPushesLoseNoUpdate) {
   options.servers = (*cluster)->servers();
   auto setup = PsClient::Create(options);
   ASSERT_TRUE(setup.ok());
+  // Threads are ranks 0 .. kThreads - 1; the setup client the last one.
+  ASSERT_TRUE((*setup)->Join(kThreads, kThreads + 1).ok());
   ASSERT_TRUE((*setup)->DeclareModel(spec).ok());
   const std::vector<int> tensors = {0, 1, 2};
   const Partition& partition = (*setup)->partition();
@@ -43,7 +45,8 @@ TEST(TwoShards, ConcurrentPushesLoseNoUpdate) {
         results[t] = client.status();
         return;
       }
-      results[t] = (*client)->DeclareModel(spec);  // Idempotent.
+      results[t] = (*client)->Join(t, kThreads + 1);
+      if (results[t].ok()) results[t] = (*client)->DeclareModel(spec);
       std::vector<std::vector<float>> weights(3), grads(3);
       for (int k = 0; k < 3; ++k) {
         weights[k].resize(partition.tensor_elements(k));

@@ -43,11 +43,20 @@ class ValidationTest : public ::testing::Test {
     }
     ASSERT_GE(mine_.size(), 2u);
     ASSERT_GE(theirs_.size(), 1u);
+    // The test's calls act as rank 0 of a one-worker job, registered.
+    v1::RegisterRequest join;
+    join.set_rank(0);
+    join.set_num_workers(1);
+    v1::RegisterResponse joined;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->Register(&ctx, join, &joined).ok());
+    secret_ = joined.secret();
   }
 
   void Declare() {
     v1::DeclareModelRequest req;
     *req.mutable_spec() = spec_;
+    req.set_secret(secret_);
     v1::DeclareModelResponse resp;
     grpc::ClientContext ctx;
     ASSERT_TRUE(stub_->DeclareModel(&ctx, req, &resp).ok());
@@ -76,6 +85,7 @@ class ValidationTest : public ::testing::Test {
 
   grpc::Status Push(const std::vector<v1::SliceData>& grads) {
     v1::PushRequest req;
+    req.set_secret(secret_);
     for (const auto& g : grads) *req.add_gradients() = g;
     v1::PushResponse resp;
     grpc::ClientContext ctx;
@@ -85,6 +95,7 @@ class ValidationTest : public ::testing::Test {
   grpc::Status Pull(const std::vector<v1::SliceKey>& keys,
                     v1::PullResponse* resp) {
     v1::PullRequest req;
+    req.set_secret(secret_);
     for (const auto& k : keys) *req.add_slices() = k;
     grpc::ClientContext ctx;
     return stub_->Pull(&ctx, req, resp);
@@ -118,6 +129,7 @@ class ValidationTest : public ::testing::Test {
   v1::ModelSpec spec_;
   Partition partition_;
   std::vector<int> mine_, theirs_;
+  uint64_t secret_ = 0;  // Rank 0's registration.
 };
 
 TEST_F(ValidationTest, PushBeforeDeclareIsFailedPrecondition) {
@@ -268,6 +280,7 @@ TEST_F(ValidationTest, ModelTooBigForTheShardIsResourceExhausted) {
       ConstantSpec({{1 << 20, 1 << 14}}, 2, 0.0f, 0.1f, 4 << 20);
   v1::DeclareModelRequest req;
   *req.mutable_spec() = huge;
+  req.set_secret(secret_);
   v1::DeclareModelResponse resp;
   grpc::ClientContext ctx;
   grpc::Status s = stub_->DeclareModel(&ctx, req, &resp);
@@ -333,6 +346,7 @@ TEST_F(ValidationTest, PushPullAnswersTheWeightsItsPushProduced) {
   Declare();
   v1::PushPullRequest req;
   req.mutable_push()->set_rank(0);
+  req.mutable_push()->set_secret(secret_);
   req.mutable_push()->set_clock(1);
   *req.mutable_push()->add_gradients() = Grad(mine_[0], 2.0f);
   *req.mutable_push()->add_gradients() = Grad(mine_[1], -1.0f);
@@ -356,6 +370,7 @@ TEST_F(ValidationTest, PushPullAnswersTheWeightsItsPushProduced) {
 TEST_F(ValidationTest, PushPullWithABadGradientAppliesNothing) {
   Declare();
   v1::PushPullRequest req;
+  req.mutable_push()->set_secret(secret_);
   *req.mutable_push()->add_gradients() = Grad(mine_[0], 1.0f);
   *req.mutable_push()->add_gradients() =
       Grad(mine_[1], std::numeric_limits<float>::quiet_NaN());
@@ -397,6 +412,7 @@ TEST_F(ValidationTest, PullInSixteenBitsRoundsTheWeightsToNearest) {
     v1::PullRequest req;
     *req.add_slices() = Key(mine_[0]);
     req.set_dtype(dtype);
+    req.set_secret(secret_);
     v1::PullResponse resp;
     grpc::ClientContext ctx;
     ASSERT_TRUE(stub_->Pull(&ctx, req, &resp).ok());
@@ -411,6 +427,7 @@ TEST_F(ValidationTest, PullInSixteenBitsRoundsTheWeightsToNearest) {
   }
   v1::PullRequest bad;
   *bad.add_slices() = Key(mine_[0]);
+  bad.set_secret(secret_);
   bad.set_dtype(static_cast<v1::DType>(9));
   v1::PullResponse resp;
   grpc::ClientContext ctx;

@@ -1,4 +1,5 @@
-// Membership with a manual clock: liveness, rejoining, clocks and gaps.
+// Membership with a manual clock: liveness, rejoining, clocks and gaps, and
+// the secrets that bind a rank to its registration.
 #include "server/membership.h"
 
 #include "gtest/gtest.h"
@@ -6,10 +7,11 @@
 namespace asyncps {
 namespace {
 
-v1::RegisterRequest Join(int rank, int num_workers = 2) {
+v1::RegisterRequest Join(int rank, int num_workers = 2, uint64_t secret = 0) {
   v1::RegisterRequest r;
   r.set_rank(rank);
   r.set_num_workers(num_workers);
+  r.set_secret(secret);
   return r;
 }
 
@@ -47,6 +49,10 @@ TEST(Membership, SilentWorkerStopsBeingLiveAndRejoins) {
   EXPECT_EQ(m.Heartbeat(hb).code(), absl::StatusCode::kFailedPrecondition);
   hb.set_incarnation(again->incarnation());
   hb.set_clock(6);
+  EXPECT_EQ(m.Heartbeat(hb).code(), absl::StatusCode::kPermissionDenied);
+  hb.set_secret(b->secret());  // The superseded registration's.
+  EXPECT_EQ(m.Heartbeat(hb).code(), absl::StatusCode::kPermissionDenied);
+  hb.set_secret(again->secret());
   EXPECT_TRUE(m.Heartbeat(hb).ok());
   EXPECT_EQ(m.MaxClock(), 6);
   // Rank 0 reached clock 5 while rank 1 was live at 0.
@@ -56,13 +62,15 @@ TEST(Membership, SilentWorkerStopsBeingLiveAndRejoins) {
 TEST(Membership, RestartedJobGetsTheSameResumeClockAndAttemptOnEveryRank) {
   ManualClock clock;
   Membership m(&clock, absl::Seconds(2));
-  ASSERT_TRUE(m.Register(Join(0)).ok());
-  ASSERT_TRUE(m.Register(Join(1)).ok());
+  auto a = m.Register(Join(0));
+  auto b = m.Register(Join(1));
+  ASSERT_TRUE(a.ok() && b.ok());
   m.Touch(0, 40);
   m.Touch(1, 40);
   for (int64_t attempt = 1; attempt <= 2; ++attempt) {
-    auto a = m.Register(Join(0));
-    auto b = m.Register(Join(1));
+    // The same (live) workers register again, with their secrets.
+    a = m.Register(Join(0, 2, a->secret()));
+    b = m.Register(Join(1, 2, b->secret()));
     ASSERT_TRUE(a.ok() && b.ok());
     EXPECT_EQ(a->resume_clock(), 39);
     EXPECT_EQ(b->resume_clock(), 39);
@@ -82,6 +90,7 @@ TEST(Membership, LeavingWorkerStopsBeingLiveAtOnce) {
   bye.set_incarnation(a->incarnation());
   bye.set_clock(1);
   bye.set_leaving(true);
+  bye.set_secret(a->secret());
   ASSERT_TRUE(m.Heartbeat(bye).ok());
   EXPECT_EQ(m.LiveCount(), 1);
   EXPECT_EQ(m.MinLiveClock(), 3);  // Rank 0's clock 1 no longer holds anyone.
@@ -137,7 +146,8 @@ TEST(Membership, AbsurdOrDisagreeingWorkerCountsAreRefused) {
 TEST(Membership, AsyncReplacementResumesWhereItsRankStopped) {
   ManualClock clock;
   Membership m(&clock, absl::Seconds(5), Membership::Resume::kOwnClock);
-  ASSERT_TRUE(m.Register(Join(0, 2)).ok());
+  auto zero = m.Register(Join(0, 2));
+  ASSERT_TRUE(zero.ok());
   ASSERT_TRUE(m.Register(Join(1, 2)).ok());
   m.Touch(0, 90);
   m.Touch(1, 40);
@@ -147,9 +157,79 @@ TEST(Membership, AsyncReplacementResumesWhereItsRankStopped) {
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->resume_clock(), 40);
   // A worker rejoining a restarted shard says where it is.
-  v1::RegisterRequest rejoin = Join(0, 2);
+  v1::RegisterRequest rejoin = Join(0, 2, zero->secret());
   rejoin.set_clock(121);
   EXPECT_EQ(m.Register(rejoin)->resume_clock(), 121);
+}
+
+TEST(Membership, ASecretBindsARankToItsRegistration) {
+  ManualClock clock;
+  Membership m(&clock, absl::Seconds(5));
+  auto zero = m.Register(Join(0));
+  auto one = m.Register(Join(1));
+  ASSERT_TRUE(zero.ok() && one.ok());
+  EXPECT_NE(zero->secret(), 0u);
+  EXPECT_NE(zero->secret(), one->secret());
+  // Acting as rank 0 takes rank 0's secret; it notes the clock.
+  EXPECT_TRUE(m.Authorize(0, zero->secret(), 7).ok());
+  EXPECT_EQ(m.MaxClock(), 7);
+  absl::Status spoofed = m.Authorize(0, one->secret(), 9);
+  EXPECT_EQ(spoofed.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(spoofed.message().find("rank 0"), std::string::npos) << spoofed;
+  EXPECT_EQ(m.MaxClock(), 7);  // A refused call notes nothing.
+  EXPECT_EQ(m.Authorize(0, 0, 9).code(), absl::StatusCode::kPermissionDenied);
+  // A rank no one registered: the shard may have restarted, so the caller
+  // is told to wait (its heartbeats register it again).
+  Membership fresh(&clock, absl::Seconds(5));
+  EXPECT_EQ(fresh.Authorize(1, one->secret(), 1).code(),
+            absl::StatusCode::kUnavailable);
+  // Rank -1 (not a worker) reads, and nothing else.
+  EXPECT_TRUE(m.Authorize(-1, 0, 0, /*anyone=*/true).ok());
+  EXPECT_EQ(m.Authorize(-1, 0, 0).code(), absl::StatusCode::kPermissionDenied);
+
+  // No one else registers as live rank 0 ...
+  auto usurper = m.Register(Join(0));
+  EXPECT_EQ(usurper.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(usurper.status().message().find("held by a live worker"),
+            std::string::npos)
+      << usurper.status();
+  EXPECT_EQ(m.Register(Join(0, 2, one->secret())).status().code(),
+            absl::StatusCode::kUnavailable);
+  // ... but rank 0 itself may, and gets a new secret; the old one is void.
+  auto again = m.Register(Join(0, 2, zero->secret()));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_NE(again->secret(), zero->secret());
+  EXPECT_EQ(m.Authorize(0, zero->secret(), 0).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(m.Authorize(0, again->secret(), 0).ok());
+  // Once rank 0 has been silent past the timeout, a replacement takes it.
+  clock.Advance(absl::Seconds(6));
+  auto replacement = m.Register(Join(0));
+  ASSERT_TRUE(replacement.ok()) << replacement.status();
+  EXPECT_EQ(m.Authorize(0, again->secret(), 0).code(),
+            absl::StatusCode::kPermissionDenied);
+}
+
+TEST(Membership, AFixedJobSizeBoundsWhatRegistrationsCanDo) {
+  ManualClock clock;
+  Membership m(&clock, absl::Seconds(5), Membership::Resume::kJobFront,
+               /*job_workers=*/2);
+  EXPECT_EQ(m.Expected(), 2);
+  // With no worker live yet, a job of another size is refused all the same.
+  auto other = m.Register(Join(0, 60000));
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(other.status().message().find("--num_workers=2"), std::string::npos)
+      << other.status();
+  ASSERT_TRUE(m.Register(Join(0, 2)).ok());
+  ASSERT_TRUE(m.Register(Join(1, 2)).ok());
+  // A flood: every size, every rank, asked-for ranks; nothing gets in.
+  int refused = 0;
+  for (int n = 1; n <= 500; ++n) {
+    refused += !m.Register(Join(n % 4 - 1, n)).ok();
+  }
+  EXPECT_EQ(refused, 500);
+  EXPECT_EQ(m.Registered(), 2);
+  EXPECT_EQ(m.Expected(), 2);
 }
 
 }  // namespace

@@ -76,6 +76,32 @@ class ShardServerTest : public ::testing::Test {
     return server.ok() ? *std::move(server) : nullptr;
   }
 
+  // Registers `rank` of `num_workers` through `stub` (carrying
+  // `authorization` if not empty) and returns the registration's secret,
+  // which the rank's calls must carry.
+  static uint64_t Join(v1::ParameterServer::Stub* stub, int rank,
+                       int num_workers = 1,
+                       const std::string& authorization = "") {
+    v1::RegisterRequest join;
+    join.set_rank(rank);
+    join.set_num_workers(num_workers);
+    v1::RegisterResponse joined;
+    grpc::ClientContext ctx;
+    if (!authorization.empty()) ctx.AddMetadata("authorization", authorization);
+    grpc::Status s = stub->Register(&ctx, join, &joined);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return joined.secret();
+  }
+
+  // A declare of the test's model by rank 0 holding `secret`.
+  v1::DeclareModelRequest Declare(uint64_t secret) const {
+    v1::DeclareModelRequest declare;
+    *declare.mutable_spec() = spec_;
+    declare.set_rank(0);
+    declare.set_secret(secret);
+    return declare;
+  }
+
   // The weight of element 0 and the slice's version, read through gRPC.
   static std::pair<float, int64_t> Read(v1::ParameterServer::Stub* stub) {
     v1::PullRequest req;
@@ -102,15 +128,15 @@ TEST_F(ShardServerTest, RestartResumesFromTheFinalCheckpoint) {
     ASSERT_NE(server, nullptr);
     EXPECT_EQ(server->port(), 0);
     auto stub = v1::ParameterServer::NewStub(server->InProcessChannel());
-    v1::DeclareModelRequest declare;
-    *declare.mutable_spec() = spec_;
+    const uint64_t secret = Join(stub.get(), 0);
     v1::DeclareModelResponse declared;
     grpc::ClientContext ctx;
-    ASSERT_TRUE(stub->DeclareModel(&ctx, declare, &declared).ok());
+    ASSERT_TRUE(stub->DeclareModel(&ctx, Declare(secret), &declared).ok());
     v1::PushResponse pushed;
     grpc::ClientContext push_ctx;
-    ASSERT_TRUE(
-        stub->Push(&push_ctx, testing::SmallModelPush(2.5f), &pushed).ok());
+    v1::PushRequest push = testing::SmallModelPush(2.5f);
+    push.set_secret(secret);
+    ASSERT_TRUE(stub->Push(&push_ctx, push, &pushed).ok());
     EXPECT_EQ(Read(stub.get()), std::make_pair(7.5f, int64_t{1}));
     server->Shutdown();  // Writes the final checkpoint.
   }
@@ -141,11 +167,10 @@ TEST_F(ShardServerTest, CheckpointsShowInStats) {
   };
   EXPECT_EQ(stats().checkpoints_written(), 0);
   EXPECT_EQ(stats().checkpoint_age_seconds(), -1);
-  v1::DeclareModelRequest declare;
-  *declare.mutable_spec() = spec_;
   v1::DeclareModelResponse declared;
   grpc::ClientContext ctx;
-  ASSERT_TRUE(stub->DeclareModel(&ctx, declare, &declared).ok());
+  ASSERT_TRUE(
+      stub->DeclareModel(&ctx, Declare(Join(stub.get(), 0)), &declared).ok());
 
   ASSERT_TRUE(checkpoint().ok());
   v1::StatsResponse r = stats();
@@ -199,19 +224,20 @@ TEST_F(ShardServerTest, CallsWithoutTheTokenAreRefused) {
     if (!header.empty()) ctx.AddMetadata("authorization", header);
     return (stub.get()->*method)(&ctx, request, response);
   };
-  v1::DeclareModelRequest declare;
-  *declare.mutable_spec() = spec_;
   v1::DeclareModelResponse declared;
   const std::string good = "Bearer " + token;
-  ASSERT_TRUE(
-      call(good, &v1::ParameterServer::Stub::DeclareModel, declare, &declared)
-          .ok());
+  const uint64_t secret = Join(stub.get(), 0, 1, good);
+  ASSERT_TRUE(call(good, &v1::ParameterServer::Stub::DeclareModel,
+                   Declare(secret), &declared)
+                  .ok());
+  v1::PushRequest push = testing::SmallModelPush(2.5f);
+  push.set_secret(secret);  // Rank 0's own: only the token is missing.
   for (const std::string& header :
        {std::string(), std::string("Bearer wrong-token-0123456789ab"),
         std::string("Bearer " + token + "x"), token}) {
     v1::PushResponse pushed;
-    grpc::Status s = call(header, &v1::ParameterServer::Stub::Push,
-                          testing::SmallModelPush(2.5f), &pushed);
+    grpc::Status s =
+        call(header, &v1::ParameterServer::Stub::Push, push, &pushed);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << header;
     EXPECT_EQ(s.error_message().find(token), std::string::npos);
     EXPECT_EQ(s.error_message().find("wrong-token"), std::string::npos);
@@ -278,13 +304,16 @@ TEST_F(ShardServerTest, HealthFollowsTheShardsLife) {
   EXPECT_EQ(check(), grpc::health::v1::HealthCheckResponse::SERVING);
   auto stub = v1::ParameterServer::NewStub(channel);
   ASSERT_TRUE(server->store().Declare(spec_).ok());
+  v1::PushRequest push = testing::SmallModelPush(1.0f);
+  push.set_secret(Join(stub.get(), 0));  // Refused for the drain alone.
   server->Drain();
   EXPECT_EQ(check(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
   v1::PushResponse pushed;
   grpc::ClientContext push_ctx;
-  EXPECT_EQ(stub->Push(&push_ctx, testing::SmallModelPush(1.0f), &pushed)
-                .error_code(),
-            grpc::StatusCode::UNAVAILABLE);
+  grpc::Status refused = stub->Push(&push_ctx, push, &pushed);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(refused.error_message().find("registered"), std::string::npos)
+      << refused.error_message();
   EXPECT_EQ(Read(stub.get()), std::make_pair(10.0f, int64_t{0}));
   EXPECT_EQ(fs_.Paths().size(), 1u);  // The last checkpoint, written.
   server->Shutdown();
@@ -363,29 +392,23 @@ TEST_F(ShardServerTest, AStalledCheckpointDelaysNoStep) {
   auto server = ShardServer::Start(config_, env);
   ASSERT_TRUE(server.ok()) << server.status();
   auto stub = v1::ParameterServer::NewStub((*server)->InProcessChannel());
-  v1::DeclareModelRequest declare;
-  *declare.mutable_spec() = spec_;
+  const uint64_t secret = Join(stub.get(), 0, 2);
+  Join(stub.get(), 1, 2);
   v1::DeclareModelResponse declared;
   grpc::ClientContext declare_ctx;
-  ASSERT_TRUE(stub->DeclareModel(&declare_ctx, declare, &declared).ok());
+  ASSERT_TRUE(
+      stub->DeclareModel(&declare_ctx, Declare(secret), &declared).ok());
   stalling.stalled().WaitForNotification();  // A checkpoint is stuck now.
-  for (int rank = 0; rank < 2; ++rank) {
-    v1::RegisterRequest join;
-    join.set_rank(rank);
-    join.set_num_workers(2);
-    v1::RegisterResponse joined;
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(stub->Register(&ctx, join, &joined).ok());
-  }
   // Rank 0 pushes step 1; rank 1 never does.
   v1::PushResponse pushed;
   grpc::ClientContext push_ctx;
-  ASSERT_TRUE(
-      stub->Push(&push_ctx, testing::SmallModelPush(2.0f, 0, 0, 1), &pushed)
-          .ok());
+  v1::PushRequest push = testing::SmallModelPush(2.0f, 0, 0, 1);
+  push.set_secret(secret);
+  ASSERT_TRUE(stub->Push(&push_ctx, push, &pushed).ok());
   v1::PullRequest pull;
   *pull.add_slices() = testing::SmallModelKey();
   pull.set_rank(0);
+  pull.set_secret(secret);
   pull.set_clock(1);
   v1::PullResponse pulled;
   grpc::ClientContext pull_ctx;
