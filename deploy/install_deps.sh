@@ -29,6 +29,8 @@ PACKAGES=(
   docker-compose            # 1.29
   debootstrap               # the base image (deploy/docker/base_image.sh)
   curl                      # tools/metrics_bench.sh
+  cmake                     # tests/tsan/abseil.sh builds Debian's Abseil for TSAN
+  dpkg-dev                  # dpkg-source, for the same
   python3-yaml              # tests/deploy/drift_test.py
   procps                    # pkill/pgrep in scripts
   python3                   # tools/experiment.py (standard library only)

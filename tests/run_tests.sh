@@ -32,6 +32,29 @@ if ((${#@} == 0)); then
   fi
 fi
 
+# Runs `bazel test` with the given flags and targets under a sanitizer
+# ($1 names it, $2 says it in words) and adds one line for the whole run to
+# the log (//:$1), so the totals count each test once; failures by name.
+sanitized() {
+  local name=$1 words=$2
+  shift 2
+  local out status passed
+  out=$(mktemp)
+  bazel test --test_tag_filters=-benchmark,-gpu "$@" >"$out" 2>&1
+  status=$?
+  grep -E '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS)' "$out" |
+    sed "s|^\(//[^ ]*\)|\1 ($name)|"
+  passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$out")
+  if ((status != 0)); then
+    rc=1
+    tail -n 30 "$out"
+    echo "//:$name FAILED ($passed tests passed under $words)" | tee -a "$log"
+  else
+    echo "//:$name PASSED ($passed tests under $words)" | tee -a "$log"
+  fi
+  rm -f "$out"
+}
+
 # AddressSanitizer + UndefinedBehaviorSanitizer over the unit tests and the
 # in-process integration tests (those that start no process of their own).
 if ((${#@} == 0)); then
@@ -40,23 +63,30 @@ if ((${#@} == 0)); then
   for t in checkpoint data_plane exactly_once ps_exchange push_pull validation; do
     asan_tests+=("//tests/integration:${t}_test")
   done
-  asan_log=$(mktemp)
-  bazel test --config=asan --test_tag_filters=-benchmark,-gpu \
-    "${asan_tests[@]}" >"$asan_log" 2>&1
-  asan_rc=$?
-  # One line for the whole run, so the totals count each test once; the
-  # failures by name.
-  grep -E '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS)' "$asan_log" |
-    sed 's|^\(//[^ ]*\)|\1 (asan)|'
-  asan_passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$asan_log")
-  if ((asan_rc != 0)); then
-    rc=1
-    tail -n 30 "$asan_log"
-    echo "//:asan FAILED ($asan_passed tests passed under ASAN+UBSAN)" | tee -a "$log"
+  sanitized asan ASAN+UBSAN --config=asan "${asan_tests[@]}"
+fi
+
+# ThreadSanitizer over the server's concurrent core (store, consistency,
+# membership, key-value store, checkpoints: every test of tests/server but
+# the one through gRPC, whose Debian build TSAN cannot see into), with
+# Debian's Abseil rebuilt for it (tests/tsan/abseil.sh says why) and its
+# canary first.
+if ((${#@} == 0)); then
+  echo "== ThreadSanitizer (--config=tsan)"
+  if absl_tsan=$(tests/tsan/abseil.sh | tail -n 1); then
+    tsan_options=halt_on_error=1:second_deadlock_stack=1
+    tsan_options+=:suppressions=$PWD/tests/tsan/suppressions.txt
+    tsan_tests=(//tests/tsan:mutex_canary_test)
+    for t in checkpoint concurrency consistency kv_store membership \
+      recovery_rules shard_store; do
+      tsan_tests+=("//tests/server:${t}_test")
+    done
+    sanitized tsan TSAN --config=tsan --test_env=LD_LIBRARY_PATH="$absl_tsan" \
+      --test_env=TSAN_OPTIONS="$tsan_options" "${tsan_tests[@]}"
   else
-    echo "//:asan PASSED ($asan_passed tests under ASAN+UBSAN)" | tee -a "$log"
+    rc=1
+    echo "//:tsan FAILED TO BUILD (tests/tsan/abseil.sh)" | tee -a "$log"
   fi
-  rm -f "$asan_log"
 fi
 
 # libFuzzer targets (clang, ASAN+UBSAN): each over its seed corpus, then
