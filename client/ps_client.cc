@@ -306,14 +306,50 @@ absl::Status PsClient::FetchModel() {
 }
 
 absl::Status PsClient::DeclareModel(const v1::ModelSpec& spec) {
-  RETURN_IF_ERROR(UseModel(spec));
-  std::vector<Call<v1::DeclareModelRequest, v1::DeclareModelResponse>> calls(
-      num_shards());
-  for (int s = 0; s < num_shards(); ++s) {
-    calls[s].shard = s;
-    *calls[s].request.mutable_spec() = spec;
+  std::vector<Call<v1::DeclareModelRequest, v1::DeclareModelResponse>> calls;
+  return DeclareOnEveryShard(spec, /*weights_follow=*/false, &calls);
+}
+
+absl::Status PsClient::DeclareOnEveryShard(
+    const v1::ModelSpec& spec, bool weights_follow,
+    std::vector<Call<v1::DeclareModelRequest, v1::DeclareModelResponse>>*
+        calls) {
+  // Checked here as UseModel would, but adopted only once the shards took
+  // it: a refused declaration leaves the model this client had.
+  if (static_cast<int>(spec.num_shards()) != num_shards()) {
+    return UseModel(spec);
   }
-  return CallAll(&calls, ASYNCPS_RPC(DeclareModel), "DeclareModel");
+  calls->assign(num_shards(), {});
+  for (int s = 0; s < num_shards(); ++s) {
+    (*calls)[s].shard = s;
+    *(*calls)[s].request.mutable_spec() = spec;
+    (*calls)[s].request.set_weights_follow(weights_follow);
+  }
+  RETURN_IF_ERROR(CallAll(calls, ASYNCPS_RPC(DeclareModel), "DeclareModel"));
+  return UseModel(spec);
+}
+
+absl::Status PsClient::DeclareModel(const v1::ModelSpec& spec,
+                                    const ConstTensorViews& initial) {
+  ASSIGN_OR_RETURN(const Partition partition, Partition::Create(spec));
+  for (int t = 0; t < spec.tensors_size(); ++t) {
+    const uint64_t have =
+        static_cast<size_t>(t) < initial.size() ? initial[t].size() : 0;
+    if (have != partition.tensor_elements(t)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("DeclareModel: tensor '", spec.tensors(t).name(),
+                       "' has ", partition.tensor_elements(t),
+                       " elements but its initial buffer ", have));
+    }
+  }
+  std::vector<Call<v1::DeclareModelRequest, v1::DeclareModelResponse>> calls;
+  RETURN_IF_ERROR(DeclareOnEveryShard(spec, /*weights_follow=*/true, &calls));
+  const std::vector<SliceVersion> zero(partition_->slices().size());
+  for (const auto& call : calls) {
+    if (!call.response.created()) continue;
+    RETURN_IF_ERROR(Restore(call.shard, initial, zero, rank_.load()));
+  }
+  return absl::OkStatus();
 }
 
 std::vector<std::vector<int>> PsClient::Batches(
@@ -347,17 +383,28 @@ void FillKey(const v1::ModelSpec& spec, const SliceInfo& s, v1::SliceKey* key) {
   key->set_count(s.count);
 }
 
-// Slice `s` of `values` (one vector per tensor) as `dtype` payload.
+// Slice `s` of `values` (one view per tensor) as `dtype` payload.
 void FillSliceData(const v1::ModelSpec& spec, const SliceInfo& s,
-                   const std::vector<std::vector<float>>& values,
-                   SliceVersion version, v1::DType dtype, v1::SliceData* d) {
+                   const ConstTensorViews& values, SliceVersion version,
+                   v1::DType dtype, v1::SliceData* d) {
   FillKey(spec, s, d->mutable_key());
   d->set_dtype(dtype);
   d->set_version(version.version);
   d->set_incarnation(version.incarnation);
-  EncodeTensor(dtype,
-               absl::MakeConstSpan(values[s.tensor].data() + s.begin, s.count),
+  EncodeTensor(dtype, values[s.tensor].subspan(s.begin, s.count),
                d->mutable_data());
+}
+
+ConstTensorViews Views(const std::vector<std::vector<float>>& values) {
+  ConstTensorViews views;
+  for (const std::vector<float>& v : values) views.emplace_back(v);
+  return views;
+}
+
+TensorViews Views(std::vector<std::vector<float>>* values) {
+  TensorViews views;
+  for (std::vector<float>& v : *values) views.emplace_back(absl::MakeSpan(v));
+  return views;
 }
 
 // Sums what the servers said of each pushed slice.
@@ -373,10 +420,39 @@ void AddPushResponse(const v1::PushResponse& response, PushResult* result) {
 
 }  // namespace
 
+template <typename View>
+absl::Status PsClient::CheckViews(absl::Span<const int> tensors,
+                                  const std::vector<View>& views,
+                                  const char* what) const {
+  for (int t : tensors) {
+    if (t < 0 || t >= spec_.tensors_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": no tensor ", t, " in the model"));
+    }
+    const uint64_t want = partition_->tensor_elements(t);
+    const uint64_t have =
+        static_cast<size_t>(t) < views.size() ? views[t].size() : 0;
+    if (have != want) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": tensor '", spec_.tensors(t).name(), "' has ",
+                       want, " elements but its buffer ", have));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PsClient::Pull(absl::Span<const int> tensors,
                             std::vector<std::vector<float>>* values,
                             std::vector<SliceVersion>* versions, int rank,
                             int64_t clock) {
+  return Pull(tensors, Views(values), versions, rank, clock);
+}
+
+absl::Status PsClient::Pull(absl::Span<const int> tensors,
+                            const TensorViews& values,
+                            std::vector<SliceVersion>* versions, int rank,
+                            int64_t clock) {
+  RETURN_IF_ERROR(CheckViews(tensors, values, "Pull"));
   ScopedSpan span(options_.timeline, "pull", "exchange");
   span.set_arg("tensors", static_cast<int64_t>(tensors.size()));
   std::vector<std::vector<int>> batches = Batches(tensors);
@@ -406,7 +482,7 @@ absl::Status PsClient::Pull(absl::Span<const int> tensors,
 
 absl::Status PsClient::TakeWeights(int shard, const std::vector<int>& batch,
                                    const v1::PullResponse& response,
-                                   std::vector<std::vector<float>>* values,
+                                   const TensorViews& values,
                                    std::vector<SliceVersion>* versions) const {
   if (response.slices_size() != static_cast<int>(batch.size())) {
     return absl::InternalError(
@@ -422,16 +498,15 @@ absl::Status PsClient::TakeWeights(int shard, const std::vector<int>& batch,
           absl::StrCat("shard ", shard, " answered a malformed slice for '",
                        spec_.tensors(s.tensor).name(), "'#", s.index));
     }
-    std::vector<float>& dst = (*values)[s.tensor];
     DecodeTensor(d.dtype(), d.data(),
-                 absl::MakeSpan(dst.data() + s.begin, s.count));
+                 values[s.tensor].subspan(s.begin, s.count));
     (*versions)[batch[k]] = SliceVersion{d.version(), d.incarnation()};
   }
   return absl::OkStatus();
 }
 
 void PsClient::FillPush(const std::vector<int>& batch,
-                        const std::vector<std::vector<float>>& grads,
+                        const ConstTensorViews& grads,
                         const std::vector<SliceVersion>& versions, int rank,
                         int64_t clock, v1::PushRequest* request) {
   request->set_rank(rank);
@@ -449,6 +524,14 @@ absl::Status PsClient::Push(absl::Span<const int> tensors,
                             const std::vector<std::vector<float>>& grads,
                             const std::vector<SliceVersion>& versions, int rank,
                             int64_t clock, PushResult* result) {
+  return Push(tensors, Views(grads), versions, rank, clock, result);
+}
+
+absl::Status PsClient::Push(absl::Span<const int> tensors,
+                            const ConstTensorViews& grads,
+                            const std::vector<SliceVersion>& versions, int rank,
+                            int64_t clock, PushResult* result) {
+  RETURN_IF_ERROR(CheckViews(tensors, grads, "Push"));
   ScopedSpan span(options_.timeline, "push", "exchange");
   span.set_arg("tensors", static_cast<int64_t>(tensors.size()));
   std::vector<std::vector<int>> batches = Batches(tensors);
@@ -473,6 +556,19 @@ absl::Status PsClient::PushPull(absl::Span<const int> tensors,
                                 std::vector<std::vector<float>>* weights,
                                 std::vector<SliceVersion>* new_versions,
                                 PushResult* result) {
+  return PushPull(tensors, Views(grads), versions, rank, clock, Views(weights),
+                  new_versions, result);
+}
+
+absl::Status PsClient::PushPull(absl::Span<const int> tensors,
+                                const ConstTensorViews& grads,
+                                const std::vector<SliceVersion>& versions,
+                                int rank, int64_t clock,
+                                const TensorViews& weights,
+                                std::vector<SliceVersion>* new_versions,
+                                PushResult* result) {
+  RETURN_IF_ERROR(CheckViews(tensors, grads, "PushPull"));
+  RETURN_IF_ERROR(CheckViews(tensors, weights, "PushPull"));
   ScopedSpan span(options_.timeline, "pushpull", "exchange");
   span.set_arg("tensors", static_cast<int64_t>(tensors.size()));
   // The answer carries weights as large as the gradients, so the same
@@ -502,6 +598,7 @@ absl::Status PsClient::PushPull(absl::Span<const int> tensors,
 absl::Status PsClient::Assign(absl::Span<const int> tensors,
                               const std::vector<std::vector<float>>& weights,
                               int64_t version, int rank) {
+  const ConstTensorViews views = Views(weights);
   std::vector<std::vector<int>> batches = Batches(tensors);
   std::vector<Call<v1::AssignRequest, v1::AssignResponse>> calls(
       batches.size());
@@ -511,7 +608,7 @@ absl::Status PsClient::Assign(absl::Span<const int> tensors,
     for (int i : batches[b]) {
       // Weights go in f32 whatever the wire dtype: they replace the
       // servers' master copy.
-      FillSliceData(spec_, partition_->slices()[i], weights,
+      FillSliceData(spec_, partition_->slices()[i], views,
                     SliceVersion{version, 0}, v1::DTYPE_F32,
                     calls[b].request.add_weights());
     }
@@ -561,8 +658,15 @@ absl::Status PsClient::Restore(int shard,
                                const std::vector<std::vector<float>>& weights,
                                const std::vector<SliceVersion>& versions,
                                int rank) {
+  return Restore(shard, Views(weights), versions, rank);
+}
+
+absl::Status PsClient::Restore(int shard, const ConstTensorViews& weights,
+                               const std::vector<SliceVersion>& versions,
+                               int rank) {
   std::vector<int> all(spec_.tensors_size());
   for (int t = 0; t < spec_.tensors_size(); ++t) all[t] = t;
+  RETURN_IF_ERROR(CheckViews(all, weights, "Restore"));
   std::vector<Call<v1::AssignRequest, v1::AssignResponse>> calls;
   for (const std::vector<int>& batch : Batches(all)) {
     if (partition_->slices()[batch[0]].shard != shard) continue;

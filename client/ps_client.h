@@ -104,6 +104,13 @@ struct Traffic {
   int64_t retries = 0;
 };
 
+// Views of one buffer per tensor of the model, indexed by tensor (only
+// the tensors a call names are read or written; each must hold the
+// tensor's element count): callers' own memory, e.g. numpy arrays, which
+// pulls decode into and pushes encode from without a copy in between.
+using ConstTensorViews = std::vector<absl::Span<const float>>;
+using TensorViews = std::vector<absl::Span<float>>;
+
 class PsClient final : public RendezvousStore {
  public:
   static absl::StatusOr<std::unique_ptr<PsClient>> Create(
@@ -122,6 +129,13 @@ class PsClient final : public RendezvousStore {
   // the rank it last registered as (none: PERMISSION_DENIED where the
   // model is not there yet). REQUIRES: spec.num_shards() == num_shards().
   absl::Status DeclareModel(const v1::ModelSpec& spec);
+  // The same, with the model's initial weights (one view per tensor of
+  // `spec`, in its order) instead of its initializers: every shard this
+  // call creates the model on takes them, at version 0, before it serves
+  // anyone; where the model was there already, they are not sent (the
+  // first declarer's weights hold).
+  absl::Status DeclareModel(const v1::ModelSpec& spec,
+                            const ConstTensorViews& initial);
 
   // Fetches the spec declared on shard 0, waiting (with backoff, up to
   // retry_for) while none is declared yet, and adopts it.
@@ -141,11 +155,20 @@ class PsClient final : public RendezvousStore {
                     std::vector<std::vector<float>>* values,
                     std::vector<SliceVersion>* versions, int rank,
                     int64_t clock);
+  // The same into caller-owned buffers; INVALID_ARGUMENT naming the tensor
+  // if a view's size is not the tensor's element count.
+  absl::Status Pull(absl::Span<const int> tensors, const TensorViews& values,
+                    std::vector<SliceVersion>* versions, int rank,
+                    int64_t clock);
 
   // Pushes gradients for every slice of the given tensors; grads[t] holds
   // tensor t's gradient, versions[slice] the version it was computed from.
   absl::Status Push(absl::Span<const int> tensors,
                     const std::vector<std::vector<float>>& grads,
+                    const std::vector<SliceVersion>& versions, int rank,
+                    int64_t clock, PushResult* result);
+  absl::Status Push(absl::Span<const int> tensors,
+                    const ConstTensorViews& grads,
                     const std::vector<SliceVersion>& versions, int rank,
                     int64_t clock, PushResult* result);
 
@@ -156,6 +179,12 @@ class PsClient final : public RendezvousStore {
                         const std::vector<std::vector<float>>& grads,
                         const std::vector<SliceVersion>& versions, int rank,
                         int64_t clock, std::vector<std::vector<float>>* weights,
+                        std::vector<SliceVersion>* new_versions,
+                        PushResult* result);
+  absl::Status PushPull(absl::Span<const int> tensors,
+                        const ConstTensorViews& grads,
+                        const std::vector<SliceVersion>& versions, int rank,
+                        int64_t clock, const TensorViews& weights,
                         std::vector<SliceVersion>* new_versions,
                         PushResult* result);
 
@@ -176,6 +205,8 @@ class PsClient final : public RendezvousStore {
   // per tensor) at `versions` (indexed like partition().slices()).
   absl::Status Restore(int shard,
                        const std::vector<std::vector<float>>& weights,
+                       const std::vector<SliceVersion>& versions, int rank);
+  absl::Status Restore(int shard, const ConstTensorViews& weights,
                        const std::vector<SliceVersion>& versions, int rank);
 
   // The rendezvous store on shard 0.
@@ -263,6 +294,13 @@ class PsClient final : public RendezvousStore {
   template <typename Request>
   void Stamp(int, Request*) const {}
 
+  // Declares `spec` on every shard (`calls` gets their answers) and, once
+  // they took it, adopts it.
+  absl::Status DeclareOnEveryShard(
+      const v1::ModelSpec& spec, bool weights_follow,
+      std::vector<Call<v1::DeclareModelRequest, v1::DeclareModelResponse>>*
+          calls);
+
   // A context for one call: `deadline`, and the token if there is one.
   std::unique_ptr<grpc::ClientContext> NewContext(absl::Time deadline) const;
 
@@ -285,8 +323,7 @@ class PsClient final : public RendezvousStore {
 
   // The push of slices `batch` of `grads`, computed from `versions`, with
   // this client's id and the next sequence number.
-  void FillPush(const std::vector<int>& batch,
-                const std::vector<std::vector<float>>& grads,
+  void FillPush(const std::vector<int>& batch, const ConstTensorViews& grads,
                 const std::vector<SliceVersion>& versions, int rank,
                 int64_t clock, v1::PushRequest* request);
 
@@ -294,8 +331,14 @@ class PsClient final : public RendezvousStore {
   // `values` and `versions`; INTERNAL if the answer does not fit.
   absl::Status TakeWeights(int shard, const std::vector<int>& batch,
                            const v1::PullResponse& response,
-                           std::vector<std::vector<float>>* values,
+                           const TensorViews& values,
                            std::vector<SliceVersion>* versions) const;
+  // INVALID_ARGUMENT unless views[t] holds tensor t's element count for
+  // every t of `tensors`.
+  template <typename View>
+  absl::Status CheckViews(absl::Span<const int> tensors,
+                          const std::vector<View>& views,
+                          const char* what) const;
 
   // Groups the slices of `tensors` by shard, in requests of at most
   // max_message_bytes of payload.

@@ -121,18 +121,26 @@ absl::Status Consistency::CheckPaused(const v1::PushRequest& push) {
 absl::StatusOr<v1::DeclareModelResponse> Consistency::Declare(
     const v1::DeclareModelRequest& request) {
   ASSIGN_OR_RETURN(v1::DeclareModelResponse r, store_->Declare(request.spec()));
-  if (r.created() && request.recover()) {
+  if (r.created() && (request.weights_follow() || request.recover())) {
     absl::MutexLock lock(&restore_mu_);
     awaiting_ = true;
     awaiting_fast_ = true;
     await_until_ = clock_->Now() + config_.restore_wait;
     restored_slices_ = 0;
-    LOG(WARNING) << "shard " << store_->shard()
-                 << " started without a checkpoint and a worker declared "
-                    "model '"
-                 << request.spec().name() << "' again: waiting up to "
-                 << absl::FormatDuration(config_.restore_wait)
-                 << " for that worker's copy of the weights";
+    const std::string wait = absl::StrCat(
+        "waiting up to ", absl::FormatDuration(config_.restore_wait));
+    if (request.weights_follow()) {
+      LOG(INFO) << "shard " << store_->shard() << ": model '"
+                << request.spec().name()
+                << "' declared with its initial weights to follow; " << wait
+                << " for them";
+    } else {
+      LOG(WARNING) << "shard " << store_->shard()
+                   << " started without a checkpoint and a worker declared "
+                      "model '"
+                   << request.spec().name() << "' again: " << wait
+                   << " for that worker's copy of the weights";
+    }
   }
   return r;
 }

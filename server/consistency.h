@@ -79,7 +79,8 @@ class Consistency {
   // Declares the model (ShardStore::Declare). With `recover` and a model
   // created by this call, the shard lost its weights at a restart: pulls
   // and pushes are answered UNAVAILABLE until a worker's copy has come
-  // (Assign with restore) or restore_wait has passed.
+  // (Assign with restore) or restore_wait has passed. With
+  // `weights_follow`, the same wait for the declarer's initial weights.
   absl::StatusOr<v1::DeclareModelResponse> Declare(
       const v1::DeclareModelRequest& request);
   // Assign: the workers' weights in allreduce mode, or a worker's copy of

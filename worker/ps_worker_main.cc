@@ -33,7 +33,7 @@
 #include "worker/evaluator.h"
 #include "worker/exchange_factory.h"
 #include "worker/gpu_metrics.h"
-#include "worker/membership_client.h"
+#include "client/membership_client.h"
 #include "worker/model/mlp.h"
 #include "worker/ps_exchange.h"
 #include "worker/trainer.h"

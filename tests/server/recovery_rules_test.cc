@@ -142,6 +142,34 @@ TEST_F(RecoveryTest, NoCopyWithinTheWaitServesTheInitialWeights) {
   EXPECT_EQ(*Weight(), 10.0f);
 }
 
+// A model declared from a framework's weights (the client library): no
+// one is served the placeholder initializers before the declarer's
+// weights have come.
+TEST_F(RecoveryTest, DeclaredWeightsAreServedOnlyOnceTheyCame) {
+  Start(Mode::kBsp, /*declare=*/false);
+  v1::DeclareModelRequest declare;
+  *declare.mutable_spec() = testing::SmallModel();
+  declare.set_weights_follow(true);
+  auto created = consistency_->Declare(declare);
+  ASSERT_TRUE(created.ok());
+  EXPECT_TRUE(created->created());
+  EXPECT_EQ(Weight().status().code(), absl::StatusCode::kUnavailable);
+  v1::AssignRequest initial;
+  initial.set_restore(true);
+  *initial.add_weights() = testing::SmallModelSlice(-2.5f, 0);
+  ASSERT_TRUE(consistency_->Assign(initial).ok());
+  int64_t version = -1;
+  EXPECT_EQ(*Weight(&version), -2.5f);
+  EXPECT_EQ(version, 0);
+  // Declared again (another worker): nothing to wait for, nothing taken.
+  auto again = consistency_->Declare(declare);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->created());
+  EXPECT_FALSE(consistency_->AwaitingRestore());
+  EXPECT_EQ(consistency_->Assign(initial).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_F(RecoveryTest, AssignOutsideAllreduceIsRefused) {
   Start(Mode::kAsync);
   v1::AssignRequest assign;

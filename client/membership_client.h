@@ -4,8 +4,8 @@
 // worker's clock every period and registers again with a shard that
 // restarted and forgot it; Leave stops the thread and tells every shard the
 // worker is done, so ssp and bsp stop waiting for it. Thread-safe.
-#ifndef ASYNCPS_WORKER_MEMBERSHIP_CLIENT_H_
-#define ASYNCPS_WORKER_MEMBERSHIP_CLIENT_H_
+#ifndef ASYNCPS_CLIENT_MEMBERSHIP_CLIENT_H_
+#define ASYNCPS_CLIENT_MEMBERSHIP_CLIENT_H_
 
 #include <atomic>
 #include <cstdint>
@@ -88,4 +88,4 @@ class MembershipClient {
 
 }  // namespace asyncps
 
-#endif  // ASYNCPS_WORKER_MEMBERSHIP_CLIENT_H_
+#endif  // ASYNCPS_CLIENT_MEMBERSHIP_CLIENT_H_

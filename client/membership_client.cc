@@ -1,4 +1,4 @@
-#include "worker/membership_client.h"
+#include "client/membership_client.h"
 
 #include <unistd.h>
 

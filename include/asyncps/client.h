@@ -1,0 +1,145 @@
+// asyncps's client library: train any model through the parameter servers.
+//
+// A Client is one worker of a job. It connects to every shard, joins the
+// job (a rank, heartbeats, the servers' consistency mode), declares the
+// model from named tensors, and pulls weights and pushes gradients by
+// tensor name, into and from the caller's own buffers; retries, the wire
+// dtype, the partition into slices and membership are handled inside.
+//
+//   asyncps::ClientOptions options;
+//   options.servers = {"localhost:5000", "localhost:5001"};
+//   options.rank = 0;
+//   options.num_workers = 2;
+//   auto client = asyncps::Client::Connect(options);   // joins the job
+//   (*client)->Declare({{"w", {784, 10}}, {"b", {10}}}, {w, b}, sgd);
+//   for (...) {
+//     (*client)->Pull({"w", "b"}, {w, b});              // weights in
+//     ... compute gradients gw, gb from w, b ...
+//     (*client)->Push({"w", "b"}, {gw, gb});            // gradients out
+//     (*client)->EndStep();
+//   }
+//
+// The step: Push sends gradients for step clock() + 1, the step in
+// progress (a step's tensors may be pushed in several calls, e.g. as
+// backpropagation produces them); EndStep completes it. A Pull waits as
+// the servers' mode says: not at all (async), until no worker is more than
+// --staleness steps behind (ssp), until step clock() is applied everywhere
+// (bsp).
+//
+// Errors are absl::Status with the server's message (which tensor, which
+// rule); a refused call changes no weight. Thread-safe: calls may overlap
+// (e.g. a push while the next pull is under way).
+//
+// This header is the stable API: it names no protobuf or gRPC type.
+#ifndef ASYNCPS_INCLUDE_ASYNCPS_CLIENT_H_
+#define ASYNCPS_INCLUDE_ASYNCPS_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace asyncps {
+
+// How the servers turn gradients into weights (common/optimizer.h).
+struct OptimizerOptions {
+  std::string kind = "sgd";  // sgd, momentum, adam, adagrad.
+  float learning_rate = 0.01f;
+  float momentum = 0.9f;  // momentum.
+  bool nesterov = false;  // momentum.
+  float beta1 = 0.9f;     // adam.
+  float beta2 = 0.999f;   // adam.
+  float epsilon = 1e-8f;  // adam, adagrad.
+  float weight_decay = 0.0f;
+};
+
+struct ClientOptions {
+  std::vector<std::string> servers;  // "host:port" of shard 0, 1, ...
+  int rank = -1;                     // -1: the servers assign one.
+  int num_workers = 1;               // The job's worker count.
+  std::string mode = "async";        // async, ssp, bsp: the servers' --mode.
+  std::string wire_dtype = "f32";    // f32, bf16, f16: tensors on the wire.
+  std::string transport = "tcp";     // tcp (the data plane) or grpc.
+  double rpc_timeout_seconds = 30;
+  // How long a shard may stay unreachable before a call fails.
+  double retry_for_seconds = 60;
+  double heartbeat_seconds = 1;
+  // Largest slice a tensor is cut into on the servers (Declare).
+  int64_t slice_bytes = 256 << 10;
+  // TLS and the job's token (docs/SECURITY.md); empty: none.
+  std::string tls_cert, tls_key, tls_ca, auth_token_file;
+};
+
+// One named tensor of a model. Names are [A-Za-z0-9_./-]+.
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+class Client {
+ public:
+  // Connects to every shard and joins the job (FAILED_PRECONDITION if the
+  // servers run another mode; INVALID_ARGUMENT for a bad option).
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(
+      const ClientOptions& options);
+  // Leaves the job.
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // The model: `tensors`, starting from `initial` (one buffer per tensor,
+  // in order, each the tensor's element count), updated by `optimizer`.
+  // The first worker to declare creates it with its initial weights; the
+  // others' declarations must agree (FAILED_PRECONDITION naming the
+  // difference) and their initial weights are not used.
+  absl::Status Declare(const std::vector<TensorSpec>& tensors,
+                       const std::vector<absl::Span<const float>>& initial,
+                       const OptimizerOptions& optimizer);
+  // Adopts the model another worker declared, waiting for it (up to
+  // retry_for_seconds).
+  absl::Status Attach();
+
+  // The weights of tensors `names` into `out` (one buffer per name, each
+  // the tensor's element count). NOT_FOUND for an unknown name,
+  // INVALID_ARGUMENT for a buffer of the wrong size.
+  absl::Status Pull(const std::vector<std::string>& names,
+                    const std::vector<absl::Span<float>>& out);
+  // Gradients of tensors `names` for the step in progress (clock() + 1),
+  // computed from the weights last pulled. INVALID_ARGUMENT for a NaN or
+  // infinite gradient, or a buffer of the wrong size; nothing is applied.
+  absl::Status Push(const std::vector<std::string>& names,
+                    const std::vector<absl::Span<const float>>& grads);
+  // Push, then pull the same tensors after the step, in one round trip
+  // per shard; ends the step.
+  absl::Status PushPull(const std::vector<std::string>& names,
+                        const std::vector<absl::Span<const float>>& grads,
+                        const std::vector<absl::Span<float>>& out);
+  // Completes the step in progress: clock() grows by one.
+  void EndStep();
+
+  int rank() const;
+  int num_workers() const;
+  // Steps this worker has completed (a replacement starts where its rank
+  // or the job was).
+  int64_t clock() const;
+  // The declared model's tensors, in order (empty before Declare/Attach).
+  std::vector<TensorSpec> tensors() const;
+
+  // Tells the servers this worker is done (ssp and bsp stop waiting for
+  // it). Idempotent; the destructor calls it.
+  void Leave();
+
+  class Impl;
+
+ private:
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_INCLUDE_ASYNCPS_CLIENT_H_

@@ -1,0 +1,187 @@
+// The public client library (include/asyncps/client.h) against real
+// ps_server processes: a model declared from named tensors with the
+// caller's initial weights, pulls and pushes by name with the exact SGD
+// arithmetic, the first declarer's weights winning, bsp averaging two
+// workers, and each wrong input refused with its own status and no weight
+// moved.
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "asyncps/client.h"
+#include "gtest/gtest.h"
+#include "tests/integration/test_cluster.h"
+
+namespace asyncps::testing {
+namespace {
+
+ClientOptions Options(const TestCluster& cluster, int rank, int num_workers,
+                      const std::string& mode = "async") {
+  ClientOptions o;
+  for (const ServerAddress& s : cluster.servers())
+    o.servers.push_back(s.ToString());
+  o.rank = rank;
+  o.num_workers = num_workers;
+  o.mode = mode;
+  o.retry_for_seconds = 10;
+  o.slice_bytes = 16;  // Small slices: tensors spread over both shards.
+  return o;
+}
+
+const std::vector<TensorSpec> kModel = {{"layer.w", {2, 3}}, {"layer.b", {3}}};
+
+OptimizerOptions Sgd(float lr) {
+  OptimizerOptions o;
+  o.kind = "sgd";
+  o.learning_rate = lr;
+  return o;
+}
+
+std::vector<absl::Span<const float>> In(
+    const std::vector<std::vector<float>>& v) {
+  return {v.begin(), v.end()};
+}
+
+std::vector<absl::Span<float>> Out(std::vector<std::vector<float>>* v) {
+  std::vector<absl::Span<float>> out;
+  for (auto& x : *v) out.push_back(absl::MakeSpan(x));
+  return out;
+}
+
+TEST(ClientApi, DeclaresPullsAndPushesByName) {
+  auto cluster = TestCluster::Start(2);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto client = Client::Connect(Options(**cluster, 0, 2));
+  ASSERT_TRUE(client.ok()) << client.status();
+  const std::vector<std::vector<float>> initial = {{1, 2, 3, 4, 5, 6},
+                                                   {0.5f, -0.5f, 0}};
+  ASSERT_TRUE((*client)->Declare(kModel, In(initial), Sgd(0.5f)).ok());
+  EXPECT_EQ((*client)->tensors().size(), 2u);
+  std::vector<std::vector<float>> w = {std::vector<float>(6),
+                                       std::vector<float>(3)};
+  ASSERT_TRUE((*client)->Pull({"layer.w", "layer.b"}, Out(&w)).ok());
+  EXPECT_EQ(w, initial);
+
+  // Another worker's declaration agrees and its own weights are not used.
+  auto other = Client::Connect(Options(**cluster, 1, 2));
+  ASSERT_TRUE(other.ok()) << other.status();
+  const std::vector<std::vector<float>> ignored = {std::vector<float>(6, 9),
+                                                   std::vector<float>(3, 9)};
+  ASSERT_TRUE((*other)->Declare(kModel, In(ignored), Sgd(0.5f)).ok());
+  std::vector<std::vector<float>> seen = {std::vector<float>(3)};
+  ASSERT_TRUE((*other)->Pull({"layer.b"}, Out(&seen)).ok());
+  EXPECT_EQ(seen[0], initial[1]);
+
+  // w -= 0.5 * g, exactly (the values are exact in f32).
+  const std::vector<std::vector<float>> g = {{2, 2, 2, -2, -2, -2}};
+  ASSERT_TRUE((*client)->Push({"layer.w"}, In(g)).ok());
+  (*client)->EndStep();
+  EXPECT_EQ((*client)->clock(), 1);
+  ASSERT_TRUE((*client)->Pull({"layer.w", "layer.b"}, Out(&w)).ok());
+  EXPECT_EQ(w[0], (std::vector<float>{0, 1, 2, 5, 6, 7}));
+  EXPECT_EQ(w[1], initial[1]);
+  // The fused call: push, then the weights after it, in one round trip.
+  const std::vector<std::vector<float>> gb = {{1, 1, 1}};
+  std::vector<std::vector<float>> b = {std::vector<float>(3)};
+  ASSERT_TRUE((*client)->PushPull({"layer.b"}, In(gb), Out(&b)).ok());
+  EXPECT_EQ(b[0], (std::vector<float>{0, -1, -0.5f}));
+  EXPECT_EQ((*client)->clock(), 2);
+}
+
+TEST(ClientApi, WrongInputIsRefusedAndChangesNoWeight) {
+  auto cluster = TestCluster::Start(1);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto client = Client::Connect(Options(**cluster, 0, 1));
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::vector<std::vector<float>> w = {std::vector<float>(6),
+                                       std::vector<float>(3)};
+  EXPECT_EQ((*client)->Pull({"layer.w"}, {Out(&w)[0]}).code(),
+            absl::StatusCode::kFailedPrecondition);  // No model yet.
+  const std::vector<std::vector<float>> initial = {std::vector<float>(6, 1),
+                                                   std::vector<float>(3, 1)};
+  EXPECT_EQ((*client)->Declare(kModel, {In(initial)[0]}, Sgd(0.5f)).code(),
+            absl::StatusCode::kInvalidArgument);  // One buffer for two.
+  ASSERT_TRUE((*client)->Declare(kModel, In(initial), Sgd(0.5f)).ok());
+
+  absl::Status s = (*client)->Pull({"nope"}, {Out(&w)[0]});
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_NE(s.message().find("'nope'"), std::string::npos) << s;
+  std::vector<float> short_buffer(5);
+  s = (*client)->Push({"layer.w"}, {absl::MakeConstSpan(short_buffer)});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("'layer.w' has 6 elements but its buffer 5"),
+            std::string::npos)
+      << s;
+  std::vector<float> nan(6, 1.0f);
+  nan[4] = std::numeric_limits<float>::quiet_NaN();
+  s = (*client)->Push({"layer.w"}, {absl::MakeConstSpan(nan)});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("NaN"), std::string::npos) << s;
+  s = (*client)->Push({"layer.w", "layer.w"}, {nan, nan});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  // A declaration that disagrees (another shape) is refused too.
+  std::vector<TensorSpec> other = kModel;
+  other[1].shape = {4};
+  const std::vector<std::vector<float>> other_initial = {std::vector<float>(6),
+                                                         std::vector<float>(4)};
+  s = (*client)->Declare(other, In(other_initial), Sgd(0.5f));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+
+  ASSERT_TRUE((*client)->Pull({"layer.w", "layer.b"}, Out(&w)).ok());
+  EXPECT_EQ(w, initial) << "a refused call moved a weight";
+}
+
+TEST(ClientApi, BadOptionsAndAnotherModeAreRefusedAtConnect) {
+  auto cluster = TestCluster::Start(1, {"--mode=bsp"});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ClientOptions o = Options(**cluster, 0, 1, "async");
+  absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(o);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(c.status().message().find("--mode=bsp"), std::string::npos)
+      << c.status();
+  o.mode = "bsp";
+  o.wire_dtype = "f64";
+  EXPECT_EQ(Client::Connect(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o.wire_dtype = "bf16";
+  o.rank = 3;
+  EXPECT_EQ(Client::Connect(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o.rank = 0;
+  o.servers = {"nowhere"};
+  EXPECT_EQ(Client::Connect(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ClientApi, BspAveragesTheWorkersOfAStep) {
+  auto cluster = TestCluster::Start(2, {"--mode=bsp"});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::vector<std::unique_ptr<Client>> workers;
+  for (int r = 0; r < 2; ++r) {
+    auto c = Client::Connect(Options(**cluster, r, 2, "bsp"));
+    ASSERT_TRUE(c.ok()) << c.status();
+    workers.push_back(*std::move(c));
+  }
+  const std::vector<std::vector<float>> initial = {std::vector<float>(6, 1),
+                                                   std::vector<float>(3, 1)};
+  for (auto& w : workers) {
+    ASSERT_TRUE(w->Declare(kModel, In(initial), Sgd(1.0f)).ok());
+  }
+  // Rank 0 pushes 1s, rank 1 pushes 3s: the step applies their mean, 2.
+  for (int r = 0; r < 2; ++r) {
+    const std::vector<std::vector<float>> g = {
+        std::vector<float>(6, 1.0f + 2 * r),
+        std::vector<float>(3, 1.0f + 2 * r)};
+    ASSERT_TRUE(workers[r]->Push({"layer.w", "layer.b"}, In(g)).ok());
+    workers[r]->EndStep();
+  }
+  std::vector<std::vector<float>> w = {std::vector<float>(6),
+                                       std::vector<float>(3)};
+  ASSERT_TRUE(workers[0]->Pull({"layer.w", "layer.b"}, Out(&w)).ok());
+  EXPECT_EQ(w[0], std::vector<float>(6, -1.0f));
+  EXPECT_EQ(w[1], std::vector<float>(3, -1.0f));
+}
+
+}  // namespace
+}  // namespace asyncps::testing
