@@ -1,6 +1,7 @@
 // asyncps::Client (include/asyncps/client.h) over PsClient and
 // MembershipClient: names to tensor indices, the worker's clock and the
 // versions of what it last pulled.
+#include <cmath>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -50,6 +51,24 @@ absl::StatusOr<v1::OptimizerSpec> ToSpec(const OptimizerOptions& o) {
 
 absl::Duration Seconds(double s) { return absl::Seconds(s); }
 
+// INVALID_ARGUMENT at the first NaN or infinity of any gradient. Checked
+// before anything is sent: each shard refuses such a gradient itself, but
+// a push spans shards, and the others would apply their part.
+absl::Status CheckFinite(const std::vector<std::string>& names,
+                         const std::vector<absl::Span<const float>>& grads) {
+  for (size_t k = 0; k < grads.size(); ++k) {
+    for (size_t i = 0; i < grads[k].size(); ++i) {
+      if (!std::isfinite(grads[k][i])) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("gradient of tensor '", names[k], "' has ",
+                         std::isnan(grads[k][i]) ? "NaN" : "Inf",
+                         " at element ", i, "; nothing was pushed"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 class Client::Impl {
@@ -71,6 +90,7 @@ class Client::Impl {
   absl::Status Declare(const std::vector<TensorSpec>& tensors,
                        const std::vector<absl::Span<const float>>& initial,
                        const OptimizerOptions& optimizer) {
+    RETURN_IF_ERROR(MustBeWorker("Declare"));
     if (initial.size() != tensors.size()) {
       return absl::InvalidArgumentError(
           absl::StrCat("Declare: ", tensors.size(), " tensors but ",
@@ -112,8 +132,10 @@ class Client::Impl {
 
   absl::Status Push(const std::vector<std::string>& names,
                     const std::vector<absl::Span<const float>>& grads) {
+    RETURN_IF_ERROR(MustBeWorker("Push"));
     ASSIGN_OR_RETURN(const std::vector<int> indices,
                      Indices(names, grads.size()));
+    RETURN_IF_ERROR(CheckFinite(names, grads));
     ConstTensorViews views(num_tensors_);
     for (size_t k = 0; k < indices.size(); ++k) views[indices[k]] = grads[k];
     return ps_->Push(indices, views, Versions(), rank(), clock() + 1, nullptr);
@@ -122,12 +144,14 @@ class Client::Impl {
   absl::Status PushPull(const std::vector<std::string>& names,
                         const std::vector<absl::Span<const float>>& grads,
                         const std::vector<absl::Span<float>>& out) {
+    RETURN_IF_ERROR(MustBeWorker("PushPull"));
     ASSIGN_OR_RETURN(const std::vector<int> indices,
                      Indices(names, grads.size()));
     if (out.size() != names.size()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "PushPull: ", names.size(), " names but ", out.size(), " outputs"));
     }
+    RETURN_IF_ERROR(CheckFinite(names, grads));
     ConstTensorViews in(num_tensors_);
     TensorViews views(num_tensors_);
     for (size_t k = 0; k < indices.size(); ++k) {
@@ -166,6 +190,12 @@ class Client::Impl {
   }
 
  private:
+  absl::Status MustBeWorker(const char* what) const {
+    if (membership_ != nullptr) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": this client is a reader (worker = false), not a worker"));
+  }
+
   // Takes the model PsClient adopted: names, and versions all unknown.
   absl::Status Adopt() {
     absl::MutexLock lock(&mu_);
@@ -284,7 +314,10 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, PsClient::Create(ps));
   auto impl = std::make_unique<Impl>(std::move(client), mode,
                                      options.num_workers, options.slice_bytes);
-  RETURN_IF_ERROR(impl->Join(options.rank, Seconds(options.heartbeat_seconds)));
+  if (options.worker) {
+    RETURN_IF_ERROR(
+        impl->Join(options.rank, Seconds(options.heartbeat_seconds)));
+  }
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 

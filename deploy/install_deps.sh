@@ -34,6 +34,11 @@ PACKAGES=(
   python3-yaml              # tests/deploy/drift_test.py
   procps                    # pkill/pgrep in scripts
   python3                   # tools/experiment.py (standard library only)
+  python3-dev               # the Python module (//python): Python.h
+  pybind11-dev              # the Python module's bindings (pybind11 2.10)
+  python3-numpy             # the Python module's arrays
+  python3-torch             # asyncps.torch, the CNN example (PyTorch 1.13)
+  python3-pytest            # tests/python
 )
 
 missing=()

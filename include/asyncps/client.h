@@ -72,6 +72,10 @@ struct ClientOptions {
   int64_t slice_bytes = 256 << 10;
   // TLS and the job's token (docs/SECURITY.md); empty: none.
   std::string tls_cert, tls_key, tls_ca, auth_token_file;
+  // false: a reader (an evaluator, a monitor), which joins no job: it may
+  // Attach and Pull, and its pulls never wait; Declare and Push are
+  // FAILED_PRECONDITION.
+  bool worker = true;
 };
 
 // One named tensor of a model. Names are [A-Za-z0-9_./-]+.
@@ -110,7 +114,8 @@ class Client {
                     const std::vector<absl::Span<float>>& out);
   // Gradients of tensors `names` for the step in progress (clock() + 1),
   // computed from the weights last pulled. INVALID_ARGUMENT for a NaN or
-  // infinite gradient, or a buffer of the wrong size; nothing is applied.
+  // infinite gradient (checked before any shard is sent anything), or a
+  // buffer of the wrong size; nothing is applied.
   absl::Status Push(const std::vector<std::string>& names,
                     const std::vector<absl::Span<const float>>& grads);
   // Push, then pull the same tensors after the step, in one round trip

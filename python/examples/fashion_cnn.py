@@ -1,0 +1,208 @@
+#!/usr/bin/python3
+"""A small convolutional network on Fashion-MNIST, in plain PyTorch, trained
+through asyncps by wrapping its optimizer (asyncps.torch.DistributedOptimizer),
+or, for comparison, by PyTorch's DistributedDataParallel.
+
+One process per worker:
+
+    # two shards, e.g. deploy/shards.sh or by hand:
+    ps_server --shard=0 --num_shards=2 --port=5000 --mode=async &
+    ps_server --shard=1 --num_shards=2 --port=5001 --mode=async &
+    python3 python/examples/fashion_cnn.py --servers=localhost:5000,localhost:5001 \\
+        --rank=0 --num_workers=2 --mode=async &
+    python3 python/examples/fashion_cnn.py --servers=localhost:5000,localhost:5001 \\
+        --rank=1 --num_workers=2 --mode=async
+
+    # once both are done, the servers' weights on the 10,000 test images:
+    python3 python/examples/fashion_cnn.py --servers=localhost:5000,localhost:5001 --evaluate
+
+    # the same network under DDP (gloo), for samples/s on the same machine:
+    python3 python/examples/fashion_cnn.py --ddp --rank=0 --num_workers=2 --port=29500 &
+    python3 python/examples/fashion_cnn.py --ddp --rank=1 --num_workers=2 --port=29500
+
+Each worker trains on its own share of the training set (example i goes to
+rank i mod num_workers) and prints "done: rank R samples/s S"; --evaluate
+prints "test_accuracy A" of the servers' weights (DDP's rank 0 prints its
+own model's).
+"""
+
+import argparse
+import gzip
+import os
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+DATA = "/usr/share/datasets/fashion-mnist"
+
+
+def read_idx(path):
+    """An IDX file (gzip'd) as a numpy array."""
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    zero, dtype, ndim = struct.unpack(">HBB", data[:4])
+    if zero != 0 or dtype != 0x08:
+        raise ValueError(f"{path}: not an IDX file of bytes")
+    shape = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
+    body = np.frombuffer(data, np.uint8, offset=4 + 4 * ndim)
+    if body.size != int(np.prod(shape)):
+        raise ValueError(f"{path}: {body.size} bytes for shape {shape}")
+    return body.reshape(shape)
+
+
+def load(split, data=DATA):
+    """(images as float32 N x 1 x 28 x 28 in [0, 1], labels as int64)."""
+    prefix = "train" if split == "train" else "t10k"
+    x = read_idx(os.path.join(data, f"{prefix}-images-idx3-ubyte.gz"))
+    y = read_idx(os.path.join(data, f"{prefix}-labels-idx1-ubyte.gz"))
+    x = torch.from_numpy(x.astype(np.float32) / 255.0).unsqueeze(1)
+    return x, torch.from_numpy(y.astype(np.int64))
+
+
+class Net(nn.Module):
+    """Two 5x5 convolutions with pooling, then two dense layers."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 5, padding=2)
+        self.conv2 = nn.Conv2d(16, 32, 5, padding=2)
+        self.fc1 = nn.Linear(32 * 7 * 7, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = F.relu(self.fc1(x.flatten(1)))
+        return self.fc2(x)
+
+
+def accuracy(model, x, y, batch=1000):
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for i in range(0, len(x), batch):
+            correct += (model(x[i:i + batch]).argmax(1) == y[i:i + batch]).sum().item()
+    model.train()
+    return correct / len(x)
+
+
+def load_weights(model, weights):
+    """{name: numpy array} (a pull) into `model`'s parameters."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.from_numpy(weights[name]).reshape(p.shape))
+
+
+def batches(x, y, rank, num_workers, batch, epochs, seed):
+    """This rank's share, shuffled anew each epoch (seeded)."""
+    mine = torch.arange(rank, len(x), num_workers)
+    g = torch.Generator().manual_seed(seed + rank)
+    for _ in range(epochs):
+        order = mine[torch.randperm(len(mine), generator=g)]
+        for i in range(0, len(order) - batch + 1, batch):
+            idx = order[i:i + batch]
+            yield x[idx], y[idx]
+
+
+def train(model, opt, data, steps=None, log_every=0):
+    """The ordinary PyTorch loop; `opt` may be asyncps's or PyTorch's.
+    Returns (samples, seconds)."""
+    samples, start = 0, time.perf_counter()
+    for step, (xb, yb) in enumerate(data):
+        if steps is not None and step >= steps:
+            break
+        opt.zero_grad()
+        loss = F.cross_entropy(model(xb), yb)
+        loss.backward()
+        opt.step()
+        samples += len(xb)
+        if log_every and step % log_every == 0:
+            print(f"step {step} loss {loss.item():.4f}", flush=True)
+    return samples, time.perf_counter() - start
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--servers", default="localhost:5000,localhost:5001")
+    p.add_argument("--rank", type=int, default=0)
+    p.add_argument("--num_workers", type=int, default=1)
+    p.add_argument("--mode", default="async", choices=["async", "ssp", "bsp"])
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--steps", type=int, default=None,
+                   help="stop after this many steps (default: the epochs)")
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1,
+                   help="PyTorch's intra-op threads per worker")
+    p.add_argument("--data", default=DATA)
+    p.add_argument("--ddp", action="store_true",
+                   help="train with DistributedDataParallel (gloo) instead")
+    p.add_argument("--port", type=int, default=29500, help="--ddp: rendezvous port")
+    p.add_argument("--log_every", type=int, default=200)
+    p.add_argument("--evaluate", action="store_true",
+                   help="score the servers' weights on the test set")
+    p.add_argument("--declare_only", action="store_true",
+                   help="--evaluate: declare the model first (as a worker "
+                   "would), to score the initial weights")
+    args = p.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)  # Every worker builds the same network.
+    tx, ty = load("test", args.data)
+    model = Net()
+    if args.evaluate:
+        import asyncps
+        if args.declare_only:
+            import asyncps.torch
+            worker = asyncps.Client(args.servers, rank=args.rank,
+                                    num_workers=args.num_workers,
+                                    mode=args.mode)
+            asyncps.torch.DistributedOptimizer(
+                model, worker, optimizer="momentum", lr=args.lr,
+                momentum=args.momentum).close()
+        reader = asyncps.Client(args.servers, reader=True)
+        reader.attach()
+        load_weights(model, reader.pull())
+        print(f"test_accuracy {accuracy(model, tx, ty):.4f}", flush=True)
+        return 0
+    x, y = load("train", args.data)
+    data = batches(x, y, args.rank, args.num_workers, args.batch, args.epochs,
+                   args.seed)
+
+    if args.ddp:
+        import torch.distributed as dist
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(args.port))
+        dist.init_process_group("gloo", rank=args.rank,
+                                world_size=args.num_workers)
+        ddp = nn.parallel.DistributedDataParallel(model)
+        opt = torch.optim.SGD(ddp.parameters(), lr=args.lr,
+                              momentum=args.momentum)
+        samples, seconds = train(ddp, opt, data, args.steps, args.log_every)
+        if args.rank == 0:
+            print(f"test_accuracy {accuracy(model, tx, ty):.4f}", flush=True)
+        dist.destroy_process_group()
+    else:
+        import asyncps
+        import asyncps.torch
+        client = asyncps.Client(args.servers, rank=args.rank,
+                                num_workers=args.num_workers, mode=args.mode)
+        opt = asyncps.torch.DistributedOptimizer(
+            model, client, optimizer="momentum", lr=args.lr,
+            momentum=args.momentum)
+        samples, seconds = train(model, opt, data, args.steps, args.log_every)
+        opt.close()  # Leaves: the others stop waiting for this worker.
+    print(f"done: rank {args.rank} samples/s {samples / seconds:.0f}",
+          flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,343 @@
+// asyncps._core: the client library (include/asyncps/client.h) for Python,
+// with pybind11. Arrays cross without a copy: a pull decodes straight into
+// numpy memory and a push encodes straight from it, so arrays must be
+// float32 and C-contiguous (ValueError otherwise, naming the tensor). The
+// GIL is released while a call waits on the network. A failed call raises
+// the exception its status maps to, with the server's message.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "asyncps/client.h"
+
+namespace py = pybind11;
+
+namespace asyncps {
+namespace {
+
+// Raises the Python exception for `s` (nothing if OK): ValueError for bad
+// input, KeyError for an unknown name, ConnectionError for a server gone,
+// PermissionError for a refused identity, RuntimeError otherwise.
+void Raise(const absl::Status& s) {
+  if (s.ok()) return;
+  const std::string text = s.ToString();
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      throw py::value_error(text);
+    case absl::StatusCode::kNotFound:
+      throw py::key_error(text);
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+      PyErr_SetString(PyExc_ConnectionError, text.c_str());
+      throw py::error_already_set();
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kUnauthenticated:
+      PyErr_SetString(PyExc_PermissionError, text.c_str());
+      throw py::error_already_set();
+    default:
+      throw std::runtime_error(text);
+  }
+}
+
+// `a` as a float32 C-contiguous array (writable if `write`), or ValueError
+// naming `name`; never a copy.
+py::array Checked(const std::string& name, py::handle a, bool write) {
+  if (!py::isinstance<py::array>(a)) {
+    throw py::value_error(absl::StrCat("tensor '", name,
+                                       "': want a numpy array, got ",
+                                       std::string(py::str(a.get_type()))));
+  }
+  py::array array = py::reinterpret_borrow<py::array>(a);
+  if (!array.dtype().is(py::dtype::of<float>())) {
+    throw py::value_error(absl::StrCat("tensor '", name, "': dtype ",
+                                       std::string(py::str(array.dtype())),
+                                       ", want float32"));
+  }
+  if (!(array.flags() & py::array::c_style)) {
+    throw py::value_error(
+        absl::StrCat("tensor '", name,
+                     "': not C-contiguous (np.ascontiguousarray makes it so)"));
+  }
+  if (write && !array.writeable()) {
+    throw py::value_error(absl::StrCat("tensor '", name, "': read-only"));
+  }
+  return array;
+}
+
+absl::Span<const float> ConstView(const py::array& a) {
+  return {static_cast<const float*>(a.data()), static_cast<size_t>(a.size())};
+}
+
+absl::Span<float> View(py::array& a) {
+  return {static_cast<float*>(a.mutable_data()), static_cast<size_t>(a.size())};
+}
+
+class PyClient {
+ public:
+  PyClient(py::object servers, int rank, int num_workers,
+           const std::string& mode, const std::string& wire_dtype,
+           const std::string& transport, double rpc_timeout, double retry_for,
+           double heartbeat, int64_t slice_bytes, const std::string& tls_cert,
+           const std::string& tls_key, const std::string& tls_ca,
+           const std::string& auth_token_file, bool reader) {
+    ClientOptions o;
+    o.worker = !reader;
+    if (py::isinstance<py::str>(servers)) {
+      std::string list = servers.cast<std::string>();
+      size_t start = 0;
+      while (start <= list.size()) {
+        size_t comma = list.find(',', start);
+        if (comma == std::string::npos) comma = list.size();
+        o.servers.push_back(list.substr(start, comma - start));
+        start = comma + 1;
+      }
+    } else {
+      o.servers = servers.cast<std::vector<std::string>>();
+    }
+    o.rank = rank;
+    o.num_workers = num_workers;
+    o.mode = mode;
+    o.wire_dtype = wire_dtype;
+    o.transport = transport;
+    o.rpc_timeout_seconds = rpc_timeout;
+    o.retry_for_seconds = retry_for;
+    o.heartbeat_seconds = heartbeat;
+    o.slice_bytes = slice_bytes;
+    o.tls_cert = tls_cert;
+    o.tls_key = tls_key;
+    o.tls_ca = tls_ca;
+    o.auth_token_file = auth_token_file;
+    absl::StatusOr<std::unique_ptr<Client>> c;
+    {
+      py::gil_scoped_release release;
+      c = Client::Connect(o);
+    }
+    Raise(c.status());
+    client_ = *std::move(c);
+  }
+
+  void Declare(py::dict arrays, const std::string& optimizer, float lr,
+               float momentum, bool nesterov, float beta1, float beta2,
+               float eps, float weight_decay) {
+    std::vector<TensorSpec> tensors;
+    std::vector<py::array> keep;  // Alive (and referenced) across the call.
+    std::vector<absl::Span<const float>> initial;
+    for (auto [key, value] : arrays) {
+      const std::string name = py::str(key);
+      keep.push_back(Checked(name, value, /*write=*/false));
+      TensorSpec t{name, {}};
+      for (py::ssize_t d = 0; d < keep.back().ndim(); ++d) {
+        t.shape.push_back(keep.back().shape(d));
+      }
+      if (t.shape.empty()) t.shape.push_back(1);  // A scalar: one element.
+      tensors.push_back(std::move(t));
+      initial.push_back(ConstView(keep.back()));
+    }
+    OptimizerOptions opt;
+    opt.kind = optimizer;
+    opt.learning_rate = lr;
+    opt.momentum = momentum;
+    opt.nesterov = nesterov;
+    opt.beta1 = beta1;
+    opt.beta2 = beta2;
+    opt.epsilon = eps;
+    opt.weight_decay = weight_decay;
+    absl::Status s;
+    {
+      py::gil_scoped_release release;
+      s = client_->Declare(tensors, initial, opt);
+    }
+    Raise(s);
+  }
+
+  void Attach() {
+    absl::Status s;
+    {
+      py::gil_scoped_release release;
+      s = client_->Attach();
+    }
+    Raise(s);
+  }
+
+  // Fresh arrays, shaped as declared, with the weights of `names` (all
+  // tensors if None).
+  py::dict Pull(py::object names) {
+    std::vector<std::string> which = Names(names);
+    py::dict out;
+    std::vector<py::array> keep;
+    for (const std::string& name : which) {
+      keep.push_back(py::array_t<float>(Shape(name)));
+      out[py::str(name)] = keep.back();
+    }
+    PullInto(which, &keep);
+    return out;
+  }
+
+  // Pulls into the given arrays (float32, C-contiguous, writable).
+  void PullIntoArrays(py::dict arrays) {
+    std::vector<std::string> names;
+    std::vector<py::array> keep;
+    for (auto [key, value] : arrays) {
+      names.push_back(py::str(key));
+      keep.push_back(Checked(names.back(), value, /*write=*/true));
+    }
+    PullInto(names, &keep);
+  }
+
+  void Push(py::dict grads) {
+    std::vector<std::string> names;
+    std::vector<py::array> keep;
+    std::vector<absl::Span<const float>> views;
+    Gradients(grads, &names, &keep, &views);
+    absl::Status s;
+    {
+      py::gil_scoped_release release;
+      s = client_->Push(names, views);
+    }
+    Raise(s);
+  }
+
+  py::dict PushPull(py::dict grads) {
+    std::vector<std::string> names;
+    std::vector<py::array> keep;
+    std::vector<absl::Span<const float>> views;
+    Gradients(grads, &names, &keep, &views);
+    py::dict out;
+    std::vector<py::array> fresh;
+    std::vector<absl::Span<float>> out_views;
+    for (const std::string& name : names) {
+      fresh.push_back(py::array_t<float>(Shape(name)));
+      out[py::str(name)] = fresh.back();
+      out_views.push_back(View(fresh.back()));
+    }
+    absl::Status s;
+    {
+      py::gil_scoped_release release;
+      s = client_->PushPull(names, views, out_views);
+    }
+    Raise(s);
+    return out;
+  }
+
+  void EndStep() { client_->EndStep(); }
+  int rank() const { return client_->rank(); }
+  int num_workers() const { return client_->num_workers(); }
+  int64_t clock() const { return client_->clock(); }
+
+  py::dict Tensors() const {
+    py::dict out;
+    for (const TensorSpec& t : client_->tensors()) {
+      out[py::str(t.name)] = py::tuple(py::cast(t.shape));
+    }
+    return out;
+  }
+
+  void Leave() {
+    py::gil_scoped_release release;
+    client_->Leave();
+  }
+
+ private:
+  std::vector<std::string> Names(py::object names) const {
+    std::vector<std::string> out;
+    if (names.is_none()) {
+      for (const TensorSpec& t : client_->tensors()) out.push_back(t.name);
+    } else if (py::isinstance<py::str>(names)) {
+      out.push_back(names.cast<std::string>());
+    } else {
+      out = names.cast<std::vector<std::string>>();
+    }
+    return out;
+  }
+
+  std::vector<py::ssize_t> Shape(const std::string& name) const {
+    for (const TensorSpec& t : client_->tensors()) {
+      if (t.name == name) return {t.shape.begin(), t.shape.end()};
+    }
+    // The client says which names there are.
+    return {0};
+  }
+
+  void PullInto(const std::vector<std::string>& names,
+                std::vector<py::array>* arrays) {
+    std::vector<absl::Span<float>> views;
+    for (py::array& a : *arrays) views.push_back(View(a));
+    absl::Status s;
+    {
+      py::gil_scoped_release release;
+      s = client_->Pull(names, views);
+    }
+    Raise(s);
+  }
+
+  static void Gradients(py::dict grads, std::vector<std::string>* names,
+                        std::vector<py::array>* keep,
+                        std::vector<absl::Span<const float>>* views) {
+    for (auto [key, value] : grads) {
+      names->push_back(py::str(key));
+      keep->push_back(Checked(names->back(), value, /*write=*/false));
+    }
+    for (const py::array& a : *keep) views->push_back(ConstView(a));
+  }
+
+  std::unique_ptr<Client> client_;
+};
+
+}  // namespace
+}  // namespace asyncps
+
+PYBIND11_MODULE(_core, m) {
+  using asyncps::PyClient;
+  m.doc() = "asyncps's client library (see asyncps.Client).";
+  py::class_<PyClient>(m, "Client", R"(One worker of an asyncps job.
+
+Connects to every shard and joins the job (a rank, heartbeats, the
+servers' mode); arrays are float32 and C-contiguous, and cross without a
+copy. reader=True joins no job: it may attach and pull (an evaluator).)")
+      .def(py::init<py::object, int, int, const std::string&,
+                    const std::string&, const std::string&, double, double,
+                    double, int64_t, const std::string&, const std::string&,
+                    const std::string&, const std::string&, bool>(),
+           py::arg("servers"), py::arg("rank") = -1, py::arg("num_workers") = 1,
+           py::arg("mode") = "async", py::arg("wire_dtype") = "f32",
+           py::arg("transport") = "tcp", py::arg("rpc_timeout") = 30.0,
+           py::arg("retry_for") = 60.0, py::arg("heartbeat") = 1.0,
+           py::arg("slice_bytes") = 256 << 10, py::arg("tls_cert") = "",
+           py::arg("tls_key") = "", py::arg("tls_ca") = "",
+           py::arg("auth_token_file") = "", py::arg("reader") = false)
+      .def("declare", &PyClient::Declare, py::arg("arrays"),
+           py::arg("optimizer") = "sgd", py::arg("lr") = 0.01f,
+           py::arg("momentum") = 0.9f, py::arg("nesterov") = false,
+           py::arg("beta1") = 0.9f, py::arg("beta2") = 0.999f,
+           py::arg("eps") = 1e-8f, py::arg("weight_decay") = 0.0f,
+           "Declares the model {name: initial array}; the first worker's "
+           "arrays are the initial weights.")
+      .def("attach", &PyClient::Attach,
+           "Adopts the model another worker declared (waits for it).")
+      .def("pull", &PyClient::Pull, py::arg("names") = py::none(),
+           "{name: weights} of `names` (all tensors if None), new arrays.")
+      .def("pull_into", &PyClient::PullIntoArrays, py::arg("arrays"),
+           "Pulls into the given {name: array} (written in place).")
+      .def("push", &PyClient::Push, py::arg("grads"),
+           "Pushes {name: gradient} for the step in progress.")
+      .def("push_pull", &PyClient::PushPull, py::arg("grads"),
+           "Pushes {name: gradient}, returns the weights after the step; "
+           "ends the step.")
+      .def("end_step", &PyClient::EndStep, "Completes the step in progress.")
+      .def("leave", &PyClient::Leave, "Tells the servers this worker is done.")
+      .def_property_readonly("rank", &PyClient::rank)
+      .def_property_readonly("num_workers", &PyClient::num_workers)
+      .def_property_readonly("clock", &PyClient::clock)
+      .def_property_readonly("tensors", &PyClient::Tensors,
+                             "{name: shape} of the declared model.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyClient& self, py::args) { self.Leave(); });
+}

@@ -1,0 +1,117 @@
+"""asyncps.Client against real ps_server processes: exact SGD, zero-copy
+pulls, every wrong input refused with its exception and no weight moved, a
+server gone, and the GIL released while a bsp pull waits."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import asyncps
+
+
+def client(servers, **kw):
+    kw.setdefault("retry_for", 5.0)
+    kw.setdefault("slice_bytes", 16)  # Tensors spread over every shard.
+    return asyncps.Client(servers, **kw)
+
+
+def model():
+    return {"w": np.arange(12, dtype=np.float32).reshape(3, 4),
+            "b": np.zeros(4, dtype=np.float32)}
+
+
+def test_declare_pull_push_give_exact_sgd(shards):
+    servers = shards.start(2)
+    with client(servers, rank=0, num_workers=1) as c:
+        c.declare(model(), optimizer="sgd", lr=0.5)
+        assert c.tensors == {"w": (3, 4), "b": (4,)}
+        got = c.pull()
+        np.testing.assert_array_equal(got["w"], model()["w"])
+        assert got["w"].shape == (3, 4) and got["w"].dtype == np.float32
+        c.push({"w": np.full((3, 4), 2.0, np.float32),
+                "b": np.full(4, -4.0, np.float32)})
+        c.end_step()
+        assert c.clock == 1
+        got = c.pull(["w", "b"])
+        np.testing.assert_array_equal(got["w"], model()["w"] - 1.0)
+        np.testing.assert_array_equal(got["b"], np.full(4, 2.0, np.float32))
+        after = c.push_pull({"b": np.ones(4, np.float32)})
+        np.testing.assert_array_equal(after["b"], np.full(4, 1.5, np.float32))
+
+
+def test_pull_into_writes_the_given_arrays(shards):
+    servers = shards.start(1)
+    with client(servers, rank=0, num_workers=1) as c:
+        c.declare(model())
+        mine = np.zeros((3, 4), np.float32)
+        address = mine.ctypes.data
+        c.pull_into({"w": mine})
+        assert mine.ctypes.data == address  # Written in place, no copy.
+        np.testing.assert_array_equal(mine, model()["w"])
+
+
+def test_wrong_input_raises_and_changes_no_weight(shards):
+    servers = shards.start(2)
+    c = client(servers, rank=0, num_workers=1)
+    with pytest.raises(RuntimeError, match="no model yet"):
+        c.pull()
+    c.declare(model(), lr=0.5)
+    g = np.ones((3, 4), np.float32)
+    with pytest.raises(KeyError, match="unknown tensor 'nope'"):
+        c.push({"nope": g})
+    with pytest.raises(ValueError, match="'w' has 12 elements but its buffer 6"):
+        c.push({"w": np.ones(6, np.float32)})
+    with pytest.raises(ValueError, match="dtype float64, want float32"):
+        c.push({"w": np.ones((3, 4))})
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        c.push({"w": np.ones((4, 3), np.float32).T})
+    with pytest.raises(ValueError, match="want a numpy array"):
+        c.push({"w": [1.0] * 12})
+    nan = g.copy()
+    nan[1, 2] = np.nan
+    # The NaN's slice lives on one shard, the rest on the other: nothing of
+    # the push may be applied anywhere.
+    with pytest.raises(ValueError, match="'w' has NaN at element 6"):
+        c.push({"w": nan})
+    with pytest.raises(ValueError, match="Inf"):
+        c.push_pull({"b": np.array([0, np.inf, 0, 0], np.float32)})
+    with pytest.raises(ValueError, match="read-only"):
+        frozen = np.zeros((3, 4), np.float32)
+        frozen.flags.writeable = False
+        c.pull_into({"w": frozen})
+    with pytest.raises(RuntimeError, match="different model"):
+        c.declare({"w": np.zeros((4, 3), np.float32),
+                   "b": np.zeros(4, np.float32)})
+    np.testing.assert_array_equal(c.pull()["w"], model()["w"])
+    np.testing.assert_array_equal(c.pull()["b"], model()["b"])
+    # Every server gone: the call gives up after retry_for, saying so.
+    shards.kill()
+    with pytest.raises(ConnectionError, match="giving up"):
+        c.push({"w": g})
+    with pytest.raises(ValueError, match="rank 5 is outside"):
+        client(servers, rank=5, num_workers=2)
+
+
+def test_gil_is_released_while_a_bsp_pull_waits(shards):
+    servers = shards.start(1, "--mode=bsp")
+    a = client(servers, rank=0, num_workers=2, mode="bsp")
+    b = client(servers, rank=1, num_workers=2, mode="bsp")
+    a.declare(model(), lr=1.0)
+    b.declare(model(), lr=1.0)
+    ones = {"w": np.ones((3, 4), np.float32), "b": np.ones(4, np.float32)}
+    a.push(ones)
+    a.end_step()
+    got = {}
+    # A's pull of step 1 waits for B's push; B pushes from this thread, which
+    # could not run if A's wait held the GIL.
+    waiter = threading.Thread(target=lambda: got.update(a.pull()))
+    waiter.start()
+    threes = {k: 3 * v for k, v in ones.items()}
+    b.push(threes)
+    b.end_step()
+    waiter.join(timeout=30)
+    assert not waiter.is_alive()
+    np.testing.assert_array_equal(got["w"], model()["w"] - 2.0)  # Mean: 2.
+    a.leave()
+    b.leave()

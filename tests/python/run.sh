@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The Python tests (pytest) of the asyncps module, against real ps_server
+# processes, with Debian's /usr/bin/python3 (python3-torch, python3-numpy,
+# python3-pytest). Run by bazel test //tests/python:python_test.
+set -euo pipefail
+root=$PWD
+export PYTHONPATH=$root/python
+export ASYNCPS_PS_SERVER=$root/server/ps_server
+export ASYNCPS_EXAMPLE=$root/python/examples/fashion_cnn.py
+# One intra-op thread per process: the tests start several at once.
+export OMP_NUM_THREADS=1
+cd "$TEST_TMPDIR"
+exec /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+  "$root/tests/python/client_test.py" "$root/tests/python/torch_test.py"

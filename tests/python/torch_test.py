@@ -1,0 +1,88 @@
+"""asyncps.torch.DistributedOptimizer against real ps_server processes: the
+same weights as plain PyTorch SGD when one worker trains in bsp, and the
+CNN example's two workers improving its test accuracy in a short async run."""
+
+import copy
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import asyncps
+import asyncps.torch
+
+EXAMPLE = os.environ.get("ASYNCPS_EXAMPLE", "python/examples/fashion_cnn.py")
+
+
+def test_one_bsp_worker_matches_plain_pytorch_sgd(shards):
+    servers = shards.start(2, "--mode=bsp")
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(8, 6), nn.ReLU(), nn.Linear(6, 3))
+    reference = copy.deepcopy(model)
+    initial = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(4)
+    data = [(torch.randn(16, 8, generator=g),
+             torch.randint(0, 3, (16,), generator=g)) for _ in range(6)]
+
+    client = asyncps.Client(servers, rank=0, num_workers=1, mode="bsp",
+                            slice_bytes=64)  # Layers cut over both shards.
+    opt = asyncps.torch.DistributedOptimizer(model, client, lr=0.1)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for x, y in data:
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        ref_opt.zero_grad()
+        F.cross_entropy(reference(x), y).backward()
+        ref_opt.step()
+    opt.pull()  # The weights after the last step.
+    assert client.clock == len(data)
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(),
+                                   rtol=1e-5, atol=1e-6, err_msg=name)
+    # Training moved them: the comparison is not of two initial models.
+    assert not torch.allclose(model[0].weight, initial[0].weight, atol=1e-3)
+    opt.close()
+
+
+def test_wrapper_refuses_what_it_cannot_train(shards):
+    servers = shards.start(1)
+    client = asyncps.Client(servers, rank=0, num_workers=1)
+    with pytest.raises(ValueError, match="float32 CPU tensors"):
+        asyncps.torch.DistributedOptimizer(nn.Linear(2, 2).double(), client)
+    frozen = nn.Linear(2, 2)
+    for p in frozen.parameters():
+        p.requires_grad_(False)
+    with pytest.raises(ValueError, match="no parameter"):
+        asyncps.torch.DistributedOptimizer(frozen, client)
+    client.leave()
+
+
+def run(*args):
+    out = subprocess.run([sys.executable, EXAMPLE, *args], check=True,
+                         capture_output=True, text=True, timeout=300)
+    return out.stdout
+
+
+def test_cnn_example_improves_in_a_short_async_run(shards):
+    servers = ",".join(shards.start(2, "--mode=async"))
+    before = float(run("--servers=" + servers, "--evaluate", "--declare_only",
+                       "--num_workers=2")
+                   .split("test_accuracy ")[1])
+    workers = [subprocess.Popen(
+        [sys.executable, EXAMPLE, "--servers=" + servers, f"--rank={r}",
+         "--num_workers=2", "--mode=async", "--steps=120", "--log_every=0"],
+        stdout=subprocess.PIPE, text=True) for r in range(2)]
+    for w in workers:
+        out, _ = w.communicate(timeout=300)
+        assert w.returncode == 0
+        assert "done: rank" in out
+    after = float(run("--servers=" + servers, "--evaluate")
+                  .split("test_accuracy ")[1])
+    assert before < 0.3
+    assert after > 0.65, (before, after)
