@@ -7,6 +7,8 @@ root=$PWD
 export PYTHONPATH=$root/python
 export ASYNCPS_PS_SERVER=$root/server/ps_server
 export ASYNCPS_EXAMPLE=$root/python/examples/fashion_cnn.py
+export ASYNCPS_MINIMAL=$root/python/examples/minimal.py
+export ASYNCPS_README=$root/README.md
 # One intra-op thread per process: the tests start several at once.
 export OMP_NUM_THREADS=1
 cd "$TEST_TMPDIR"

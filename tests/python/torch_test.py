@@ -86,3 +86,18 @@ def test_cnn_example_improves_in_a_short_async_run(shards):
                   .split("test_accuracy ")[1])
     assert before < 0.3
     assert after > 0.65, (before, after)
+
+
+MINIMAL = os.environ.get("ASYNCPS_MINIMAL", "python/examples/minimal.py")
+README = os.environ.get("ASYNCPS_README", "README.md")
+
+
+def test_readme_example_is_the_one_that_runs(shards):
+    servers = ",".join(shards.start(2))
+    with open(MINIMAL) as f:
+        code = f.read()
+    with open(README) as f:
+        assert code in f.read(), "README.md's example differs from minimal.py"
+    out = subprocess.run([sys.executable, MINIMAL, servers], check=True,
+                         capture_output=True, text=True, timeout=120).stdout
+    assert float(out.split("accuracy ")[1]) >= 0.95, out
