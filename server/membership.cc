@@ -8,11 +8,14 @@
 namespace asyncps {
 
 Membership::Membership(Clock* clock, absl::Duration worker_timeout,
-                       Resume resume, int job_workers)
+                       Resume resume, int job_workers,
+                       absl::Duration rejoin_grace)
     : clock_(clock),
       worker_timeout_(worker_timeout),
       resume_(resume),
       job_workers_(job_workers),
+      started_(clock->Now()),
+      rejoin_grace_(rejoin_grace),
       expected_(job_workers) {}
 
 bool Membership::Live(const Worker& w, absl::Time now) const {
@@ -145,6 +148,9 @@ absl::Status Membership::Authorize(int rank, uint64_t secret, int64_t clock,
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(rank);
   if (it == workers_.end()) {
+    // A shard that has just (re)started knows no one yet: the job's
+    // workers go on as before while their heartbeats register them again.
+    if (clock_->Now() - started_ < rejoin_grace_) return absl::OkStatus();
     return absl::UnavailableError(absl::StrCat(
         "rank ", rank,
         " has not registered with this shard (it may have restarted: the "

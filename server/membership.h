@@ -35,8 +35,11 @@ class Membership {
   // `clock` is borrowed and must outlive this object. `job_workers` > 0
   // fixes the job's worker count (ps_server --num_workers): a Register
   // saying otherwise is refused; 0 takes it from the workers.
+  // `rejoin_grace`: how long after creation a rank that has not registered
+  // may act (see Authorize).
   Membership(Clock* clock, absl::Duration worker_timeout,
-             Resume resume = Resume::kJobFront, int job_workers = 0);
+             Resume resume = Resume::kJobFront, int job_workers = 0,
+             absl::Duration rejoin_grace = absl::ZeroDuration());
 
   // Adds or re-adds a worker. rank = -1 gives the lowest rank that is not
   // live; a rank that registers again gets a new incarnation (a restarted
@@ -62,10 +65,11 @@ class Membership {
   // Checks that a call acting as `rank` carries the secret of the rank's
   // registration, then notes `clock` as Touch does. Rank -1 (a client that
   // is not a training worker, e.g. the evaluator) passes only if `anyone`
-  // (reads, which the auth token guards). UNAVAILABLE for a rank that has
-  // not registered here (the shard may have restarted: the worker's
-  // heartbeats register it again); PERMISSION_DENIED for a wrong secret, or
-  // rank -1 where only a worker may act.
+  // (reads, which the auth token guards). A rank that has not registered
+  // here passes within rejoin_grace of this object's creation (a shard
+  // that restarted lets its workers go on while their heartbeats register
+  // them again), and is UNAVAILABLE after; PERMISSION_DENIED for a wrong
+  // secret, or rank -1 where only a worker may act.
   absl::Status Authorize(int rank, uint64_t secret, int64_t clock,
                          bool anyone = false);
 
@@ -116,6 +120,8 @@ class Membership {
   const absl::Duration worker_timeout_;
   const Resume resume_;
   const int job_workers_;
+  const absl::Time started_;
+  const absl::Duration rejoin_grace_;
 
   mutable absl::Mutex mu_;
   std::map<int, Worker> workers_ ABSL_GUARDED_BY(mu_);

@@ -43,6 +43,11 @@ ABSL_FLAG(int, num_workers, 0,
           "The job's worker count: a worker registering with another "
           "--num_workers (or a rank outside it) is refused. 0 takes it from "
           "the first worker (and from the next one while none is live).");
+ABSL_FLAG(absl::Duration, rejoin_grace, absl::Seconds(10),
+          "After the shard starts, how long workers that have not registered "
+          "with it (it restarted; their heartbeats register them within a "
+          "second) may pull and push as their ranks. Past it, a rank must "
+          "register first (UNAVAILABLE). 0: never (the strictest).");
 ABSL_FLAG(int, metrics_port, 0,
           "TCP port of Prometheus' /metrics (the shard's counters, workers "
           "and staleness, read at scrape time); 0: none.");
@@ -116,6 +121,7 @@ absl::StatusOr<ShardServerConfig> ConfigFromFlags() {
   config.max_streams_per_connection =
       absl::GetFlag(FLAGS_max_streams_per_connection);
   config.num_workers = absl::GetFlag(FLAGS_num_workers);
+  config.rejoin_grace = absl::GetFlag(FLAGS_rejoin_grace);
   config.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   config.timeline = absl::GetFlag(FLAGS_timeline);
   config.shard = absl::GetFlag(FLAGS_shard);

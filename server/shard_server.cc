@@ -43,6 +43,9 @@ absl::Status ShardServerConfig::Validate() const {
     return absl::InvalidArgumentError(
         "--max_streams_per_connection must be at least 1");
   }
+  if (rejoin_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--rejoin_grace must not be negative");
+  }
   if (num_workers < 0 || num_workers > kMaxRank) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--num_workers=", num_workers, " is outside [0, ", kMaxRank, "]"));
@@ -126,7 +129,8 @@ ShardServer::ShardServer(const ShardServerConfig& config, Env env,
              config.max_message_bytes - kResponseOverhead,
              static_cast<uint64_t>(config.max_shard_bytes), RandomId()),
       membership_(env.clock, config.worker_timeout,
-                  ResumeFor(config.consistency.mode), config.num_workers),
+                  ResumeFor(config.consistency.mode), config.num_workers,
+                  config.rejoin_grace),
       consistency_(Observed(config.consistency, observer()), &store_,
                    &membership_, env.clock),
       kv_(env.clock) {}

@@ -64,7 +64,9 @@ void ExpectRefused(const absl::Status& s, absl::StatusCode code,
 class SpoofedRank : public ::testing::TestWithParam<Transport> {};
 
 TEST_P(SpoofedRank, CannotActAsARegisteredWorker) {
-  auto cluster = TestCluster::Start(1, {"--worker_timeout=60s"});
+  // No grace for unregistered ranks: this shard did not restart.
+  auto cluster =
+      TestCluster::Start(1, {"--worker_timeout=60s", "--rejoin_grace=0s"});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const v1::ModelSpec spec = ConstantSpec({{8, 4}}, 1, 1.0f, 0.5f, 64);
   auto owner = Client(**cluster, GetParam());
@@ -185,7 +187,8 @@ TEST(Registration, AFloodCannotGrowOrStallTheJob) {
 }
 
 TEST(Roles, OnlyTheJobsWorkersDeclareAndAssign) {
-  auto cluster = TestCluster::Start(1, {"--mode=allreduce"});
+  auto cluster =
+      TestCluster::Start(1, {"--mode=allreduce", "--rejoin_grace=0s"});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const v1::ModelSpec spec = ConstantSpec({{4, 4}}, 1, 1.0f, 0.5f, 1024);
   auto stranger = Stranger(**cluster);

@@ -61,19 +61,27 @@ TEST(Training, WorkersAskingForARankGetDistinctOnes) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   std::vector<std::unique_ptr<Subprocess>> workers;
   for (int i = 0; i < 2; ++i) {
+    // More steps than the test waits for: neither is done (and leaves its
+    // rank to the other) before both have one.
     auto w = StartWorker(**cluster, 0, 2,
-                         {"--rank=-1", "--max_train_examples=3000"});
+                         {"--rank=-1", "--max_train_examples=3000",
+                          "--epochs=1000000", "--log_every=1ms"});
     ASSERT_TRUE(w.ok()) << w.status();
     workers.push_back(*std::move(w));
   }
   std::set<std::string> ranks;
   for (auto& w : workers) {
-    auto done = w->WaitForLine("done:", absl::Seconds(120));
-    ASSERT_TRUE(done.ok()) << done.status() << "\n" << w->output();
-    ranks.insert(done->substr(0, done->find(" done:")));
-    EXPECT_EQ(ExitCode(*w), 0);
+    auto step = w->WaitForLine(" step ", absl::Seconds(120));
+    ASSERT_TRUE(step.ok()) << step.status() << "\n" << w->output();
+    ranks.insert(step->substr(0, step->find(" step ")));
   }
   EXPECT_EQ(ranks, (std::set<std::string>{"rank 0", "rank 1"}));
+  for (auto& w : workers) {
+    w->Signal(SIGTERM);  // Stops after the step in progress.
+    auto done = w->WaitForLine("done:", absl::Seconds(60));
+    ASSERT_TRUE(done.ok()) << done.status();
+    EXPECT_EQ(ExitCode(*w), 0);
+  }
 }
 
 TEST(Training, SigkilledWorkerLeavesTheOthersTraining) {

@@ -183,6 +183,14 @@ TEST(Membership, ASecretBindsARankToItsRegistration) {
   Membership fresh(&clock, absl::Seconds(5));
   EXPECT_EQ(fresh.Authorize(1, one->secret(), 1).code(),
             absl::StatusCode::kUnavailable);
+  // ... unless it is within the grace after a (re)start, when the job's
+  // workers go on while their heartbeats register them again.
+  Membership restarted(&clock, absl::Seconds(5), Membership::Resume::kJobFront,
+                       0, /*rejoin_grace=*/absl::Seconds(3));
+  EXPECT_TRUE(restarted.Authorize(1, one->secret(), 1).ok());
+  clock.Advance(absl::Seconds(3));
+  EXPECT_EQ(restarted.Authorize(1, one->secret(), 1).code(),
+            absl::StatusCode::kUnavailable);
   // Rank -1 (not a worker) reads, and nothing else.
   EXPECT_TRUE(m.Authorize(-1, 0, 0, /*anyone=*/true).ok());
   EXPECT_EQ(m.Authorize(-1, 0, 0).code(), absl::StatusCode::kPermissionDenied);
