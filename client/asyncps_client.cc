@@ -122,7 +122,7 @@ class Client::Impl {
                     const std::vector<absl::Span<float>>& out) {
     ASSIGN_OR_RETURN(const std::vector<int> indices,
                      Indices(names, out.size()));
-    TensorViews views(num_tensors_);
+    TensorViews views(NumTensors());
     for (size_t k = 0; k < indices.size(); ++k) views[indices[k]] = out[k];
     std::vector<SliceVersion> versions = Versions();
     RETURN_IF_ERROR(ps_->Pull(indices, views, &versions, rank(), clock()));
@@ -136,7 +136,7 @@ class Client::Impl {
     ASSIGN_OR_RETURN(const std::vector<int> indices,
                      Indices(names, grads.size()));
     RETURN_IF_ERROR(CheckFinite(names, grads));
-    ConstTensorViews views(num_tensors_);
+    ConstTensorViews views(NumTensors());
     for (size_t k = 0; k < indices.size(); ++k) views[indices[k]] = grads[k];
     return ps_->Push(indices, views, Versions(), rank(), clock() + 1, nullptr);
   }
@@ -152,8 +152,8 @@ class Client::Impl {
           "PushPull: ", names.size(), " names but ", out.size(), " outputs"));
     }
     RETURN_IF_ERROR(CheckFinite(names, grads));
-    ConstTensorViews in(num_tensors_);
-    TensorViews views(num_tensors_);
+    ConstTensorViews in(NumTensors());
+    TensorViews views(NumTensors());
     for (size_t k = 0; k < indices.size(); ++k) {
       in[indices[k]] = grads[k];
       views[indices[k]] = out[k];
@@ -242,6 +242,11 @@ class Client::Impl {
       indices.push_back(it->second);
     }
     return indices;
+  }
+
+  int NumTensors() const {
+    absl::MutexLock lock(&mu_);
+    return num_tensors_;
   }
 
   std::vector<SliceVersion> Versions() const {
