@@ -87,14 +87,15 @@ absl::Status PsClient::Retry(std::vector<Call<Request, Response>>* calls,
   Backoff backoff(options_.backoff_initial, options_.backoff_max,
                   options_.retry_for, options_.clock);
   while (true) {
-    const int64_t registrations = registrations_.load();
+    const int64_t ended = registrations_ended_.load();
     for (Call<Request, Response>* call : pending) {
       Stamp(call->shard, &call->request);
     }
     const std::vector<absl::Status> results = attempt(pending);
     // A refusal for want of a secret that has changed since (a shard
-    // restarted, the worker registered again) is retried with the new one.
-    const bool newer_secret = registrations_.load() != registrations;
+    // restarted, the worker registered again) is retried with the new one,
+    // also when the new one is still on its way.
+    const bool newer_secret = registrations_started_.load() != ended;
     std::vector<Call<Request, Response>*> retry;
     std::string last_error;
     for (size_t k = 0; k < pending.size(); ++k) {
@@ -708,15 +709,17 @@ absl::StatusOr<std::string> PsClient::StoreGet(const std::string& key,
 
 absl::StatusOr<v1::RegisterResponse> PsClient::Register(
     int shard, const v1::RegisterRequest& req) {
-  ASSIGN_OR_RETURN(v1::RegisterResponse response,
-                   CallOne<v1::RegisterResponse>(
-                       shard, req, ASYNCPS_RPC(Register), "Register"));
-  {
-    absl::MutexLock lock(&secrets_mu_);
-    secrets_[{shard, response.rank()}] = response.secret();
+  ++registrations_started_;
+  absl::StatusOr<v1::RegisterResponse> response = CallOne<v1::RegisterResponse>(
+      shard, req, ASYNCPS_RPC(Register), "Register");
+  if (response.ok()) {
+    {
+      absl::MutexLock lock(&secrets_mu_);
+      secrets_[{shard, response->rank()}] = response->secret();
+    }
+    rank_ = response->rank();
   }
-  rank_ = response.rank();
-  ++registrations_;
+  ++registrations_ended_;
   return response;
 }
 

@@ -357,13 +357,18 @@ class PsClient final : public RendezvousStore {
   std::atomic<int64_t> sent_bytes_{0};
   std::atomic<int64_t> received_bytes_{0};
   std::atomic<int64_t> retries_{0};
-  // Registration secrets by (shard, rank); `registrations_` counts the
-  // answers taken, so a call refused PERMISSION_DENIED while a newer
-  // secret arrived is tried again with it.
+  // Registration secrets by (shard, rank). `registrations_started_` counts
+  // the Register calls sent, `registrations_ended_` those that came back
+  // (answered or failed): a call refused PERMISSION_DENIED is tried again
+  // when a registration it did not see the end of was under way meanwhile.
+  // The shard holds the new secret from before its answer arrives, so a
+  // call stamped with the old one may be refused before the new one is
+  // here; the retry waits for it.
   mutable absl::Mutex secrets_mu_;
   absl::flat_hash_map<std::pair<int, int>, uint64_t> secrets_
       ABSL_GUARDED_BY(secrets_mu_);
-  std::atomic<int64_t> registrations_{0};
+  std::atomic<int64_t> registrations_started_{0};
+  std::atomic<int64_t> registrations_ended_{0};
   // The rank this client last registered as (-1: none): who declares.
   std::atomic<int> rank_{-1};
 };
