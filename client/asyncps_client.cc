@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "asyncps/client.h"
+#include "client/client_internal.h"
 #include "client/membership_client.h"
 #include "client/ps_client.h"
 #include "common/cluster_spec.h"
@@ -18,6 +19,7 @@
 #include "common/security.h"
 #include "common/status.h"
 #include "common/wire_dtype.h"
+#include "glog/logging.h"
 
 namespace asyncps {
 
@@ -39,12 +41,14 @@ absl::StatusOr<v1::OptimizerSpec> ToSpec(const OptimizerOptions& o) {
   } else if (o.kind == "adagrad") {
     spec.set_kind(v1::OptimizerSpec::ADAGRAD);
     spec.set_epsilon(o.epsilon);
+    spec.set_initial_accumulator_value(o.initial_accumulator_value);
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "optimizer '", o.kind, "' (want sgd, momentum, adam, adagrad)"));
   }
   spec.set_learning_rate(o.learning_rate);
   spec.set_weight_decay(o.weight_decay);
+  spec.set_lr_decay(o.lr_decay);
   RETURN_IF_ERROR(ValidateOptimizer(spec));
   return spec;
 }
@@ -69,7 +73,60 @@ absl::Status CheckFinite(const std::vector<std::string>& names,
   return absl::OkStatus();
 }
 
+PushStats ToStats(const PushResult& r) {
+  PushStats out;
+  out.slices = r.slices;
+  out.total_staleness = r.total_staleness;
+  out.max_staleness = r.max_staleness;
+  out.dropped = r.dropped;
+  out.front_step = r.front_step;
+  return out;
+}
+
 }  // namespace
+
+void PushStats::Add(const PushStats& other) {
+  slices += other.slices;
+  total_staleness += other.total_staleness;
+  max_staleness = std::max(max_staleness, other.max_staleness);
+  dropped += other.dropped;
+  front_step = std::max(front_step, other.front_step);
+}
+
+struct Snapshot::Rep {
+  std::vector<SliceVersion> versions;  // Indexed like the partition's slices.
+};
+
+Snapshot::Snapshot() : rep_(std::make_unique<Rep>()) {}
+Snapshot::~Snapshot() = default;
+Snapshot::Snapshot(const Snapshot& other)
+    : rep_(std::make_unique<Rep>(*other.rep_)) {}
+Snapshot& Snapshot::operator=(const Snapshot& other) {
+  *rep_ = *other.rep_;
+  return *this;
+}
+Snapshot::Snapshot(Snapshot&& other) noexcept
+    : rep_(std::make_unique<Rep>(std::move(*other.rep_))) {}
+Snapshot& Snapshot::operator=(Snapshot&& other) noexcept {
+  rep_->versions.swap(other.rep_->versions);
+  return *this;
+}
+
+int64_t Snapshot::min_version() const {
+  if (rep_->versions.empty()) return -1;
+  int64_t lowest = rep_->versions[0].version;
+  for (const SliceVersion& v : rep_->versions) {
+    lowest = std::min(lowest, v.version);
+  }
+  return lowest;
+}
+
+double Snapshot::mean_version() const {
+  if (rep_->versions.empty()) return 0;
+  double sum = 0;
+  for (const SliceVersion& v : rep_->versions) sum += v.version;
+  return sum / rep_->versions.size();
+}
 
 class Client::Impl {
  public:
@@ -89,7 +146,8 @@ class Client::Impl {
 
   absl::Status Declare(const std::vector<TensorSpec>& tensors,
                        const std::vector<absl::Span<const float>>& initial,
-                       const OptimizerOptions& optimizer) {
+                       const OptimizerOptions& optimizer,
+                       const std::string& model_name) {
     RETURN_IF_ERROR(MustBeWorker("Declare"));
     if (initial.size() != tensors.size()) {
       return absl::InvalidArgumentError(
@@ -97,7 +155,7 @@ class Client::Impl {
                        initial.size(), " initial buffers"));
     }
     v1::ModelSpec spec;
-    spec.set_name("model");
+    spec.set_name(model_name);
     ASSIGN_OR_RETURN(*spec.mutable_optimizer(), ToSpec(optimizer));
     spec.set_slice_bytes(static_cast<uint64_t>(slice_bytes_));
     spec.set_num_shards(static_cast<uint32_t>(ps_->num_shards()));
@@ -119,31 +177,55 @@ class Client::Impl {
   }
 
   absl::Status Pull(const std::vector<std::string>& names,
-                    const std::vector<absl::Span<float>>& out) {
+                    const std::vector<absl::Span<float>>& out,
+                    const CallOptions& options) {
     ASSIGN_OR_RETURN(const std::vector<int> indices,
                      Indices(names, out.size()));
     TensorViews views(NumTensors());
     for (size_t k = 0; k < indices.size(); ++k) views[indices[k]] = out[k];
-    std::vector<SliceVersion> versions = Versions();
-    RETURN_IF_ERROR(ps_->Pull(indices, views, &versions, rank(), clock()));
-    KeepVersions(indices, versions);
+    std::vector<SliceVersion> own;
+    std::vector<SliceVersion>* versions = &own;
+    if (options.into != nullptr) {
+      versions = &options.into->rep_->versions;
+    } else {
+      own = Versions();
+    }
+    versions->resize(ps_->partition().slices().size());
+    if (options.any_incarnation) {
+      for (int t : indices) {
+        for (int i : ps_->partition().tensor_slices(t)) {
+          (*versions)[i].incarnation = 0;
+        }
+      }
+    }
+    const int64_t step = options.step >= 0 ? options.step : clock();
+    RETURN_IF_ERROR(ps_->Pull(indices, views, versions, rank(), step));
+    if (options.into == nullptr) KeepVersions(indices, own);
     return absl::OkStatus();
   }
 
   absl::Status Push(const std::vector<std::string>& names,
-                    const std::vector<absl::Span<const float>>& grads) {
+                    const std::vector<absl::Span<const float>>& grads,
+                    const CallOptions& options) {
     RETURN_IF_ERROR(MustBeWorker("Push"));
     ASSIGN_OR_RETURN(const std::vector<int> indices,
                      Indices(names, grads.size()));
     RETURN_IF_ERROR(CheckFinite(names, grads));
     ConstTensorViews views(NumTensors());
     for (size_t k = 0; k < indices.size(); ++k) views[indices[k]] = grads[k];
-    return ps_->Push(indices, views, Versions(), rank(), clock() + 1, nullptr);
+    std::vector<SliceVersion> own;
+    const std::vector<SliceVersion>& from = From(options, &own);
+    const int64_t step = options.step >= 0 ? options.step : clock() + 1;
+    PushResult r;
+    RETURN_IF_ERROR(ps_->Push(indices, views, from, rank(), step, &r));
+    if (options.stats != nullptr) options.stats->Add(ToStats(r));
+    return absl::OkStatus();
   }
 
   absl::Status PushPull(const std::vector<std::string>& names,
                         const std::vector<absl::Span<const float>>& grads,
-                        const std::vector<absl::Span<float>>& out) {
+                        const std::vector<absl::Span<float>>& out,
+                        const CallOptions& options) {
     RETURN_IF_ERROR(MustBeWorker("PushPull"));
     ASSIGN_OR_RETURN(const std::vector<int> indices,
                      Indices(names, grads.size()));
@@ -158,12 +240,75 @@ class Client::Impl {
       in[indices[k]] = grads[k];
       views[indices[k]] = out[k];
     }
-    std::vector<SliceVersion> versions;
-    RETURN_IF_ERROR(ps_->PushPull(indices, in, Versions(), rank(), clock() + 1,
-                                  views, &versions, nullptr));
-    KeepVersions(indices, versions);
-    EndStep();
+    std::vector<SliceVersion> own;
+    const std::vector<SliceVersion>& from = From(options, &own);
+    std::vector<SliceVersion> pulled;
+    std::vector<SliceVersion>* into = &pulled;
+    if (options.into != nullptr) into = &options.into->rep_->versions;
+    const int64_t step = options.step >= 0 ? options.step : clock() + 1;
+    PushResult r;
+    RETURN_IF_ERROR(
+        ps_->PushPull(indices, in, from, rank(), step, views, into, &r));
+    if (options.stats != nullptr) options.stats->Add(ToStats(r));
+    if (options.into == nullptr) KeepVersions(indices, pulled);
     return absl::OkStatus();
+  }
+
+  absl::Status Recover(const absl::Status& failure,
+                       const std::vector<absl::Span<float>>& weights,
+                       Snapshot* snapshot) {
+    if (failure.code() != absl::StatusCode::kFailedPrecondition) {
+      return failure;
+    }
+    const int n = NumTensors();
+    if (n == 0 || static_cast<int>(weights.size()) != n) return failure;
+    std::vector<int> all(n);
+    for (int t = 0; t < n; ++t) all[t] = t;
+    std::vector<SliceVersion>& versions = snapshot->rep_->versions;
+    versions.resize(ps_->partition().slices().size());
+    ASSIGN_OR_RETURN(const std::vector<int> lost, ps_->ShardsWithoutModel());
+    if (lost.empty()) {
+      // Another worker may have declared the model again meanwhile: then a
+      // shard's incarnation is not the one our weights came from.
+      std::vector<std::vector<float>> fresh(n);
+      for (int t = 0; t < n; ++t) fresh[t].resize(weights[t].size());
+      std::vector<SliceVersion> fresh_versions;
+      RETURN_IF_ERROR(ps_->Pull(all, &fresh, &fresh_versions, -1, 0));
+      bool restarted = false;
+      for (size_t i = 0; i < versions.size() && i < fresh_versions.size();
+           ++i) {
+        restarted |= versions[i].incarnation != 0 &&
+                     versions[i].incarnation != fresh_versions[i].incarnation;
+      }
+      if (!restarted) return failure;
+      for (int t = 0; t < n; ++t) {
+        std::copy(fresh[t].begin(), fresh[t].end(), weights[t].begin());
+      }
+      versions.swap(fresh_versions);
+      return absl::OkStatus();
+    }
+    const ConstTensorViews held(weights.begin(), weights.end());
+    for (int shard : lost) {
+      ASSIGN_OR_RETURN(const bool created, ps_->Redeclare(shard));
+      if (!created) continue;  // Another worker restores it.
+      LOG(WARNING) << "shard " << shard
+                   << " restarted without the model: restoring it from rank "
+                   << rank() << "'s copy";
+      absl::Status restored = ps_->Restore(shard, held, versions, rank());
+      // FAILED_PRECONDITION: the shard stopped waiting (--restore_wait).
+      if (!restored.ok() &&
+          restored.code() != absl::StatusCode::kFailedPrecondition) {
+        return restored;
+      }
+    }
+    // As no worker (rank -1): a restored shard's steps and clocks must not
+    // hold this pull.
+    const TensorViews views(weights.begin(), weights.end());
+    return ps_->Pull(all, views, &versions, -1, 0);
+  }
+
+  void SetClock(int64_t clock) {
+    if (membership_ != nullptr) membership_->clock()->store(clock);
   }
 
   void EndStep() {
@@ -175,6 +320,23 @@ class Client::Impl {
   int64_t clock() const {
     return membership_ != nullptr ? membership_->clock()->load() : 0;
   }
+
+  std::string model_name() const {
+    absl::MutexLock lock(&mu_);
+    return model_.name();
+  }
+  int num_shards() const { return ps_->num_shards(); }
+  Snapshot latest() const {
+    Snapshot out;
+    out.rep_->versions = Versions();
+    return out;
+  }
+  TrafficStats traffic() const {
+    const Traffic t = ps_->traffic();
+    return {t.sent_bytes, t.received_bytes, t.retries};
+  }
+  PsClient* ps() const { return ps_.get(); }
+  MembershipClient* membership() const { return membership_.get(); }
 
   std::vector<TensorSpec> tensors() const {
     absl::MutexLock lock(&mu_);
@@ -249,6 +411,20 @@ class Client::Impl {
     return num_tensors_;
   }
 
+  // The versions a push names: `options.from`'s, or a copy of the latest
+  // pull's in `own`.
+  const std::vector<SliceVersion>& From(const CallOptions& options,
+                                        std::vector<SliceVersion>* own) const {
+    const size_t slices = ps_->partition().slices().size();
+    if (options.from != nullptr &&
+        options.from->rep_->versions.size() == slices) {
+      return options.from->rep_->versions;
+    }
+    *own = options.from != nullptr ? options.from->rep_->versions : Versions();
+    own->resize(slices);
+    return *own;
+  }
+
   std::vector<SliceVersion> Versions() const {
     absl::MutexLock lock(&mu_);
     return versions_;
@@ -287,6 +463,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
         "mode 'allreduce' trains without the servers (ps_worker does it); "
         "a Client runs async, ssp or bsp");
   }
+  return ClientInternals::Connect(options, nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<Client>> ClientInternals::Connect(
+    const ClientOptions& options, Timeline* timeline) {
+  ASSIGN_OR_RETURN(const Mode mode, ParseMode(options.mode));
   if (options.num_workers < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_workers ", options.num_workers, " must be >= 1"));
@@ -316,14 +498,23 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   if (ps.security.tls()) {
     ps.transport = Transport::kGrpc;  // The data plane has no TLS.
   }
+  ps.timeline = timeline;
   ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, PsClient::Create(ps));
-  auto impl = std::make_unique<Impl>(std::move(client), mode,
-                                     options.num_workers, options.slice_bytes);
+  auto impl = std::make_unique<Client::Impl>(
+      std::move(client), mode, options.num_workers, options.slice_bytes);
   if (options.worker) {
     RETURN_IF_ERROR(
         impl->Join(options.rank, Seconds(options.heartbeat_seconds)));
   }
   return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+PsClient* ClientInternals::ps(const Client& client) {
+  return client.impl_->ps();
+}
+
+MembershipClient* ClientInternals::membership(const Client& client) {
+  return client.impl_->membership();
 }
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -332,24 +523,52 @@ Client::~Client() { Leave(); }
 absl::Status Client::Declare(
     const std::vector<TensorSpec>& tensors,
     const std::vector<absl::Span<const float>>& initial,
-    const OptimizerOptions& optimizer) {
-  return impl_->Declare(tensors, initial, optimizer);
+    const OptimizerOptions& optimizer, const std::string& model_name) {
+  return impl_->Declare(tensors, initial, optimizer, model_name);
 }
 absl::Status Client::Attach() { return impl_->Attach(); }
 absl::Status Client::Pull(const std::vector<std::string>& names,
                           const std::vector<absl::Span<float>>& out) {
-  return impl_->Pull(names, out);
+  return impl_->Pull(names, out, CallOptions());
 }
 absl::Status Client::Push(const std::vector<std::string>& names,
                           const std::vector<absl::Span<const float>>& grads) {
-  return impl_->Push(names, grads);
+  return impl_->Push(names, grads, CallOptions());
 }
 absl::Status Client::PushPull(const std::vector<std::string>& names,
                               const std::vector<absl::Span<const float>>& grads,
                               const std::vector<absl::Span<float>>& out) {
-  return impl_->PushPull(names, grads, out);
+  RETURN_IF_ERROR(impl_->PushPull(names, grads, out, CallOptions()));
+  impl_->EndStep();
+  return absl::OkStatus();
 }
 void Client::EndStep() { impl_->EndStep(); }
+absl::Status Client::Pull(const std::vector<std::string>& names,
+                          const std::vector<absl::Span<float>>& out,
+                          const CallOptions& options) {
+  return impl_->Pull(names, out, options);
+}
+absl::Status Client::Push(const std::vector<std::string>& names,
+                          const std::vector<absl::Span<const float>>& grads,
+                          const CallOptions& options) {
+  return impl_->Push(names, grads, options);
+}
+absl::Status Client::PushPull(const std::vector<std::string>& names,
+                              const std::vector<absl::Span<const float>>& grads,
+                              const std::vector<absl::Span<float>>& out,
+                              const CallOptions& options) {
+  return impl_->PushPull(names, grads, out, options);
+}
+void Client::SetClock(int64_t clock) { impl_->SetClock(clock); }
+absl::Status Client::Recover(const absl::Status& failure,
+                             const std::vector<absl::Span<float>>& weights,
+                             Snapshot* snapshot) {
+  return impl_->Recover(failure, weights, snapshot);
+}
+std::string Client::model_name() const { return impl_->model_name(); }
+int Client::num_shards() const { return impl_->num_shards(); }
+Snapshot Client::latest() const { return impl_->latest(); }
+TrafficStats Client::traffic() const { return impl_->traffic(); }
 int Client::rank() const { return impl_->rank(); }
 int Client::num_workers() const { return impl_->num_workers(); }
 int64_t Client::clock() const { return impl_->clock(); }

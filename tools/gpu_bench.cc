@@ -15,9 +15,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "client/ps_client.h"
+#include "asyncps/client.h"
 #include "common/cluster_spec.h"
 #include "worker/device.h"
 #include "worker/model/mlp.h"
@@ -137,22 +138,31 @@ int Run() {
       std::fprintf(stderr, "%s\n", servers.status().ToString().c_str());
       return 2;
     }
-    PsClientOptions options;
-    options.servers = *servers;
-    auto client = PsClient::Create(options);
-    v1::OptimizerSpec sgd;
-    sgd.set_kind(v1::OptimizerSpec::SGD);
-    sgd.set_learning_rate(1e-4f);
-    absl::Status s = client.ok() ? (*client)->Join(0, 1) : client.status();
+    // Through the public client library, as ps_worker trains.
+    ClientOptions options;
+    options.servers =
+        absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipEmpty());
+    options.rank = 0;
+    options.slice_bytes = 4 << 20;
+    auto client = Client::Connect(options);
+    absl::Status s = client.status();
     if (s.ok()) {
-      s = (*client)->DeclareModel(
-          MlpSpec(*layers, sgd, 1, 4 << 20, static_cast<int>(servers->size())));
+      std::vector<TensorSpec> tensors;
+      for (size_t l = 0; l + 1 < layers->size(); ++l) {
+        tensors.push_back(
+            {absl::StrCat("layer", l, "/w"), {(*layers)[l], (*layers)[l + 1]}});
+        tensors.push_back({absl::StrCat("layer", l, "/b"), {(*layers)[l + 1]}});
+      }
+      OptimizerOptions sgd;
+      sgd.kind = "sgd";
+      sgd.learning_rate = 1e-4f;
+      s = (*client)->Declare(tensors, {w.begin(), w.end()}, sgd);
     }
     if (!s.ok()) {
       std::fprintf(stderr, "%s\n", s.ToString().c_str());
       return 1;
     }
-    PsExchange exchange(client->get(), 0, model.LayerTensors());
+    PsExchange exchange(client->get(), model.LayerTensors());
     s = exchange.Start(&w, 0);
     double wait_s = 0;
     const absl::Time t1 = absl::Now();

@@ -16,14 +16,18 @@ constexpr int kEvalBatch = 1000;
 
 }  // namespace
 
-absl::StatusOr<Evaluation> EvaluateOnce(PsClient* client, Mlp* model,
+absl::StatusOr<Evaluation> EvaluateOnce(Client* client, Mlp* model,
                                         const Dataset& test, absl::Time start) {
   std::vector<std::vector<float>> weights;
   for (size_t n : model->TensorSizes()) weights.emplace_back(n, 0.0f);
-  std::vector<int> all(model->num_tensors());
-  for (int t = 0; t < model->num_tensors(); ++t) all[t] = t;
-  std::vector<SliceVersion> versions;
-  RETURN_IF_ERROR(client->Pull(all, &weights, &versions, -1, 0));
+  std::vector<std::string> names;
+  std::vector<absl::Span<float>> out;
+  for (const TensorSpec& t : client->tensors()) names.push_back(t.name);
+  for (std::vector<float>& w : weights) out.push_back(absl::MakeSpan(w));
+  Snapshot versions;
+  CallOptions pull;
+  pull.into = &versions;
+  RETURN_IF_ERROR(client->Pull(names, out, pull));
   model->SetWeights(weights);
 
   double loss = 0;
@@ -42,14 +46,9 @@ absl::StatusOr<Evaluation> EvaluateOnce(PsClient* client, Mlp* model,
   }
   // A slice's version counts the updates applied to it (async: pushes;
   // bsp: steps; allreduce: the step of the weights last assigned).
-  double slice_updates = 0;
-  for (const SliceVersion& v : versions) {
-    slice_updates += static_cast<double>(v.version);
-  }
   Evaluation e;
   e.seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  e.updates =
-      static_cast<double>(slice_updates) / client->partition().slices().size();
+  e.updates = versions.mean_version();
   e.loss = loss / test.size;
   e.accuracy = static_cast<double>(right) / test.size;
   return e;
@@ -71,7 +70,7 @@ absl::Status AppendCurveRow(const std::string& path, const Evaluation& e) {
   return absl::OkStatus();
 }
 
-absl::Status RunEvaluator(PsClient* client, Mlp* model, const Dataset& test,
+absl::Status RunEvaluator(Client* client, Mlp* model, const Dataset& test,
                           absl::Duration every, const std::string& curve,
                           absl::Notification* stop, WorkerMetrics* metrics) {
   const absl::Time start = absl::Now();
@@ -100,14 +99,20 @@ absl::Status RunEvaluator(PsClient* client, Mlp* model, const Dataset& test,
   }
 }
 
-absl::Status RunEvaluatorRole(const WorkerConfig& config, PsClient* client,
+absl::Status RunEvaluatorRole(const WorkerConfig& config, Client* client,
                               Backend* backend, Dataset* test,
                               absl::Notification* stop,
                               WorkerMetrics* metrics) {
   // The evaluator scores whatever model the workers declared.
-  RETURN_IF_ERROR(client->FetchModel());
-  ASSIGN_OR_RETURN(const std::vector<int> layers,
-                   LayersFromSpec(client->spec()));
+  RETURN_IF_ERROR(client->Attach());
+  v1::ModelSpec spec;
+  spec.set_name(client->model_name());
+  for (const TensorSpec& t : client->tensors()) {
+    v1::TensorSpec* out = spec.add_tensors();
+    out->set_name(t.name);
+    for (int64_t d : t.shape) out->add_shape(d);
+  }
+  ASSIGN_OR_RETURN(const std::vector<int> layers, LayersFromSpec(spec));
   RETURN_IF_ERROR(CheckLayersFit(layers, test->features));
   if (config.max_test_examples > 0 && config.max_test_examples < test->size) {
     test->size = config.max_test_examples;

@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "client/ps_client.h"
+#include "asyncps/client.h"
 #include "worker/backend.h"
 #include "worker/data/idx_reader.h"
 #include "worker/model/mlp.h"
@@ -26,7 +26,7 @@ struct Evaluation {
 };
 
 // Pulls the current weights and scores `test` once. `client` has the model.
-absl::StatusOr<Evaluation> EvaluateOnce(PsClient* client, Mlp* model,
+absl::StatusOr<Evaluation> EvaluateOnce(Client* client, Mlp* model,
                                         const Dataset& test, absl::Time start);
 
 // Appends one row "seconds,updates,test_loss,test_accuracy" to `path`,
@@ -36,7 +36,7 @@ absl::Status AppendCurveRow(const std::string& path, const Evaluation& e);
 // Evaluates every `every` until `stop` is notified, then once more (the
 // final figure). Prints each evaluation; appends to `curve` if not empty.
 // `metrics` (may be null) is told each evaluation.
-absl::Status RunEvaluator(PsClient* client, Mlp* model, const Dataset& test,
+absl::Status RunEvaluator(Client* client, Mlp* model, const Dataset& test,
                           absl::Duration every, const std::string& curve,
                           absl::Notification* stop,
                           WorkerMetrics* metrics = nullptr);
@@ -46,7 +46,7 @@ absl::Status RunEvaluator(PsClient* client, Mlp* model, const Dataset& test,
 // every --eval_every until `stop`. Pointers are borrowed; `test` may be
 // cut to --max_test_examples.
 // REQUIRES: config.Validate().ok().
-absl::Status RunEvaluatorRole(const WorkerConfig& config, PsClient* client,
+absl::Status RunEvaluatorRole(const WorkerConfig& config, Client* client,
                               Backend* backend, Dataset* test,
                               absl::Notification* stop,
                               WorkerMetrics* metrics = nullptr);

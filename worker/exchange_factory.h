@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "client/ps_client.h"
+#include "asyncps/client.h"
 #include "worker/exchange.h"
 #include "worker/worker_config.h"
 
@@ -22,7 +22,7 @@ namespace asyncps {
 // `client` is borrowed and must outlive the exchange.
 // REQUIRES: config.Validate().ok().
 std::unique_ptr<GradientExchange> MakeExchange(
-    const WorkerConfig& config, PsClient* client, int cuda_device,
+    const WorkerConfig& config, Client* client, int cuda_device,
     int64_t attempt, std::vector<std::vector<int>> layer_tensors,
     std::function<absl::StatusOr<std::pair<int64_t, int64_t>>()> rejoin =
         nullptr);

@@ -9,15 +9,46 @@
 
 namespace asyncps {
 
-PsExchange::PsExchange(PsClient* client, int rank,
+PsExchange::PsExchange(Client* client,
                        std::vector<std::vector<int>> layer_tensors, Mode mode,
                        bool steps)
     : client_(client),
-      rank_(rank),
       layer_tensors_(std::move(layer_tensors)),
       all_tensors_(AllTensors(layer_tensors_)),
       mode_(mode),
-      steps_(steps) {}
+      steps_(steps) {
+  for (const TensorSpec& t : client_->tensors()) {
+    tensor_names_.push_back(t.name);
+  }
+  for (const std::vector<int>& layer : layer_tensors_) {
+    layer_names_.push_back(Names(layer));
+  }
+  all_names_ = Names(all_tensors_);
+}
+
+std::vector<std::string> PsExchange::Names(
+    const std::vector<int>& tensors) const {
+  std::vector<std::string> names;
+  names.reserve(tensors.size());
+  for (int t : tensors) names.push_back(tensor_names_[t]);
+  return names;
+}
+
+std::vector<absl::Span<float>> PsExchange::Out(
+    const std::vector<int>& tensors, std::vector<std::vector<float>>* w) {
+  std::vector<absl::Span<float>> out;
+  out.reserve(tensors.size());
+  for (int t : tensors) out.push_back(absl::MakeSpan((*w)[t]));
+  return out;
+}
+
+std::vector<absl::Span<const float>> PsExchange::In(
+    const std::vector<int>& tensors, const std::vector<std::vector<float>>& w) {
+  std::vector<absl::Span<const float>> in;
+  in.reserve(tensors.size());
+  for (int t : tensors) in.push_back(absl::MakeConstSpan(w[t]));
+  return in;
+}
 
 const char* PsExchange::ModeName(Mode mode) {
   switch (mode) {
@@ -42,13 +73,15 @@ absl::StatusOr<PsExchange::Mode> PsExchange::ParseMode(
 absl::Status PsExchange::Start(std::vector<std::vector<float>>* weights,
                                int64_t clock) {
   weights_ = weights;
-  RETURN_IF_ERROR(
-      client_->Pull(all_tensors_, weights, &versions_, rank_, clock));
+  CallOptions pull;
+  pull.step = clock;
+  pull.into = &versions_;
+  RETURN_IF_ERROR(client_->Pull(all_names_, AllWeights(), pull));
   if (mode_ == Mode::kPrefetch) staged_ = *weights;  // Sized like them.
   return absl::OkStatus();
 }
 
-void PsExchange::AddPushResult(const PushResult& r) {
+void PsExchange::AddPushResult(const PushStats& r) {
   step_stats_.slices_pushed += r.slices;
   step_stats_.total_staleness += r.total_staleness;
   step_stats_.max_staleness =
@@ -63,59 +96,28 @@ void PsExchange::AddPushResult(const PushResult& r) {
 }
 
 absl::Status PsExchange::Recover(const absl::Status& failure) {
-  if (failure.code() != absl::StatusCode::kFailedPrecondition) return failure;
-  ASSIGN_OR_RETURN(const std::vector<int> lost, client_->ShardsWithoutModel());
-  if (lost.empty()) {
-    // Another worker may have declared the model again meanwhile: then a
-    // shard's incarnation is not the one our weights came from.
-    std::vector<std::vector<float>> fresh = *weights_;
-    std::vector<SliceVersion> fresh_versions;
-    RETURN_IF_ERROR(
-        client_->Pull(all_tensors_, &fresh, &fresh_versions, -1, 0));
-    bool restarted = false;
-    for (size_t i = 0; i < versions_.size() && i < fresh_versions.size(); ++i) {
-      restarted |= versions_[i].incarnation != 0 &&
-                   versions_[i].incarnation != fresh_versions[i].incarnation;
-    }
-    if (!restarted) return failure;
-    weights_->swap(fresh);
-    versions_.swap(fresh_versions);
-    return absl::OkStatus();
-  }
-  for (int shard : lost) {
-    ASSIGN_OR_RETURN(const bool created, client_->Redeclare(shard));
-    if (!created) continue;  // Another worker restores it.
-    LOG(WARNING) << "shard " << shard
-                 << " restarted without the model: restoring it from rank "
-                 << rank_ << "'s copy";
-    absl::Status restored =
-        client_->Restore(shard, *weights_, versions_, rank_);
-    // FAILED_PRECONDITION: the shard stopped waiting (--restore_wait).
-    if (!restored.ok() &&
-        restored.code() != absl::StatusCode::kFailedPrecondition) {
-      return restored;
-    }
-  }
-  // As no worker (rank -1): a restored shard's steps and clocks must not
-  // hold this pull.
-  return client_->Pull(all_tensors_, weights_, &versions_, -1, 0);
+  return client_->Recover(failure, AllWeights(), &versions_);
 }
 
 absl::Status PsExchange::PullLayer(const std::vector<int>& tensors,
                                    const std::vector<std::vector<float>>& grads,
                                    int64_t clock) {
-  absl::Status s = client_->Pull(tensors, weights_, &versions_, rank_, clock);
+  const std::vector<std::string> names = Names(tensors);
+  CallOptions pull;
+  pull.step = clock;
+  pull.into = &versions_;
+  absl::Status s = client_->Pull(names, Out(tensors, weights_), pull);
   if (s.code() != absl::StatusCode::kAborted) return s;
   // The shard restarted after our push may have reached it: push again
   // (dropped if it had), then wait for the step as usual.
-  PushResult r;
-  RETURN_IF_ERROR(client_->Push(tensors, grads, versions_, rank_, clock, &r));
-  for (int t : tensors) {
-    for (int i : client_->partition().tensor_slices(t)) {
-      versions_[i].incarnation = 0;
-    }
-  }
-  return client_->Pull(tensors, weights_, &versions_, rank_, clock);
+  PushStats ignored;
+  CallOptions push;
+  push.step = clock;
+  push.from = &versions_;
+  push.stats = &ignored;
+  RETURN_IF_ERROR(client_->Push(names, In(tensors, grads), push));
+  pull.any_incarnation = true;
+  return client_->Pull(names, Out(tensors, weights_), pull);
 }
 
 void PsExchange::LayerReady(int layer,
@@ -124,10 +126,14 @@ void PsExchange::LayerReady(int layer,
   grads_ = &grads;  // Sent whole at FinishStep (or again, after a failure).
   if (mode_ != Mode::kLayered) return;
   const std::vector<int>* tensors = &layer_tensors_[layer];
-  queue_.Enqueue([this, tensors, &grads, clock] {
-    PushResult r;
+  queue_.Enqueue([this, layer, tensors, &grads, clock] {
+    PushStats r;
+    CallOptions push;
+    push.step = clock;
+    push.from = &versions_;
+    push.stats = &r;
     RETURN_IF_ERROR(
-        client_->Push(*tensors, grads, versions_, rank_, clock, &r));
+        client_->Push(layer_names_[layer], In(*tensors, grads), push));
     AddPushResult(r);
     return absl::OkStatus();
   });
@@ -158,12 +164,8 @@ absl::Status PsExchange::FinishStep(int64_t clock,
 }
 
 void PsExchange::TakeStepStats(StepStats* stats) {
-  if (!versions_.empty()) {
-    step_stats_.min_version = versions_[0].version;
-    for (const SliceVersion& v : versions_) {
-      step_stats_.min_version = std::min(step_stats_.min_version, v.version);
-    }
-  }
+  const int64_t min_version = versions_.min_version();
+  if (min_version >= 0) step_stats_.min_version = min_version;
   if (stats != nullptr) *stats = step_stats_;
   step_stats_ = StepStats();
 }
@@ -171,7 +173,7 @@ void PsExchange::TakeStepStats(StepStats* stats) {
 void PsExchange::AdoptStaged() {
   if (!in_flight_) return;
   weights_->swap(staged_);
-  versions_.swap(staged_versions_);
+  std::swap(versions_, staged_versions_);
   in_flight_ = false;
 }
 
@@ -184,8 +186,12 @@ absl::Status PsExchange::FinishLayered(int64_t clock, StepStats* stats) {
       // every worker's gradient has reached every slice: send all of it
       // again (a slice that has this worker's gradient drops the copy) and
       // wait for the step's weights as usual.
-      PushResult r;
-      s = client_->Push(all_tensors_, *grads_, versions_, rank_, clock, &r);
+      PushStats r;
+      CallOptions push;
+      push.step = clock;
+      push.from = &versions_;
+      push.stats = &r;
+      s = client_->Push(all_names_, In(all_tensors_, *grads_), push);
       if (s.ok()) {
         AddPushResult(r);
         s = PullLayer(all_tensors_, *grads_, clock);
@@ -197,9 +203,14 @@ absl::Status PsExchange::FinishLayered(int64_t clock, StepStats* stats) {
 }
 
 absl::Status PsExchange::FinishFused(int64_t clock, StepStats* stats) {
-  PushResult r;
-  absl::Status s = client_->PushPull(all_tensors_, *grads_, versions_, rank_,
-                                     clock, weights_, &versions_, &r);
+  PushStats r;
+  CallOptions call;
+  call.step = clock;
+  call.from = &versions_;
+  call.into = &versions_;
+  call.stats = &r;
+  absl::Status s = client_->PushPull(all_names_, In(all_tensors_, *grads_),
+                                     AllWeights(), call);
   if (s.ok()) {
     AddPushResult(r);
   } else {
@@ -220,10 +231,14 @@ absl::Status PsExchange::FinishPrefetched(int64_t clock, StepStats* stats) {
   sent_versions_ = versions_;
   AdoptStaged();
   queue_.Enqueue([this, clock] {
-    PushResult r;
-    RETURN_IF_ERROR(client_->PushPull(all_tensors_, sent_grads_, sent_versions_,
-                                      rank_, clock, &staged_, &staged_versions_,
-                                      &r));
+    PushStats r;
+    CallOptions call;
+    call.step = clock;
+    call.from = &sent_versions_;
+    call.into = &staged_versions_;
+    call.stats = &r;
+    RETURN_IF_ERROR(client_->PushPull(all_names_, In(all_tensors_, sent_grads_),
+                                      Out(all_tensors_, &staged_), call));
     AddPushResult(r);
     return absl::OkStatus();
   });

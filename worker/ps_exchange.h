@@ -19,6 +19,9 @@
 // that restarted without a checkpoint gets the model declared again and
 // this worker's copy of its weights (Recover); a bsp pull that a restarted
 // shard answers ABORTED pushes its layer again.
+// It goes through the public client library (include/asyncps/client.h) in
+// its explicit form: each call names its step and the snapshot of versions
+// its gradients came from.
 // Used by one trainer thread.
 #ifndef ASYNCPS_WORKER_PS_EXCHANGE_H_
 #define ASYNCPS_WORKER_PS_EXCHANGE_H_
@@ -27,7 +30,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/ps_client.h"
+#include "absl/types/span.h"
+#include "asyncps/client.h"
 #include "worker/exchange.h"
 #include "worker/task_queue.h"
 
@@ -40,12 +44,12 @@ class PsExchange final : public GradientExchange {
   static absl::StatusOr<Mode> ParseMode(const std::string& text);
   static const char* ModeName(Mode mode);
 
-  // `client` is borrowed and must have a model; `layer_tensors[l]` lists
-  // the tensor indices of layer l.
-  // `steps`: the servers run bsp, where a step's gradient must reach every
-  // slice (a step broken off by a shard's restart is sent again whole).
-  PsExchange(PsClient* client, int rank,
-             std::vector<std::vector<int>> layer_tensors,
+  // `client` is borrowed, a worker, and must have a model;
+  // `layer_tensors[l]` lists the indices (in client->tensors()) of layer
+  // l's tensors. `steps`: the servers run bsp, where a step's gradient
+  // must reach every slice (a step broken off by a shard's restart is sent
+  // again whole).
+  PsExchange(Client* client, std::vector<std::vector<int>> layer_tensors,
              Mode mode = Mode::kLayered, bool steps = false);
 
   absl::Status Start(std::vector<std::vector<float>>* weights,
@@ -73,7 +77,18 @@ class PsExchange final : public GradientExchange {
   absl::Status FinishLayered(int64_t clock, StepStats* stats);
   absl::Status FinishFused(int64_t clock, StepStats* stats);
   absl::Status FinishPrefetched(int64_t clock, StepStats* stats);
-  void AddPushResult(const PushResult& r);
+  void AddPushResult(const PushStats& r);
+  // The names of `tensors`, and views of their buffers in `w`.
+  std::vector<std::string> Names(const std::vector<int>& tensors) const;
+  static std::vector<absl::Span<float>> Out(const std::vector<int>& tensors,
+                                            std::vector<std::vector<float>>* w);
+  static std::vector<absl::Span<const float>> In(
+      const std::vector<int>& tensors,
+      const std::vector<std::vector<float>>& w);
+  // Every tensor's weights, the buffer given to Start.
+  std::vector<absl::Span<float>> AllWeights() {
+    return Out(all_tensors_, weights_);
+  }
   // Hands the step's stats (with the lowest version held) to `stats`, and
   // starts the next step's.
   void TakeStepStats(StepStats* stats);
@@ -81,24 +96,26 @@ class PsExchange final : public GradientExchange {
   // weights. REQUIRES: the queue is drained.
   void AdoptStaged();
 
-  PsClient* const client_;
-  const int rank_;
+  Client* const client_;
   const std::vector<std::vector<int>> layer_tensors_;
   const std::vector<int> all_tensors_;
+  std::vector<std::string> tensor_names_;  // By tensor index.
+  std::vector<std::vector<std::string>> layer_names_;
+  std::vector<std::string> all_names_;
   const Mode mode_;
   const bool steps_;
   // Touched by the queue's thread only while tasks are pending; the trainer
   // reads them after FinishStep has drained the queue.
-  std::vector<SliceVersion> versions_;
+  Snapshot versions_;
   std::vector<std::vector<float>>* weights_ = nullptr;
   StepStats step_stats_;
   // Prefetch: the gradients being sent and the versions they came from;
   // the weights (and versions) the PushPull in flight brings.
   const std::vector<std::vector<float>>* grads_ = nullptr;
   std::vector<std::vector<float>> sent_grads_;
-  std::vector<SliceVersion> sent_versions_;
+  Snapshot sent_versions_;
   std::vector<std::vector<float>> staged_;
-  std::vector<SliceVersion> staged_versions_;
+  Snapshot staged_versions_;
   bool in_flight_ = false;
   TaskQueue queue_;  // Last: its thread stops before the rest is destroyed.
 };

@@ -19,8 +19,13 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
+#include "asyncps/client.h"
+#include "client/client_internal.h"
+#include "client/membership_client.h"
 #include "client/ps_client.h"
+#include "common/initializer.h"
 #include "common/large_buffers.h"
 #include "common/metrics_endpoint.h"
 #include "common/security_flags.h"
@@ -33,7 +38,6 @@
 #include "worker/evaluator.h"
 #include "worker/exchange_factory.h"
 #include "worker/gpu_metrics.h"
-#include "client/membership_client.h"
 #include "worker/model/mlp.h"
 #include "worker/ps_exchange.h"
 #include "worker/trainer.h"
@@ -195,28 +199,92 @@ int Fail(const absl::Status& s, int code = 1) {
   return code;
 }
 
-// Joins the job, declares `spec` (the first worker to do so creates it),
-// and trains until the data, --steps or the shared update budget run
-// out, or `stop` is set; prints the result line.
+// The client library's options for `config`'s flags.
+ClientOptions ClientOptionsFrom(const WorkerConfig& config) {
+  ClientOptions o;
+  o.servers = absl::StrSplit(config.servers, ',', absl::SkipEmpty());
+  o.rank = config.rank;
+  o.num_workers = config.num_workers;
+  o.mode = config.mode;
+  o.wire_dtype = config.evaluator() ? "f32" : config.wire_dtype;
+  o.transport = config.transport;
+  o.rpc_timeout_seconds = absl::ToDoubleSeconds(config.rpc_timeout);
+  o.retry_for_seconds = absl::ToDoubleSeconds(config.retry_for);
+  o.heartbeat_seconds = absl::ToDoubleSeconds(config.heartbeat_every);
+  o.slice_bytes = static_cast<int64_t>(config.slice_bytes);
+  o.tls_cert = config.security.tls_cert;
+  o.tls_key = config.security.tls_key;
+  o.tls_ca = config.security.tls_ca;
+  o.auth_token_file = config.security.auth_token_file;
+  o.worker = !config.evaluator();
+  return o;
+}
+
+OptimizerOptions OptimizerOptionsFrom(const v1::OptimizerSpec& spec) {
+  OptimizerOptions o;
+  switch (spec.kind()) {
+    case v1::OptimizerSpec::MOMENTUM:
+      o.kind = "momentum";
+      break;
+    case v1::OptimizerSpec::ADAM:
+      o.kind = "adam";
+      break;
+    case v1::OptimizerSpec::ADAGRAD:
+      o.kind = "adagrad";
+      break;
+    default:
+      o.kind = "sgd";
+  }
+  o.learning_rate = spec.learning_rate();
+  o.momentum = spec.momentum();
+  o.nesterov = spec.nesterov();
+  o.beta1 = spec.beta1();
+  o.beta2 = spec.beta2();
+  o.epsilon = spec.epsilon();
+  o.weight_decay = spec.weight_decay();
+  o.lr_decay = spec.lr_decay();
+  o.initial_accumulator_value = spec.initial_accumulator_value();
+  return o;
+}
+
+// Declares `spec` through the client library: its tensors, with initial
+// weights drawn here from the spec's initializers (the numbers a shard
+// would draw: each element depends on the seed, the tensor's name and its
+// index only). The first worker to declare creates the model.
+absl::Status Declare(const v1::ModelSpec& spec, Client* client) {
+  std::vector<TensorSpec> tensors;
+  std::vector<std::vector<float>> initial;
+  for (const v1::TensorSpec& t : spec.tensors()) {
+    int64_t n = 1;
+    for (int64_t d : t.shape()) n *= d;
+    tensors.push_back({t.name(), {t.shape().begin(), t.shape().end()}});
+    initial.emplace_back(static_cast<size_t>(n));
+    FillInitial(t.init(), spec.seed(), t.name(), 0,
+                absl::MakeSpan(initial.back()));
+  }
+  return client->Declare(tensors, {initial.begin(), initial.end()},
+                         OptimizerOptionsFrom(spec.optimizer()), spec.name());
+}
+
+// Declares `spec` (the first worker to do so creates it), and trains
+// until the data, --steps or the shared update budget run out, or `stop`
+// is set; prints the result line. `client` has joined the job.
 // `endpoint` and `timeline` may be null.
 absl::Status Train(const WorkerConfig& flags, const v1::ModelSpec& spec,
-                   PsClient* client, Backend* backend, const Dataset& data,
+                   Client* client, Backend* backend, const Dataset& data,
                    std::atomic<bool>* stop, MetricsEndpoint* endpoint,
                    Timeline* timeline) {
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<MembershipClient> membership,
-      MembershipClient::Join(client, flags.rank, flags.num_workers,
-                             flags.ParsedMode(), flags.heartbeat_every));
-  // Registered first: only a worker of the job may create the model.
-  RETURN_IF_ERROR(client->DeclareModel(spec));
+  MembershipClient* membership = ClientInternals::membership(*client);
+  RETURN_IF_ERROR(Declare(spec, client));
   // From here on the rank is known (assigned, with --rank=-1).
   WorkerConfig config = flags;
-  config.rank = membership->rank();
+  config.rank = client->rank();
   std::shared_ptr<WorkerMetrics> owned_metrics;
   WorkerMetrics* metrics = nullptr;
   if (endpoint != nullptr) {
     owned_metrics = std::make_shared<WorkerMetrics>(config.rank);
-    owned_metrics->SetTraffic([client] { return client->traffic(); });
+    owned_metrics->SetTraffic(
+        [ps = ClientInternals::ps(*client)] { return ps->traffic(); });
     endpoint->Register(owned_metrics);
     metrics = owned_metrics.get();
   }
@@ -230,7 +298,7 @@ absl::Status Train(const WorkerConfig& flags, const v1::ModelSpec& spec,
   Mlp model(backend, config.Layers(), config.batch_size);
   std::unique_ptr<GradientExchange> exchange = MakeExchange(
       config, client, backend->cuda_device(), membership->attempt(),
-      model.LayerTensors(), [m = membership.get()] { return m->Rejoin(); });
+      model.LayerTensors(), [membership] { return membership->Rejoin(); });
   TrainerConfig tc;
   tc.rank = config.rank;
   tc.batch_size = config.batch_size;
@@ -263,7 +331,7 @@ absl::Status Train(const WorkerConfig& flags, const v1::ModelSpec& spec,
   v1::WorkerProgress progress;
   absl::Time window_start = absl::Now();
   int64_t window_samples = 0;
-  tc.on_step = [&, m = membership.get()](const StepReport& r) {
+  tc.on_step = [&, m = membership](const StepReport& r) {
     if (metrics != nullptr) metrics->Step(r);
     progress.set_samples(progress.samples() + r.samples);
     progress.set_loss(r.loss);
@@ -288,16 +356,16 @@ absl::Status Train(const WorkerConfig& flags, const v1::ModelSpec& spec,
     m->Report(progress);
   };
   LOG(INFO) << "ps_worker rank " << config.rank << "/" << config.num_workers
-            << " on " << backend->Name() << ": " << client->spec().name()
-            << ", " << loader.share() << " training examples, "
-            << client->num_shards() << " shards, wire " << config.wire_dtype
-            << ", exchange " << PsExchange::ModeName(config.Exchange())
-            << " over " << config.transport;
+            << " on " << backend->Name() << ": " << client->model_name() << ", "
+            << loader.share() << " training examples, " << client->num_shards()
+            << " shards, wire " << config.wire_dtype << ", exchange "
+            << PsExchange::ModeName(config.Exchange()) << " over "
+            << config.transport;
   TrainerResult r;
   absl::Status s =
       asyncps::Train(tc, &model, &loader, exchange.get(), stop, &r);
   exchange.reset();
-  membership->Leave();
+  client->Leave();
   RETURN_IF_ERROR(s);
   std::printf(
       "rank %d done: steps %lld samples %lld first_loss %.4f last_loss %.4f "
@@ -380,17 +448,19 @@ absl::Status Run(const WorkerConfig& config, std::atomic<bool>* stop,
                      config.evaluator() ? "score" : "train on"));
   }
   *refused_at_start = false;
-  PsClientOptions options;
-  options.servers = config.ServerList();
-  options.rpc_timeout = config.rpc_timeout;
-  options.retry_for = config.retry_for;
-  options.transport = config.TensorTransport();
-  options.timeline = timeline.get();
-  options.security = security;
-  if (!config.evaluator()) options.wire_dtype = config.WireDtype();
-  ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, PsClient::Create(options));
+  const std::vector<int> layers = config.Layers();
+  if (!config.evaluator()) {
+    // Before joining the job.
+    RETURN_IF_ERROR(CheckLayersFit(layers, data.features));
+  }
+  // A worker joins the job here (its rank, heartbeats); the evaluator
+  // connects as a reader.
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<Client> client,
+      ClientInternals::Connect(ClientOptionsFrom(config), timeline.get()));
   if (eval_metrics != nullptr) {
-    eval_metrics->SetTraffic([c = client.get()] { return c->traffic(); });
+    eval_metrics->SetTraffic(
+        [ps = ClientInternals::ps(*client)] { return ps->traffic(); });
   }
   // The scrapes stop before the client and metrics they read go.
   struct StopFirst {
@@ -401,8 +471,6 @@ absl::Status Run(const WorkerConfig& config, std::atomic<bool>* stop,
     return RunEvaluatorRole(config, client.get(), backend.get(), &data, stopped,
                             eval_metrics.get());
   }
-  const std::vector<int> layers = config.Layers();
-  RETURN_IF_ERROR(CheckLayersFit(layers, data.features));
   return Train(config,
                MlpSpec(layers, config.Optimizer(), config.seed,
                        config.slice_bytes, client->num_shards()),

@@ -55,6 +55,10 @@ struct OptimizerOptions {
   float beta2 = 0.999f;   // adam.
   float epsilon = 1e-8f;  // adam, adagrad.
   float weight_decay = 0.0f;
+  // Inverse-time decay: a slice's t-th update uses
+  // learning_rate / (1 + lr_decay * t).
+  float lr_decay = 0.0f;
+  float initial_accumulator_value = 0.0f;  // adagrad.
 };
 
 struct ClientOptions {
@@ -84,6 +88,79 @@ struct TensorSpec {
   std::vector<int64_t> shape;
 };
 
+// What the servers did with a push, summed over the slices it reached.
+struct PushStats {
+  int64_t slices = 0;
+  // Per slice, the updates applied between the pull the gradient was
+  // computed from and this push.
+  int64_t total_staleness = 0;
+  int64_t max_staleness = 0;
+  // Slices that did not apply it: late in bsp (the step was done without
+  // it), or computed from weights of a shard that has restarted since.
+  int64_t dropped = 0;
+  // bsp, where dropped: the newest step applied on those slices.
+  int64_t front_step = 0;
+
+  void Add(const PushStats& other);
+};
+
+// How much a client has moved: bytes of tensor requests sent and answers
+// received, and attempts repeated after a shard was unreachable.
+struct TrafficStats {
+  int64_t sent_bytes = 0;
+  int64_t received_bytes = 0;
+  int64_t retries = 0;
+};
+
+// Which updates a set of weights includes: what a pull brought, per slice
+// of the model (version and the shard incarnation it came from). A push
+// names the snapshot its gradients were computed from, so the servers
+// measure its staleness and drop it if a shard restarted since. A Client
+// keeps one of its own (the latest pull); a worker that pipelines (pushes
+// step t while computing on newer weights) keeps its own. Copyable.
+class Snapshot {
+ public:
+  Snapshot();
+  ~Snapshot();
+  Snapshot(const Snapshot& other);
+  Snapshot& operator=(const Snapshot& other);
+  Snapshot(Snapshot&& other) noexcept;
+  Snapshot& operator=(Snapshot&& other) noexcept;
+
+  // The fewest updates any slice held (-1: nothing pulled yet).
+  int64_t min_version() const;
+  // The mean updates per slice (0: nothing pulled yet).
+  double mean_version() const;
+
+  struct Rep;
+
+ private:
+  friend class Client;
+  std::unique_ptr<Rep> rep_;
+};
+
+// The explicit form of a call, for workers that pipeline or keep their own
+// step count (ps_worker does both). These calls never move clock().
+struct CallOptions {
+  // Push: the step the gradients are for. Pull: wait for this step as the
+  // mode says (bsp: until it is applied everywhere). -1: the implicit step
+  // (push clock() + 1, pull clock()).
+  int64_t step = -1;
+  // Push: the weights the gradients were computed from (null: the
+  // client's latest pull).
+  const Snapshot* from = nullptr;
+  // Pull: also records the versions pulled (and its incarnations tell a
+  // bsp shard which weights the caller holds: a shard that restarted since
+  // answers ABORTED: push the step's gradient again, then pull with
+  // any_incarnation).
+  Snapshot* into = nullptr;
+  // Pull: do not tell the shards which incarnation the weights held came
+  // from (after ABORTED, once the push went again).
+  bool any_incarnation = false;
+  // Push: gets what the servers did (added to what it holds).
+  PushStats* stats = nullptr;
+};
+
 class Client {
  public:
   // Connects to every shard and joins the job (FAILED_PRECONDITION if the
@@ -102,7 +179,8 @@ class Client {
   // difference) and their initial weights are not used.
   absl::Status Declare(const std::vector<TensorSpec>& tensors,
                        const std::vector<absl::Span<const float>>& initial,
-                       const OptimizerOptions& optimizer);
+                       const OptimizerOptions& optimizer,
+                       const std::string& model_name = "model");
   // Adopts the model another worker declared, waiting for it (up to
   // retry_for_seconds).
   absl::Status Attach();
@@ -126,6 +204,34 @@ class Client {
   // Completes the step in progress: clock() grows by one.
   void EndStep();
 
+  // The same calls in explicit form (CallOptions); PushPull's does not end
+  // the step.
+  absl::Status Pull(const std::vector<std::string>& names,
+                    const std::vector<absl::Span<float>>& out,
+                    const CallOptions& options);
+  absl::Status Push(const std::vector<std::string>& names,
+                    const std::vector<absl::Span<const float>>& grads,
+                    const CallOptions& options);
+  absl::Status PushPull(const std::vector<std::string>& names,
+                        const std::vector<absl::Span<const float>>& grads,
+                        const std::vector<absl::Span<float>>& out,
+                        const CallOptions& options);
+  // Sets the steps completed (a bsp worker whose gradient came back late
+  // goes on from the job's front: PushStats::front_step - 1).
+  void SetClock(int64_t clock);
+
+  // Recovery from a shard that restarted without a checkpoint and lost the
+  // model (calls fail FAILED_PRECONDITION): declares the model there
+  // again, hands the shard this worker's copy of its weights (`weights`,
+  // every tensor in order, at `snapshot`'s versions) unless another worker
+  // did first, and pulls every tensor afresh into `weights` and
+  // `snapshot` (the step in flight is lost where it was not applied).
+  // Also when another worker recovered the shard first. Returns `failure`
+  // itself for any other failure.
+  absl::Status Recover(const absl::Status& failure,
+                       const std::vector<absl::Span<float>>& weights,
+                       Snapshot* snapshot);
+
   int rank() const;
   int num_workers() const;
   // Steps this worker has completed (a replacement starts where its rank
@@ -133,6 +239,12 @@ class Client {
   int64_t clock() const;
   // The declared model's tensors, in order (empty before Declare/Attach).
   std::vector<TensorSpec> tensors() const;
+  // The model's name, and the number of shards.
+  std::string model_name() const;
+  int num_shards() const;
+  // The versions of the weights last pulled without CallOptions::into.
+  Snapshot latest() const;
+  TrafficStats traffic() const;
 
   // Tells the servers this worker is done (ssp and bsp stop waiting for
   // it). Idempotent; the destructor calls it.
@@ -141,6 +253,7 @@ class Client {
   class Impl;
 
  private:
+  friend struct ClientInternals;  // client/client_internal.h (ps_worker).
   explicit Client(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

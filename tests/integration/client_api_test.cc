@@ -183,5 +183,95 @@ TEST(ClientApi, BspAveragesTheWorkersOfAStep) {
   EXPECT_EQ(w[1], std::vector<float>(3, -1.0f));
 }
 
+// The explicit form ps_worker trains through: each call names its step
+// and the snapshot its gradient came from; the servers' staleness counts
+// come back; the clock moves only when told; and a shard that restarted
+// without a checkpoint gets the model and this worker's weights back.
+TEST(ClientApi, ExplicitCallsMeasureStalenessAndRecoverALostShard) {
+  auto cluster = TestCluster::Start(2);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto connected = Client::Connect(Options(**cluster, 0, 1));
+  ASSERT_TRUE(connected.ok()) << connected.status();
+  Client& client = **connected;
+  const std::vector<std::vector<float>> ones = {std::vector<float>(6, 1),
+                                                std::vector<float>(3, 1)};
+  ASSERT_TRUE(client.Declare(kModel, In(ones), Sgd(1.0f)).ok());
+  const std::vector<std::string> all = {"layer.w", "layer.b"};
+  std::vector<std::vector<float>> w = {std::vector<float>(6),
+                                       std::vector<float>(3)};
+  Snapshot first;
+  EXPECT_EQ(first.min_version(), -1);
+  CallOptions pull;
+  pull.step = 0;
+  pull.into = &first;
+  ASSERT_TRUE(client.Pull(all, Out(&w), pull).ok());
+  EXPECT_EQ(first.min_version(), 0);
+
+  // Two pushes computed from the same weights: the second is one update
+  // stale on every slice.
+  PushStats fresh, stale;
+  CallOptions push;
+  push.step = 1;
+  push.from = &first;
+  push.stats = &fresh;
+  ASSERT_TRUE(client.Push(all, In(ones), push).ok());
+  EXPECT_GT(fresh.slices, 2);  // 16-byte slices: 3 of w, 1 of b at least.
+  EXPECT_EQ(fresh.total_staleness, 0);
+  push.stats = &stale;
+  ASSERT_TRUE(client.Push(all, In(ones), push).ok());
+  EXPECT_EQ(stale.slices, fresh.slices);
+  EXPECT_EQ(stale.total_staleness, stale.slices);
+  EXPECT_EQ(stale.max_staleness, 1);
+  EXPECT_EQ(client.clock(), 0) << "explicit calls do not move the clock";
+
+  // PushPull from and into one snapshot: 1 - 3 * 1.
+  Snapshot now = first;
+  CallOptions both;
+  both.step = 2;
+  both.from = &now;
+  both.into = &now;
+  PushStats third;
+  both.stats = &third;
+  ASSERT_TRUE(client.PushPull(all, In(ones), Out(&w), both).ok());
+  EXPECT_EQ(w[0], std::vector<float>(6, -2.0f));
+  EXPECT_EQ(third.total_staleness, 2 * third.slices) << "from `first`";
+  EXPECT_EQ(now.min_version(), 3);
+  EXPECT_EQ(first.min_version(), 0) << "a copy is its own";
+  client.SetClock(5);
+  EXPECT_EQ(client.clock(), 5);
+
+  // Shard 1 comes back empty: calls fail FAILED_PRECONDITION (shard 0
+  // applies its part of this push) until the worker recovers it from its
+  // copy (-2 everywhere).
+  ASSERT_TRUE((*cluster)->Restart(1, {}).ok());
+  push.from = &now;
+  push.stats = nullptr;
+  const absl::Status lost = client.Push(all, In(ones), push);
+  ASSERT_EQ(lost.code(), absl::StatusCode::kFailedPrecondition) << lost;
+  EXPECT_EQ(client.Recover(absl::InternalError("other"), Out(&w), &now).code(),
+            absl::StatusCode::kInternal)
+      << "any other failure is returned as it is";
+  ASSERT_TRUE(client.Recover(lost, Out(&w), &now).ok());
+  std::vector<std::vector<float>> check = {std::vector<float>(6),
+                                           std::vector<float>(3)};
+  ASSERT_TRUE(client.Pull(all, Out(&check)).ok());
+  EXPECT_EQ(check, w) << "Recover pulled what the shards hold";
+  int restored = 0;
+  for (const auto& t : w) {
+    for (float v : t) {
+      EXPECT_TRUE(v == -2.0f || v == -3.0f) << v;
+      restored += v == -2.0f;
+    }
+  }
+  EXPECT_GT(restored, 0) << "shard 1's slices came back from the copy";
+  ASSERT_TRUE(client.Push(all, In(ones), push).ok());
+  ASSERT_TRUE(client.Pull(all, Out(&check)).ok());
+  for (size_t t = 0; t < w.size(); ++t) {
+    for (size_t i = 0; i < w[t].size(); ++i) {
+      EXPECT_EQ(check[t][i], w[t][i] - 1.0f) << t << "," << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace asyncps::testing

@@ -1,13 +1,14 @@
 // PsExchange against two in-process shards over loopback: every exchange
 // (layered, fused, prefetch) applies every gradient exactly once; fused
 // leaves the worker holding what the servers hold after each step, prefetch
-// one step behind (staleness 1).
+// one step behind (staleness 1). The exchange goes through the public
+// client library, as ps_worker does.
 #include "worker/ps_exchange.h"
 
 #include <memory>
 #include <vector>
 
-#include "client/ps_client.h"
+#include "asyncps/client.h"
 #include "gtest/gtest.h"
 #include "tests/integration/local_shards.h"
 #include "tests/integration/test_cluster.h"
@@ -25,34 +26,41 @@ class PsExchangeTest : public ::testing::TestWithParam<PsExchange::Mode> {
     auto shards = StartLocalShards(2);
     ASSERT_TRUE(shards.ok()) << shards.status();
     shards_ = *std::move(shards);
-    PsClientOptions options;
-    options.servers = shards_.addresses;
-    auto client = PsClient::Create(options);
-    ASSERT_TRUE(client.ok());
+    ClientOptions options;
+    for (const ServerAddress& a : shards_.addresses) {
+      options.servers.push_back(a.ToString());
+    }
+    options.rank = 0;
+    options.slice_bytes = 1024;
+    auto client = Client::Connect(options);
+    ASSERT_TRUE(client.ok()) << client.status();
     client_ = *std::move(client);
-    ASSERT_TRUE(client_->Join(0, 1).ok());
-    ASSERT_TRUE(client_->DeclareModel(spec_).ok());
+    const std::vector<float> w(1200, kInit), b(30, kInit);
+    OptimizerOptions sgd;
+    sgd.kind = "sgd";
+    sgd.learning_rate = kLr;
+    ASSERT_TRUE(
+        client_->Declare({{"w", {40, 30}}, {"b", {30}}}, {w, b}, sgd).ok());
   }
 
   // The servers' weights of tensor t.
   std::vector<float> ServerWeights(int t) {
     std::vector<std::vector<float>> w = {std::vector<float>(1200),
                                          std::vector<float>(30)};
-    std::vector<SliceVersion> versions;
-    EXPECT_TRUE(client_->Pull({0, 1}, &w, &versions, -1, 0).ok());
+    EXPECT_TRUE(
+        client_->Pull({"w", "b"}, {absl::MakeSpan(w[0]), absl::MakeSpan(w[1])})
+            .ok());
     return w[t];
   }
 
-  const v1::ModelSpec spec_ =
-      ConstantSpec({{40, 30}, {30}}, 2, kInit, kLr, 1024);
   LocalShards shards_;
-  std::unique_ptr<PsClient> client_;
+  std::unique_ptr<Client> client_;
 };
 
 TEST_P(PsExchangeTest, EveryGradientIsAppliedOnce) {
   const PsExchange::Mode mode = GetParam();
   // Two layers: tensor 0, then tensor 1 (as backward produces them).
-  PsExchange exchange(client_.get(), /*rank=*/0, {{1}, {0}}, mode);
+  PsExchange exchange(client_.get(), {{1}, {0}}, mode);
   std::vector<std::vector<float>> weights = {std::vector<float>(1200),
                                              std::vector<float>(30)};
   ASSERT_TRUE(exchange.Start(&weights, 0).ok());
