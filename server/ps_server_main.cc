@@ -43,11 +43,12 @@ ABSL_FLAG(int, num_workers, 0,
           "The job's worker count: a worker registering with another "
           "--num_workers (or a rank outside it) is refused. 0 takes it from "
           "the first worker (and from the next one while none is live).");
-ABSL_FLAG(absl::Duration, rejoin_grace, absl::Seconds(10),
+ABSL_FLAG(absl::Duration, rejoin_grace, absl::ZeroDuration(),
           "After the shard starts, how long workers that have not registered "
           "with it (it restarted; their heartbeats register them within a "
-          "second) may pull and push as their ranks. Past it, a rank must "
-          "register first (UNAVAILABLE). 0: never (the strictest).");
+          "second) may pull and push as their ranks. 0 (the default): never; "
+          "a rank must register first (UNAVAILABLE until it has, which the "
+          "workers retry).");
 ABSL_FLAG(int, metrics_port, 0,
           "TCP port of Prometheus' /metrics (the shard's counters, workers "
           "and staleness, read at scrape time); 0: none.");

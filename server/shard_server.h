@@ -56,7 +56,7 @@ struct ShardServerConfig {
   // After a start, how long ranks that have not registered (again) may
   // pull and push: a restarted shard's workers go on while their
   // heartbeats register them (Membership's rejoin_grace).
-  absl::Duration rejoin_grace = absl::Seconds(10);
+  absl::Duration rejoin_grace = absl::ZeroDuration();
   // Prometheus' /metrics on this port (0: none); off whenever host is "".
   int metrics_port = 0;
   int shard = 0;
