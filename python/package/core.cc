@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "asyncps/client.h"
@@ -171,10 +172,11 @@ class PyClient {
   // tensors if None).
   py::dict Pull(py::object names) {
     std::vector<std::string> which = Names(names);
+    const ShapeMap shapes = Shapes();
     py::dict out;
     std::vector<py::array> keep;
     for (const std::string& name : which) {
-      keep.push_back(py::array_t<float>(Shape(name)));
+      keep.push_back(py::array_t<float>(Shape(shapes, name)));
       out[py::str(name)] = keep.back();
     }
     PullInto(which, &keep);
@@ -213,8 +215,9 @@ class PyClient {
     py::dict out;
     std::vector<py::array> fresh;
     std::vector<absl::Span<float>> out_views;
+    const ShapeMap shapes = Shapes();
     for (const std::string& name : names) {
-      fresh.push_back(py::array_t<float>(Shape(name)));
+      fresh.push_back(py::array_t<float>(Shape(shapes, name)));
       out[py::str(name)] = fresh.back();
       out_views.push_back(View(fresh.back()));
     }
@@ -258,12 +261,22 @@ class PyClient {
     return out;
   }
 
-  std::vector<py::ssize_t> Shape(const std::string& name) const {
+  using ShapeMap = absl::flat_hash_map<std::string, std::vector<py::ssize_t>>;
+  // The declared shapes by name, read once per call.
+  ShapeMap Shapes() const {
+    ShapeMap shapes;
     for (const TensorSpec& t : client_->tensors()) {
-      if (t.name == name) return {t.shape.begin(), t.shape.end()};
+      shapes[t.name] = {t.shape.begin(), t.shape.end()};
     }
-    // The client says which names there are.
-    return {0};
+    return shapes;
+  }
+
+  // An unknown name gets an empty array, and the call then raises the
+  // client's KeyError (which names the model's tensors).
+  static std::vector<py::ssize_t> Shape(const ShapeMap& shapes,
+                                        const std::string& name) {
+    auto it = shapes.find(name);
+    return it != shapes.end() ? it->second : std::vector<py::ssize_t>{0};
   }
 
   void PullInto(const std::vector<std::string>& names,
