@@ -289,7 +289,8 @@ class Client::Impl {
       return failure;
     }
     const int n = NumTensors();
-    if (n == 0 || static_cast<int>(weights.size()) != n) return failure;
+    if (n == 0) return failure;
+    RETURN_IF_ERROR(CheckWholeModel(weights));
     std::vector<int> all(n);
     for (int t = 0; t < n; ++t) all[t] = t;
     std::vector<SliceVersion>& versions = snapshot->rep_->versions;
@@ -333,6 +334,15 @@ class Client::Impl {
     // hold this pull.
     const TensorViews views(weights.begin(), weights.end());
     return ps_->Pull(all, views, &versions, -1, 0);
+  }
+
+  absl::Status Recover(const absl::Status& failure,
+                       const std::vector<absl::Span<float>>& weights) {
+    Snapshot own = latest();
+    RETURN_IF_ERROR(Recover(failure, weights, &own));
+    absl::MutexLock lock(&mu_);
+    versions_ = own.rep_->versions;
+    return absl::OkStatus();
   }
 
   void SetClock(int64_t clock) {
@@ -384,6 +394,27 @@ class Client::Impl {
     if (membership_ != nullptr) return absl::OkStatus();
     return absl::FailedPreconditionError(absl::StrCat(
         what, ": this client is a reader (worker = false), not a worker"));
+  }
+
+  // INVALID_ARGUMENT unless `weights` holds every tensor at its size.
+  absl::Status CheckWholeModel(
+      const std::vector<absl::Span<float>>& weights) const {
+    absl::MutexLock lock(&mu_);
+    if (static_cast<int>(weights.size()) != model_.tensors_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Recover needs every tensor's weights: ", weights.size(),
+                       " buffers for ", model_.tensors_size(), " tensors"));
+    }
+    for (int t = 0; t < model_.tensors_size(); ++t) {
+      int64_t elements = 1;
+      for (int64_t d : model_.tensors(t).shape()) elements *= d;
+      if (static_cast<int64_t>(weights[t].size()) != elements) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Recover: tensor '", model_.tensors(t).name(), "' has ", elements,
+            " elements but its buffer ", weights[t].size()));
+      }
+    }
+    return absl::OkStatus();
   }
 
   // Takes the model PsClient adopted: names, and versions all unknown.
@@ -592,6 +623,10 @@ absl::Status Client::Recover(const absl::Status& failure,
                              const std::vector<absl::Span<float>>& weights,
                              Snapshot* snapshot) {
   return impl_->Recover(failure, weights, snapshot);
+}
+absl::Status Client::Recover(const absl::Status& failure,
+                             const std::vector<absl::Span<float>>& weights) {
+  return impl_->Recover(failure, weights);
 }
 std::string Client::model_name() const { return impl_->model_name(); }
 int Client::num_shards() const { return impl_->num_shards(); }

@@ -231,6 +231,9 @@ class Client {
   absl::Status Recover(const absl::Status& failure,
                        const std::vector<absl::Span<float>>& weights,
                        Snapshot* snapshot);
+  // The same with the client's own snapshot (the implicit form's).
+  absl::Status Recover(const absl::Status& failure,
+                       const std::vector<absl::Span<float>>& weights);
 
   int rank() const;
   int num_workers() const;

@@ -106,6 +106,7 @@ class PyClient {
     o.rank = rank;
     o.num_workers = num_workers;
     o.mode = mode;
+    mode_ = mode;
     o.wire_dtype = wire_dtype;
     o.transport = transport;
     o.rpc_timeout_seconds = rpc_timeout;
@@ -231,6 +232,7 @@ class PyClient {
   }
 
   void EndStep() { client_->EndStep(); }
+  const std::string& mode() const { return mode_; }
   int rank() const { return client_->rank(); }
   int num_workers() const { return client_->num_workers(); }
   int64_t clock() const { return client_->clock(); }
@@ -246,6 +248,34 @@ class PyClient {
   void Leave() {
     py::gil_scoped_release release;
     client_->Leave();
+  }
+
+  // After a call raised because a shard restarted without a checkpoint
+  // and lost the model: declares it there again, hands it `arrays` (every
+  // tensor, this worker's copy) and pulls every tensor afresh into them.
+  // False if no shard had lost it (the error was something else).
+  bool Recover(py::dict arrays) {
+    const std::vector<TensorSpec> tensors = client_->tensors();
+    std::vector<py::array> keep;
+    for (const TensorSpec& t : tensors) {
+      if (!arrays.contains(t.name)) {
+        throw py::value_error(absl::StrCat("recover needs every tensor; '",
+                                           t.name, "' is missing"));
+      }
+      keep.push_back(Checked(t.name, arrays[py::str(t.name)], /*write=*/true));
+    }
+    std::vector<absl::Span<float>> views;
+    for (py::array& a : keep) views.push_back(View(a));
+    const absl::Status asked =
+        absl::FailedPreconditionError("recover: no shard lost the model");
+    absl::Status s;
+    {
+      py::gil_scoped_release release;
+      s = client_->Recover(asked, views);
+    }
+    if (s == asked) return false;
+    Raise(s);
+    return true;
   }
 
  private:
@@ -302,6 +332,7 @@ class PyClient {
   }
 
   std::unique_ptr<Client> client_;
+  std::string mode_;
 };
 
 }  // namespace
@@ -344,7 +375,14 @@ copy. reader=True joins no job: it may attach and pull (an evaluator).)")
       .def("push_pull", &PyClient::PushPull, py::arg("grads"),
            "Pushes {name: gradient}, returns the weights after the step; "
            "ends the step.")
+      .def("recover", &PyClient::Recover, py::arg("arrays"),
+           "After a call failed because a shard restarted without a "
+           "checkpoint and lost the model: declares it there again, hands it "
+           "this worker's copy (arrays: every tensor) and pulls every tensor "
+           "afresh into them. False if no shard had lost it.")
       .def("end_step", &PyClient::EndStep, "Completes the step in progress.")
+      .def_property_readonly("mode", &PyClient::mode,
+                             "The servers' mode: async, ssp or bsp.")
       .def("leave", &PyClient::Leave, "Tells the servers this worker is done.")
       .def_property_readonly("rank", &PyClient::rank)
       .def_property_readonly("num_workers", &PyClient::num_workers)

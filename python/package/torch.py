@@ -12,7 +12,10 @@
 
 The servers hold the weights and apply the optimizer (its state lives there
 too); the model's parameters are this worker's copy, written in place by
-each pull. The first worker to build the optimizer declares the model, so
+each pull. A shard that restarts from a checkpoint is waited for; one that
+restarts without one gets the model back from this copy (the first worker
+to notice hands it over; the step in flight is lost where it was not
+applied, and in bsp is pushed again). The first worker to build the optimizer declares the model, so
 its initialisation is everyone's (seed the others alike, or not: theirs is
 not used).
 """
@@ -52,14 +55,14 @@ class DistributedOptimizer:
         self._sender = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="asyncps-push")
         self._pending = []
-        self._pushed = set()
+        self._grads = {}  # This step's gradients, by name.
         self._hooks = [p.register_hook(self._pusher(name))
                        for name, p in self._params.items()]
 
     def _pusher(self, name):
         def hook(grad):
-            g = grad.detach().contiguous()  # Kept alive by the closure below.
-            self._pushed.add(name)
+            g = grad.detach().contiguous()  # Kept alive until the step ends.
+            self._grads[name] = g
             self._pending.append(self._sender.submit(
                 lambda: self._client.push({name: g.numpy()})))
             return grad
@@ -69,12 +72,25 @@ class DistributedOptimizer:
     def client(self):
         return self._client
 
+    def _arrays(self):
+        return {name: p.detach().numpy() for name, p in self._params.items()}
+
+    def _recover(self):
+        """After a call failed: if a shard lost the model (it restarted
+        without a checkpoint), hands it the parameters and pulls every
+        weight afresh into them. False if that was not the failure."""
+        with torch.no_grad():
+            return self._client.recover(self._arrays())
+
     def pull(self):
         """The servers' weights into the model's parameters (in bsp, those
         after every worker's previous step)."""
         with torch.no_grad():
-            self._client.pull_into(
-                {name: p.detach().numpy() for name, p in self._params.items()})
+            try:
+                self._client.pull_into(self._arrays())
+            except RuntimeError:
+                if not self._recover():
+                    raise
 
     def zero_grad(self, set_to_none=True):
         """Clears the local gradients and pulls the current weights."""
@@ -87,18 +103,31 @@ class DistributedOptimizer:
         zeros for parameters that got no gradient (so bsp's step completes),
         and ends the step."""
         loss = closure() if closure is not None else None
-        missing = [n for n in self._params if n not in self._pushed]
+        missing = [n for n in self._params if n not in self._grads]
         if missing:
-            zeros = {n: torch.zeros_like(self._params[n]).numpy()
-                     for n in missing}
+            zeros = {n: torch.zeros_like(self._params[n]) for n in missing}
+            self._grads.update(zeros)
+            arrays = {n: z.numpy() for n, z in zeros.items()}
             self._pending.append(
-                self._sender.submit(lambda: self._client.push(zeros)))
+                self._sender.submit(lambda: self._client.push(arrays)))
+        failure = None
         try:
             for f in self._pending:
-                f.result()
+                try:
+                    f.result()
+                except RuntimeError as e:
+                    failure = failure or e
+            if failure is not None:
+                if not self._recover():
+                    raise failure
+                if self._client.mode == "bsp":
+                    # The step is applied once every gradient reached every
+                    # slice: all of it again (a slice that has it drops it).
+                    self._client.push(
+                        {n: g.numpy() for n, g in self._grads.items()})
         finally:
             self._pending.clear()
-            self._pushed.clear()
+            self._grads.clear()
         self._client.end_step()
         return loss
 

@@ -63,6 +63,46 @@ def test_wrapper_refuses_what_it_cannot_train(shards):
     client.leave()
 
 
+@pytest.mark.parametrize("mode", ["async", "bsp"])
+def test_a_shard_restarted_without_a_checkpoint_gets_the_model_back(
+        shards, mode):
+    """Shard 1 restarts empty twice: once mid-step (the pushes find it
+    without the model: step() recovers), once between steps (the pull
+    does). Training goes on, and the shard serves this worker's weights."""
+    servers = shards.start(2, f"--mode={mode}")
+    torch.manual_seed(5)
+    model = nn.Sequential(nn.Linear(8, 6), nn.ReLU(), nn.Linear(6, 3))
+    g = torch.Generator().manual_seed(6)
+    data = [(torch.randn(16, 8, generator=g),
+             torch.randint(0, 3, (16,), generator=g)) for _ in range(8)]
+    client = asyncps.Client(servers, rank=0, num_workers=1, mode=mode,
+                            slice_bytes=64, retry_for=20)
+    opt = asyncps.torch.DistributedOptimizer(model, client, lr=0.1)
+    losses = []
+    for i, (x, y) in enumerate(data):
+        if i == 6:
+            shards.restart(1, f"--mode={mode}")  # Between steps.
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        if i == 3:
+            shards.restart(1, f"--mode={mode}")  # Before this step's pushes.
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    opt.zero_grad()  # The final weights.
+    held = {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
+    assert not client.recover(opt._arrays()), "nothing is lost any more"
+    with pytest.raises(ValueError, match="every tensor"):
+        client.recover({})
+    reader = asyncps.Client(servers, reader=True)
+    reader.attach()
+    served = reader.pull()
+    for name, w in held.items():
+        np.testing.assert_array_equal(served[name], w, err_msg=name)
+    assert losses[-1] < losses[0], losses
+    opt.close()
+
+
 def run(*args):
     out = subprocess.run([sys.executable, EXAMPLE, *args], check=True,
                          capture_output=True, text=True, timeout=300)
