@@ -117,7 +117,9 @@ struct TrafficStats {
 // names the snapshot its gradients were computed from, so the servers
 // measure its staleness and drop it if a shard restarted since. A Client
 // keeps one of its own (the latest pull); a worker that pipelines (pushes
-// step t while computing on newer weights) keeps its own. Copyable.
+// step t while computing on newer weights) keeps its own. Copyable; a
+// Snapshot that a call writes (CallOptions::into) must not be used by
+// another call at the same time.
 class Snapshot {
  public:
   Snapshot();
