@@ -195,17 +195,27 @@ class PyClient {
     PullInto(names, &keep);
   }
 
-  void Push(py::dict grads) {
+  // What the servers did, summed over the slices the push reached.
+  py::dict Push(py::dict grads) {
     std::vector<std::string> names;
     std::vector<py::array> keep;
     std::vector<absl::Span<const float>> views;
     Gradients(grads, &names, &keep, &views);
+    PushStats stats;
+    CallOptions options;
+    options.stats = &stats;
     absl::Status s;
     {
       py::gil_scoped_release release;
-      s = client_->Push(names, views);
+      s = client_->Push(names, views, options);
     }
     Raise(s);
+    py::dict out;
+    out["slices"] = stats.slices;
+    out["staleness"] = stats.total_staleness;
+    out["max_staleness"] = stats.max_staleness;
+    out["dropped"] = stats.dropped;
+    return out;
   }
 
   py::dict PushPull(py::dict grads) {
@@ -371,7 +381,11 @@ copy. reader=True joins no job: it may attach and pull (an evaluator).)")
       .def("pull_into", &PyClient::PullIntoArrays, py::arg("arrays"),
            "Pulls into the given {name: array} (written in place).")
       .def("push", &PyClient::Push, py::arg("grads"),
-           "Pushes {name: gradient} for the step in progress.")
+           "Pushes {name: gradient} for the step in progress. Returns what "
+           "the servers did: slices reached, staleness (updates each slice "
+           "had taken since the weights the gradient came from were "
+           "pulled, summed), max_staleness, dropped (slices that did not "
+           "apply it: late in bsp, or a shard restarted since).")
       .def("push_pull", &PyClient::PushPull, py::arg("grads"),
            "Pushes {name: gradient}, returns the weights after the step; "
            "ends the step.")

@@ -40,6 +40,22 @@ def test_declare_pull_push_give_exact_sgd(shards):
         np.testing.assert_array_equal(after["b"], np.full(4, 1.5, np.float32))
 
 
+def test_push_reports_what_the_servers_did(shards):
+    servers = shards.start(2)
+    with client(servers, rank=0, num_workers=1) as c:
+        c.declare(model(), optimizer="sgd", lr=0.5)
+        c.pull()
+        g = {"w": np.ones((3, 4), np.float32)}
+        first = c.push(g)
+        assert first["slices"] >= 1, first
+        assert first["staleness"] == 0 and first["dropped"] == 0, first
+        # From the same weights again: one update behind on every slice.
+        second = c.push(g)
+        assert second["slices"] == first["slices"], second
+        assert second["staleness"] == second["slices"], second
+        assert second["max_staleness"] == 1, second
+
+
 def test_pull_into_writes_the_given_arrays(shards):
     servers = shards.start(1)
     with client(servers, rank=0, num_workers=1) as c:
