@@ -406,9 +406,8 @@ class Client::Impl {
                        " buffers for ", model_.tensors_size(), " tensors"));
     }
     for (int t = 0; t < model_.tensors_size(); ++t) {
-      int64_t elements = 1;
-      for (int64_t d : model_.tensors(t).shape()) elements *= d;
-      if (static_cast<int64_t>(weights[t].size()) != elements) {
+      const uint64_t elements = ps_->partition().tensor_elements(t);
+      if (weights[t].size() != elements) {
         return absl::InvalidArgumentError(absl::StrCat(
             "Recover: tensor '", model_.tensors(t).name(), "' has ", elements,
             " elements but its buffer ", weights[t].size()));

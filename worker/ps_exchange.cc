@@ -99,10 +99,23 @@ absl::Status PsExchange::Recover(const absl::Status& failure) {
   return client_->Recover(failure, AllWeights(), &versions_);
 }
 
-absl::Status PsExchange::PullLayer(const std::vector<int>& tensors,
+absl::Status PsExchange::PushTensors(
+    const std::vector<std::string>& names, const std::vector<int>& tensors,
+    const std::vector<std::vector<float>>& grads, int64_t clock, bool count) {
+  PushStats r;
+  CallOptions push;
+  push.step = clock;
+  push.from = &versions_;
+  push.stats = &r;
+  RETURN_IF_ERROR(client_->Push(names, In(tensors, grads), push));
+  if (count) AddPushResult(r);
+  return absl::OkStatus();
+}
+
+absl::Status PsExchange::PullLayer(const std::vector<std::string>& names,
+                                   const std::vector<int>& tensors,
                                    const std::vector<std::vector<float>>& grads,
                                    int64_t clock) {
-  const std::vector<std::string> names = Names(tensors);
   CallOptions pull;
   pull.step = clock;
   pull.into = &versions_;
@@ -110,12 +123,7 @@ absl::Status PsExchange::PullLayer(const std::vector<int>& tensors,
   if (s.code() != absl::StatusCode::kAborted) return s;
   // The shard restarted after our push may have reached it: push again
   // (dropped if it had), then wait for the step as usual.
-  PushStats ignored;
-  CallOptions push;
-  push.step = clock;
-  push.from = &versions_;
-  push.stats = &ignored;
-  RETURN_IF_ERROR(client_->Push(names, In(tensors, grads), push));
+  RETURN_IF_ERROR(PushTensors(names, tensors, grads, clock, /*count=*/false));
   pull.any_incarnation = true;
   return client_->Pull(names, Out(tensors, weights_), pull);
 }
@@ -126,19 +134,12 @@ void PsExchange::LayerReady(int layer,
   grads_ = &grads;  // Sent whole at FinishStep (or again, after a failure).
   if (mode_ != Mode::kLayered) return;
   const std::vector<int>* tensors = &layer_tensors_[layer];
-  queue_.Enqueue([this, layer, tensors, &grads, clock] {
-    PushStats r;
-    CallOptions push;
-    push.step = clock;
-    push.from = &versions_;
-    push.stats = &r;
-    RETURN_IF_ERROR(
-        client_->Push(layer_names_[layer], In(*tensors, grads), push));
-    AddPushResult(r);
-    return absl::OkStatus();
+  const std::vector<std::string>* names = &layer_names_[layer];
+  queue_.Enqueue([this, names, tensors, &grads, clock] {
+    return PushTensors(*names, *tensors, grads, clock, /*count=*/true);
   });
-  queue_.Enqueue([this, tensors, &grads, clock] {
-    return PullLayer(*tensors, grads, clock);
+  queue_.Enqueue([this, names, tensors, &grads, clock] {
+    return PullLayer(*names, *tensors, grads, clock);
   });
 }
 
@@ -186,16 +187,9 @@ absl::Status PsExchange::FinishLayered(int64_t clock, StepStats* stats) {
       // every worker's gradient has reached every slice: send all of it
       // again (a slice that has this worker's gradient drops the copy) and
       // wait for the step's weights as usual.
-      PushStats r;
-      CallOptions push;
-      push.step = clock;
-      push.from = &versions_;
-      push.stats = &r;
-      s = client_->Push(all_names_, In(all_tensors_, *grads_), push);
-      if (s.ok()) {
-        AddPushResult(r);
-        s = PullLayer(all_tensors_, *grads_, clock);
-      }
+      s = PushTensors(all_names_, all_tensors_, *grads_, clock,
+                      /*count=*/true);
+      if (s.ok()) s = PullLayer(all_names_, all_tensors_, *grads_, clock);
     }
   }
   TakeStepStats(stats);

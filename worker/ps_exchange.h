@@ -69,9 +69,18 @@ class PsExchange final : public GradientExchange {
   // step's gradient is lost where it was not applied). Any other failure
   // is returned as it is.
   absl::Status Recover(const absl::Status& failure);
-  // Layered: pulls `tensors` after their push; a bsp shard that restarted
-  // since answers ABORTED, and then the push goes again first.
-  absl::Status PullLayer(const std::vector<int>& tensors,
+  // Pushes `grads` of `tensors` (named `names`) for step `clock`, computed
+  // from the weights held; what the servers did is added to the step's
+  // stats when `count`.
+  absl::Status PushTensors(const std::vector<std::string>& names,
+                           const std::vector<int>& tensors,
+                           const std::vector<std::vector<float>>& grads,
+                           int64_t clock, bool count);
+  // Layered: pulls `tensors` (named `names`) after their push; a bsp shard
+  // that restarted since answers ABORTED, and then the push goes again
+  // first.
+  absl::Status PullLayer(const std::vector<std::string>& names,
+                         const std::vector<int>& tensors,
                          const std::vector<std::vector<float>>& grads,
                          int64_t clock);
   absl::Status FinishLayered(int64_t clock, StepStats* stats);

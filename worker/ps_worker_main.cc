@@ -28,6 +28,7 @@
 #include "common/initializer.h"
 #include "common/large_buffers.h"
 #include "common/metrics_endpoint.h"
+#include "common/partitioner.h"
 #include "common/security_flags.h"
 #include "common/status.h"
 #include "common/stop_signal.h"
@@ -255,10 +256,9 @@ absl::Status Declare(const v1::ModelSpec& spec, Client* client) {
   std::vector<TensorSpec> tensors;
   std::vector<std::vector<float>> initial;
   for (const v1::TensorSpec& t : spec.tensors()) {
-    int64_t n = 1;
-    for (int64_t d : t.shape()) n *= d;
+    ASSIGN_OR_RETURN(const uint64_t n, NumElements(t));
     tensors.push_back({t.name(), {t.shape().begin(), t.shape().end()}});
-    initial.emplace_back(static_cast<size_t>(n));
+    initial.emplace_back(n);
     FillInitial(t.init(), spec.seed(), t.name(), 0,
                 absl::MakeSpan(initial.back()));
   }
