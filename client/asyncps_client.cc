@@ -227,7 +227,8 @@ class Client::Impl {
       }
     }
     const int64_t step = options.step >= 0 ? options.step : clock();
-    RETURN_IF_ERROR(ps_->Pull(indices, views, versions, rank(), step));
+    RETURN_IF_ERROR(
+        ps_->Pull(indices, views, versions, rank(), step, options.after_push));
     if (options.into == nullptr) KeepVersions(indices, own);
     return absl::OkStatus();
   }

@@ -452,7 +452,7 @@ absl::Status PsClient::Pull(absl::Span<const int> tensors,
 absl::Status PsClient::Pull(absl::Span<const int> tensors,
                             const TensorViews& values,
                             std::vector<SliceVersion>* versions, int rank,
-                            int64_t clock) {
+                            int64_t clock, bool after_push) {
   RETURN_IF_ERROR(CheckViews(tensors, values, "Pull"));
   ScopedSpan span(options_.timeline, "pull", "exchange");
   span.set_arg("tensors", static_cast<int64_t>(tensors.size()));
@@ -462,6 +462,7 @@ absl::Status PsClient::Pull(absl::Span<const int> tensors,
     calls[b].shard = partition_->slices()[batches[b][0]].shard;
     calls[b].request.set_rank(rank);
     calls[b].request.set_clock(clock);
+    calls[b].request.set_after_push(after_push);
     calls[b].request.set_dtype(options_.wire_dtype);
     for (int i : batches[b]) {
       FillKey(spec_, partition_->slices()[i], calls[b].request.add_slices());

@@ -157,9 +157,10 @@ class PsClient final : public RendezvousStore {
                     int64_t clock);
   // The same into caller-owned buffers; INVALID_ARGUMENT naming the tensor
   // if a view's size is not the tensor's element count.
+  // `after_push`: see PullRequest.after_push.
   absl::Status Pull(absl::Span<const int> tensors, const TensorViews& values,
                     std::vector<SliceVersion>* versions, int rank,
-                    int64_t clock);
+                    int64_t clock, bool after_push = false);
 
   // Pushes gradients for every slice of the given tensors; grads[t] holds
   // tensor t's gradient, versions[slice] the version it was computed from.

@@ -9,6 +9,16 @@
 #include "glog/logging.h"
 
 namespace asyncps {
+namespace {
+
+absl::Status PushAgain(int shard, int64_t clock) {
+  return absl::AbortedError(absl::StrCat(
+      "shard ", shard, " waits for step ", clock,
+      " without this worker's gradient for it (lost on the way): push it "
+      "again, then pull"));
+}
+
+}  // namespace
 
 absl::Status ConsistencyConfig::Validate() const {
   if (staleness < 0) {
@@ -22,6 +32,9 @@ absl::Status ConsistencyConfig::Validate() const {
   }
   if (max_held_per_rank < 1) {
     return absl::InvalidArgumentError("max_held_per_rank must be at least 1");
+  }
+  if (heal_after < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--heal_after must not be negative");
   }
   if (stall_warn < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--stall_warn must not be negative");
@@ -63,6 +76,11 @@ bool Consistency::Ready(const Wait& w) const {
     default:
       return true;
   }
+}
+
+bool Consistency::MustPushAgain(const Wait& w) const {
+  return config_.mode == Mode::kBsp && w.request->after_push() &&
+         store_->LacksGradient(w.slices, w.request->rank(), w.request->clock());
 }
 
 absl::Status Consistency::CheckServing() {
@@ -207,6 +225,10 @@ void Consistency::Pull(const v1::PullRequest& request,
         "push step ", request.clock(), "'s gradient again, then pull")));
     return;
   }
+  if (MustPushAgain(w)) {
+    call.done(PushAgain(store_->shard(), request.clock()));
+    return;
+  }
   w.since = clock_->Now();
   const int rank = request.rank();
   HeldCalls<Wait>::Held held{std::move(w), std::move(call)};
@@ -282,6 +304,7 @@ void Consistency::PushPull(const v1::PushPullRequest& request,
   pull->set_rank(push.rank());
   pull->set_clock(push.clock());
   pull->set_dtype(request.weights_dtype());
+  pull->set_after_push(true);
   for (const v1::SliceData& g : push.gradients()) {
     *pull->add_slices() = g.key();
   }
@@ -291,21 +314,26 @@ void Consistency::PushPull(const v1::PushPullRequest& request,
   Pull(*pull, response->mutable_pull(), std::move(call));
 }
 
-Consistency::Oldest Consistency::Recheck() {
+Consistency::Oldest Consistency::Recheck(absl::flat_hash_set<int>* stuck) {
   std::vector<HeldCalls<Wait>::Held> ready, expired;
   Oldest oldest;
   const absl::Time now = clock_->Now();
   waiters_.Sweep(
       now,
-      [this, &oldest](const Wait& w) {
-        if (Ready(w)) return true;
+      [this, &oldest, stuck](const Wait& w) {
+        if (Ready(w) || MustPushAgain(w)) return true;
         if (w.since < oldest.since) {
           oldest = {w.request->rank(), w.request->clock(), w.since};
         }
+        if (stuck != nullptr) stuck->insert(w.request->rank());
         return false;
       },
       &ready, &expired);
   for (auto& h : ready) {
+    if (!Ready(h.what)) {  // MustPushAgain.
+      h.call.done(PushAgain(store_->shard(), h.what.request->clock()));
+      continue;
+    }
     store_->FinishPull(*h.what.request, h.what.slices, h.what.response);
     if (config_.observer != nullptr) {
       config_.observer->HeldPullAnswered(h.what.request->rank(),
@@ -336,12 +364,41 @@ void Consistency::Tick() {
                    << ModeName(config_.mode) << " waits";
     }
   }
-  if (config_.mode == Mode::kBsp) {
-    const int live = membership_->LiveCount();
-    store_->CompletePendingSteps(Quorum(live), live, config_.step_deadline,
-                                 clock_->Now());
-  }
+  if (config_.mode == Mode::kBsp) AdvanceSteps();
   DiagnoseStall(Recheck());
+}
+
+void Consistency::AdvanceSteps() {
+  // The highest clock a worker reported (a step it pushes or pulls, or the
+  // steps it completed) says the job completed the step before it on every
+  // slice. A shard restored from an older checkpoint is behind that, and
+  // its slices would hold pulls of those steps for gradients nobody sends
+  // again (each worker has the step's weights already).
+  const int64_t done = membership_->MaxClock() - 1;
+  if (const int moved = store_->FastForwardTo(done); moved > 0) {
+    LOG(WARNING) << "shard " << store_->shard() << ": " << moved
+                 << " slice(s) behind step " << done
+                 << ", which the job has completed (restored from an older "
+                    "checkpoint), caught up to it";
+  }
+  const int live = membership_->LiveCount();
+  const absl::Time now = clock_->Now();
+  store_->CompletePendingSteps(Quorum(live), live, config_.step_deadline, now);
+  if (config_.heal_after <= absl::ZeroDuration()) return;
+  absl::flat_hash_set<int> stuck;
+  Recheck(&stuck);
+  std::vector<int> live_ranks;
+  for (const v1::WorkerInfo& w : membership_->Workers()) {
+    if (w.live()) live_ranks.push_back(w.rank());
+  }
+  std::vector<std::string> healed;
+  store_->HealPendingSteps(live_ranks, stuck, config_.heal_after, now, &healed);
+  for (const std::string& h : healed) {
+    LOG(WARNING) << "shard " << store_->shard() << ": applied " << h
+                 << ": its gradient had not come after "
+                 << absl::FormatDuration(config_.heal_after)
+                 << " and every rank missing from it is waiting for the step";
+  }
 }
 
 void Consistency::DiagnoseStall(const Oldest& oldest) {

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
@@ -42,6 +43,12 @@ struct ConsistencyConfig {
   // A held pull (an ssp clock or a bsp step) waiting longer than this is
   // logged once, naming the ranks it waits for (the stall doctor); 0: never.
   absl::Duration stall_warn = absl::Seconds(10);
+  // bsp healing: a pending step whose first gradient is older than this,
+  // and whose missing live ranks are all blocked in held pulls here, is
+  // applied without them (counted as short, logged); 0: never. Keep it
+  // below the workers' --retry_for, so no worker gives up on a step that
+  // can still complete.
+  absl::Duration heal_after = absl::Seconds(15);
   // Tests only: every n-th push is applied and then answered UNAVAILABLE,
   // as if its answer were lost on the way (0: never).
   int lose_every_nth_answer = 0;
@@ -134,12 +141,19 @@ class Consistency {
   // waits for (logged once per waiting pull).
   void DiagnoseStall(const Oldest& oldest);
   bool Ready(const Wait& w) const;
+  // bsp: `w` follows its rank's push of its step, and a slice it waits on
+  // lacks that gradient: the rank is asked to push it again (ABORTED).
+  bool MustPushAgain(const Wait& w) const;
+  // bsp: catches up with the step the job has completed, then applies
+  // steps that may go (quorum, --step_deadline, healing).
+  void AdvanceSteps();
   // UNAVAILABLE while awaiting a restore, else OK.
   absl::Status CheckServing();
   int Quorum(int live) const;
   // Answers every held pull that may go, or whose deadline passed; returns
   // the longest-held of those still waiting.
-  Oldest Recheck();
+  // `stuck`, if given, gets the ranks with a pull still held.
+  Oldest Recheck(absl::flat_hash_set<int>* stuck = nullptr);
 
   // Constant after construction.
   const ConsistencyConfig config_;

@@ -94,6 +94,11 @@ ABSL_FLAG(int, backup_workers, 0,
 ABSL_FLAG(absl::Duration, step_deadline, absl::ZeroDuration(),
           "bsp: apply a step this long after its first gradient even if "
           "gradients are missing (0: no deadline).");
+ABSL_FLAG(absl::Duration, heal_after, absl::Seconds(15),
+          "bsp: a step still short of gradients this long after its first, "
+          "with every missing live rank blocked waiting for it, is applied "
+          "without them (logged, counted as short); 0: never. Keep it below "
+          "the workers' --retry_for.");
 ABSL_FLAG(std::string, stale_policy, "none",
           "async/ssp: none, drop:K (drop gradients staler than K versions), "
           "or scale (learning rate / (1 + staleness)).");
@@ -144,6 +149,7 @@ absl::StatusOr<ShardServerConfig> ConfigFromFlags() {
   config.consistency.step_deadline = absl::GetFlag(FLAGS_step_deadline);
   config.consistency.restore_wait = absl::GetFlag(FLAGS_restore_wait);
   config.consistency.stall_warn = absl::GetFlag(FLAGS_stall_warn);
+  config.consistency.heal_after = absl::GetFlag(FLAGS_heal_after);
   ASSIGN_OR_RETURN(config.security,
                    LoadSecurity(SecurityFlagsFromCommandLine()));
   if (config.security.tls() && config.security.cert_pem.empty()) {

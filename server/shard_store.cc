@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/initializer.h"
 #include "common/model_spec.h"
 #include "common/status.h"
@@ -230,6 +231,7 @@ absl::Status ShardStore::Push(const v1::PushRequest& request,
   response->set_incarnation(incarnation_);
   const v1::OptimizerSpec& optimizer = m->model->spec().optimizer();
   int64_t front = 0;
+  bool caught_up = false;
   for (int k = 0; k < request.gradients_size(); ++k) {
     SliceState& state = *m->slices[indices[k]];
     const bool lost = restarted(request.gradients(k));
@@ -240,7 +242,13 @@ absl::Status ShardStore::Push(const v1::PushRequest& request,
       response->add_dropped(true);
       continue;
     }
-    if (lost) state.FastForward(request.clock() - 1);
+    // The pusher completed step clock - 1 on every slice before this shard
+    // restarted: the whole shard catches up to it, not just these slices
+    // (a slice left behind would hold every later pull of that step).
+    if (lost && !caught_up) {
+      FastForwardTo(request.clock() - 1);
+      caught_up = true;
+    }
     const int64_t version =
         lost ? state.version() : request.gradients(k).version();
     const SliceOutcome o =
@@ -278,6 +286,59 @@ int ShardStore::CompletePendingSteps(int quorum, int live_workers,
         m->model->spec().optimizer(), quorum, live_workers, deadline, now);
     counters_.Count(o, /*bsp=*/true);
     applied += o.step_applied;
+    if (!o.step_pending) {
+      absl::MutexLock lock(&pending_mu_);
+      pending_.erase(i);
+    }
+  }
+  return applied;
+}
+
+int ShardStore::FastForwardTo(int64_t step) {
+  std::shared_ptr<const Model> m = model();
+  if (m == nullptr) return 0;
+  int moved = 0;
+  for (int i : m->model->local_slices()) {
+    moved += m->slices[i]->FastForward(step);
+  }
+  return moved;
+}
+
+bool ShardStore::LacksGradient(const std::vector<int>& slices, int rank,
+                               int64_t clock) const {
+  std::shared_ptr<const Model> m = model();
+  if (m == nullptr) return false;
+  for (int i : slices) {
+    if (m->slices[i]->LacksGradient(rank, clock)) return true;
+  }
+  return false;
+}
+
+int ShardStore::HealPendingSteps(const std::vector<int>& live_ranks,
+                                 const absl::flat_hash_set<int>& stuck,
+                                 absl::Duration bound, absl::Time now,
+                                 std::vector<std::string>* healed) {
+  std::shared_ptr<const Model> m = model();
+  if (m == nullptr) return 0;
+  std::vector<int> pending;
+  {
+    absl::MutexLock lock(&pending_mu_);
+    pending.assign(pending_.begin(), pending_.end());
+  }
+  int applied = 0;
+  std::vector<int> left_out;
+  for (int i : pending) {
+    SliceState& state = *m->slices[i];
+    const int64_t step = state.applied_step() + 1;
+    const SliceOutcome o = state.Heal(m->model->spec().optimizer(), live_ranks,
+                                      stuck, bound, now, &left_out);
+    if (!o.step_applied) continue;
+    counters_.Count(o, /*bsp=*/true);
+    ++applied;
+    const SliceInfo& info = m->model->partition().slices()[i];
+    healed->push_back(absl::StrCat(
+        "step ", step, " of '", m->model->spec().tensors(info.tensor).name(),
+        "'#", info.index, " without rank(s) ", absl::StrJoin(left_out, ",")));
     if (!o.step_pending) {
       absl::MutexLock lock(&pending_mu_);
       pending_.erase(i);

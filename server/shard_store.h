@@ -93,6 +93,22 @@ class ShardStore {
   // steps applied.
   int CompletePendingSteps(int quorum, int live_workers,
                            absl::Duration deadline, absl::Time now);
+  // bsp: the job has completed step `step` (a worker said so): every slice
+  // behind it (restored from an older checkpoint) counts it as applied and
+  // forgets partial sums of steps up to it. Returns the slices moved.
+  int FastForwardTo(int64_t step);
+  // bsp: true if some slice of `slices` waits for step `clock` without
+  // `rank`'s gradient for it.
+  bool LacksGradient(const std::vector<int>& slices, int rank,
+                     int64_t clock) const;
+  // bsp healing: applies each pending step whose first gradient is older
+  // than `bound` and whose missing live ranks are all in `stuck` (blocked
+  // in a held pull, so they will not send it), with the gradients it has.
+  // Each step so applied is counted as short and described in `*healed`.
+  int HealPendingSteps(const std::vector<int>& live_ranks,
+                       const absl::flat_hash_set<int>& stuck,
+                       absl::Duration bound, absl::Time now,
+                       std::vector<std::string>* healed);
   // The lowest and highest step applied (bsp) or version (otherwise) over
   // this shard's slices; (0, 0) before Declare.
   std::pair<int64_t, int64_t> Progress(bool bsp) const;

@@ -95,6 +95,34 @@ SliceOutcome SliceState::CompleteStep(const v1::OptimizerSpec& optimizer,
   return out;
 }
 
+SliceOutcome SliceState::Heal(const v1::OptimizerSpec& optimizer,
+                              const std::vector<int>& live_ranks,
+                              const absl::flat_hash_set<int>& stuck,
+                              absl::Duration bound, absl::Time now,
+                              std::vector<int>* left_out) {
+  absl::MutexLock lock(&mu_);
+  SliceOutcome out;
+  left_out->clear();
+  if (!step_ranks_.empty() && now - step_first_ >= bound) {
+    bool all_stuck = true;
+    for (int r : live_ranks) {
+      if (std::find(step_ranks_.begin(), step_ranks_.end(), r) !=
+          step_ranks_.end()) {
+        continue;
+      }
+      left_out->push_back(r);
+      all_stuck &= stuck.contains(r);
+    }
+    if (all_stuck && !left_out->empty()) {
+      ApplyStep(optimizer, static_cast<int>(live_ranks.size()), &out);
+    }
+  }
+  if (!out.step_applied) left_out->clear();
+  out.step_pending = !step_ranks_.empty();
+  out.version = version_;
+  return out;
+}
+
 void SliceState::ApplyStep(const v1::OptimizerSpec& optimizer, int live_workers,
                            SliceOutcome* outcome) {
   const size_t n = step_ranks_.size();
@@ -109,15 +137,23 @@ void SliceState::ApplyStep(const v1::OptimizerSpec& optimizer, int live_workers,
   outcome->step_short = static_cast<int>(n) < live_workers;
 }
 
-void SliceState::FastForward(int64_t step) {
+bool SliceState::FastForward(int64_t step) {
   absl::MutexLock lock(&mu_);
-  FastForwardLocked(step);
+  return FastForwardLocked(step);
 }
 
-void SliceState::FastForwardLocked(int64_t step) {
-  if (applied_step_ >= step) return;
+bool SliceState::FastForwardLocked(int64_t step) {
+  if (applied_step_ >= step) return false;
   applied_step_ = step;
   step_ranks_.clear();
+  return true;
+}
+
+bool SliceState::LacksGradient(int rank, int64_t clock) const {
+  absl::MutexLock lock(&mu_);
+  return !steps_unknown_ && clock == applied_step_ + 1 &&
+         std::find(step_ranks_.begin(), step_ranks_.end(), rank) ==
+             step_ranks_.end();
 }
 
 int64_t SliceState::version() const {

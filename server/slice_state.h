@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -75,7 +76,23 @@ class SliceState {
   // step its workers are on: if fewer than `step` steps were applied, the
   // slice counts `step` as applied and forgets the partial sum of the step
   // it was in (its gradients belong to a step the job has finished).
-  void FastForward(int64_t step);
+  // Returns true if it moved the slice.
+  bool FastForward(int64_t step);
+
+  // bsp: true if step `clock` is the one this slice waits for and `rank`'s
+  // gradient for it has not come (a pull of `rank` that followed its push
+  // of that step then knows the gradient was lost).
+  bool LacksGradient(int rank, int64_t clock) const;
+
+  // bsp healing: if the pending step's first gradient came at least `bound`
+  // before `now` and every rank of `live_ranks` missing from it is in
+  // `stuck` (blocked waiting, so it will not send it), applies the step with
+  // the gradients it has, as a backup worker's missing share is left out;
+  // `*left_out` gets the missing ranks. step_applied says whether it did.
+  SliceOutcome Heal(const v1::OptimizerSpec& optimizer,
+                    const std::vector<int>& live_ranks,
+                    const absl::flat_hash_set<int>& stuck, absl::Duration bound,
+                    absl::Time now, std::vector<int>* left_out);
 
   int64_t version() const;
   int64_t applied_step() const;
@@ -101,7 +118,7 @@ class SliceState {
 
  private:
   // FastForward, under the lock.
-  void FastForwardLocked(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool FastForwardLocked(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the mean of the pending step.
   void ApplyStep(const v1::OptimizerSpec& optimizer, int live_workers,
                  SliceOutcome* outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -119,6 +119,7 @@ absl::Status PsExchange::PullLayer(const std::vector<std::string>& names,
   CallOptions pull;
   pull.step = clock;
   pull.into = &versions_;
+  pull.after_push = true;
   absl::Status s = client_->Pull(names, Out(tensors, weights_), pull);
   if (s.code() != absl::StatusCode::kAborted) return s;
   // The shard restarted after our push may have reached it: push again

@@ -159,6 +159,11 @@ struct CallOptions {
   // Pull: do not tell the shards which incarnation the weights held came
   // from (after ABORTED, once the push went again).
   bool any_incarnation = false;
+  // Pull (bsp): this pull follows the caller's own push of `step` to these
+  // tensors. A shard whose slice still waits for that step without the
+  // caller's gradient (lost on the way) answers ABORTED: push it again,
+  // then pull.
+  bool after_push = false;
   // Push: gets what the servers did (added to what it holds).
   PushStats* stats = nullptr;
 };

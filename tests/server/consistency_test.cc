@@ -5,6 +5,7 @@
 #include "server/consistency.h"
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "common/tensor_bytes.h"
@@ -40,11 +41,14 @@ class ConsistencyTest : public ::testing::Test {
     }
   }
 
-  // Pulls as `rank` at `clock`, with a deadline `timeout` from now.
+  // Pulls as `rank` at `clock`, with a deadline `timeout` from now;
+  // `after_push`: the pull follows the rank's push of that step.
   void Pull(Pulled* p, int rank, int64_t clock,
-            absl::Duration timeout = absl::Seconds(10)) {
+            absl::Duration timeout = absl::Seconds(10),
+            bool after_push = false) {
     p->request.set_rank(rank);
     p->request.set_clock(clock);
+    p->request.set_after_push(after_push);
     *p->request.add_slices() = testing::SmallModelKey();
     membership_.Touch(rank, clock);
     PendingCall call;
@@ -246,6 +250,65 @@ TEST_F(ConsistencyTest, BspStepDeadlineAppliesAShortStep) {
   EXPECT_EQ(store_.Counters().steps_short, 1);
 }
 
+// Healing, asked: a rank waits for a step it pushed, but its gradient is
+// not on the slice (lost on the way): its pull is answered ABORTED at once,
+// it pushes again, and the step's update is the mean of what came.
+TEST_F(ConsistencyTest, BspAsksARankWhoseGradientIsMissingToPushAgain) {
+  ConsistencyConfig config;
+  config.mode = Mode::kBsp;
+  Start(config, 2);
+  ASSERT_TRUE(Push(0, 1, 2.0f).ok());
+  Pulled waiting;
+  Pull(&waiting, 0, 1, absl::Seconds(60), /*after_push=*/true);
+  EXPECT_FALSE(waiting.answer.has_value());  // Rank 0's gradient is here.
+  Pulled lost;
+  Pull(&lost, 1, 1, absl::Seconds(60), /*after_push=*/true);
+  ASSERT_TRUE(lost.answer.has_value());
+  EXPECT_EQ(lost.answer->code(), absl::StatusCode::kAborted);
+  EXPECT_NE(lost.answer->message().find("push it again"), std::string::npos)
+      << *lost.answer;
+  ASSERT_TRUE(Push(1, 1, 4.0f).ok());  // Sent again: the step completes.
+  ASSERT_TRUE(waiting.answer.has_value());
+  EXPECT_TRUE(waiting.answer->ok());
+  EXPECT_EQ(waiting.Weight(), 10.0f - 3.0f);
+  EXPECT_EQ(store_.Counters().steps_short, 0);
+}
+
+// Healing, past the bound: every rank missing from a step is blocked in a
+// held pull (it will not send its gradient), so after --heal_after the
+// step is applied with what came, counted as short; a missing rank that is
+// not blocked (still computing) is waited for.
+TEST_F(ConsistencyTest, BspHealsAStepWhoseMissingRanksAllWait) {
+  ConsistencyConfig config;
+  config.mode = Mode::kBsp;
+  config.heal_after = absl::Seconds(3);
+  Start(config, 2);
+  ASSERT_TRUE(Push(0, 1, 2.0f).ok());
+  Pulled pusher;
+  Pull(&pusher, 0, 1, absl::Seconds(60), /*after_push=*/true);
+  // Rank 1 computes (no pull held): 6 s is past the bound, but rank 1 may
+  // still send its gradient; heartbeats keep both live.
+  for (int s = 0; s < 6; ++s) {
+    clock_.Advance(absl::Seconds(1));
+    membership_.Touch(0, 0);
+    membership_.Touch(1, 0);
+    consistency_->Tick();
+  }
+  EXPECT_FALSE(pusher.answer.has_value());
+  // Now rank 1 blocks on the step without having pushed it (its gradient
+  // is gone: say its process restarted and resumed there).
+  Pulled blocked;
+  Pull(&blocked, 1, 1, absl::Seconds(60));
+  EXPECT_FALSE(blocked.answer.has_value());
+  consistency_->Tick();  // The step is past the bound: healed now.
+  ASSERT_TRUE(pusher.answer.has_value());
+  ASSERT_TRUE(blocked.answer.has_value());
+  EXPECT_TRUE(pusher.answer->ok());
+  EXPECT_EQ(pusher.Weight(), 10.0f - 2.0f);  // Rank 0's gradient alone.
+  EXPECT_EQ(blocked.Weight(), 8.0f);
+  EXPECT_EQ(store_.Counters().steps_short, 1);
+}
+
 TEST_F(ConsistencyTest, BadPullIsAnsweredAtOnceAndNeverHeld) {
   ConsistencyConfig config;
   config.mode = Mode::kBsp;
@@ -296,6 +359,122 @@ TEST(ConsistencyConfig, NegativeValuesAreRefusedByName) {
   config.step_deadline = absl::Seconds(-1);
   EXPECT_NE(config.Validate().message().find("--step_deadline"),
             absl::string_view::npos);
+  config = ConsistencyConfig();
+  config.heal_after = absl::Seconds(-1);
+  EXPECT_NE(config.Validate().message().find("--heal_after"),
+            absl::string_view::npos);
+}
+
+// Regression (issue #21, tools/chaos.sh --mode bsp --seed 7): a bsp shard
+// restored from a checkpoint older than the step the job is on. A worker
+// restarted meanwhile resumes at the job's front and waits for that step on
+// every slice; the other pushed the next step of one tensor only (layered
+// exchange) and waits for it. Slices the push did not touch stayed at the
+// checkpoint's step, so the restarted worker waited for ever, and the other
+// for it: both gave up after --retry_for. Now the shard catches up with
+// the step its workers report having completed.
+TEST(ConsistencyRestoreTest, ShardRestoredBehindTheJobCatchesUp) {
+  v1::ModelSpec spec = testing::SmallModel();
+  v1::TensorSpec* v = spec.add_tensors();
+  *v = spec.tensors(0);
+  v->set_name("v");
+  ManualClock clock;
+  ConsistencyConfig config;
+  config.mode = Mode::kBsp;
+  ShardStore before(0, 1, 64 << 20, uint64_t{4} << 30, /*incarnation=*/1);
+  ASSERT_TRUE(before.Declare(spec).ok());
+  auto push = [](ShardStore* store, int rank, int64_t step,
+                 const std::vector<std::string>& tensors, uint64_t inc) {
+    v1::PushRequest req;
+    req.set_rank(rank);
+    req.set_clock(step);
+    for (const std::string& t : tensors) {
+      v1::SliceData* g = req.add_gradients();
+      *g = testing::SmallModelSlice(0.5f);
+      g->mutable_key()->set_tensor(t);
+      g->set_incarnation(inc);
+    }
+    v1::PushResponse resp;
+    PushPolicy policy;
+    policy.mode = Mode::kBsp;
+    policy.quorum = 2;
+    policy.live_workers = 2;
+    return store->Push(req, policy, &resp);
+  };
+  std::optional<v1::ShardCheckpoint> checkpoint;
+  for (int64_t step = 1; step <= 5; ++step) {
+    for (int rank = 0; rank < 2; ++rank) {
+      ASSERT_TRUE(push(&before, rank, step, {"w", "v"}, 1).ok());
+    }
+    if (step == 2) {
+      absl::StatusOr<v1::ShardCheckpoint> taken = before.Snapshot();
+      ASSERT_TRUE(taken.ok());
+      checkpoint = *std::move(taken);
+    }
+  }
+  // The shard dies after step 5 and comes back from the step-2 checkpoint.
+  ShardStore after(0, 1, 64 << 20, uint64_t{4} << 30, /*incarnation=*/2);
+  ASSERT_TRUE(after.Restore(*checkpoint).ok());
+  Membership membership(&clock, absl::Seconds(5));
+  Consistency consistency(config, &after, &membership, &clock);
+  v1::RegisterRequest survivor;  // Rank 0 says it completed step 5.
+  survivor.set_rank(0);
+  survivor.set_num_workers(2);
+  survivor.set_clock(5);
+  ASSERT_TRUE(membership.Register(survivor).ok());
+  v1::RegisterRequest replacement;  // Rank 1 restarted: resumes at 4.
+  replacement.set_rank(1);
+  replacement.set_num_workers(2);
+  absl::StatusOr<v1::RegisterResponse> joined =
+      membership.Register(replacement);
+  ASSERT_TRUE(joined.ok());
+  EXPECT_EQ(joined->resume_clock(), 4);
+  v1::PullRequest start;  // Rank 1's first pull: step 4, everything.
+  start.set_rank(1);
+  start.set_clock(4);
+  for (const char* t : {"w", "v"}) {
+    v1::SliceKey* key = start.add_slices();
+    *key = testing::SmallModelKey();
+    key->set_tensor(t);
+  }
+  v1::PullResponse response;
+  std::optional<absl::Status> answer;
+  PendingCall call;
+  call.deadline = clock.Now() + absl::Seconds(60);
+  call.done = [&answer](absl::Status s) { answer = s; };
+  consistency.Pull(start, &response, std::move(call));
+  EXPECT_FALSE(answer.has_value());  // Slices at the checkpoint's step 2.
+  // Rank 0 pushes step 6 of "w" only, stamped with the lost incarnation,
+  // as its layered exchange does (and then waits for it).
+  ASSERT_TRUE(push(&after, 0, 6, {"w"}, 1).ok());
+  consistency.Tick();
+  ASSERT_TRUE(answer.has_value()) << "rank 1's pull of step 4 is held";
+  EXPECT_TRUE(answer->ok()) << *answer;
+  EXPECT_TRUE(after.StepApplied({0, 1}, 5));
+  EXPECT_FALSE(after.StepApplied({0}, 6));  // Waits for rank 1's "w".
+}
+
+// The same shard learns the job's step from heartbeats alone (no push
+// reached it yet): housekeeping catches it up.
+TEST(ConsistencyRestoreTest, HeartbeatsCatchUpAShardRestoredBehind) {
+  ManualClock clock;
+  ConsistencyConfig config;
+  config.mode = Mode::kBsp;
+  ShardStore store(0, 1, 64 << 20, uint64_t{4} << 30, /*incarnation=*/2);
+  ASSERT_TRUE(store.Declare(testing::SmallModel()).ok());
+  Membership membership(&clock, absl::Seconds(5));
+  Consistency consistency(config, &store, &membership, &clock);
+  for (int rank = 0; rank < 2; ++rank) {
+    v1::RegisterRequest join;
+    join.set_rank(rank);
+    join.set_num_workers(2);
+    join.set_clock(7);  // Both were at step 7 before the restart.
+    ASSERT_TRUE(membership.Register(join).ok());
+  }
+  EXPECT_FALSE(store.StepApplied({0}, 6));
+  consistency.Tick();
+  EXPECT_TRUE(store.StepApplied({0}, 6));  // The step before theirs.
+  EXPECT_FALSE(store.StepApplied({0}, 7));
 }
 
 }  // namespace
