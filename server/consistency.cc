@@ -11,7 +11,9 @@
 namespace asyncps {
 namespace {
 
-absl::Status PushAgain(int shard, int64_t clock) {
+absl::Status PushAgain(int shard, int rank, int64_t clock) {
+  LOG(WARNING) << "shard " << shard << ": rank " << rank << " waits for step "
+               << clock << " without its gradient here: asked to push again";
   return absl::AbortedError(absl::StrCat(
       "shard ", shard, " waits for step ", clock,
       " without this worker's gradient for it (lost on the way): push it "
@@ -51,12 +53,22 @@ Consistency::Consistency(ConsistencyConfig config, ShardStore* store,
 
 void Consistency::Shutdown() { waiters_.Close(); }
 
+bool Consistency::Joining() const {
+  if (membership_->Registered() >= membership_->Expected()) return false;
+  // A worker at this clock could only get there once every worker had
+  // joined (bsp: step 1 waited for all; ssp: the slowest was past 0): a
+  // shard that restarted since does not wait for workers that finished
+  // and left before it came back.
+  const int64_t started =
+      config_.mode == Mode::kSsp ? config_.staleness + 2 : 2;
+  return membership_->MaxClock() < started;
+}
+
 int Consistency::Quorum(int live) const {
   // Until every worker the job expects has registered once, a step waits
   // for all of them (as Horovod's first collective does); afterwards for
   // the live ones.
-  const int expected = membership_->Expected();
-  const int members = membership_->Registered() < expected ? expected : live;
+  const int members = Joining() ? membership_->Expected() : live;
   return std::max(1, members - config_.backup_workers);
 }
 
@@ -65,10 +77,7 @@ bool Consistency::Ready(const Wait& w) const {
     case Mode::kSsp: {
       // Until every worker the job expects has registered once, the ones
       // still to come count as being at clock 0 (as bsp waits for them).
-      const int64_t slowest =
-          membership_->Registered() < membership_->Expected()
-              ? 0
-              : membership_->MinLiveClock();
+      const int64_t slowest = Joining() ? 0 : membership_->MinLiveClock();
       return w.request->clock() - slowest <= config_.staleness;
     }
     case Mode::kBsp:
@@ -226,7 +235,7 @@ void Consistency::Pull(const v1::PullRequest& request,
     return;
   }
   if (MustPushAgain(w)) {
-    call.done(PushAgain(store_->shard(), request.clock()));
+    call.done(PushAgain(store_->shard(), request.rank(), request.clock()));
     return;
   }
   w.since = clock_->Now();
@@ -331,7 +340,8 @@ Consistency::Oldest Consistency::Recheck(absl::flat_hash_set<int>* stuck) {
       &ready, &expired);
   for (auto& h : ready) {
     if (!Ready(h.what)) {  // MustPushAgain.
-      h.call.done(PushAgain(store_->shard(), h.what.request->clock()));
+      h.call.done(PushAgain(store_->shard(), h.what.request->rank(),
+                            h.what.request->clock()));
       continue;
     }
     store_->FinishPull(*h.what.request, h.what.slices, h.what.response);
@@ -431,7 +441,7 @@ void Consistency::DiagnoseStall(const Oldest& oldest) {
   }
   const int expected = membership_->Expected();
   const int registered = membership_->Registered();
-  if (registered < expected) {
+  if (Joining()) {
     absl::StrAppend(&whom, whom.empty() ? "" : ", ", expected - registered,
                     " worker(s) not yet registered");
   }

@@ -149,6 +149,9 @@ class Consistency {
   void AdvanceSteps();
   // UNAVAILABLE while awaiting a restore, else OK.
   absl::Status CheckServing();
+  // True until every worker the job expects has joined (here, or before
+  // this shard restarted); meanwhile bsp and ssp wait for the missing ones.
+  bool Joining() const;
   int Quorum(int live) const;
   // Answers every held pull that may go, or whose deadline passed; returns
   // the longest-held of those still waiting.

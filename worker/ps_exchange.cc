@@ -121,12 +121,19 @@ absl::Status PsExchange::PullLayer(const std::vector<std::string>& names,
   pull.into = &versions_;
   pull.after_push = true;
   absl::Status s = client_->Pull(names, Out(tensors, weights_), pull);
-  if (s.code() != absl::StatusCode::kAborted) return s;
-  // The shard restarted after our push may have reached it: push again
-  // (dropped if it had), then wait for the step as usual.
-  RETURN_IF_ERROR(PushTensors(names, tensors, grads, clock, /*count=*/false));
-  pull.any_incarnation = true;
-  return client_->Pull(names, Out(tensors, weights_), pull);
+  // ABORTED: the shard restarted after our push may have reached it, or it
+  // lacks our gradient for the step: push again (dropped where it had
+  // come), then wait for the step as usual.
+  for (int again = 0; again < 3 && s.code() == absl::StatusCode::kAborted;
+       ++again) {
+    LOG(WARNING) << "step " << clock << ": " << s.message()
+                 << "; pushing the step's gradient again";
+    RETURN_IF_ERROR(PushTensors(names, tensors, grads, clock,
+                                /*count=*/false));
+    pull.any_incarnation = true;
+    s = client_->Pull(names, Out(tensors, weights_), pull);
+  }
+  return s;
 }
 
 void PsExchange::LayerReady(int layer,

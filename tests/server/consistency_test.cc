@@ -142,13 +142,13 @@ TEST_F(ConsistencyTest, SspCountsWorkersNotYetJoinedAsClockZero) {
   expects_two.set_num_workers(2);
   ASSERT_TRUE(membership_.Register(expects_two).ok());
   Pulled p;
-  Pull(&p, 0, 3);
+  Pull(&p, 0, 2);
   EXPECT_FALSE(p.answer.has_value());  // Rank 1 has not joined: clock 0.
   v1::RegisterRequest join;
   join.set_rank(1);
   join.set_num_workers(2);
   ASSERT_TRUE(membership_.Register(join).ok());
-  membership_.Touch(1, 2);
+  membership_.Touch(1, 1);
   consistency_->ClockAdvanced();
   ASSERT_TRUE(p.answer.has_value());
   EXPECT_TRUE(p.answer->ok());
@@ -363,6 +363,26 @@ TEST(ConsistencyConfig, NegativeValuesAreRefusedByName) {
   config.heal_after = absl::Seconds(-1);
   EXPECT_NE(config.Validate().message().find("--heal_after"),
             absl::string_view::npos);
+}
+
+// A shard that restarts after a worker finished and left never sees it
+// register: once the job is past its start (a worker reports step 2, which
+// only the whole job could reach) steps go on with the live workers.
+TEST_F(ConsistencyTest, BspRestartedShardDoesNotWaitForAWorkerThatLeft) {
+  ConsistencyConfig config;
+  config.mode = Mode::kBsp;
+  Start(config, 0);
+  v1::RegisterRequest survivor;  // Rank 0 of 2, re-registering at step 40.
+  survivor.set_rank(0);
+  survivor.set_num_workers(2);
+  survivor.set_clock(40);
+  ASSERT_TRUE(membership_.Register(survivor).ok());
+  consistency_->Tick();  // Catches up with step 39.
+  ASSERT_TRUE(Push(0, 40, 1.0f).ok());
+  Pulled p;
+  Pull(&p, 0, 40);
+  ASSERT_TRUE(p.answer.has_value()) << "waits for rank 1, which left";
+  EXPECT_TRUE(p.answer->ok());
 }
 
 // Regression (issue #21, tools/chaos.sh --mode bsp --seed 7): a bsp shard
