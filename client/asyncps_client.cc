@@ -34,8 +34,10 @@ absl::StatusOr<v1::OptimizerSpec> ToSpec(const OptimizerOptions& o) {
     spec.set_kind(v1::OptimizerSpec::MOMENTUM);
     spec.set_momentum(o.momentum);
     spec.set_nesterov(o.nesterov);
-  } else if (o.kind == "adam") {
-    spec.set_kind(v1::OptimizerSpec::ADAM);
+    spec.set_dampening(o.dampening);
+  } else if (o.kind == "adam" || o.kind == "adamw") {
+    spec.set_kind(o.kind == "adam" ? v1::OptimizerSpec::ADAM
+                                   : v1::OptimizerSpec::ADAMW);
     spec.set_beta1(o.beta1);
     spec.set_beta2(o.beta2);
     spec.set_epsilon(o.epsilon);
@@ -45,7 +47,7 @@ absl::StatusOr<v1::OptimizerSpec> ToSpec(const OptimizerOptions& o) {
     spec.set_initial_accumulator_value(o.initial_accumulator_value);
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        "optimizer '", o.kind, "' (want sgd, momentum, adam, adagrad)"));
+        "optimizer '", o.kind, "' (want sgd, momentum, adam, adamw, adagrad)"));
   }
   spec.set_learning_rate(o.learning_rate);
   spec.set_weight_decay(o.weight_decay);
@@ -219,16 +221,25 @@ class Client::Impl {
       own = Versions();
     }
     versions->resize(ps_->partition().slices().size());
-    if (options.any_incarnation) {
-      for (int t : indices) {
-        for (int i : ps_->partition().tensor_slices(t)) {
-          (*versions)[i].incarnation = 0;
-        }
-      }
-    }
     const int64_t step = options.step >= 0 ? options.step : clock();
-    RETURN_IF_ERROR(
-        ps_->Pull(indices, views, versions, rank(), step, options.after_push));
+    if (options.any_incarnation) {
+      // Not told to the shards, and not forgotten here: a gradient pushed
+      // again after a failed pull still says where its weights came from.
+      std::vector<SliceVersion> asked = *versions;
+      for (int t : indices) {
+        for (int i : ps_->partition().tensor_slices(t))
+          asked[i].incarnation = 0;
+      }
+      RETURN_IF_ERROR(
+          ps_->Pull(indices, views, &asked, rank(), step, options.after_push));
+      for (int t : indices) {
+        for (int i : ps_->partition().tensor_slices(t))
+          (*versions)[i] = asked[i];
+      }
+    } else {
+      RETURN_IF_ERROR(ps_->Pull(indices, views, versions, rank(), step,
+                                options.after_push));
+    }
     if (options.into == nullptr) KeepVersions(indices, own);
     return absl::OkStatus();
   }
@@ -245,9 +256,47 @@ class Client::Impl {
     std::vector<SliceVersion> own;
     const std::vector<SliceVersion>& from = From(options, &own);
     const int64_t step = options.step >= 0 ? options.step : clock() + 1;
+    std::vector<v1::OptimizerSpec> specs;
+    TensorOptimizers per_tensor;
+    RETURN_IF_ERROR(Optimizers(names, indices, options, &specs, &per_tensor));
     PushResult r;
-    RETURN_IF_ERROR(ps_->Push(indices, views, from, rank(), step, &r));
+    RETURN_IF_ERROR(ps_->Push(indices, views, from, rank(), step, &r,
+                              specs.empty() ? nullptr : &per_tensor));
     if (options.stats != nullptr) options.stats->Add(ToStats(r));
+    return absl::OkStatus();
+  }
+
+  // options.optimizers as specs (`*specs` owns them) and per tensor
+  // index; `*per_tensor` stays empty without them. INVALID_ARGUMENT naming
+  // the tensor for a bad one or another kind than the declared one.
+  absl::Status Optimizers(const std::vector<std::string>& names,
+                          const std::vector<int>& indices,
+                          const CallOptions& options,
+                          std::vector<v1::OptimizerSpec>* specs,
+                          TensorOptimizers* per_tensor) const {
+    if (options.optimizers == nullptr) return absl::OkStatus();
+    if (options.optimizers->size() != indices.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(indices.size(), " tensors but ",
+                       options.optimizers->size(), " optimizers"));
+    }
+    specs->reserve(indices.size());
+    for (size_t k = 0; k < indices.size(); ++k) {
+      absl::StatusOr<v1::OptimizerSpec> spec = ToSpec((*options.optimizers)[k]);
+      if (!spec.ok())
+        return Annotate(spec.status(), "tensor '" + names[k] + "'");
+      if (spec->kind() != ps_->spec().optimizer().kind()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", names[k], "': optimizer '",
+                         (*options.optimizers)[k].kind,
+                         "' is not the kind the model was declared with"));
+      }
+      specs->push_back(*std::move(spec));
+    }
+    per_tensor->assign(NumTensors(), nullptr);
+    for (size_t k = 0; k < indices.size(); ++k) {
+      (*per_tensor)[indices[k]] = &(*specs)[k];
+    }
     return absl::OkStatus();
   }
 
@@ -275,9 +324,12 @@ class Client::Impl {
     std::vector<SliceVersion>* into = &pulled;
     if (options.into != nullptr) into = &options.into->rep_->versions;
     const int64_t step = options.step >= 0 ? options.step : clock() + 1;
+    std::vector<v1::OptimizerSpec> specs;
+    TensorOptimizers per_tensor;
+    RETURN_IF_ERROR(Optimizers(names, indices, options, &specs, &per_tensor));
     PushResult r;
-    RETURN_IF_ERROR(
-        ps_->PushPull(indices, in, from, rank(), step, views, into, &r));
+    RETURN_IF_ERROR(ps_->PushPull(indices, in, from, rank(), step, views, into,
+                                  &r, specs.empty() ? nullptr : &per_tensor));
     if (options.stats != nullptr) options.stats->Add(ToStats(r));
     if (options.into == nullptr) KeepVersions(indices, pulled);
     return absl::OkStatus();

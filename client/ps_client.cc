@@ -510,15 +510,22 @@ absl::Status PsClient::TakeWeights(int shard, const std::vector<int>& batch,
 void PsClient::FillPush(const std::vector<int>& batch,
                         const ConstTensorViews& grads,
                         const std::vector<SliceVersion>& versions, int rank,
-                        int64_t clock, v1::PushRequest* request) {
+                        int64_t clock, const TensorOptimizers* optimizers,
+                        v1::PushRequest* request) {
   request->set_rank(rank);
   request->set_clock(clock);
   // Retries resend this very request, so they carry the same number.
   request->set_client_id(client_id_);
   request->set_sequence(sequence_.fetch_add(1) + 1);
   for (int i : batch) {
+    v1::SliceData* d = request->add_gradients();
     FillSliceData(spec_, partition_->slices()[i], grads, versions[i],
-                  options_.wire_dtype, request->add_gradients());
+                  options_.wire_dtype, d);
+    if (optimizers != nullptr) {
+      const v1::OptimizerSpec* o =
+          (*optimizers)[partition_->slices()[i].tensor];
+      if (o != nullptr) *d->mutable_optimizer() = *o;
+    }
   }
 }
 
@@ -532,7 +539,8 @@ absl::Status PsClient::Push(absl::Span<const int> tensors,
 absl::Status PsClient::Push(absl::Span<const int> tensors,
                             const ConstTensorViews& grads,
                             const std::vector<SliceVersion>& versions, int rank,
-                            int64_t clock, PushResult* result) {
+                            int64_t clock, PushResult* result,
+                            const TensorOptimizers* optimizers) {
   RETURN_IF_ERROR(CheckViews(tensors, grads, "Push"));
   ScopedSpan span(options_.timeline, "push", "exchange");
   span.set_arg("tensors", static_cast<int64_t>(tensors.size()));
@@ -540,7 +548,8 @@ absl::Status PsClient::Push(absl::Span<const int> tensors,
   std::vector<Call<v1::PushRequest, v1::PushResponse>> calls(batches.size());
   for (size_t b = 0; b < batches.size(); ++b) {
     calls[b].shard = partition_->slices()[batches[b][0]].shard;
-    FillPush(batches[b], grads, versions, rank, clock, &calls[b].request);
+    FillPush(batches[b], grads, versions, rank, clock, optimizers,
+             &calls[b].request);
   }
   RETURN_IF_ERROR(Exchange(&calls, FrameOp::kPush, ASYNCPS_RPC(Push), "Push",
                            /*idempotent=*/true));
@@ -562,13 +571,11 @@ absl::Status PsClient::PushPull(absl::Span<const int> tensors,
                   new_versions, result);
 }
 
-absl::Status PsClient::PushPull(absl::Span<const int> tensors,
-                                const ConstTensorViews& grads,
-                                const std::vector<SliceVersion>& versions,
-                                int rank, int64_t clock,
-                                const TensorViews& weights,
-                                std::vector<SliceVersion>* new_versions,
-                                PushResult* result) {
+absl::Status PsClient::PushPull(
+    absl::Span<const int> tensors, const ConstTensorViews& grads,
+    const std::vector<SliceVersion>& versions, int rank, int64_t clock,
+    const TensorViews& weights, std::vector<SliceVersion>* new_versions,
+    PushResult* result, const TensorOptimizers* optimizers) {
   RETURN_IF_ERROR(CheckViews(tensors, grads, "PushPull"));
   RETURN_IF_ERROR(CheckViews(tensors, weights, "PushPull"));
   ScopedSpan span(options_.timeline, "pushpull", "exchange");
@@ -581,7 +588,7 @@ absl::Status PsClient::PushPull(absl::Span<const int> tensors,
   for (size_t b = 0; b < batches.size(); ++b) {
     calls[b].shard = partition_->slices()[batches[b][0]].shard;
     calls[b].request.set_weights_dtype(options_.wire_dtype);
-    FillPush(batches[b], grads, versions, rank, clock,
+    FillPush(batches[b], grads, versions, rank, clock, optimizers,
              calls[b].request.mutable_push());
   }
   RETURN_IF_ERROR(Exchange(&calls, FrameOp::kPushPull, ASYNCPS_RPC(PushPull),

@@ -111,6 +111,10 @@ struct Traffic {
 using ConstTensorViews = std::vector<absl::Span<const float>>;
 using TensorViews = std::vector<absl::Span<float>>;
 
+// Per tensor (by index): the hyper-parameters its gradient is applied
+// with, or null for the declared ones. Borrowed for the call.
+using TensorOptimizers = std::vector<const v1::OptimizerSpec*>;
+
 class PsClient final : public RendezvousStore {
  public:
   static absl::StatusOr<std::unique_ptr<PsClient>> Create(
@@ -168,10 +172,14 @@ class PsClient final : public RendezvousStore {
                     const std::vector<std::vector<float>>& grads,
                     const std::vector<SliceVersion>& versions, int rank,
                     int64_t clock, PushResult* result);
+  // `optimizers`, if given, is indexed by tensor: a non-null entry is the
+  // hyper-parameters that tensor's gradient is applied with
+  // (SliceData.optimizer).
   absl::Status Push(absl::Span<const int> tensors,
                     const ConstTensorViews& grads,
                     const std::vector<SliceVersion>& versions, int rank,
-                    int64_t clock, PushResult* result);
+                    int64_t clock, PushResult* result,
+                    const TensorOptimizers* optimizers = nullptr);
 
   // Push, then pull the same slices, in one round trip per shard: `weights`
   // and `new_versions` (indexed like Pull's) get the weights after the
@@ -187,7 +195,8 @@ class PsClient final : public RendezvousStore {
                         const std::vector<SliceVersion>& versions, int rank,
                         int64_t clock, const TensorViews& weights,
                         std::vector<SliceVersion>* new_versions,
-                        PushResult* result);
+                        PushResult* result,
+                        const TensorOptimizers* optimizers = nullptr);
 
   // Replaces the weights of every slice of `tensors` on the servers
   // (allreduce mode), each slice's version set to `version`.
@@ -326,7 +335,8 @@ class PsClient final : public RendezvousStore {
   // this client's id and the next sequence number.
   void FillPush(const std::vector<int>& batch, const ConstTensorViews& grads,
                 const std::vector<SliceVersion>& versions, int rank,
-                int64_t clock, v1::PushRequest* request);
+                int64_t clock, const TensorOptimizers* optimizers,
+                v1::PushRequest* request);
 
   // Copies one shard's answered weights (slices `batch`, in order) into
   // `values` and `versions`; INTERNAL if the answer does not fit.

@@ -21,11 +21,23 @@ void SgdStep(float lr, float weight_decay, absl::Span<const float> g,
 
 void MomentumStep(float lr, float momentum, bool nesterov, float weight_decay,
                   absl::Span<const float> g, absl::Span<float> velocity,
-                  absl::Span<float> w) {
+                  absl::Span<float> w, float dampening, bool first) {
   const float* __restrict gp = g.data();
   float* __restrict vp = velocity.data();
   float* __restrict wp = w.data();
   const size_t n = w.size();
+  if (dampening != 0.0f) {
+    // PyTorch's rule; the plain loops below are the dampening = 0 case
+    // (v starts at 0, so the first update gives v = g' there too).
+    const float keep = first ? 0.0f : momentum;
+    const float take = first ? 1.0f : 1.0f - dampening;
+    for (size_t i = 0; i < n; ++i) {
+      const float gi = gp[i] + weight_decay * wp[i];
+      vp[i] = keep * vp[i] + take * gi;
+      wp[i] -= lr * (nesterov ? gi + momentum * vp[i] : vp[i]);
+    }
+    return;
+  }
   if (nesterov) {
     for (size_t i = 0; i < n; ++i) {
       const float gi = gp[i] + weight_decay * wp[i];
@@ -62,6 +74,14 @@ void AdamStep(float lr, float beta1, float beta2, float epsilon,
   }
 }
 
+void AdamWStep(float lr, float beta1, float beta2, float epsilon,
+               float weight_decay, int64_t step, absl::Span<const float> g,
+               absl::Span<float> m, absl::Span<float> v, absl::Span<float> w) {
+  const float shrink = 1.0f - lr * weight_decay;
+  for (float& x : w) x *= shrink;
+  AdamStep(lr, beta1, beta2, epsilon, 0.0f, step, g, m, v, w);
+}
+
 void AdagradStep(float lr, float epsilon, float weight_decay,
                  absl::Span<const float> g, absl::Span<float> accumulator,
                  absl::Span<float> w) {
@@ -92,6 +112,7 @@ absl::Status ValidateOptimizer(const v1::OptimizerSpec& spec) {
   if (spec.kind() != OptimizerSpec::SGD &&
       spec.kind() != OptimizerSpec::MOMENTUM &&
       spec.kind() != OptimizerSpec::ADAM &&
+      spec.kind() != OptimizerSpec::ADAMW &&
       spec.kind() != OptimizerSpec::ADAGRAD) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown optimizer kind ", static_cast<int>(spec.kind())));
@@ -109,9 +130,13 @@ absl::Status ValidateOptimizer(const v1::OptimizerSpec& spec) {
   if (!s.ok()) return s;
   switch (spec.kind()) {
     case OptimizerSpec::MOMENTUM:
+      s = CheckField(finite_nonneg(spec.dampening()) && spec.dampening() <= 1,
+                     "dampening", spec.dampening(), "in [0, 1]");
+      if (!s.ok()) return s;
       return CheckField(finite_nonneg(spec.momentum()) && spec.momentum() < 1,
                         "momentum", spec.momentum(), "in [0, 1)");
     case OptimizerSpec::ADAM:
+    case OptimizerSpec::ADAMW:
       s = CheckField(finite_nonneg(spec.beta1()) && spec.beta1() < 1, "beta1",
                      spec.beta1(), "in [0, 1)");
       if (!s.ok()) return s;
@@ -138,6 +163,7 @@ OptimizerSlots::OptimizerSlots(const v1::OptimizerSpec& spec, size_t n) {
       slot1_.assign(n, 0.0f);
       break;
     case v1::OptimizerSpec::ADAM:
+    case v1::OptimizerSpec::ADAMW:
       slot1_.assign(n, 0.0f);
       slot2_.assign(n, 0.0f);
       break;
@@ -165,6 +191,7 @@ void OptimizerSlots::Apply(const v1::OptimizerSpec& spec, float lr_scale,
                            absl::Span<const float> g, absl::Span<float> w) {
   const float lr = spec.learning_rate() * lr_scale /
                    (1.0f + spec.lr_decay() * static_cast<float>(steps_));
+  const bool first = steps_ == 0;
   ++steps_;
   switch (spec.kind()) {
     case v1::OptimizerSpec::SGD:
@@ -172,7 +199,12 @@ void OptimizerSlots::Apply(const v1::OptimizerSpec& spec, float lr_scale,
       break;
     case v1::OptimizerSpec::MOMENTUM:
       MomentumStep(lr, spec.momentum(), spec.nesterov(), spec.weight_decay(), g,
-                   absl::MakeSpan(slot1_), w);
+                   absl::MakeSpan(slot1_), w, spec.dampening(), first);
+      break;
+    case v1::OptimizerSpec::ADAMW:
+      AdamWStep(lr, spec.beta1(), spec.beta2(), spec.epsilon(),
+                spec.weight_decay(), steps_, g, absl::MakeSpan(slot1_),
+                absl::MakeSpan(slot2_), w);
       break;
     case v1::OptimizerSpec::ADAM:
       AdamStep(lr, spec.beta1(), spec.beta2(), spec.epsilon(),

@@ -19,14 +19,22 @@ void SgdStep(float lr, float weight_decay, absl::Span<const float> g,
 
 // v = momentum * v + g'; w -= lr * v, or with Nesterov w -= lr * (g' +
 // momentum * v), where g' = g + wd * w.
+// `dampening` (PyTorch's SGD): after the first update (`first`: v = g'),
+// v = momentum * v + (1 - dampening) * g'.
 void MomentumStep(float lr, float momentum, bool nesterov, float weight_decay,
                   absl::Span<const float> g, absl::Span<float> velocity,
-                  absl::Span<float> w);
+                  absl::Span<float> w, float dampening = 0.0f,
+                  bool first = false);
 
 // Adam with bias correction; `step` is this update's 1-based count.
 void AdamStep(float lr, float beta1, float beta2, float epsilon,
               float weight_decay, int64_t step, absl::Span<const float> g,
               absl::Span<float> m, absl::Span<float> v, absl::Span<float> w);
+
+// AdamW: w *= 1 - lr * weight_decay, then Adam without weight decay.
+void AdamWStep(float lr, float beta1, float beta2, float epsilon,
+               float weight_decay, int64_t step, absl::Span<const float> g,
+               absl::Span<float> m, absl::Span<float> v, absl::Span<float> w);
 
 // acc += g'^2; w -= lr * g' / (sqrt(acc) + epsilon).
 void AdagradStep(float lr, float epsilon, float weight_decay,

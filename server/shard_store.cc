@@ -218,6 +218,24 @@ absl::Status ShardStore::Push(const v1::PushRequest& request,
   auto restarted = [this](const v1::SliceData& g) {
     return g.incarnation() != 0 && g.incarnation() != incarnation_;
   };
+  const v1::OptimizerSpec& optimizer = m->model->spec().optimizer();
+  for (int k = 0; k < request.gradients_size(); ++k) {
+    const v1::SliceData& g = request.gradients(k);
+    if (!g.has_optimizer()) continue;
+    if (g.optimizer().kind() != optimizer.kind()) {
+      return Reject(absl::InvalidArgumentError(
+          absl::StrCat("gradient for slice ", SliceName(g.key()),
+                       " asks for optimizer kind ",
+                       v1::OptimizerSpec::Kind_Name(g.optimizer().kind()),
+                       "; the model was declared with ",
+                       v1::OptimizerSpec::Kind_Name(optimizer.kind()))));
+    }
+    absl::Status valid = ValidateOptimizer(g.optimizer());
+    if (!valid.ok()) {
+      return Reject(Annotate(
+          valid, absl::StrCat("gradient for slice ", SliceName(g.key()))));
+    }
+  }
   for (int k = 0; k < request.gradients_size(); ++k) {
     const v1::SliceData& g = request.gradients(k);
     if (restarted(g)) continue;
@@ -229,7 +247,6 @@ absl::Status ShardStore::Push(const v1::PushRequest& request,
   response->clear_staleness();
   response->clear_dropped();
   response->set_incarnation(incarnation_);
-  const v1::OptimizerSpec& optimizer = m->model->spec().optimizer();
   int64_t front = 0;
   bool caught_up = false;
   for (int k = 0; k < request.gradients_size(); ++k) {
@@ -251,11 +268,14 @@ absl::Status ShardStore::Push(const v1::PushRequest& request,
     }
     const int64_t version =
         lost ? state.version() : request.gradients(k).version();
+    const v1::OptimizerSpec& hyper = request.gradients(k).has_optimizer()
+                                         ? request.gradients(k).optimizer()
+                                         : optimizer;
     const SliceOutcome o =
-        bsp ? state.AddToStep(optimizer, request.rank(), request.clock(),
-                              version, grads[k], policy.quorum,
-                              policy.live_workers, policy.now)
-            : state.ApplyAsync(optimizer, policy.stale, version, grads[k]);
+        bsp ? state.AddToStep(hyper, request.rank(), request.clock(), version,
+                              grads[k], policy.quorum, policy.live_workers,
+                              policy.now)
+            : state.ApplyAsync(hyper, policy.stale, version, grads[k]);
     if (bsp) front = std::max(front, state.applied_step());
     if (o.step_pending) {
       absl::MutexLock pending(&pending_mu_);

@@ -188,7 +188,9 @@ void PsExchange::AdoptStaged() {
 
 absl::Status PsExchange::FinishLayered(int64_t clock, StepStats* stats) {
   absl::Status s = queue_.Drain();
-  if (!s.ok()) {
+  // A shard may restart again while this step recovers (chaos: kills a
+  // second apart): recover again, a few times.
+  for (int attempt = 0; attempt < 3 && !s.ok(); ++attempt) {
     s = Recover(s);
     if (s.ok() && steps_) {
       // bsp: the step broke off part-way, and a step is applied only once
@@ -199,6 +201,7 @@ absl::Status PsExchange::FinishLayered(int64_t clock, StepStats* stats) {
                       /*count=*/true);
       if (s.ok()) s = PullLayer(all_names_, all_tensors_, *grads_, clock);
     }
+    if (s.code() != absl::StatusCode::kFailedPrecondition) break;
   }
   TakeStepStats(stats);
   return s;

@@ -47,13 +47,17 @@ namespace asyncps {
 
 // How the servers turn gradients into weights (common/optimizer.h).
 struct OptimizerOptions {
-  std::string kind = "sgd";  // sgd, momentum, adam, adagrad.
+  std::string kind = "sgd";  // sgd, momentum, adam, adamw, adagrad.
   float learning_rate = 0.01f;
   float momentum = 0.9f;  // momentum.
   bool nesterov = false;  // momentum.
-  float beta1 = 0.9f;     // adam.
-  float beta2 = 0.999f;   // adam.
-  float epsilon = 1e-8f;  // adam, adagrad.
+  // momentum, as PyTorch's SGD: after the first update,
+  // v = momentum * v + (1 - dampening) * g.
+  float dampening = 0.0f;
+  float beta1 = 0.9f;     // adam, adamw.
+  float beta2 = 0.999f;   // adam, adamw.
+  float epsilon = 1e-8f;  // adam, adamw, adagrad.
+  // L2 (added to the gradient); adamw: decoupled (w *= 1 - lr * decay).
   float weight_decay = 0.0f;
   // Inverse-time decay: a slice's t-th update uses
   // learning_rate / (1 + lr_decay * t).
@@ -166,6 +170,11 @@ struct CallOptions {
   bool after_push = false;
   // Push: gets what the servers did (added to what it holds).
   PushStats* stats = nullptr;
+  // Push: the hyper-parameters to apply each tensor's gradient with, one
+  // per tensor of the call (e.g. a PyTorch param group's, as a scheduler
+  // left them); null: the declared ones. Each kind must be the declared
+  // kind (INVALID_ARGUMENT otherwise, nothing sent).
+  const std::vector<OptimizerOptions>* optimizers = nullptr;
 };
 
 class Client {

@@ -128,7 +128,8 @@ class PyClient {
 
   void Declare(py::dict arrays, const std::string& optimizer, float lr,
                float momentum, bool nesterov, float beta1, float beta2,
-               float eps, float weight_decay) {
+               float eps, float weight_decay, float dampening, float lr_decay,
+               float initial_accumulator_value) {
     std::vector<TensorSpec> tensors;
     std::vector<py::array> keep;  // Alive (and referenced) across the call.
     std::vector<absl::Span<const float>> initial;
@@ -152,6 +153,10 @@ class PyClient {
     opt.beta2 = beta2;
     opt.epsilon = eps;
     opt.weight_decay = weight_decay;
+    opt.dampening = dampening;
+    opt.lr_decay = lr_decay;
+    opt.initial_accumulator_value = initial_accumulator_value;
+    kind_ = optimizer;
     absl::Status s;
     {
       py::gil_scoped_release release;
@@ -241,6 +246,48 @@ class PyClient {
     return out;
   }
 
+  // Pushes `grads` and pulls the same tensors' new weights into `out`
+  // (arrays by the same names, written in place), in one round trip per
+  // shard. `hyper`, if given, maps every name to the hyper-parameters its
+  // gradient is applied with (keys as declare's: lr, momentum, dampening,
+  // nesterov, beta1, beta2, eps, weight_decay, lr_decay,
+  // initial_accumulator_value; missing ones take declare's defaults).
+  void PushPullInto(py::dict grads, py::dict out, py::object hyper) {
+    std::vector<std::string> names;
+    std::vector<py::array> keep;
+    std::vector<absl::Span<const float>> views;
+    Gradients(grads, &names, &keep, &views);
+    std::vector<py::array> into;
+    std::vector<absl::Span<float>> out_views;
+    for (const std::string& name : names) {
+      if (!out.contains(name)) {
+        throw py::value_error(
+            absl::StrCat("push_pull_into: no output array for '", name, "'"));
+      }
+      into.push_back(Checked(name, out[py::str(name)], /*write=*/true));
+      out_views.push_back(View(into.back()));
+    }
+    std::vector<OptimizerOptions> optimizers;
+    CallOptions options;
+    if (!hyper.is_none()) {
+      py::dict by_name = hyper.cast<py::dict>();
+      for (const std::string& name : names) {
+        if (!by_name.contains(name)) {
+          throw py::value_error(absl::StrCat(
+              "push_pull_into: no hyper-parameters for '", name, "'"));
+        }
+        optimizers.push_back(Hyper(name, by_name[py::str(name)]));
+      }
+      options.optimizers = &optimizers;
+    }
+    absl::Status s;
+    {
+      py::gil_scoped_release release;
+      s = client_->PushPull(names, views, out_views, options);
+    }
+    Raise(s);
+  }
+
   void EndStep() { client_->EndStep(); }
   const std::string& mode() const { return mode_; }
   int rank() const { return client_->rank(); }
@@ -289,6 +336,45 @@ class PyClient {
   }
 
  private:
+  // One tensor's hyper-parameters from a dict (unknown keys are refused).
+  OptimizerOptions Hyper(const std::string& name, py::handle value) const {
+    if (kind_.empty()) {
+      throw py::value_error(
+          "hyper-parameters per push need the optimizer this client "
+          "declared; call declare (not attach) first");
+    }
+    OptimizerOptions o;
+    o.kind = kind_;
+    for (auto [k, v] : value.cast<py::dict>()) {
+      const std::string key = py::str(k);
+      if (key == "lr") {
+        o.learning_rate = v.cast<float>();
+      } else if (key == "momentum") {
+        o.momentum = v.cast<float>();
+      } else if (key == "dampening") {
+        o.dampening = v.cast<float>();
+      } else if (key == "nesterov") {
+        o.nesterov = v.cast<bool>();
+      } else if (key == "beta1") {
+        o.beta1 = v.cast<float>();
+      } else if (key == "beta2") {
+        o.beta2 = v.cast<float>();
+      } else if (key == "eps") {
+        o.epsilon = v.cast<float>();
+      } else if (key == "weight_decay") {
+        o.weight_decay = v.cast<float>();
+      } else if (key == "lr_decay") {
+        o.lr_decay = v.cast<float>();
+      } else if (key == "initial_accumulator_value") {
+        o.initial_accumulator_value = v.cast<float>();
+      } else {
+        throw py::value_error(absl::StrCat(
+            "tensor '", name, "': unknown hyper-parameter '", key, "'"));
+      }
+    }
+    return o;
+  }
+
   std::vector<std::string> Names(py::object names) const {
     std::vector<std::string> out;
     if (names.is_none()) {
@@ -343,6 +429,7 @@ class PyClient {
 
   std::unique_ptr<Client> client_;
   std::string mode_;
+  std::string kind_;  // The optimizer this client declared ("" if attached).
 };
 
 }  // namespace
@@ -372,6 +459,8 @@ copy. reader=True joins no job: it may attach and pull (an evaluator).)")
            py::arg("momentum") = 0.9f, py::arg("nesterov") = false,
            py::arg("beta1") = 0.9f, py::arg("beta2") = 0.999f,
            py::arg("eps") = 1e-8f, py::arg("weight_decay") = 0.0f,
+           py::arg("dampening") = 0.0f, py::arg("lr_decay") = 0.0f,
+           py::arg("initial_accumulator_value") = 0.0f,
            "Declares the model {name: initial array}; the first worker's "
            "arrays are the initial weights.")
       .def("attach", &PyClient::Attach,
@@ -389,6 +478,11 @@ copy. reader=True joins no job: it may attach and pull (an evaluator).)")
       .def("push_pull", &PyClient::PushPull, py::arg("grads"),
            "Pushes {name: gradient}, returns the weights after the step; "
            "ends the step.")
+      .def("push_pull_into", &PyClient::PushPullInto, py::arg("grads"),
+           py::arg("out"), py::arg("hyper") = py::none(),
+           "Pushes {name: gradient} and writes the new weights into "
+           "{name: array} in place; hyper={name: {lr: ..., ...}} applies "
+           "each gradient with those hyper-parameters.")
       .def("recover", &PyClient::Recover, py::arg("arrays"),
            "After a call failed because a shard restarted without a "
            "checkpoint and lost the model: declares it there again, hands it "

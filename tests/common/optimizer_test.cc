@@ -89,6 +89,39 @@ TEST(Optimizer, Adagrad) {
   EXPECT_NEAR(w[0], 0.506135f, 1e-6);
 }
 
+// PyTorch's SGD with dampening: the first update takes the gradient
+// whole (v = g), later ones (1 - dampening) of it.
+TEST(Optimizer, MomentumDampeningAsPyTorch) {
+  v1::OptimizerSpec spec;
+  spec.set_kind(v1::OptimizerSpec::MOMENTUM);
+  spec.set_learning_rate(1.0f);
+  spec.set_momentum(0.5f);
+  spec.set_dampening(0.5f);
+  OptimizerSlots slots(spec, 1);
+  std::vector<float> w = {0.0f}, g = {1.0f};
+  slots.Apply(spec, 1.0f, g, absl::MakeSpan(w));
+  EXPECT_FLOAT_EQ(w[0], -1.0f);  // v = 1.
+  slots.Apply(spec, 1.0f, g, absl::MakeSpan(w));
+  EXPECT_FLOAT_EQ(w[0], -2.0f);  // v = 0.5 * 1 + 0.5 * 1 = 1.
+}
+
+// AdamW decays the weight apart from the gradient: w *= 1 - lr * wd, then
+// Adam's first step moves it by lr.
+TEST(Optimizer, AdamWDecouplesWeightDecay) {
+  v1::OptimizerSpec spec;
+  spec.set_kind(v1::OptimizerSpec::ADAMW);
+  spec.set_learning_rate(0.1f);
+  spec.set_beta1(0.9f);
+  spec.set_beta2(0.999f);
+  spec.set_epsilon(1e-8f);
+  spec.set_weight_decay(0.5f);
+  ASSERT_TRUE(ValidateOptimizer(spec).ok());
+  OptimizerSlots slots(spec, 1);
+  std::vector<float> w = {2.0f}, g = {3.0f};
+  slots.Apply(spec, 1.0f, g, absl::MakeSpan(w));
+  EXPECT_NEAR(w[0], 2.0f * (1.0f - 0.05f) - 0.1f, 1e-6);
+}
+
 TEST(Optimizer, SlotsDispatchAndScale) {
   v1::OptimizerSpec spec;
   spec.set_kind(v1::OptimizerSpec::SGD);

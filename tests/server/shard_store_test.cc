@@ -2,6 +2,8 @@
 // averaging, late gradients and the step deadline.
 #include "server/shard_store.h"
 
+#include <cmath>
+#include <string>
 #include <vector>
 
 #include "common/tensor_bytes.h"
@@ -37,6 +39,38 @@ class ShardStoreTest : public ::testing::Test {
   v1::ModelSpec spec_;
   ShardStore store_{0, 1, 64 << 20};
 };
+
+// A push may carry the hyper-parameters to apply it with (a PyTorch param
+// group's, as a scheduler left them): the learning rate here.
+TEST_F(ShardStoreTest, PushAppliesItsOwnHyperParameters) {
+  v1::PushRequest push = Grad(1.0f, 0);
+  *push.mutable_gradients(0)->mutable_optimizer() = spec_.optimizer();
+  push.mutable_gradients(0)->mutable_optimizer()->set_learning_rate(0.25f);
+  v1::PushResponse resp;
+  ASSERT_TRUE(store_.Push(push, &resp).ok());
+  EXPECT_FLOAT_EQ(Weight(), 10.0f - 0.25f);
+}
+
+// Another kind than the declared one, or unusable values, are refused by
+// name and change no weight.
+TEST_F(ShardStoreTest, PushWithBadHyperParametersChangesNothing) {
+  v1::PushRequest other = Grad(1.0f, 0);
+  other.mutable_gradients(0)->mutable_optimizer()->set_kind(
+      v1::OptimizerSpec::ADAM);
+  v1::PushResponse resp;
+  absl::Status s = store_.Push(other, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("kind ADAM"), std::string::npos) << s;
+  v1::PushRequest nan = Grad(1.0f, 0);
+  *nan.mutable_gradients(0)->mutable_optimizer() = spec_.optimizer();
+  nan.mutable_gradients(0)->mutable_optimizer()->set_learning_rate(NAN);
+  s = store_.Push(nan, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("learning_rate"), std::string::npos) << s;
+  int64_t version = -1;
+  EXPECT_EQ(Weight(&version), 10.0f);
+  EXPECT_EQ(version, 0);
+}
 
 TEST_F(ShardStoreTest, DropPolicySkipsStaleGradients) {
   PushPolicy policy;
