@@ -165,8 +165,9 @@ def main():
                                     num_workers=args.num_workers,
                                     mode=args.mode)
             asyncps.torch.DistributedOptimizer(
-                model, worker, optimizer="momentum", lr=args.lr,
-                momentum=args.momentum).close()
+                torch.optim.SGD(model.parameters(), lr=args.lr,
+                                momentum=args.momentum),
+                worker, named_parameters=model.named_parameters()).close()
         reader = asyncps.Client(args.servers, reader=True)
         reader.attach()
         load_weights(model, reader.pull())
@@ -195,8 +196,9 @@ def main():
         client = asyncps.Client(args.servers, rank=args.rank,
                                 num_workers=args.num_workers, mode=args.mode)
         opt = asyncps.torch.DistributedOptimizer(
-            model, client, optimizer="momentum", lr=args.lr,
-            momentum=args.momentum)
+            torch.optim.SGD(model.parameters(), lr=args.lr,
+                            momentum=args.momentum),
+            client, named_parameters=model.named_parameters())
         samples, seconds = train(model, opt, data, args.steps, args.log_every)
         opt.close()  # Leaves: the others stop waiting for this worker.
     print(f"done: rank {args.rank} samples/s {samples / seconds:.0f}",

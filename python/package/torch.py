@@ -1,76 +1,175 @@
-"""PyTorch through asyncps: an ordinary training loop becomes a worker.
+"""PyTorch through asyncps: an ordinary training loop becomes a worker by
+wrapping its optimizer, as with Horovod.
 
     import asyncps, asyncps.torch
-    client = asyncps.Client(servers, rank=rank, num_workers=2, mode="bsp")
-    opt = asyncps.torch.DistributedOptimizer(model, client, optimizer="momentum",
-                                             lr=0.05, momentum=0.9)
-    for x, y in batches:
-        opt.zero_grad()        # the servers' current weights into the model
+    client = asyncps.Client(servers, rank=rank, num_workers=2, mode="async")
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    opt = asyncps.torch.DistributedOptimizer(
+        opt, client, named_parameters=model.named_parameters())
+    for x, y in loader:
+        opt.zero_grad()          # or model.zero_grad(): clears gradients
         loss = F.cross_entropy(model(x), y)
-        loss.backward()        # each gradient leaves as autograd produces it
-        opt.step()             # waits for the pushes, ends the step
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()               # pushes the gradients as they are now;
+                                 # the servers' new weights are in the model
 
-The servers hold the weights and apply the optimizer (its state lives there
-too); the model's parameters are this worker's copy, written in place by
-each pull. A shard that restarts from a checkpoint is waited for; one that
-restarts without one gets the model back from this copy (the first worker
-to notice hands it over; the step in flight is lost where it was not
-applied, and in bsp is pushed again). The first worker to build the optimizer declares the model, so
-its initialisation is everyone's (seed the others alike, or not: theirs is
-not used).
+The servers hold the weights and apply the wrapped optimizer's update (the
+same arithmetic as torch.optim.SGD, Adam, AdamW and Adagrad), with each
+param group's hyper-parameters as they are at that step() (so LR
+schedulers and per-group settings work); its state (momentum buffers, Adam's
+moments) lives on the servers. step() is one fused push-pull for every
+parameter that has a gradient; a parameter whose .grad is None is skipped,
+as PyTorch skips it. Gradients accumulate over several backward() calls and
+can be clipped or scaled before step(), as in plain PyTorch.
+
+A shard that restarts from a checkpoint is waited for; one that restarts
+without one gets the model back from this worker's parameters (the step in
+flight is lost where it was not applied, and in bsp is pushed again). The
+first worker to build the optimizer declares the model, so its
+initialisation is everyone's: the others start from the servers' weights.
+
+Not built yet: CUDA and bf16/f16 parameters (refused, naming the
+parameter), model buffers (BatchNorm statistics stay local), state_dict()
+from the servers, overlapping pushes with backward.
 """
 
-import concurrent.futures
+import contextlib
 
 import torch
 
+SUPPORTED = "torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW, " \
+    "torch.optim.Adagrad"
 
-class DistributedOptimizer:
-    """Pulls weights before a step and pushes each parameter's gradient as
-    autograd produces it, through an asyncps.Client."""
 
-    def __init__(self, model, client, optimizer="sgd", lr=0.01, **hyper):
-        """Declares `model`'s parameters (float32, on the CPU) as the model,
-        with `optimizer` ("sgd", "momentum", "adam", "adagrad") and its
-        hyper-parameters (momentum, nesterov, beta1, beta2, eps,
-        weight_decay) applied on the servers."""
+def _kind(optimizer):
+    """The servers' optimizer kind for a torch.optim instance, or
+    ValueError naming what is supported."""
+    groups = optimizer.param_groups
+    for group in groups:
+        if group.get("maximize") or group.get("amsgrad"):
+            raise ValueError(
+                "asyncps.torch.DistributedOptimizer: maximize and amsgrad "
+                "are not supported")
+    if isinstance(optimizer, torch.optim.SGD):
+        return ("momentum" if any(g["momentum"] != 0 for g in groups)
+                else "sgd")
+    if isinstance(optimizer, torch.optim.AdamW):
+        return "adamw"
+    if isinstance(optimizer, torch.optim.Adam):
+        return "adam"
+    if isinstance(optimizer, torch.optim.Adagrad):
+        return "adagrad"
+    raise ValueError(
+        f"asyncps.torch.DistributedOptimizer wraps {SUPPORTED}; not "
+        f"{type(optimizer).__module__}.{type(optimizer).__name__}")
+
+
+def _hyper(kind, group):
+    """One param group's hyper-parameters, as the servers name them."""
+    h = {"lr": float(group["lr"]),
+         "weight_decay": float(group.get("weight_decay", 0.0))}
+    if kind == "momentum":
+        momentum = float(group["momentum"])
+        h.update(momentum=momentum, nesterov=bool(group["nesterov"]),
+                 # Without momentum PyTorch keeps no buffer: v = g each time.
+                 dampening=float(group["dampening"]) if momentum else 0.0)
+    elif kind in ("adam", "adamw"):
+        beta1, beta2 = group["betas"]
+        h.update(beta1=float(beta1), beta2=float(beta2),
+                 eps=float(group["eps"]))
+    elif kind == "adagrad":
+        h.update(eps=float(group["eps"]), lr_decay=float(group["lr_decay"]),
+                 initial_accumulator_value=float(
+                     group["initial_accumulator_value"]))
+    return h
+
+
+def _from_module(model, kind, lr, hyper):
+    """The first API's form, DistributedOptimizer(model, client,
+    kind="sgd", lr=...): the torch.optim optimizer it meant."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("the model has no parameter to train")
+    wd = hyper.get("weight_decay", 0.0)
+    if kind in ("sgd", "momentum"):
+        return torch.optim.SGD(
+            params, lr=lr, weight_decay=wd,
+            momentum=hyper.get("momentum", 0.9) if kind == "momentum" else 0,
+            nesterov=hyper.get("nesterov", False))
+    if kind == "adam":
+        return torch.optim.Adam(
+            params, lr=lr, weight_decay=wd, eps=hyper.get("eps", 1e-8),
+            betas=(hyper.get("beta1", 0.9), hyper.get("beta2", 0.999)))
+    if kind == "adagrad":
+        return torch.optim.Adagrad(params, lr=lr, weight_decay=wd,
+                                   eps=hyper.get("eps", 1e-10))
+    raise ValueError(f"optimizer '{kind}' (want sgd, momentum, adam, adagrad)")
+
+
+class DistributedOptimizer(torch.optim.Optimizer):
+    """A torch.optim optimizer whose updates the asyncps servers apply.
+
+    Usable wherever a torch.optim.Optimizer is: param_groups is the wrapped
+    optimizer's own list (schedulers and code that edit it reach the
+    servers at the next step()), zero_grad() clears gradients only.
+    """
+
+    def __init__(self, optimizer, client, named_parameters=None, **legacy):
+        if isinstance(optimizer, torch.nn.Module):
+            # The first API: DistributedOptimizer(model, client, lr=...,
+            # kind="momentum", momentum=...).
+            module = optimizer
+            optimizer = _from_module(module, legacy.pop("kind", "sgd"),
+                                     legacy.pop("lr", 0.01), legacy)
+            named_parameters = module.named_parameters()
+        elif legacy:
+            raise TypeError(f"unexpected arguments {sorted(legacy)}")
+        self._kind = _kind(optimizer)
+        self._opt = optimizer
         self._client = client
-        self._params = {}
-        for name, p in model.named_parameters():
-            if not p.requires_grad:
-                continue
-            if p.dtype != torch.float32 or p.device.type != "cpu":
-                raise ValueError(
-                    f"parameter '{name}': asyncps trains float32 CPU tensors, "
-                    f"not {p.dtype} on {p.device}")
-            if not p.is_contiguous():
-                raise ValueError(f"parameter '{name}' is not contiguous")
-            self._params[name] = p
+        # The wrapped optimizer's own objects: edits through either reach
+        # both (a scheduler sets lr in these dicts).
+        self.defaults = optimizer.defaults
+        self.param_groups = optimizer.param_groups
+        self.state = optimizer.state
+        self._step_count = 0
+        by_id = {}
+        if named_parameters is not None:
+            by_id = {id(p): name for name, p in named_parameters}
+        self._names = {}  # id(param) -> name
+        self._params = {}  # name -> param
+        for g, group in enumerate(self.param_groups):
+            for i, p in enumerate(group["params"]):
+                name = by_id.get(id(p), f"group{g}.param{i}")
+                if name in self._params:
+                    raise ValueError(f"parameter '{name}' appears twice")
+                if p.dtype != torch.float32 or p.device.type != "cpu":
+                    raise ValueError(
+                        f"parameter '{name}': asyncps trains float32 CPU "
+                        f"tensors, not {p.dtype} on {p.device} (CUDA and "
+                        "bf16/f16 parameters are not built yet)")
+                if not p.is_contiguous():
+                    raise ValueError(f"parameter '{name}' is not contiguous")
+                self._names[id(p)] = name
+                self._params[name] = p
         if not self._params:
             raise ValueError("the model has no parameter to train")
-        client.declare(
-            {name: p.detach().numpy() for name, p in self._params.items()},
-            optimizer=optimizer, lr=lr, **hyper)
-        # One thread sends the pushes in order, while backward goes on.
-        self._sender = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="asyncps-push")
-        self._pending = []
-        self._grads = {}  # This step's gradients, by name.
-        self._hooks = [p.register_hook(self._pusher(name))
-                       for name, p in self._params.items()]
-
-    def _pusher(self, name):
-        def hook(grad):
-            g = grad.detach().contiguous()  # Kept alive until the step ends.
-            self._grads[name] = g
-            self._pending.append(self._sender.submit(
-                lambda: self._client.push({name: g.numpy()})))
-            return grad
-        return hook
+        first = _hyper(self._kind, self.param_groups[0])
+        client.declare(self._arrays(), optimizer=self._kind, **{
+            k: v for k, v in first.items()})
+        self.pull()  # Everyone starts from the servers' weights.
+        self._synchronized = False
+        self._skip = False
 
     @property
     def client(self):
         return self._client
+
+    @property
+    def optimizer(self):
+        """The wrapped torch.optim optimizer (its step() is never called)."""
+        return self._opt
 
     def _arrays(self):
         return {name: p.detach().numpy() for name, p in self._params.items()}
@@ -83,8 +182,7 @@ class DistributedOptimizer:
             return self._client.recover(self._arrays())
 
     def pull(self):
-        """The servers' weights into the model's parameters (in bsp, those
-        after every worker's previous step)."""
+        """The servers' weights into the model's parameters."""
         with torch.no_grad():
             try:
                 self._client.pull_into(self._arrays())
@@ -92,48 +190,93 @@ class DistributedOptimizer:
                 if not self._recover():
                     raise
 
-    def zero_grad(self, set_to_none=True):
-        """Clears the local gradients and pulls the current weights."""
-        for p in self._params.values():
-            p.grad = None
-        self.pull()
+    def zero_grad(self, set_to_none=None):
+        """Clears the gradients, as the wrapped optimizer does (nothing
+        else: model.zero_grad() is the same)."""
+        if set_to_none is None:
+            self._opt.zero_grad()
+        else:
+            self._opt.zero_grad(set_to_none=set_to_none)
 
-    def step(self, closure=None):
-        """Waits for this step's pushes (raising a push's error), pushes
-        zeros for parameters that got no gradient (so bsp's step completes),
-        and ends the step."""
-        loss = closure() if closure is not None else None
-        missing = [n for n in self._params if n not in self._grads]
-        if missing:
-            zeros = {n: torch.zeros_like(self._params[n]) for n in missing}
-            self._grads.update(zeros)
-            arrays = {n: z.numpy() for n, z in zeros.items()}
-            self._pending.append(
-                self._sender.submit(lambda: self._client.push(arrays)))
-        failure = None
-        try:
-            for f in self._pending:
-                try:
-                    f.result()
-                except RuntimeError as e:
-                    failure = failure or e
-            if failure is not None:
+    def _exchange(self):
+        """Pushes every gradient as it is now, with its group's
+        hyper-parameters, and writes the new weights into the parameters."""
+        grads, out, hyper = {}, {}, {}
+        for group in self.param_groups:
+            h = _hyper(self._kind, group)
+            for p in group["params"]:
+                if p.grad is None:
+                    continue  # As PyTorch: no gradient, no update.
+                if p.grad.is_sparse:
+                    raise ValueError(
+                        f"parameter '{self._names[id(p)]}': sparse gradients "
+                        "are not supported")
+                name = self._names[id(p)]
+                grads[name] = p.grad.detach().to(torch.float32).contiguous() \
+                    .numpy()
+                out[name] = p.detach().numpy()
+                hyper[name] = h
+        if not grads:
+            return
+        rest = {n: p.detach().numpy() for n, p in self._params.items()
+                if n not in grads}
+        with torch.no_grad():
+            try:
+                self._client.push_pull_into(grads, out, hyper)
+            except RuntimeError:
                 if not self._recover():
-                    raise failure
+                    raise
                 if self._client.mode == "bsp":
                     # The step is applied once every gradient reached every
                     # slice: all of it again (a slice that has it drops it).
-                    self._client.push(
-                        {n: g.numpy() for n, g in self._grads.items()})
-        finally:
-            self._pending.clear()
-            self._grads.clear()
+                    self._client.push_pull_into(grads, out, hyper)
+            if rest:  # Other workers may have moved them.
+                self._client.pull_into(rest)
         self._client.end_step()
+
+    def synchronize(self):
+        """Sends the gradients now (Horovod's meaning: a step() inside
+        skip_synchronize() then sends nothing more)."""
+        self._exchange()
+        self._synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """For scripts written for Horovod: synchronize(), change nothing
+        the servers need, then step() inside this block."""
+        self._skip = True
+        try:
+            yield
+        finally:
+            self._skip = False
+
+    def step(self, closure=None):
+        """Pushes the gradients as they are and leaves the servers' new
+        weights in the parameters (one round trip per shard)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if not (self._skip and self._synchronized):
+            self._exchange()
+        self._synchronized = False
         return loss
 
+    def add_param_group(self, param_group):
+        raise NotImplementedError(
+            "asyncps: the model's parameters are declared once; add groups "
+            "to the wrapped optimizer before wrapping it")
+
+    def state_dict(self):
+        raise NotImplementedError(
+            "asyncps: the optimizer state lives on the servers; reading it "
+            "back (state_dict) is not built yet")
+
+    def load_state_dict(self, state_dict):
+        raise NotImplementedError(
+            "asyncps: sending optimizer state to the servers is not built "
+            "yet")
+
     def close(self):
-        """Removes the hooks, stops the sender and leaves the job."""
-        for h in self._hooks:
-            h.remove()
-        self._sender.shutdown(wait=True)
+        """Leaves the job."""
         self._client.leave()

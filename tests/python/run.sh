@@ -13,4 +13,5 @@ export ASYNCPS_README=$root/README.md
 export OMP_NUM_THREADS=1
 cd "$TEST_TMPDIR"
 exec /usr/bin/python3 -m pytest -q -p no:cacheprovider \
-  "$root/tests/python/client_test.py" "$root/tests/python/torch_test.py"
+  "$root/tests/python/client_test.py" "$root/tests/python/torch_test.py" \
+  "$root/tests/python/optim_test.py"
