@@ -412,6 +412,7 @@ class Client::Impl {
     return membership_ != nullptr ? membership_->clock()->load() : 0;
   }
 
+  Mode mode() const { return mode_; }
   std::string model_name() const {
     absl::MutexLock lock(&mu_);
     return model_.name();
@@ -568,6 +569,7 @@ class Client::Impl {
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
     const ClientOptions& options) {
+  if (options.mode.empty()) return ClientInternals::Connect(options, nullptr);
   ASSIGN_OR_RETURN(const Mode mode, ParseMode(options.mode));
   if (mode == Mode::kAllreduce) {
     return absl::InvalidArgumentError(
@@ -579,7 +581,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
 
 absl::StatusOr<std::unique_ptr<Client>> ClientInternals::Connect(
     const ClientOptions& options, Timeline* timeline) {
-  ASSIGN_OR_RETURN(const Mode mode, ParseMode(options.mode));
+  // "" adopts the servers' mode, read below.
+  ASSIGN_OR_RETURN(Mode mode,
+                   ParseMode(options.mode.empty() ? "async" : options.mode));
   if (options.num_workers < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_workers ", options.num_workers, " must be >= 1"));
@@ -611,6 +615,15 @@ absl::StatusOr<std::unique_ptr<Client>> ClientInternals::Connect(
   }
   ps.timeline = timeline;
   ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, PsClient::Create(ps));
+  if (options.mode.empty()) {
+    ASSIGN_OR_RETURN(const v1::StatsResponse stats, client->Stats(0));
+    ASSIGN_OR_RETURN(mode, ParseMode(stats.mode()));
+    if (mode == Mode::kAllreduce) {
+      return absl::FailedPreconditionError(
+          "the servers run --mode=allreduce, which trains without them "
+          "(ps_worker does it); a Client runs async, ssp or bsp");
+    }
+  }
   auto impl = std::make_unique<Client::Impl>(
       std::move(client), mode, options.num_workers, options.slice_bytes);
   if (options.worker) {
@@ -654,6 +667,18 @@ absl::Status Client::PushPull(const std::vector<std::string>& names,
   return absl::OkStatus();
 }
 void Client::EndStep() { impl_->EndStep(); }
+void Client::ReportProgress(const Progress& p) {
+  MembershipClient* m = impl_->membership();
+  if (m == nullptr) return;
+  v1::WorkerProgress w;
+  w.set_samples(p.samples);
+  w.set_samples_per_second(p.samples_per_second);
+  w.set_loss(p.loss);
+  w.set_data_seconds(p.data_seconds);
+  w.set_compute_seconds(p.compute_seconds);
+  w.set_exchange_seconds(p.exchange_seconds);
+  m->Report(w);
+}
 absl::Status Client::Pull(const std::vector<std::string>& names,
                           const std::vector<absl::Span<float>>& out,
                           const CallOptions& options) {
@@ -681,6 +706,7 @@ absl::Status Client::Recover(const absl::Status& failure,
   return impl_->Recover(failure, weights);
 }
 std::string Client::model_name() const { return impl_->model_name(); }
+std::string Client::mode() const { return ModeName(impl_->mode()); }
 int Client::num_shards() const { return impl_->num_shards(); }
 Snapshot Client::latest() const { return impl_->latest(); }
 TrafficStats Client::traffic() const { return impl_->traffic(); }

@@ -39,6 +39,10 @@ PACKAGES=(
   python3-numpy             # the Python module's arrays
   python3-torch             # asyncps.torch, the CNN example (PyTorch 1.13)
   python3-pytest            # tests/python
+  python3-venv              # pip install ./python (tests/pip_install.sh)
+  python3-pip
+  python3-setuptools        # python/setup.py
+  python3-wheel
 )
 
 missing=()

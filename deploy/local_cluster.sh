@@ -10,8 +10,9 @@
 #
 # Defaults: 2 shards, 2 workers, 5 epochs, async. --mode (async, ssp, bsp,
 # allreduce) goes to the servers and the workers alike. Logs, checkpoints
-# (every 30s by default, and at exit; "off" for none) and the evaluator's
-# curve (CSV) go to --out (default: a fresh directory under /tmp).
+# (every 30s by default, and at exit; "off" for none), the evaluator's
+# curve (CSV) and the trained model (model.npz, psctl export) go to --out
+# (default: a fresh directory under /tmp).
 # Every process serves Prometheus' /metrics: shard s on PORT + s, the
 # evaluator on PORT + shards, worker r on PORT + shards + 1 + r (default
 # PORT 9400; 0: none); --out gets a prometheus.yml scraping them all.
@@ -61,11 +62,11 @@ mkdir -p "$out"
 
 deploy/install_deps.sh
 echo "== building"
-bazel build --noshow_progress //server:ps_server //worker:ps_worker
+bazel build --noshow_progress //server:ps_server //worker:ps_worker //tools:psctl
 bin=$(bazel info bazel-bin 2>/dev/null)
 # Private copies, so a rebuild during the run cannot pull them away.
-rm -f "$out/ps_server" "$out/ps_worker"
-cp "$bin/server/ps_server" "$bin/worker/ps_worker" "$out/"
+rm -f "$out/ps_server" "$out/ps_worker" "$out/psctl"
+cp "$bin/server/ps_server" "$bin/worker/ps_worker" "$bin/tools/psctl" "$out/"
 bazel shutdown
 
 pids=()
@@ -159,5 +160,8 @@ echo "== training took $(($(date +%s) - start)) s; final evaluation"
 pkill -TERM -f "^$out/ps_worker --role=evaluator" || true
 wait "$eval_pid" || true
 echo "== curve: $out/curve.csv"
+# The trained model, by tensor name, before the shards stop (numpy.load).
+"$out/psctl" --servers="$servers" ${client_tls[@]+"${client_tls[@]}"} \
+  export --format=npz --out="$out/model.npz" || status=1
 tail -n 1 "$out/curve.csv" | awk -F, '{printf "== final test accuracy %.4f after %.0f updates\n", $4, $2}'
 exit $status

@@ -112,6 +112,14 @@ if ((${#@} == 0)) && [[ -x /usr/local/cuda/bin/nvcc ]]; then
   if ((cuda_build_rc != 0)); then echo "//:cuda_build FAILED TO BUILD" >>"$log"; fi
 fi
 
+# pip install ./python in a fresh virtual environment, then README's example
+# through the installed package and binaries (tests/pip_install.sh).
+if ((${#@} == 0)); then
+  echo "== pip install ./python"
+  tests/pip_install.sh | tee -a "$log"
+  if ((PIPESTATUS[0] != 0)); then rc=1; fi
+fi
+
 # Bazel prints one status line per test target:
 #   //pkg:name   PASSED in 0.3s / FAILED in 1.2s / FAILED TO BUILD / TIMEOUT ...
 passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")

@@ -8,8 +8,10 @@
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -22,9 +24,11 @@
 #include "absl/time/clock.h"
 #include "client/ps_client.h"
 #include "common/cluster_spec.h"
+#include "common/partitioner.h"
 #include "common/security.h"
 #include "common/security_flags.h"
 #include "proto/health.grpc.pb.h"
+#include "tools/npz_writer.h"
 #include "tools/timeline_merge.h"
 
 ABSL_FLAG(std::string, servers, "127.0.0.1:5000",
@@ -34,8 +38,11 @@ ABSL_FLAG(std::string, tag, "",
 ABSL_FLAG(absl::Duration, watch, absl::ZeroDuration(),
           "status: refresh every this long until interrupted (0: once).");
 ABSL_FLAG(bool, json, false, "status: the shards' Stats as JSON.");
-ABSL_FLAG(std::string, out, "timeline.json",
-          "timeline: where the merged Chrome trace goes.");
+ABSL_FLAG(std::string, out, "",
+          "timeline: where the merged Chrome trace goes (timeline.json); "
+          "export: the file to write (required).");
+ABSL_FLAG(std::string, format, "npz",
+          "export: the file's format; npz (numpy.load(FILE)[name]).");
 ABSL_FLAG(std::string, plot, "",
           "timeline: also draw the last --plot_window of it to this PNG "
           "(gnuplot).");
@@ -125,7 +132,8 @@ int TimelineCommand(const std::vector<std::string>& files) {
                  merged.status().ToString().c_str());
     return 2;
   }
-  const std::string out = absl::GetFlag(FLAGS_out);
+  std::string out = absl::GetFlag(FLAGS_out);
+  if (out.empty()) out = "timeline.json";
   std::FILE* f = std::fopen(out.c_str(), "w");
   if (f == nullptr ||
       std::fwrite(merged->json.data(), 1, merged->json.size(), f) !=
@@ -160,6 +168,70 @@ int TimelineCommand(const std::vector<std::string>& files) {
     return 1;
   }
   std::printf("picture: %s\n", png.c_str());
+  return 0;
+}
+
+// psctl export --format=npz --out=FILE: every tensor of the running
+// model, by name, as the servers hold it now (a reader's pull: no step
+// waits for it). Written to FILE.tmp, then renamed.
+int ExportCommand(PsClient* client) {
+  const std::string format = absl::GetFlag(FLAGS_format);
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (format != "npz") {
+    std::fprintf(stderr, "psctl export: --format=%s (only npz is built)\n",
+                 format.c_str());
+    return 2;
+  }
+  if (out.empty()) {
+    std::fprintf(stderr, "psctl export: --out=FILE is required\n");
+    return 2;
+  }
+  if (absl::Status s = client->FetchModel(); !s.ok()) {
+    std::fprintf(stderr, "psctl export: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  const v1::ModelSpec& spec = client->spec();
+  std::vector<int> all(spec.tensors_size());
+  std::vector<std::vector<float>> values(spec.tensors_size());
+  for (int t = 0; t < spec.tensors_size(); ++t) {
+    all[t] = t;
+    absl::StatusOr<uint64_t> n = NumElements(spec.tensors(t));
+    if (!n.ok()) {
+      std::fprintf(stderr, "psctl export: %s\n", n.status().ToString().c_str());
+      return 1;
+    }
+    values[t].resize(*n);
+  }
+  std::vector<SliceVersion> versions;
+  if (absl::Status s = client->Pull(all, &values, &versions, -1, 0); !s.ok()) {
+    std::fprintf(stderr, "psctl export: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  NpzWriter npz;
+  for (int t = 0; t < spec.tensors_size(); ++t) {
+    const v1::TensorSpec& tensor = spec.tensors(t);
+    std::vector<int64_t> shape(tensor.shape().begin(), tensor.shape().end());
+    if (absl::Status s = npz.Add(tensor.name(), shape, values[t]); !s.ok()) {
+      std::fprintf(stderr, "psctl export: %s\n", s.ToString().c_str());
+      return 1;
+    }
+  }
+  const std::string bytes = npz.Finish();
+  const std::string tmp = out + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  const bool written =
+      f != nullptr &&
+      std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  if (f != nullptr && std::fclose(f) != 0) f = nullptr;
+  if (!written || f == nullptr || std::rename(tmp.c_str(), out.c_str()) != 0) {
+    std::fprintf(stderr, "psctl export: cannot write %s: %s\n", out.c_str(),
+                 std::strerror(errno));
+    std::remove(tmp.c_str());
+    return 1;
+  }
+  std::printf("exported model '%s': %d tensors, %zu bytes, to %s\n",
+              spec.name().c_str(), spec.tensors_size(), bytes.size(),
+              out.c_str());
   return 0;
 }
 
@@ -214,6 +286,7 @@ int Run(const std::string& command) {
     }
     return serving == static_cast<int>(servers->size()) ? 0 : 1;
   }
+  if (command == "export") return ExportCommand(client->get());
   if (command == "checkpoint") {
     // Every shard at the same model version (PsClient::JobCheckpoint).
     std::string tag = absl::GetFlag(FLAGS_tag);
@@ -311,6 +384,8 @@ int main(int argc, char** argv) {
       "  health      grpc.health.v1 of every shard; exit 0 if all serve\n"
       "  checkpoint  a job checkpoint: every shard at one model version\n"
       "              (--tag; restore with ps_server --restore_job)\n"
+      "  export      every tensor by name, as the servers hold it now, to\n"
+      "              --out=FILE (--format=npz: numpy.load(FILE)[name])\n"
       "  stats       every shard's Stats, in full\n"
       "  histogram   the staleness histogram, summed over shards (CSV)\n"
       "  workers     every shard's view of every worker (CSV)\n"
@@ -325,7 +400,7 @@ int main(int argc, char** argv) {
   if (args.size() != 2) {
     std::fprintf(stderr,
                  "usage: psctl --servers=h:p,... "
-                 "status|health|checkpoint|stats|histogram|workers, or "
+                 "status|health|checkpoint|export|stats|histogram|workers, or "
                  "psctl timeline FILE... (psctl --help)\n");
     return 2;
   }

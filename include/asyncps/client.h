@@ -69,9 +69,11 @@ struct ClientOptions {
   std::vector<std::string> servers;  // "host:port" of shard 0, 1, ...
   int rank = -1;                     // -1: the servers assign one.
   int num_workers = 1;               // The job's worker count.
-  std::string mode = "async";        // async, ssp, bsp: the servers' --mode.
-  std::string wire_dtype = "f32";    // f32, bf16, f16: tensors on the wire.
-  std::string transport = "tcp";     // tcp (the data plane) or grpc.
+  // async, ssp, bsp: the servers' --mode (a mismatch is
+  // FAILED_PRECONDITION naming both); "": adopt the servers' mode.
+  std::string mode = "async";
+  std::string wire_dtype = "f32";  // f32, bf16, f16: tensors on the wire.
+  std::string transport = "tcp";   // tcp (the data plane) or grpc.
   double rpc_timeout_seconds = 30;
   // How long a shard may stay unreachable before a call fails.
   double retry_for_seconds = 60;
@@ -177,6 +179,18 @@ struct CallOptions {
   const std::vector<OptimizerOptions>* optimizers = nullptr;
 };
 
+// What a worker says of its training; the servers show it (psctl status,
+// /metrics) as they show ps_worker's.
+struct Progress {
+  int64_t samples = 0;            // Examples trained on so far.
+  double samples_per_second = 0;  // Recently.
+  double loss = 0;                // Of the last step.
+  // Seconds spent so far reading data, computing, exchanging.
+  double data_seconds = 0;
+  double compute_seconds = 0;
+  double exchange_seconds = 0;
+};
+
 class Client {
  public:
   // Connects to every shard and joins the job (FAILED_PRECONDITION if the
@@ -219,6 +233,8 @@ class Client {
                         const std::vector<absl::Span<float>>& out);
   // Completes the step in progress: clock() grows by one.
   void EndStep();
+  // What the next heartbeats report of this worker (a reader: nothing).
+  void ReportProgress(const Progress& progress);
 
   // The same calls in explicit form (CallOptions); PushPull's does not end
   // the step.
@@ -260,6 +276,8 @@ class Client {
   std::vector<TensorSpec> tensors() const;
   // The model's name, and the number of shards.
   std::string model_name() const;
+  // The job's mode (the servers', when ClientOptions::mode was "").
+  std::string mode() const;
   int num_shards() const;
   // The versions of the weights last pulled without CallOptions::into.
   Snapshot latest() const;

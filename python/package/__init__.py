@@ -18,9 +18,39 @@ tensor), ConnectionError (a server gone past retry_for), PermissionError
 the server's). A refused call changes no weight.
 
 asyncps.torch.DistributedOptimizer turns a PyTorch training loop into an
-asyncps worker.
+asyncps worker; `python3 -m asyncps.run` starts shards and workers.
 """
 
-from asyncps._core import Client
+import os
 
-__all__ = ["Client"]
+from asyncps import _core
+
+__all__ = ["Client", "__version__"]
+__version__ = "0.5.0"
+
+
+class Client(_core.Client):
+    """One worker of an asyncps job (see the module's doc).
+
+    Every argument may be left out under the launcher (`python3 -m
+    asyncps.run`): servers, rank and num_workers come from ASYNCPS_SERVERS,
+    ASYNCPS_RANK and ASYNCPS_NUM_WORKERS, and the mode is the servers' own
+    (a mode given that is not theirs is refused, naming both).
+    """
+
+    def __init__(self, servers=None, rank=None, num_workers=None, mode=None,
+                 **options):
+        env = os.environ
+        if servers is None:
+            servers = env.get("ASYNCPS_SERVERS")
+            if not servers:
+                raise ValueError(
+                    "no servers: pass servers= or run under python3 -m "
+                    "asyncps.run (which sets ASYNCPS_SERVERS)")
+        if rank is None:
+            rank = int(env.get("ASYNCPS_RANK", -1))
+        if num_workers is None:
+            num_workers = int(env.get("ASYNCPS_NUM_WORKERS", 1))
+        if mode is None:
+            mode = env.get("ASYNCPS_MODE", "")  # "": the servers' mode.
+        super().__init__(servers, rank, num_workers, mode, **options)

@@ -106,7 +106,6 @@ class PyClient {
     o.rank = rank;
     o.num_workers = num_workers;
     o.mode = mode;
-    mode_ = mode;
     o.wire_dtype = wire_dtype;
     o.transport = transport;
     o.rpc_timeout_seconds = rpc_timeout;
@@ -289,7 +288,20 @@ class PyClient {
   }
 
   void EndStep() { client_->EndStep(); }
-  const std::string& mode() const { return mode_; }
+
+  void Report(int64_t samples, double samples_per_second, double loss,
+              double data_seconds, double compute_seconds,
+              double exchange_seconds) {
+    Progress p;
+    p.samples = samples;
+    p.samples_per_second = samples_per_second;
+    p.loss = loss;
+    p.data_seconds = data_seconds;
+    p.compute_seconds = compute_seconds;
+    p.exchange_seconds = exchange_seconds;
+    client_->ReportProgress(p);
+  }
+  std::string mode() const { return client_->mode(); }
   int rank() const { return client_->rank(); }
   int num_workers() const { return client_->num_workers(); }
   int64_t clock() const { return client_->clock(); }
@@ -428,7 +440,6 @@ class PyClient {
   }
 
   std::unique_ptr<Client> client_;
-  std::string mode_;
   std::string kind_;  // The optimizer this client declared ("" if attached).
 };
 
@@ -489,6 +500,12 @@ copy. reader=True joins no job: it may attach and pull (an evaluator).)")
            "this worker's copy (arrays: every tensor) and pulls every tensor "
            "afresh into them. False if no shard had lost it.")
       .def("end_step", &PyClient::EndStep, "Completes the step in progress.")
+      .def("report", &PyClient::Report, py::arg("samples") = 0,
+           py::arg("samples_per_second") = 0.0, py::arg("loss") = 0.0,
+           py::arg("data_seconds") = 0.0, py::arg("compute_seconds") = 0.0,
+           py::arg("exchange_seconds") = 0.0,
+           "What the next heartbeats tell the servers of this worker "
+           "(psctl status, /metrics show it).")
       .def_property_readonly("mode", &PyClient::mode,
                              "The servers' mode: async, ssp or bsp.")
       .def("leave", &PyClient::Leave, "Tells the servers this worker is done.")

@@ -29,14 +29,20 @@ flight is lost where it was not applied, and in bsp is pushed again). The
 first worker to build the optimizer declares the model, so its
 initialisation is everyone's: the others start from the servers' weights.
 
-Not built yet: CUDA and bf16/f16 parameters (refused, naming the
-parameter), model buffers (BatchNorm statistics stay local), state_dict()
-from the servers, overlapping pushes with backward.
+Parameters may be float32, bfloat16 or float16, on the CPU or a CUDA
+device: the gradients cross through a float32 host copy (pinned for a GPU:
+one copy each way per step), and the servers keep float32 master weights.
+
+Not built yet: model buffers (BatchNorm statistics stay local),
+state_dict() from the servers, overlapping pushes with backward.
 """
 
 import contextlib
+import time
 
 import torch
+
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 SUPPORTED = "torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW, " \
     "torch.optim.Adagrad"
@@ -139,20 +145,35 @@ class DistributedOptimizer(torch.optim.Optimizer):
             by_id = {id(p): name for name, p in named_parameters}
         self._names = {}  # id(param) -> name
         self._params = {}  # name -> param
+        # name -> float32 CPU tensor the client reads and writes: the
+        # parameter itself, or a staging copy (_grad_host has its gradient's).
+        self._host = {}
+        self._grad_host = {}
         for g, group in enumerate(self.param_groups):
             for i, p in enumerate(group["params"]):
                 name = by_id.get(id(p), f"group{g}.param{i}")
                 if name in self._params:
                     raise ValueError(f"parameter '{name}' appears twice")
-                if p.dtype != torch.float32 or p.device.type != "cpu":
+                if p.dtype not in _DTYPES or p.device.type not in ("cpu",
+                                                                   "cuda"):
                     raise ValueError(
-                        f"parameter '{name}': asyncps trains float32 CPU "
-                        f"tensors, not {p.dtype} on {p.device} (CUDA and "
-                        "bf16/f16 parameters are not built yet)")
-                if not p.is_contiguous():
-                    raise ValueError(f"parameter '{name}' is not contiguous")
+                        f"parameter '{name}': asyncps trains float32, "
+                        f"bfloat16 and float16 tensors on the CPU or a CUDA "
+                        f"device, not {p.dtype} on {p.device}")
                 self._names[id(p)] = name
                 self._params[name] = p
+                if (p.dtype == torch.float32 and p.device.type == "cpu"
+                        and p.is_contiguous()):
+                    self._host[name] = p.detach()  # The parameter itself.
+                else:
+                    # An f32 master copy in host memory (pinned for a GPU:
+                    # one copy each way per step), as the servers keep.
+                    pin = p.device.type == "cuda"
+                    self._host[name] = torch.empty(
+                        p.shape, dtype=torch.float32, pin_memory=pin)
+                    self._host[name].copy_(p.detach())
+                    self._grad_host[name] = torch.empty(
+                        p.shape, dtype=torch.float32, pin_memory=pin)
         if not self._params:
             raise ValueError("the model has no parameter to train")
         first = _hyper(self._kind, self.param_groups[0])
@@ -161,6 +182,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.pull()  # Everyone starts from the servers' weights.
         self._synchronized = False
         self._skip = False
+        # Progress for the heartbeats (report()).
+        self._samples = 0
+        self._exchange_seconds = 0.0
+        self._rate = (time.perf_counter(), 0)  # Since when, samples then.
+        self._samples_per_second = 0.0
+        self._loss = 0.0
 
     @property
     def client(self):
@@ -171,15 +198,31 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """The wrapped torch.optim optimizer (its step() is never called)."""
         return self._opt
 
-    def _arrays(self):
-        return {name: p.detach().numpy() for name, p in self._params.items()}
+    def _arrays(self, names=None):
+        return {n: self._host[n].numpy()
+                for n in (self._host if names is None else names)}
+
+    def _to_params(self, names=None):
+        """Staged weights (GPU, bf16/f16 parameters) into the parameters."""
+        cuda = False
+        with torch.no_grad():
+            for n in (self._params if names is None else names):
+                if n in self._grad_host:
+                    p = self._params[n]
+                    p.copy_(self._host[n], non_blocking=p.is_cuda)
+                    cuda |= p.is_cuda
+        if cuda:
+            torch.cuda.synchronize()
 
     def _recover(self):
         """After a call failed: if a shard lost the model (it restarted
         without a checkpoint), hands it the parameters and pulls every
         weight afresh into them. False if that was not the failure."""
         with torch.no_grad():
-            return self._client.recover(self._arrays())
+            recovered = self._client.recover(self._arrays())
+        if recovered:
+            self._to_params()
+        return recovered
 
     def pull(self):
         """The servers' weights into the model's parameters."""
@@ -189,6 +232,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             except RuntimeError:
                 if not self._recover():
                     raise
+        self._to_params()
 
     def zero_grad(self, set_to_none=None):
         """Clears the gradients, as the wrapped optimizer does (nothing
@@ -202,6 +246,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """Pushes every gradient as it is now, with its group's
         hyper-parameters, and writes the new weights into the parameters."""
         grads, out, hyper = {}, {}, {}
+        cuda = False
         for group in self.param_groups:
             h = _hyper(self._kind, group)
             for p in group["params"]:
@@ -212,14 +257,21 @@ class DistributedOptimizer(torch.optim.Optimizer):
                         f"parameter '{self._names[id(p)]}': sparse gradients "
                         "are not supported")
                 name = self._names[id(p)]
-                grads[name] = p.grad.detach().to(torch.float32).contiguous() \
-                    .numpy()
-                out[name] = p.detach().numpy()
+                if name in self._grad_host:
+                    staged = self._grad_host[name]
+                    staged.copy_(p.grad.detach(), non_blocking=p.is_cuda)
+                    cuda |= p.is_cuda
+                    grads[name] = staged.numpy()
+                else:
+                    grads[name] = p.grad.detach().contiguous().numpy()
+                out[name] = self._host[name].numpy()
                 hyper[name] = h
         if not grads:
             return
-        rest = {n: p.detach().numpy() for n, p in self._params.items()
-                if n not in grads}
+        if cuda:
+            torch.cuda.synchronize()  # The gradients' copies have landed.
+        start = time.perf_counter()
+        rest = self._arrays([n for n in self._params if n not in grads])
         with torch.no_grad():
             try:
                 self._client.push_pull_into(grads, out, hyper)
@@ -232,7 +284,30 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     self._client.push_pull_into(grads, out, hyper)
             if rest:  # Other workers may have moved them.
                 self._client.pull_into(rest)
+        self._to_params()
         self._client.end_step()
+        self._exchange_seconds += time.perf_counter() - start
+        self._send_progress()
+
+    def report(self, loss=None, samples=0):
+        """Tells the servers of this step (its loss, the examples it
+        trained on): psctl status and /metrics show Python workers as they
+        show ps_worker. A step(closure) reports the closure's loss."""
+        if loss is not None:
+            self._loss = float(loss)
+        self._samples += int(samples)
+        now = time.perf_counter()
+        since, then = self._rate
+        if now - since >= 1.0:
+            self._samples_per_second = (self._samples - then) / (now - since)
+            self._rate = (now, self._samples)
+        self._send_progress()
+
+    def _send_progress(self):
+        self._client.report(samples=self._samples,
+                            samples_per_second=self._samples_per_second,
+                            loss=self._loss,
+                            exchange_seconds=self._exchange_seconds)
 
     def synchronize(self):
         """Sends the gradients now (Horovod's meaning: a step() inside
@@ -257,6 +332,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if loss is not None:
+            self._loss = float(loss)
         if not (self._skip and self._synchronized):
             self._exchange()
         self._synchronized = False

@@ -137,3 +137,80 @@ def test_synchronize_then_skip_synchronize_sends_once(shards):
     opt.step()  # Outside the block: sends again.
     assert client.clock == 2
     opt.close()
+
+
+class HalfOnCpu(nn.Module):
+    """PyTorch 1.13 has no float16 matmul on the CPU: float16 parameters,
+    float32 arithmetic."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Parameter((torch.randn(8, 4) * 0.5).half())
+        self.b = nn.Parameter((torch.randn(2, 8) * 0.5).half())
+
+    def forward(self, x):
+        return F.linear(torch.relu(F.linear(x, self.a.float())), self.b.float())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_parameters_train_on_float32_masters(shards, dtype):
+    """bf16/f16 parameters: the servers keep float32 weights, the model
+    gets them rounded to its dtype, and training lowers the loss."""
+    servers = shards.start(2)
+    torch.manual_seed(7)
+    if dtype == torch.float16:
+        model = HalfOnCpu()
+    else:
+        model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+        model = model.to(dtype)
+    client = asyncps.Client(servers, rank=0, num_workers=1, slice_bytes=64)
+    opt = asyncps.torch.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5), client,
+        named_parameters=model.named_parameters())
+    x = torch.randn(64, 4)
+    y = (x[:, 0] > 0).long()
+    losses = []
+    for _ in range(40):
+        opt.zero_grad()
+        xin = x if dtype == torch.float16 else x.to(dtype)
+        loss = F.cross_entropy(model(xin).float(), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.7 * losses[0], losses
+    served = client.pull()
+    for name, p in model.named_parameters():
+        assert p.dtype == dtype
+        assert served[name].dtype == np.float32
+        # The parameter is the master weight rounded to its dtype.
+        np.testing.assert_array_equal(
+            torch.from_numpy(served[name]).to(dtype).float().numpy(),
+            p.detach().float().numpy(), err_msg=name)
+    opt.close()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="no CUDA device on this machine: CUDA parameters "
+                    "are tested where torch.cuda.is_available()")
+def test_cuda_parameters_equal_plain_pytorch(shards):
+    servers = shards.start(1)
+    torch.manual_seed(3)
+    model = Net().cuda()
+    reference = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(4)
+    data = [(torch.randn(16, 8, generator=g).cuda(),
+             torch.randint(0, 3, (16,), generator=g).cuda())
+            for _ in range(8)]
+    client = asyncps.Client(servers, rank=0, num_workers=1)
+    opt = asyncps.torch.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), client,
+        named_parameters=model.named_parameters())
+    train(model, opt, data)
+    train(reference, torch.optim.SGD(reference.parameters(), lr=0.1,
+                                     momentum=0.9), data)
+    for (n, p), q in zip(model.named_parameters(), reference.parameters()):
+        assert p.is_cuda
+        np.testing.assert_allclose(p.detach().cpu().numpy(),
+                                   q.detach().cpu().numpy(), rtol=1e-5,
+                                   atol=1e-5, err_msg=n)
+    opt.close()

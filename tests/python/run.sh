@@ -6,6 +6,7 @@ set -euo pipefail
 root=$PWD
 export PYTHONPATH=$root/python
 export ASYNCPS_PS_SERVER=$root/server/ps_server
+export ASYNCPS_PSCTL=$root/tools/psctl
 export ASYNCPS_EXAMPLE=$root/python/examples/fashion_cnn.py
 export ASYNCPS_MINIMAL=$root/python/examples/minimal.py
 export ASYNCPS_README=$root/README.md
@@ -14,4 +15,4 @@ export OMP_NUM_THREADS=1
 cd "$TEST_TMPDIR"
 exec /usr/bin/python3 -m pytest -q -p no:cacheprovider \
   "$root/tests/python/client_test.py" "$root/tests/python/torch_test.py" \
-  "$root/tests/python/optim_test.py"
+  "$root/tests/python/optim_test.py" "$root/tests/python/launcher_test.py"

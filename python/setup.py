@@ -1,0 +1,66 @@
+"""pip install ./python: builds asyncps with Bazel and installs it.
+
+    python3 -m venv --system-site-packages venv   # sees Debian's torch, numpy
+    venv/bin/pip install ./python
+
+Installs the `asyncps` package (the compiled client `_core` with type stubs,
+`asyncps.torch`, the launcher `asyncps.run`) and puts `ps_server`, `psctl`
+and `asyncps-run` on PATH. Supported: Debian 12 (amd64) with its Python
+3.11, after deploy/install_deps.sh (Bazel, gRPC, protobuf, Abseil come from
+Debian's packages; nothing is downloaded).
+"""
+
+import os
+import re
+import shutil
+import subprocess
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+with open(os.path.join(HERE, "package", "__init__.py")) as f:
+    VERSION = re.search(r'__version__ = "([^"]+)"', f.read()).group(1)
+
+
+class BazelBuild(build_py):
+    """Builds the module and the binaries with Bazel, then lays the package
+    out as //python:asyncps does, with the binaries under asyncps/bin."""
+
+    def run(self):
+        targets = ["//python:asyncps", "//server:ps_server", "//tools:psctl"]
+        subprocess.check_call(["bazel", "build", "--noshow_progress",
+                               *targets], cwd=ROOT)
+        bin_dir = subprocess.check_output(
+            ["bazel", "info", "bazel-bin"], cwd=ROOT, text=True).strip()
+        package = os.path.join(self.build_lib, "asyncps")
+        os.makedirs(os.path.join(package, "bin"), exist_ok=True)
+        for name in ("__init__.py", "run.py", "torch.py", "_core.so"):
+            shutil.copy(os.path.join(bin_dir, "python", "asyncps", name),
+                        os.path.join(package, name))
+        for name in ("_core.pyi", "py.typed", "cli.py"):
+            shutil.copy(os.path.join(HERE, "package", name),
+                        os.path.join(package, name))
+        for binary in ("server/ps_server", "tools/psctl"):
+            target = os.path.join(package, "bin", os.path.basename(binary))
+            shutil.copy(os.path.join(bin_dir, binary), target)
+            os.chmod(target, 0o755)
+
+
+setup(
+    name="asyncps",
+    version=VERSION,
+    description="Client, PyTorch optimizer and launcher for the asyncps "
+                "parameter server",
+    packages=["asyncps"],
+    package_dir={"asyncps": "package"},
+    cmdclass={"build_py": BazelBuild},
+    python_requires=">=3.11",
+    entry_points={"console_scripts": [
+        "ps_server = asyncps.cli:ps_server",
+        "psctl = asyncps.cli:psctl",
+        "asyncps-run = asyncps.run:main",
+    ]},
+    zip_safe=False,
+)
