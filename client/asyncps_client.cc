@@ -413,6 +413,34 @@ class Client::Impl {
   }
 
   Mode mode() const { return mode_; }
+
+  absl::Status PullOptimizerState(const std::vector<std::string>& names,
+                                  std::vector<OptimizerState>* state) {
+    ASSIGN_OR_RETURN(const std::vector<int> indices,
+                     Indices(names, names.size()));
+    std::vector<TensorSlots> slots;
+    RETURN_IF_ERROR(ps_->PullState(indices, &slots));
+    state->clear();
+    for (int t : indices) {
+      state->push_back(OptimizerState{std::move(slots[t].slot1),
+                                      std::move(slots[t].slot2),
+                                      slots[t].steps});
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status LoadOptimizerState(const std::vector<std::string>& names,
+                                  const std::vector<OptimizerState>& state) {
+    RETURN_IF_ERROR(MustBeWorker("LoadOptimizerState"));
+    ASSIGN_OR_RETURN(const std::vector<int> indices,
+                     Indices(names, state.size()));
+    std::vector<TensorSlots> slots(NumTensors());
+    for (size_t k = 0; k < indices.size(); ++k) {
+      slots[indices[k]] =
+          TensorSlots{state[k].slot1, state[k].slot2, state[k].steps};
+    }
+    return ps_->LoadState(indices, slots, rank());
+  }
   std::string model_name() const {
     absl::MutexLock lock(&mu_);
     return model_.name();
@@ -667,6 +695,15 @@ absl::Status Client::PushPull(const std::vector<std::string>& names,
   return absl::OkStatus();
 }
 void Client::EndStep() { impl_->EndStep(); }
+absl::Status Client::PullOptimizerState(const std::vector<std::string>& names,
+                                        std::vector<OptimizerState>* state) {
+  return impl_->PullOptimizerState(names, state);
+}
+absl::Status Client::LoadOptimizerState(
+    const std::vector<std::string>& names,
+    const std::vector<OptimizerState>& state) {
+  return impl_->LoadOptimizerState(names, state);
+}
 void Client::ReportProgress(const Progress& p) {
   MembershipClient* m = impl_->membership();
   if (m == nullptr) return;

@@ -604,6 +604,90 @@ absl::Status PsClient::PushPull(
   return absl::OkStatus();
 }
 
+absl::Status PsClient::PullState(absl::Span<const int> tensors,
+                                 std::vector<TensorSlots>* state) {
+  state->resize(spec_.tensors_size());
+  std::vector<std::vector<int>> batches = Batches(tensors);
+  std::vector<Call<v1::PullRequest, v1::PullResponse>> calls(batches.size());
+  for (size_t b = 0; b < batches.size(); ++b) {
+    calls[b].shard = partition_->slices()[batches[b][0]].shard;
+    calls[b].request.set_rank(-1);
+    calls[b].request.set_with_state(true);
+    for (int i : batches[b]) {
+      FillKey(spec_, partition_->slices()[i], calls[b].request.add_slices());
+    }
+  }
+  RETURN_IF_ERROR(Exchange(&calls, FrameOp::kPull, ASYNCPS_RPC(Pull), "Pull",
+                           /*idempotent=*/true));
+  for (size_t b = 0; b < batches.size(); ++b) {
+    const v1::PullResponse& r = calls[b].response;
+    if (r.slices_size() != static_cast<int>(batches[b].size())) {
+      return absl::InternalError(
+          absl::StrCat("shard ", calls[b].shard, " answered ", r.slices_size(),
+                       " slices for a pull of ", batches[b].size()));
+    }
+    for (size_t k = 0; k < batches[b].size(); ++k) {
+      const SliceInfo& s = partition_->slices()[batches[b][k]];
+      const v1::SliceData& d = r.slices(static_cast<int>(k));
+      TensorSlots& t = (*state)[s.tensor];
+      const uint64_t n = partition_->tensor_elements(s.tensor);
+      auto take = [&](const std::string& bytes, std::vector<float>* slot) {
+        if (bytes.empty()) return absl::OkStatus();
+        if (bytes.size() != s.count * kF32Bytes) {
+          return absl::InternalError(absl::StrCat(
+              "shard ", calls[b].shard, " answered a malformed state for '",
+              spec_.tensors(s.tensor).name(), "'#", s.index));
+        }
+        slot->resize(n);
+        DecodeF32(bytes, absl::MakeSpan(*slot).subspan(s.begin, s.count));
+        return absl::OkStatus();
+      };
+      RETURN_IF_ERROR(take(d.slot1(), &t.slot1));
+      RETURN_IF_ERROR(take(d.slot2(), &t.slot2));
+      if (s.index == 0) t.steps = d.optimizer_steps();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::LoadState(absl::Span<const int> tensors,
+                                 const std::vector<TensorSlots>& state,
+                                 int rank) {
+  for (int t : tensors) {
+    const uint64_t n = partition_->tensor_elements(t);
+    const bool fits = static_cast<size_t>(t) < state.size() &&
+                      (state[t].slot1.empty() || state[t].slot1.size() == n) &&
+                      (state[t].slot2.empty() || state[t].slot2.size() == n);
+    if (!fits) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer state for '", spec_.tensors(t).name(),
+                       "' does not have its ", n, " elements"));
+    }
+  }
+  std::vector<std::vector<int>> batches = Batches(tensors);
+  std::vector<Call<v1::AssignRequest, v1::AssignResponse>> calls(
+      batches.size());
+  for (size_t b = 0; b < batches.size(); ++b) {
+    calls[b].shard = partition_->slices()[batches[b][0]].shard;
+    calls[b].request.set_rank(rank);
+    calls[b].request.set_load_state(true);
+    for (int i : batches[b]) {
+      const SliceInfo& s = partition_->slices()[i];
+      const TensorSlots& t = state[s.tensor];
+      v1::SliceData* d = calls[b].request.add_weights();
+      FillKey(spec_, s, d->mutable_key());
+      auto put = [&s](const std::vector<float>& slot, std::string* out) {
+        if (slot.empty()) return;
+        EncodeF32(absl::MakeConstSpan(slot).subspan(s.begin, s.count), out);
+      };
+      put(t.slot1, d->mutable_slot1());
+      put(t.slot2, d->mutable_slot2());
+      d->set_optimizer_steps(t.steps);
+    }
+  }
+  return CallAll(&calls, ASYNCPS_RPC(Assign), "Assign", /*idempotent=*/true);
+}
+
 absl::Status PsClient::Assign(absl::Span<const int> tensors,
                               const std::vector<std::vector<float>>& weights,
                               int64_t version, int rank) {

@@ -115,6 +115,14 @@ using TensorViews = std::vector<absl::Span<float>>;
 // with, or null for the declared ones. Borrowed for the call.
 using TensorOptimizers = std::vector<const v1::OptimizerSpec*>;
 
+// One tensor's optimizer state on the servers (SliceData.slot1, slot2):
+// each slot empty where the optimizer keeps none, else the tensor's
+// element count; `steps` the updates applied (its first slice's).
+struct TensorSlots {
+  std::vector<float> slot1, slot2;
+  int64_t steps = 0;
+};
+
 class PsClient final : public RendezvousStore {
  public:
   static absl::StatusOr<std::unique_ptr<PsClient>> Create(
@@ -208,6 +216,15 @@ class PsClient final : public RendezvousStore {
   // the model (its pulls and pushes fail with FAILED_PRECONDITION):
   // The shards that answer that no model is declared.
   absl::StatusOr<std::vector<int>> ShardsWithoutModel();
+
+  // The optimizer state of `tensors`, read as no worker (nothing waits):
+  // (*state)[t] for each t in `tensors`.
+  absl::Status PullState(absl::Span<const int> tensors,
+                         std::vector<TensorSlots>* state);
+  // Replaces the optimizer state of `tensors` with state[t] (Assign with
+  // load_state), as `rank`; the weights stay.
+  absl::Status LoadState(absl::Span<const int> tensors,
+                         const std::vector<TensorSlots>& state, int rank);
   // Declares the adopted model on `shard` again, saying it was lost; true
   // if this call created it (the shard then waits for Restore).
   absl::StatusOr<bool> Redeclare(int shard);

@@ -173,6 +173,7 @@ absl::StatusOr<v1::DeclareModelResponse> Consistency::Declare(
 }
 
 absl::Status Consistency::Assign(const v1::AssignRequest& request) {
+  if (request.load_state()) return store_->LoadState(request);
   if (!request.restore()) {
     if (config_.mode != Mode::kAllreduce) {
       store_->CountRejected();

@@ -1,6 +1,7 @@
 #include "server/shard_store.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -8,6 +9,7 @@
 #include "common/initializer.h"
 #include "common/model_spec.h"
 #include "common/status.h"
+#include "common/tensor_bytes.h"
 #include "common/wire_dtype.h"
 
 namespace asyncps {
@@ -179,6 +181,10 @@ void ShardStore::FinishPull(const v1::PullRequest& request,
     out->set_incarnation(incarnation_);
     out->set_version(
         m->slices[slices[k]]->Read(PullDtype(request), out->mutable_data()));
+    if (request.with_state()) {
+      out->set_optimizer_steps(m->slices[slices[k]]->ReadState(
+          out->mutable_slot1(), out->mutable_slot2()));
+    }
   }
   counters_.CountPull();
 }
@@ -407,6 +413,77 @@ absl::Status ShardStore::Assign(const v1::AssignRequest& request,
     m->slices[decoded.indices[k]]->Assign(
         std::vector<float>(v.begin(), v.end()), request.weights(k).version(),
         steps_unknown);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardStore::LoadState(const v1::AssignRequest& request) {
+  std::shared_ptr<const Model> m = model();
+  if (m == nullptr) {
+    return Reject(absl::FailedPreconditionError(
+        "optimizer state before any model was declared on this shard"));
+  }
+  v1::PullRequest keys;
+  for (const v1::SliceData& d : request.weights()) {
+    *keys.add_slices() = d.key();
+  }
+  ASSIGN_OR_RETURN(const std::vector<int> slices, ResolvePull(keys));
+  // Decoded and checked whole before any slice changes.
+  struct Loaded {
+    std::vector<float> slot1, slot2;
+  };
+  std::vector<Loaded> loaded(slices.size());
+  for (size_t k = 0; k < slices.size(); ++k) {
+    const v1::SliceData& d = request.weights(static_cast<int>(k));
+    const SliceInfo& info = m->model->partition().slices()[slices[k]];
+    auto decode = [&](const std::string& bytes, const char* which,
+                      std::vector<float>* out) -> absl::Status {
+      if (bytes.size() % kF32Bytes != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(which, " of slice ", SliceName(d.key()), " has ",
+                         bytes.size(), " bytes, not whole f32s"));
+      }
+      out->resize(bytes.size() / kF32Bytes);
+      DecodeF32(bytes, absl::MakeSpan(*out));
+      for (float x : *out) {
+        if (!std::isfinite(x)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              which, " of slice ", SliceName(d.key()), " is not finite"));
+        }
+      }
+      if (!out->empty() && out->size() != info.count) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(which, " of slice ", SliceName(d.key()), " has ",
+                         out->size(), " values for ", info.count, " weights"));
+      }
+      return absl::OkStatus();
+    };
+    absl::Status s = decode(d.slot1(), "slot1", &loaded[k].slot1);
+    if (s.ok()) s = decode(d.slot2(), "slot2", &loaded[k].slot2);
+    if (s.ok() && d.optimizer_steps() < 0) {
+      s = absl::InvalidArgumentError(absl::StrCat(
+          "optimizer_steps of slice ", SliceName(d.key()), " is negative"));
+    }
+    if (!s.ok()) return Reject(s);
+  }
+  // The sizes the declared optimizer keeps, for every slice first.
+  for (size_t k = 0; k < slices.size(); ++k) {
+    std::string s1, s2;
+    m->slices[slices[k]]->ReadState(&s1, &s2);
+    if (s1.size() != loaded[k].slot1.size() * kF32Bytes ||
+        s2.size() != loaded[k].slot2.size() * kF32Bytes) {
+      return Reject(absl::InvalidArgumentError(absl::StrCat(
+          "optimizer state of slice ",
+          SliceName(request.weights(static_cast<int>(k)).key()), " has ",
+          loaded[k].slot1.size(), " + ", loaded[k].slot2.size(),
+          " values; the declared optimizer keeps ", s1.size() / kF32Bytes,
+          " + ", s2.size() / kF32Bytes)));
+    }
+  }
+  for (size_t k = 0; k < slices.size(); ++k) {
+    m->slices[slices[k]]->LoadState(
+        std::move(loaded[k].slot1), std::move(loaded[k].slot2),
+        request.weights(static_cast<int>(k)).optimizer_steps());
   }
   return absl::OkStatus();
 }

@@ -130,6 +130,11 @@ class ShardStore {
   absl::Status Assign(const v1::AssignRequest& request,
                       bool steps_unknown = false);
 
+  // Replaces the optimizer state of the request's slices (AssignRequest.
+  // load_state); INVALID_ARGUMENT naming the slice, and nothing changed, if
+  // any does not fit.
+  absl::Status LoadState(const v1::AssignRequest& request);
+
   int shard() const { return shard_; }
   uint64_t incarnation() const { return incarnation_; }
   // The declared spec, or FAILED_PRECONDITION before Declare.

@@ -185,6 +185,19 @@ void SliceState::Assign(std::vector<float> weights, int64_t version,
   steps_unknown_ = steps_unknown;
 }
 
+int64_t SliceState::ReadState(std::string* slot1, std::string* slot2) const {
+  absl::MutexLock lock(&mu_);
+  EncodeF32(slots_.slot1(), slot1);
+  EncodeF32(slots_.slot2(), slot2);
+  return slots_.steps();
+}
+
+bool SliceState::LoadState(std::vector<float> slot1, std::vector<float> slot2,
+                           int64_t steps) {
+  absl::MutexLock lock(&mu_);
+  return slots_.Restore(std::move(slot1), std::move(slot2), steps);
+}
+
 void SliceState::Save(v1::SliceCheckpoint* out) const {
   absl::MutexLock lock(&mu_);
   EncodeF32(weights_, out->mutable_weights());

@@ -111,6 +111,13 @@ class SliceState {
   void Assign(std::vector<float> weights, int64_t version,
               bool steps_unknown = false);
 
+  // The optimizer state as f32 payload bytes; returns the updates applied.
+  int64_t ReadState(std::string* slot1, std::string* slot2) const;
+  // Replaces the optimizer state; false (nothing changed) if a slot's size
+  // is not this slice's for its optimizer.
+  bool LoadState(std::vector<float> slot1, std::vector<float> slot2,
+                 int64_t steps);
+
   // Checkpoint form of the whole state (but the slice index).
   void Save(v1::SliceCheckpoint* out) const;
   // Loads state saved by Save; false (nothing changed) if it does not fit.

@@ -191,6 +191,15 @@ struct Progress {
   double exchange_seconds = 0;
 };
 
+// One tensor's optimizer state on the servers: `slot1` (momentum's
+// velocity, Adam's first moment, Adagrad's sums) and `slot2` (Adam's second
+// moment), each empty where the optimizer keeps none, else the tensor's
+// element count; `steps`, the updates applied.
+struct OptimizerState {
+  std::vector<float> slot1, slot2;
+  int64_t steps = 0;
+};
+
 class Client {
  public:
   // Connects to every shard and joins the job (FAILED_PRECONDITION if the
@@ -235,6 +244,15 @@ class Client {
   void EndStep();
   // What the next heartbeats report of this worker (a reader: nothing).
   void ReportProgress(const Progress& progress);
+
+  // The optimizer state of `names` as the servers hold it now (nothing
+  // waits), one per name.
+  absl::Status PullOptimizerState(const std::vector<std::string>& names,
+                                  std::vector<OptimizerState>* state);
+  // Replaces it (one per name; the weights stay). INVALID_ARGUMENT naming
+  // the tensor if a slot's size is not what the declared optimizer keeps.
+  absl::Status LoadOptimizerState(const std::vector<std::string>& names,
+                                  const std::vector<OptimizerState>& state);
 
   // The same calls in explicit form (CallOptions); PushPull's does not end
   // the step.

@@ -289,6 +289,59 @@ class PyClient {
 
   void EndStep() { client_->EndStep(); }
 
+  // {name: {"slot1": array or None, "slot2": ..., "steps": int}}.
+  py::dict PullState(py::object names) {
+    const std::vector<std::string> which = Names(names);
+    std::vector<OptimizerState> state;
+    absl::Status s;
+    {
+      py::gil_scoped_release release;
+      s = client_->PullOptimizerState(which, &state);
+    }
+    Raise(s);
+    const ShapeMap shapes = Shapes();
+    py::dict out;
+    for (size_t k = 0; k < which.size(); ++k) {
+      py::dict one;
+      auto slot = [&](const std::vector<float>& v) -> py::object {
+        if (v.empty()) return py::none();
+        py::array_t<float> a(Shape(shapes, which[k]));
+        std::copy(v.begin(), v.end(), a.mutable_data());
+        return std::move(a);
+      };
+      one["slot1"] = slot(state[k].slot1);
+      one["slot2"] = slot(state[k].slot2);
+      one["steps"] = state[k].steps;
+      out[py::str(which[k])] = one;
+    }
+    return out;
+  }
+
+  void LoadState(py::dict state) {
+    std::vector<std::string> names;
+    std::vector<OptimizerState> slots;
+    for (auto [key, value] : state) {
+      names.push_back(py::str(key));
+      py::dict one = value.cast<py::dict>();
+      OptimizerState o;
+      for (const char* which : {"slot1", "slot2"}) {
+        if (!one.contains(which) || one[which].is_none()) continue;
+        py::array a = Checked(names.back(), one[which], /*write=*/false);
+        auto v = ConstView(a);
+        (std::string(which) == "slot1" ? o.slot1 : o.slot2)
+            .assign(v.begin(), v.end());
+      }
+      if (one.contains("steps")) o.steps = one["steps"].cast<int64_t>();
+      slots.push_back(std::move(o));
+    }
+    absl::Status s;
+    {
+      py::gil_scoped_release release;
+      s = client_->LoadOptimizerState(names, slots);
+    }
+    Raise(s);
+  }
+
   void Report(int64_t samples, double samples_per_second, double loss,
               double data_seconds, double compute_seconds,
               double exchange_seconds) {
@@ -500,6 +553,12 @@ copy. reader=True joins no job: it may attach and pull (an evaluator).)")
            "this worker's copy (arrays: every tensor) and pulls every tensor "
            "afresh into them. False if no shard had lost it.")
       .def("end_step", &PyClient::EndStep, "Completes the step in progress.")
+      .def("pull_state", &PyClient::PullState, py::arg("names") = py::none(),
+           "The optimizer state on the servers: {name: {slot1, slot2, "
+           "steps}} (a slot None where the optimizer keeps none).")
+      .def("load_state", &PyClient::LoadState, py::arg("state"),
+           "Replaces the optimizer state on the servers ({name: {slot1, "
+           "slot2, steps}}); the weights stay.")
       .def("report", &PyClient::Report, py::arg("samples") = 0,
            py::arg("samples_per_second") = 0.0, py::arg("loss") = 0.0,
            py::arg("data_seconds") = 0.0, py::arg("compute_seconds") = 0.0,

@@ -33,8 +33,11 @@ Parameters may be float32, bfloat16 or float16, on the CPU or a CUDA
 device: the gradients cross through a float32 host copy (pinned for a GPU:
 one copy each way per step), and the servers keep float32 master weights.
 
+state_dict() reads the optimizer state back from the servers in the
+wrapped class's format; load_state_dict() sends one there.
+
 Not built yet: model buffers (BatchNorm statistics stay local),
-state_dict() from the servers, overlapping pushes with backward.
+overlapping pushes with backward.
 """
 
 import contextlib
@@ -344,15 +347,75 @@ class DistributedOptimizer(torch.optim.Optimizer):
             "asyncps: the model's parameters are declared once; add groups "
             "to the wrapped optimizer before wrapping it")
 
+    def _ordered(self):
+        """Names in state_dict's index order (groups, then params)."""
+        return [self._names[id(p)] for g in self.param_groups
+                for p in g["params"]]
+
     def state_dict(self):
-        raise NotImplementedError(
-            "asyncps: the optimizer state lives on the servers; reading it "
-            "back (state_dict) is not built yet")
+        """The wrapped class's own format, its per-parameter state read
+        from the servers: a plain torch.optim optimizer of that class can
+        load_state_dict it and go on."""
+        saved = self._opt.state_dict()
+        names = self._ordered()
+        held = self._client.pull_state(names)
+        state = {}
+        for index, name in enumerate(names):
+            s = held[name]
+            t = {k: torch.from_numpy(s[k]) for k in ("slot1", "slot2")
+                 if s[k] is not None}
+            steps = int(s["steps"])
+            if self._kind == "adagrad":
+                state[index] = {"step": torch.tensor(float(steps)),
+                                "sum": t["slot1"]}
+            elif steps == 0:
+                continue  # PyTorch keeps no state before a first update.
+            elif self._kind == "sgd":
+                state[index] = {"momentum_buffer": None}
+            elif self._kind == "momentum":
+                state[index] = {"momentum_buffer": t["slot1"]}
+            else:
+                state[index] = {"step": torch.tensor(float(steps)),
+                                "exp_avg": t["slot1"],
+                                "exp_avg_sq": t["slot2"]}
+        saved["state"] = state
+        return saved
 
     def load_state_dict(self, state_dict):
-        raise NotImplementedError(
-            "asyncps: sending optimizer state to the servers is not built "
-            "yet")
+        """Takes the param groups' hyper-parameters (they reach the servers
+        at the next step) and sends the per-parameter state to the servers;
+        the weights stay theirs."""
+        groups = state_dict["param_groups"]
+        self._opt.load_state_dict({"state": {}, "param_groups": groups})
+        names = self._ordered()
+        order = [i for g in groups for i in g["params"]]
+        if len(order) != len(names):
+            raise ValueError(
+                f"the state_dict has {len(order)} parameters; this optimizer "
+                f"has {len(names)}")
+
+        def host(t):
+            return t.detach().to("cpu", torch.float32).contiguous().numpy()
+
+        send = {}
+        for index, name in zip(order, names):
+            s = state_dict["state"].get(index)
+            if s is None:
+                continue
+            if self._kind == "momentum":
+                if s.get("momentum_buffer") is None:
+                    continue
+                send[name] = {"slot1": host(s["momentum_buffer"]),
+                              "steps": 1}
+            elif self._kind in ("adam", "adamw"):
+                send[name] = {"slot1": host(s["exp_avg"]),
+                              "slot2": host(s["exp_avg_sq"]),
+                              "steps": int(float(s["step"]))}
+            elif self._kind == "adagrad":
+                send[name] = {"slot1": host(s["sum"]),
+                              "steps": int(float(s["step"]))}
+        if send:
+            self._client.load_state(send)
 
     def close(self):
         """Leaves the job."""

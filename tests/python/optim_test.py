@@ -214,3 +214,97 @@ def test_cuda_parameters_equal_plain_pytorch(shards):
                                    q.detach().cpu().numpy(), rtol=1e-5,
                                    atol=1e-5, err_msg=n)
     opt.close()
+
+
+def state_model():
+    torch.manual_seed(11)
+    return nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 2))
+
+
+STATEFUL = {
+    "momentum": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
+    "adam": lambda p: torch.optim.Adam(p, lr=0.01),
+    "adamw": lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1),
+    "adagrad": lambda p: torch.optim.Adagrad(p, lr=0.1),
+}
+
+
+def steps(model, opt, data):
+    for x, y in data:
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+
+
+def batches(seed, n):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(8, 6, generator=g),
+             torch.randint(0, 2, (8,), generator=g)) for _ in range(n)]
+
+
+@pytest.mark.parametrize("name", sorted(STATEFUL))
+def test_state_dict_loads_into_plain_pytorch(shards, name):
+    """state_dict() from the servers loads into a plain torch.optim
+    optimizer and both go on to the same weights."""
+    make = STATEFUL[name]
+    servers = shards.start(2)
+    model = state_model()
+    client = asyncps.Client(servers, rank=0, num_workers=1, slice_bytes=64)
+    opt = asyncps.torch.DistributedOptimizer(
+        make(model.parameters()), client,
+        named_parameters=model.named_parameters())
+    steps(model, opt, batches(1, 4))
+    # Out to a plain optimizer, on a copy of the model: the same future.
+    plain_model = copy.deepcopy(model)
+    plain = make(plain_model.parameters())
+    plain.load_state_dict(opt.state_dict())
+    later = batches(2, 3)
+    steps(model, opt, later)
+    steps(plain_model, plain, later)
+    for (n, p), q in zip(model.named_parameters(), plain_model.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(),
+                                   rtol=1e-4, atol=1e-5, err_msg=n)
+    opt.close()
+
+
+@pytest.mark.parametrize("name", sorted(STATEFUL))
+def test_load_state_dict_of_plain_pytorch_goes_on_alike(shards, name):
+    """A plain optimizer's state loaded onto the servers: a job starting
+    from its weights and state continues as the plain one does."""
+    make = STATEFUL[name]
+    reference = state_model()
+    ref_opt = make(reference.parameters())
+    steps(reference, ref_opt, batches(3, 4))
+    servers = ",".join(shards.start(1))
+    resumed = copy.deepcopy(reference)
+    client = asyncps.Client(servers, rank=0, num_workers=1)
+    opt = asyncps.torch.DistributedOptimizer(
+        make(resumed.parameters()), client,
+        named_parameters=resumed.named_parameters())
+    opt.load_state_dict(ref_opt.state_dict())
+    later = batches(4, 3)
+    steps(resumed, opt, later)
+    steps(reference, ref_opt, later)
+    for (n, p), q in zip(resumed.named_parameters(), reference.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(),
+                                   rtol=1e-4, atol=1e-5, err_msg=n)
+    opt.close()
+
+
+def test_load_state_dict_of_the_wrong_shape_changes_nothing(shards):
+    servers = shards.start(1)
+    model = state_model()
+    client = asyncps.Client(servers, rank=0, num_workers=1)
+    opt = asyncps.torch.DistributedOptimizer(
+        torch.optim.Adam(model.parameters(), lr=0.01), client,
+        named_parameters=model.named_parameters())
+    steps(model, opt, batches(1, 2))
+    before = client.pull_state()
+    bad = opt.state_dict()
+    bad["state"][0]["exp_avg"] = torch.zeros(3)  # Not the weight's shape.
+    with pytest.raises(ValueError, match="does not have its 30 elements"):
+        opt.load_state_dict(bad)
+    after = client.pull_state()
+    for n in before:
+        np.testing.assert_array_equal(before[n]["slot1"], after[n]["slot1"])
+    opt.close()

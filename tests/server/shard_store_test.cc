@@ -72,6 +72,37 @@ TEST_F(ShardStoreTest, PushWithBadHyperParametersChangesNothing) {
   EXPECT_EQ(version, 0);
 }
 
+// Optimizer state in and out (PyTorch's state_dict through the servers):
+// a pull with_state answers the slots; a load_state that does not fit the
+// declared optimizer (plain SGD keeps none) is refused and changes nothing.
+TEST_F(ShardStoreTest, OptimizerStateComesOutAndMisfitsAreRefused) {
+  v1::PushResponse pushed;
+  ASSERT_TRUE(store_.Push(Grad(1.0f, 0), &pushed).ok());
+  v1::PullRequest pull;
+  *pull.add_slices() = testing::SmallModelKey();
+  pull.set_with_state(true);
+  v1::PullResponse state;
+  ASSERT_TRUE(store_.Pull(pull, &state).ok());
+  EXPECT_EQ(state.slices(0).optimizer_steps(), 1);
+  EXPECT_TRUE(state.slices(0).slot1().empty());  // SGD keeps no slot.
+  v1::AssignRequest load;
+  load.set_load_state(true);
+  v1::SliceData* d = load.add_weights();
+  *d->mutable_key() = testing::SmallModelKey();
+  EncodeF32(std::vector<float>(4, 1.0f), d->mutable_slot1());
+  absl::Status s = store_.LoadState(load);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("keeps 0 + 0"), std::string::npos) << s;
+  d->set_slot1(std::string(3, 'x'));  // Not whole floats.
+  EXPECT_EQ(store_.LoadState(load).code(), absl::StatusCode::kInvalidArgument);
+  d->clear_slot1();
+  d->set_optimizer_steps(7);
+  ASSERT_TRUE(store_.LoadState(load).ok());
+  ASSERT_TRUE(store_.Pull(pull, &state).ok());
+  EXPECT_EQ(state.slices(0).optimizer_steps(), 7);
+  EXPECT_EQ(Weight(), 9.0f);  // The weights stay.
+}
+
 TEST_F(ShardStoreTest, DropPolicySkipsStaleGradients) {
   PushPolicy policy;
   policy.stale.kind = StalePolicy::kDrop;
