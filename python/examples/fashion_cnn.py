@@ -3,7 +3,14 @@
 through asyncps by wrapping its optimizer (asyncps.torch.DistributedOptimizer),
 or, for comparison, by PyTorch's DistributedDataParallel.
 
-One process per worker:
+Through the launcher (it starts the shards and the workers, and sets
+ASYNCPS_SERVERS, ASYNCPS_RANK, ASYNCPS_NUM_WORKERS, which the defaults below
+read):
+
+    python3 -m asyncps.run --shards 2 --workers 2 --mode async -- \
+        python/examples/fashion_cnn.py --epochs 2
+
+Or one process per worker by hand:
 
     # two shards, e.g. deploy/shards.sh or by hand:
     ps_server --shard=0 --num_shards=2 --port=5000 --mode=async &
@@ -91,27 +98,26 @@ def accuracy(model, x, y, batch=1000):
     return correct / len(x)
 
 
-def load_weights(model, weights):
-    """{name: numpy array} (a pull) into `model`'s parameters."""
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(torch.from_numpy(weights[name]).reshape(p.shape))
-
-
 def batches(x, y, rank, num_workers, batch, epochs, seed):
-    """This rank's share, shuffled anew each epoch (seeded)."""
-    mine = torch.arange(rank, len(x), num_workers)
-    g = torch.Generator().manual_seed(seed + rank)
-    for _ in range(epochs):
-        order = mine[torch.randperm(len(mine), generator=g)]
-        for i in range(0, len(order) - batch + 1, batch):
-            idx = order[i:i + batch]
-            yield x[idx], y[idx]
+    """This rank's share through a DataLoader (DistributedSampler: example
+    i of each epoch's seeded shuffle goes to rank i mod num_workers)."""
+    dataset = torch.utils.data.TensorDataset(x, y)
+    sampler = torch.utils.data.distributed.DistributedSampler(
+        dataset, num_replicas=num_workers, rank=rank, shuffle=True,
+        seed=seed, drop_last=True)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=batch,
+                                         sampler=sampler, drop_last=True)
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        yield from loader
 
 
-def train(model, opt, data, steps=None, log_every=0):
-    """The ordinary PyTorch loop; `opt` may be asyncps's or PyTorch's.
+def train(model, opt, data, steps=None, log_every=0, clip=1.0,
+          report=None):
+    """The ordinary PyTorch loop, with gradient clipping and a learning
+    rate halved every 1000 steps; `opt` may be asyncps's or PyTorch's.
     Returns (samples, seconds)."""
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1000, gamma=0.5)
     samples, start = 0, time.perf_counter()
     for step, (xb, yb) in enumerate(data):
         if steps is not None and step >= steps:
@@ -119,8 +125,13 @@ def train(model, opt, data, steps=None, log_every=0):
         opt.zero_grad()
         loss = F.cross_entropy(model(xb), yb)
         loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
+        sched.step()
         samples += len(xb)
+        if report is not None:
+            report(loss=loss.item(), samples=len(xb))
         if log_every and step % log_every == 0:
             print(f"step {step} loss {loss.item():.4f}", flush=True)
     return samples, time.perf_counter() - start
@@ -128,10 +139,17 @@ def train(model, opt, data, steps=None, log_every=0):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--servers", default="localhost:5000,localhost:5001")
-    p.add_argument("--rank", type=int, default=0)
-    p.add_argument("--num_workers", type=int, default=1)
-    p.add_argument("--mode", default="async", choices=["async", "ssp", "bsp"])
+    env = os.environ
+    p.add_argument("--servers", default=env.get(
+        "ASYNCPS_SERVERS", "localhost:5000,localhost:5001"))
+    p.add_argument("--rank", type=int, default=int(env.get(
+        "ASYNCPS_RANK", env.get("RANK", 0))))
+    p.add_argument("--num_workers", type=int, default=int(env.get(
+        "ASYNCPS_NUM_WORKERS", env.get("WORLD_SIZE", 1))))
+    p.add_argument("--mode", default=env.get("ASYNCPS_MODE", "async"),
+                   choices=["async", "ssp", "bsp"])
+    p.add_argument("--clip", type=float, default=1.0,
+                   help="clip_grad_norm_ bound (0: none)")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--steps", type=int, default=None,
@@ -168,9 +186,8 @@ def main():
                 torch.optim.SGD(model.parameters(), lr=args.lr,
                                 momentum=args.momentum),
                 worker, named_parameters=model.named_parameters()).close()
-        reader = asyncps.Client(args.servers, reader=True)
-        reader.attach()
-        load_weights(model, reader.pull())
+        import asyncps.torch
+        asyncps.torch.load_state_dict(model, args.servers)
         print(f"test_accuracy {accuracy(model, tx, ty):.4f}", flush=True)
         return 0
     x, y = load("train", args.data)
@@ -186,7 +203,8 @@ def main():
         ddp = nn.parallel.DistributedDataParallel(model)
         opt = torch.optim.SGD(ddp.parameters(), lr=args.lr,
                               momentum=args.momentum)
-        samples, seconds = train(ddp, opt, data, args.steps, args.log_every)
+        samples, seconds = train(ddp, opt, data, args.steps, args.log_every,
+                                 args.clip)
         if args.rank == 0:
             print(f"test_accuracy {accuracy(model, tx, ty):.4f}", flush=True)
         dist.destroy_process_group()
@@ -199,7 +217,8 @@ def main():
             torch.optim.SGD(model.parameters(), lr=args.lr,
                             momentum=args.momentum),
             client, named_parameters=model.named_parameters())
-        samples, seconds = train(model, opt, data, args.steps, args.log_every)
+        samples, seconds = train(model, opt, data, args.steps, args.log_every,
+                                 args.clip, report=opt.report)
         opt.close()  # Leaves: the others stop waiting for this worker.
     print(f"done: rank {args.rank} samples/s {samples / seconds:.0f}",
           flush=True)

@@ -116,6 +116,30 @@ def _from_module(model, kind, lr, hyper):
     raise ValueError(f"optimizer '{kind}' (want sgd, momentum, adam, adagrad)")
 
 
+def load_state_dict(model, servers, strict=True):
+    """Fills `model`'s parameters (named as its named_parameters(), as
+    DistributedOptimizer declares them) with the weights the servers hold
+    now; `servers` is "host:port,..." or a list. With `strict`, a parameter
+    the servers do not hold is a KeyError naming it."""
+    import asyncps
+    reader = asyncps.Client(servers, reader=True)
+    try:
+        reader.attach()
+        held = reader.tensors
+        wanted = [n for n, _ in model.named_parameters() if n in held]
+        missing = [n for n, _ in model.named_parameters() if n not in held]
+        if strict and missing:
+            raise KeyError(f"the servers hold no tensor {missing}")
+        weights = reader.pull(wanted)
+    finally:
+        reader.leave()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name in weights:
+                p.copy_(torch.from_numpy(weights[name]).reshape(p.shape))
+    return model
+
+
 class DistributedOptimizer(torch.optim.Optimizer):
     """A torch.optim optimizer whose updates the asyncps servers apply.
 

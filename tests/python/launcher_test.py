@@ -183,3 +183,18 @@ def test_psctl_export_writes_every_tensor_by_name(shards, tmp_path):
                              capture_output=True, text=True, timeout=30)
     assert missing.returncode == 2 and "--out=FILE is required" in missing.stderr
     opt.close()
+
+
+EXAMPLE = os.environ.get("ASYNCPS_EXAMPLE", "python/examples/fashion_cnn.py")
+
+
+def test_the_cnn_example_runs_through_the_launcher(tmp_path):
+    """The Fashion-MNIST example, as docs/PYTHON.md runs it: DataLoader,
+    scheduler, clipping, asyncps.Client from the launcher's environment."""
+    out = subprocess.run(
+        [sys.executable, "-m", "asyncps.run", "--ps_server", SERVER,
+         "--shards", "2", "--workers", "2", "--mode", "async", "--",
+         EXAMPLE, "--steps=25", "--log_every=0"],
+        capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "done: rank 0" in out.stdout and "done: rank 1" in out.stdout
