@@ -200,7 +200,7 @@ class PyClient {
   }
 
   // What the servers did, summed over the slices the push reached.
-  py::dict Push(py::dict grads) {
+  py::dict Push(py::dict grads, py::object hyper) {
     std::vector<std::string> names;
     std::vector<py::array> keep;
     std::vector<absl::Span<const float>> views;
@@ -208,6 +208,11 @@ class PyClient {
     PushStats stats;
     CallOptions options;
     options.stats = &stats;
+    std::vector<OptimizerOptions> optimizers;
+    if (!hyper.is_none()) {
+      optimizers = HyperFor(names, hyper);
+      options.optimizers = &optimizers;
+    }
     absl::Status s;
     {
       py::gil_scoped_release release;
@@ -269,14 +274,7 @@ class PyClient {
     std::vector<OptimizerOptions> optimizers;
     CallOptions options;
     if (!hyper.is_none()) {
-      py::dict by_name = hyper.cast<py::dict>();
-      for (const std::string& name : names) {
-        if (!by_name.contains(name)) {
-          throw py::value_error(absl::StrCat(
-              "push_pull_into: no hyper-parameters for '", name, "'"));
-        }
-        optimizers.push_back(Hyper(name, by_name[py::str(name)]));
-      }
+      optimizers = HyperFor(names, hyper);
       options.optimizers = &optimizers;
     }
     absl::Status s;
@@ -401,6 +399,21 @@ class PyClient {
   }
 
  private:
+  // `hyper` ({name: {...}}) for each of `names`, or ValueError.
+  std::vector<OptimizerOptions> HyperFor(const std::vector<std::string>& names,
+                                         py::object hyper) const {
+    py::dict by_name = hyper.cast<py::dict>();
+    std::vector<OptimizerOptions> out;
+    for (const std::string& name : names) {
+      if (!by_name.contains(name)) {
+        throw py::value_error(
+            absl::StrCat("no hyper-parameters for '", name, "'"));
+      }
+      out.push_back(Hyper(name, by_name[py::str(name)]));
+    }
+    return out;
+  }
+
   // One tensor's hyper-parameters from a dict (unknown keys are refused).
   OptimizerOptions Hyper(const std::string& name, py::handle value) const {
     if (kind_.empty()) {
@@ -534,6 +547,7 @@ copy. reader=True joins no job: it may attach and pull (an evaluator).)")
       .def("pull_into", &PyClient::PullIntoArrays, py::arg("arrays"),
            "Pulls into the given {name: array} (written in place).")
       .def("push", &PyClient::Push, py::arg("grads"),
+           py::arg("hyper") = py::none(),
            "Pushes {name: gradient} for the step in progress. Returns what "
            "the servers did: slices reached, staleness (updates each slice "
            "had taken since the weights the gradient came from were "

@@ -36,10 +36,10 @@ one copy each way per step), and the servers keep float32 master weights.
 state_dict() reads the optimizer state back from the servers in the
 wrapped class's format; load_state_dict() sends one there.
 
-Not built yet: model buffers (BatchNorm statistics stay local),
-overlapping pushes with backward.
+Not built yet: model buffers (BatchNorm statistics stay local).
 """
 
+import concurrent.futures
 import contextlib
 import time
 
@@ -148,7 +148,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
     servers at the next step()), zero_grad() clears gradients only.
     """
 
-    def __init__(self, optimizer, client, named_parameters=None, **legacy):
+    def __init__(self, optimizer, client, named_parameters=None,
+                 overlap=False, **legacy):
+        """Wraps `optimizer` (see the module's doc). `overlap=True` pushes
+        each gradient as backward produces it, on a background thread, and
+        step() then only waits for them and pulls: faster where the network
+        is slow, but a gradient changed after backward (clipping, scaling,
+        a second backward() accumulating into it) cannot be sent again, so
+        step() refuses it with an error naming the parameter."""
         if isinstance(optimizer, torch.nn.Module):
             # The first API: DistributedOptimizer(model, client, lr=...,
             # kind="momentum", momentum=...).
@@ -209,6 +216,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.pull()  # Everyone starts from the servers' weights.
         self._synchronized = False
         self._skip = False
+        self._overlap = overlap
+        self._sent = {}  # overlap: name -> the gradient pushed this step.
+        self._pending = []  # overlap: the pushes in flight.
+        self._twice = []  # overlap: names a second backward reached.
+        self._hooks = []
+        if overlap:
+            self._sender = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="asyncps-push")
+            for name, p in self._params.items():
+                self._hooks.append(p.register_hook(self._pusher(name)))
         # Progress for the heartbeats (report()).
         self._samples = 0
         self._exchange_seconds = 0.0
@@ -269,9 +286,68 @@ class DistributedOptimizer(torch.optim.Optimizer):
         else:
             self._opt.zero_grad(set_to_none=set_to_none)
 
+    def _pusher(self, name):
+        """overlap: the hook that sends `name`'s gradient during backward."""
+        p = self._params[name]
+        group = next(g for g in self.param_groups
+                     if any(q is p for q in g["params"]))
+
+        def hook(grad):
+            if name in self._sent:
+                self._twice.append(name)
+                return grad
+            g = grad.detach().to("cpu", torch.float32).contiguous().clone()
+            self._sent[name] = g
+            h = {name: _hyper(self._kind, group)}
+            self._pending.append(self._sender.submit(
+                self._client.push, {name: g.numpy()}, h))
+            return grad
+        return hook
+
+    def _finish_overlapped(self):
+        """overlap: waits for the pushes, checks that no gradient changed
+        after it left, and pulls the new weights."""
+        failure = None
+        for f in self._pending:
+            try:
+                f.result()
+            except RuntimeError as e:
+                failure = failure or e
+        sent, twice = self._sent, self._twice
+        self._pending, self._sent, self._twice = [], {}, []
+        if twice:
+            raise RuntimeError(
+                f"asyncps overlap: parameter '{twice[0]}' got a second "
+                "backward() after its gradient was pushed (gradient "
+                "accumulation): use overlap=False")
+        for name, g in sent.items():
+            p = self._params[name]
+            if p.grad is None or not torch.equal(
+                    p.grad.detach().to("cpu", torch.float32), g):
+                raise RuntimeError(
+                    f"asyncps overlap: the gradient of '{name}' changed "
+                    "after it was pushed (clipping or scaling after "
+                    "backward?): use overlap=False")
+        start = time.perf_counter()
+        with torch.no_grad():
+            if failure is not None and not self._recover():
+                raise failure
+            try:
+                self._client.pull_into(self._arrays())
+            except RuntimeError:
+                if not self._recover():
+                    raise
+        self._to_params()
+        self._client.end_step()
+        self._exchange_seconds += time.perf_counter() - start
+        self._send_progress()
+
     def _exchange(self):
         """Pushes every gradient as it is now, with its group's
         hyper-parameters, and writes the new weights into the parameters."""
+        if self._overlap:
+            self._finish_overlapped()
+            return
         grads, out, hyper = {}, {}, {}
         cuda = False
         for group in self.param_groups:
@@ -442,5 +518,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._client.load_state(send)
 
     def close(self):
-        """Leaves the job."""
+        """Leaves the job (and, with overlap, removes the hooks)."""
+        for h in self._hooks:
+            h.remove()
+        if self._overlap:
+            self._sender.shutdown(wait=True)
         self._client.leave()

@@ -308,3 +308,43 @@ def test_load_state_dict_of_the_wrong_shape_changes_nothing(shards):
     for n in before:
         np.testing.assert_array_equal(before[n]["slot1"], after[n]["slot1"])
     opt.close()
+
+
+def test_overlap_matches_the_default_and_refuses_changed_gradients():
+    """overlap=True (pushes during backward) gives the default's weights
+    when nothing touches the gradients after backward, and refuses, naming
+    the parameter, a gradient clipped or accumulated after it left."""
+    from conftest import Shards
+
+    def run(overlap, shards):
+        model = state_model()
+        client = asyncps.Client(shards.start(1), rank=0, num_workers=1)
+        opt = asyncps.torch.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5),
+            client, named_parameters=model.named_parameters(),
+            overlap=overlap)
+        steps(model, opt, batches(5, 4))
+        return model, opt
+
+    plain, overlapped = Shards(), Shards()
+    try:
+        model, opt = run(False, plain)
+        opt.close()
+        other, opt = run(True, overlapped)
+        for (n, p), q in zip(model.named_parameters(), other.parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-6, msg=n)
+        x, y = batches(6, 1)[0]
+        opt.zero_grad()
+        F.cross_entropy(other(x), y).backward()
+        torch.nn.utils.clip_grad_norm_(other.parameters(), 1e-3)
+        with pytest.raises(RuntimeError, match="gradient of '2.bias' changed after"):
+            opt.step()
+        opt.zero_grad()
+        F.cross_entropy(other(x), y).backward()
+        F.cross_entropy(other(x), y).backward()
+        with pytest.raises(RuntimeError, match="second backward"):
+            opt.step()
+        opt.close()
+    finally:
+        plain.kill()
+        overlapped.kill()
