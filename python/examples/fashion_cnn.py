@@ -113,12 +113,13 @@ def batches(x, y, rank, num_workers, batch, epochs, seed):
 
 
 def train(model, opt, data, steps=None, log_every=0, clip=1.0,
-          report=None):
+          report=None, curve=None):
     """The ordinary PyTorch loop, with gradient clipping and a learning
     rate halved every 1000 steps; `opt` may be asyncps's or PyTorch's.
-    Returns (samples, seconds)."""
+    `curve(step, seconds)`, if given, is called every step and its own time
+    is not counted. Returns (samples, seconds)."""
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1000, gamma=0.5)
-    samples, start = 0, time.perf_counter()
+    samples, start, paused = 0, time.perf_counter(), 0.0
     for step, (xb, yb) in enumerate(data):
         if steps is not None and step >= steps:
             break
@@ -134,7 +135,11 @@ def train(model, opt, data, steps=None, log_every=0, clip=1.0,
             report(loss=loss.item(), samples=len(xb))
         if log_every and step % log_every == 0:
             print(f"step {step} loss {loss.item():.4f}", flush=True)
-    return samples, time.perf_counter() - start
+        if curve is not None:
+            t = time.perf_counter()
+            curve(step + 1, t - start - paused)
+            paused += time.perf_counter() - t
+    return samples, time.perf_counter() - start - paused
 
 
 def main():
@@ -164,6 +169,11 @@ def main():
                    help="train with DistributedDataParallel (gloo) instead")
     p.add_argument("--port", type=int, default=29500, help="--ddp: rendezvous port")
     p.add_argument("--log_every", type=int, default=200)
+    p.add_argument("--curve", default="",
+                   help="rank 0: write seconds,step,test_accuracy to this "
+                   "CSV every --curve_every steps (on the first 2,000 test "
+                   "images; the time scoring takes is not counted)")
+    p.add_argument("--curve_every", type=int, default=100)
     p.add_argument("--evaluate", action="store_true",
                    help="score the servers' weights on the test set")
     p.add_argument("--declare_only", action="store_true",
@@ -193,6 +203,16 @@ def main():
     x, y = load("train", args.data)
     data = batches(x, y, args.rank, args.num_workers, args.batch, args.epochs,
                    args.seed)
+    curve = None
+    if args.curve and args.rank == 0:
+        out = open(args.curve, "w")
+        out.write("seconds,step,test_accuracy\n")
+
+        def curve(step, seconds):
+            if step % args.curve_every == 0:
+                acc = accuracy(model, tx[:2000], ty[:2000])
+                out.write(f"{seconds:.3f},{step},{acc:.4f}\n")
+                out.flush()
 
     if args.ddp:
         import torch.distributed as dist
@@ -204,7 +224,7 @@ def main():
         opt = torch.optim.SGD(ddp.parameters(), lr=args.lr,
                               momentum=args.momentum)
         samples, seconds = train(ddp, opt, data, args.steps, args.log_every,
-                                 args.clip)
+                                 args.clip, curve=curve)
         if args.rank == 0:
             print(f"test_accuracy {accuracy(model, tx, ty):.4f}", flush=True)
         dist.destroy_process_group()
@@ -218,7 +238,11 @@ def main():
                             momentum=args.momentum),
             client, named_parameters=model.named_parameters())
         samples, seconds = train(model, opt, data, args.steps, args.log_every,
-                                 args.clip, report=opt.report)
+                                 args.clip, report=opt.report, curve=curve)
+        print(f"wrapper_fraction {opt.wrapper_seconds / seconds:.4f}",
+              flush=True)
+        if args.rank == 0:
+            print(f"test_accuracy {accuracy(model, tx, ty):.4f}", flush=True)
         opt.close()  # Leaves: the others stop waiting for this worker.
     print(f"done: rank {args.rank} samples/s {samples / seconds:.0f}",
           flush=True)

@@ -229,6 +229,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         # Progress for the heartbeats (report()).
         self._samples = 0
         self._exchange_seconds = 0.0
+        # Seconds step() spent outside the client's calls (the wrapper's
+        # own cost: gathering gradients, hyper-parameters, copies).
+        self.wrapper_seconds = 0.0
         self._rate = (time.perf_counter(), 0)  # Since when, samples then.
         self._samples_per_second = 0.0
         self._loss = 0.0
@@ -348,6 +351,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if self._overlap:
             self._finish_overlapped()
             return
+        entered = time.perf_counter()
         grads, out, hyper = {}, {}, {}
         cuda = False
         for group in self.param_groups:
@@ -373,8 +377,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
             return
         if cuda:
             torch.cuda.synchronize()  # The gradients' copies have landed.
-        start = time.perf_counter()
         rest = self._arrays([n for n in self._params if n not in grads])
+        start = time.perf_counter()
         with torch.no_grad():
             try:
                 self._client.push_pull_into(grads, out, hyper)
@@ -387,10 +391,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     self._client.push_pull_into(grads, out, hyper)
             if rest:  # Other workers may have moved them.
                 self._client.pull_into(rest)
+        network = time.perf_counter() - start
         self._to_params()
         self._client.end_step()
-        self._exchange_seconds += time.perf_counter() - start
+        self._exchange_seconds += network
         self._send_progress()
+        # This wrapper's own cost: step() less the client's calls.
+        self.wrapper_seconds += time.perf_counter() - entered - network
 
     def report(self, loss=None, samples=0):
         """Tells the servers of this step (its loss, the examples it
