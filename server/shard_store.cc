@@ -297,25 +297,28 @@ absl::Status ShardStore::Push(const v1::PushRequest& request,
   return absl::OkStatus();
 }
 
+std::vector<int> ShardStore::PendingSlices() const {
+  absl::MutexLock lock(&pending_mu_);
+  return std::vector<int>(pending_.begin(), pending_.end());
+}
+
+void ShardStore::NotPending(int slice) {
+  absl::MutexLock lock(&pending_mu_);
+  pending_.erase(slice);
+}
+
 int ShardStore::CompletePendingSteps(int quorum, int live_workers,
                                      absl::Duration deadline, absl::Time now) {
   std::shared_ptr<const Model> m = model();
   if (m == nullptr) return 0;
-  std::vector<int> pending;
-  {
-    absl::MutexLock lock(&pending_mu_);
-    pending.assign(pending_.begin(), pending_.end());
-  }
+  const std::vector<int> pending = PendingSlices();
   int applied = 0;
   for (int i : pending) {
     const SliceOutcome o = m->slices[i]->CompleteStep(
         m->model->spec().optimizer(), quorum, live_workers, deadline, now);
     counters_.Count(o, /*bsp=*/true);
     applied += o.step_applied;
-    if (!o.step_pending) {
-      absl::MutexLock lock(&pending_mu_);
-      pending_.erase(i);
-    }
+    if (!o.step_pending) NotPending(i);
   }
   return applied;
 }
@@ -346,11 +349,7 @@ int ShardStore::HealPendingSteps(const std::vector<int>& live_ranks,
                                  std::vector<std::string>* healed) {
   std::shared_ptr<const Model> m = model();
   if (m == nullptr) return 0;
-  std::vector<int> pending;
-  {
-    absl::MutexLock lock(&pending_mu_);
-    pending.assign(pending_.begin(), pending_.end());
-  }
+  const std::vector<int> pending = PendingSlices();
   int applied = 0;
   std::vector<int> left_out;
   for (int i : pending) {
@@ -365,10 +364,7 @@ int ShardStore::HealPendingSteps(const std::vector<int>& live_ranks,
     healed->push_back(absl::StrCat(
         "step ", step, " of '", m->model->spec().tensors(info.tensor).name(),
         "'#", info.index, " without rank(s) ", absl::StrJoin(left_out, ",")));
-    if (!o.step_pending) {
-      absl::MutexLock lock(&pending_mu_);
-      pending_.erase(i);
-    }
+    if (!o.step_pending) NotPending(i);
   }
   return applied;
 }

@@ -176,6 +176,9 @@ class ShardStore {
 
   ShardCounterSet counters_;
 
+  // bsp: the slices with a step pending now, and one that has none.
+  std::vector<int> PendingSlices() const;
+  void NotPending(int slice);
   // bsp: slices with a step pending.
   mutable absl::Mutex pending_mu_;
   absl::flat_hash_set<int> pending_ ABSL_GUARDED_BY(pending_mu_);
