@@ -195,6 +195,7 @@ class Client::Impl {
       for (int64_t d : t.shape) out->add_shape(d);
       out->set_dtype(v1::DTYPE_F32);
       out->mutable_init()->set_kind(v1::Initializer::ZEROS);
+      out->set_buffer(t.buffer);
     }
     RETURN_IF_ERROR(ValidateModelSpec(spec));
     RETURN_IF_ERROR(ps_->DeclareModel(spec, initial));
@@ -462,7 +463,8 @@ class Client::Impl {
     absl::MutexLock lock(&mu_);
     std::vector<TensorSpec> out;
     for (const v1::TensorSpec& t : model_.tensors()) {
-      out.push_back({t.name(), {t.shape().begin(), t.shape().end()}});
+      out.push_back(
+          {t.name(), {t.shape().begin(), t.shape().end()}, t.buffer()});
     }
     return out;
   }

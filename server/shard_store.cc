@@ -50,7 +50,8 @@ absl::StatusOr<std::shared_ptr<ShardStore::Model>> ShardStore::BuildModel(
   for (int i : m->model->local_slices()) {
     const SliceInfo& info = partition.slices()[i];
     const v1::TensorSpec& tensor = spec.tensors(info.tensor);
-    auto state = std::make_unique<SliceState>(spec.optimizer(), info.count);
+    auto state = std::make_unique<SliceState>(spec.optimizer(), info.count,
+                                              tensor.buffer());
     state->Initialize([&](absl::Span<float> weights) {
       FillInitial(tensor.init(), spec.seed(), tensor.name(), info.begin,
                   weights);
@@ -281,7 +282,8 @@ absl::Status ShardStore::Push(const v1::PushRequest& request,
         bsp ? state.AddToStep(hyper, request.rank(), request.clock(), version,
                               grads[k], policy.quorum, policy.live_workers,
                               policy.now)
-            : state.ApplyAsync(hyper, policy.stale, version, grads[k]);
+            : state.ApplyAsync(hyper, policy.stale, version, grads[k],
+                               policy.live_workers);
     if (bsp) front = std::max(front, state.applied_step());
     if (o.step_pending) {
       absl::MutexLock pending(&pending_mu_);

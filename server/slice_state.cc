@@ -9,8 +9,18 @@
 
 namespace asyncps {
 
-SliceState::SliceState(const v1::OptimizerSpec& optimizer, size_t n)
-    : weights_(n), slots_(optimizer, n) {}
+namespace {
+
+// A buffer keeps no optimizer state.
+v1::OptimizerSpec SlotsFor(const v1::OptimizerSpec& optimizer, bool buffer) {
+  return buffer ? v1::OptimizerSpec() : optimizer;
+}
+
+}  // namespace
+
+SliceState::SliceState(const v1::OptimizerSpec& optimizer, size_t n,
+                       bool buffer)
+    : buffer_(buffer), weights_(n), slots_(SlotsFor(optimizer, buffer), n) {}
 
 absl::Status SliceState::CheckPush(int64_t version, bool bsp, int64_t clock,
                                    const std::string& name) const {
@@ -30,11 +40,20 @@ absl::Status SliceState::CheckPush(int64_t version, bool bsp, int64_t clock,
 
 SliceOutcome SliceState::ApplyAsync(const v1::OptimizerSpec& optimizer,
                                     const StalePolicy& stale, int64_t version,
-                                    absl::Span<const float> grad) {
+                                    absl::Span<const float> grad,
+                                    int live_workers) {
   absl::MutexLock lock(&mu_);
   SliceOutcome out;
   out.staleness = version_ - version;
-  if (stale.kind == StalePolicy::kDrop && out.staleness > stale.max_staleness) {
+  if (buffer_) {
+    const float share = 1.0f / static_cast<float>(std::max(1, live_workers));
+    for (size_t e = 0; e < weights_.size(); ++e) {
+      weights_[e] += (grad[e] - weights_[e]) * share;
+    }
+    ++version_;
+    out.applied = true;
+  } else if (stale.kind == StalePolicy::kDrop &&
+             out.staleness > stale.max_staleness) {
     out.dropped = true;
   } else {
     const float scale = stale.kind == StalePolicy::kScale
@@ -128,7 +147,11 @@ void SliceState::ApplyStep(const v1::OptimizerSpec& optimizer, int live_workers,
   const size_t n = step_ranks_.size();
   const float inv = 1.0f / static_cast<float>(n);
   for (float& g : step_sum_) g *= inv;
-  slots_.Apply(optimizer, 1.0f, step_sum_, absl::MakeSpan(weights_));
+  if (buffer_) {
+    weights_ = step_sum_;  // The mean of the step's values.
+  } else {
+    slots_.Apply(optimizer, 1.0f, step_sum_, absl::MakeSpan(weights_));
+  }
   ++version_;
   ++applied_step_;
   step_ranks_.clear();

@@ -34,7 +34,8 @@ struct SliceOutcome {
 
 class SliceState {
  public:
-  SliceState(const v1::OptimizerSpec& optimizer, size_t n);
+  // `buffer`: a model buffer (TensorSpec.buffer), averaged, not trained.
+  SliceState(const v1::OptimizerSpec& optimizer, size_t n, bool buffer = false);
   SliceState(const SliceState&) = delete;
   SliceState& operator=(const SliceState&) = delete;
 
@@ -52,10 +53,11 @@ class SliceState {
                          const std::string& name) const;
 
   // async/ssp: applies `grad` (computed from `version`) with the learning
-  // rate scaled, or drops it, per `stale`.
+  // rate scaled, or drops it, per `stale`. A buffer moves 1/`live_workers`
+  // of the way to the pushed value instead.
   SliceOutcome ApplyAsync(const v1::OptimizerSpec& optimizer,
                           const StalePolicy& stale, int64_t version,
-                          absl::Span<const float> grad);
+                          absl::Span<const float> grad, int live_workers = 1);
 
   // bsp: adds rank's gradient to step `clock`'s sum; the step's mean is
   // applied once `quorum` gradients are in. A gradient for a step already
@@ -130,6 +132,7 @@ class SliceState {
   void ApplyStep(const v1::OptimizerSpec& optimizer, int live_workers,
                  SliceOutcome* outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  const bool buffer_;  // Constant after construction.
   mutable absl::Mutex mu_;
   std::vector<float> weights_ ABSL_GUARDED_BY(mu_);
   OptimizerSlots slots_ ABSL_GUARDED_BY(mu_);

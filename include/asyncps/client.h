@@ -92,6 +92,10 @@ struct ClientOptions {
 struct TensorSpec {
   std::string name;
   std::vector<int64_t> shape;
+  // A model buffer (BatchNorm's running statistics): not trained, but
+  // averaged: a push carries the worker's current value, and the servers
+  // move toward it by 1/live workers (bsp: the mean of the step's values).
+  bool buffer = false;
 };
 
 // What the servers did with a push, summed over the slices it reached.

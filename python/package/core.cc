@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "asyncps/client.h"
@@ -128,14 +129,18 @@ class PyClient {
   void Declare(py::dict arrays, const std::string& optimizer, float lr,
                float momentum, bool nesterov, float beta1, float beta2,
                float eps, float weight_decay, float dampening, float lr_decay,
-               float initial_accumulator_value) {
+               float initial_accumulator_value, py::object buffers) {
+    absl::flat_hash_set<std::string> is_buffer;
+    if (!buffers.is_none()) {
+      for (auto name : buffers) is_buffer.insert(py::str(name));
+    }
     std::vector<TensorSpec> tensors;
     std::vector<py::array> keep;  // Alive (and referenced) across the call.
     std::vector<absl::Span<const float>> initial;
     for (auto [key, value] : arrays) {
       const std::string name = py::str(key);
       keep.push_back(Checked(name, value, /*write=*/false));
-      TensorSpec t{name, {}};
+      TensorSpec t{name, {}, is_buffer.contains(name)};
       for (py::ssize_t d = 0; d < keep.back().ndim(); ++d) {
         t.shape.push_back(keep.back().shape(d));
       }
@@ -538,6 +543,7 @@ copy. reader=True joins no job: it may attach and pull (an evaluator).)")
            py::arg("eps") = 1e-8f, py::arg("weight_decay") = 0.0f,
            py::arg("dampening") = 0.0f, py::arg("lr_decay") = 0.0f,
            py::arg("initial_accumulator_value") = 0.0f,
+           py::arg("buffers") = py::none(),
            "Declares the model {name: initial array}; the first worker's "
            "arrays are the initial weights.")
       .def("attach", &PyClient::Attach,

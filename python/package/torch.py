@@ -36,7 +36,8 @@ one copy each way per step), and the servers keep float32 master weights.
 state_dict() reads the optimizer state back from the servers in the
 wrapped class's format; load_state_dict() sends one there.
 
-Not built yet: model buffers (BatchNorm statistics stay local).
+With named_buffers=model.named_buffers() (sync_buffers=True), BatchNorm's
+running statistics are kept on the servers too, averaged over the workers.
 """
 
 import concurrent.futures
@@ -126,17 +127,20 @@ def load_state_dict(model, servers, strict=True):
     try:
         reader.attach()
         held = reader.tensors
-        wanted = [n for n, _ in model.named_parameters() if n in held]
         missing = [n for n, _ in model.named_parameters() if n not in held]
         if strict and missing:
             raise KeyError(f"the servers hold no tensor {missing}")
-        weights = reader.pull(wanted)
+        # Floating-point buffers too, where the servers keep them.
+        tensors = dict(model.named_parameters())
+        tensors.update((n, b) for n, b in model.named_buffers()
+                       if b.is_floating_point())
+        weights = reader.pull([n for n in tensors if n in held])
     finally:
         reader.leave()
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for name, t in tensors.items():
             if name in weights:
-                p.copy_(torch.from_numpy(weights[name]).reshape(p.shape))
+                t.copy_(torch.from_numpy(weights[name]).reshape(t.shape))
     return model
 
 
@@ -149,13 +153,19 @@ class DistributedOptimizer(torch.optim.Optimizer):
     """
 
     def __init__(self, optimizer, client, named_parameters=None,
-                 overlap=False, **legacy):
+                 overlap=False, named_buffers=None, sync_buffers=True,
+                 **legacy):
         """Wraps `optimizer` (see the module's doc). `overlap=True` pushes
         each gradient as backward produces it, on a background thread, and
         step() then only waits for them and pulls: faster where the network
         is slow, but a gradient changed after backward (clipping, scaling,
         a second backward() accumulating into it) cannot be sent again, so
-        step() refuses it with an error naming the parameter."""
+        step() refuses it with an error naming the parameter.
+        `named_buffers` (model.named_buffers()): with `sync_buffers`, the
+        floating-point buffers (BatchNorm's running statistics) are kept on
+        the servers too, averaged over the workers that push them (each
+        step() sends them and takes the average back), so a model pulled
+        or exported from the servers evaluates as trained."""
         if isinstance(optimizer, torch.nn.Module):
             # The first API: DistributedOptimizer(model, client, lr=...,
             # kind="momentum", momentum=...).
@@ -163,6 +173,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             optimizer = _from_module(module, legacy.pop("kind", "sgd"),
                                      legacy.pop("lr", 0.01), legacy)
             named_parameters = module.named_parameters()
+            named_buffers = module.named_buffers()
         elif legacy:
             raise TypeError(f"unexpected arguments {sorted(legacy)}")
         self._kind = _kind(optimizer)
@@ -210,9 +221,25 @@ class DistributedOptimizer(torch.optim.Optimizer):
                         p.shape, dtype=torch.float32, pin_memory=pin)
         if not self._params:
             raise ValueError("the model has no parameter to train")
+        # Buffers: name -> tensor (floating point only: BatchNorm's
+        # num_batches_tracked stays local).
+        self._buffers = {}
+        if sync_buffers and named_buffers is not None:
+            for name, b in named_buffers:
+                if not b.is_floating_point():
+                    continue
+                if name in self._params:
+                    raise ValueError(f"buffer '{name}' is named as a parameter")
+                self._buffers[name] = b
+                if (b.dtype == torch.float32 and b.device.type == "cpu"
+                        and b.is_contiguous()):
+                    self._host[name] = b  # Updated in place by the model.
+                else:
+                    self._host[name] = b.detach().to("cpu", torch.float32)
         first = _hyper(self._kind, self.param_groups[0])
-        client.declare(self._arrays(), optimizer=self._kind, **{
-            k: v for k, v in first.items()})
+        self._buffer_hyper = first
+        client.declare(self._arrays(), optimizer=self._kind,
+                       buffers=list(self._buffers), **first)
         self.pull()  # Everyone starts from the servers' weights.
         self._synchronized = False
         self._skip = False
@@ -249,8 +276,18 @@ class DistributedOptimizer(torch.optim.Optimizer):
         return {n: self._host[n].numpy()
                 for n in (self._host if names is None else names)}
 
+    def _staged_buffers(self):
+        return [n for n, b in self._buffers.items() if self._host[n] is not b]
+
+    def _buffers_to_host(self):
+        """The model's current buffer values where they are staged."""
+        with torch.no_grad():
+            for n in self._staged_buffers():
+                self._host[n].copy_(self._buffers[n])
+
     def _to_params(self, names=None):
-        """Staged weights (GPU, bf16/f16 parameters) into the parameters."""
+        """Staged weights (GPU, bf16/f16 parameters, and buffers) into the
+        model."""
         cuda = False
         with torch.no_grad():
             for n in (self._params if names is None else names):
@@ -258,6 +295,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     p = self._params[n]
                     p.copy_(self._host[n], non_blocking=p.is_cuda)
                     cuda |= p.is_cuda
+            for n in self._staged_buffers():
+                b = self._buffers[n]
+                b.copy_(self._host[n], non_blocking=b.is_cuda)
+                cuda |= b.is_cuda
         if cuda:
             torch.cuda.synchronize()
 
@@ -336,6 +377,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
             if failure is not None and not self._recover():
                 raise failure
             try:
+                if self._buffers:
+                    self._buffers_to_host()
+                    self._client.push(
+                        {n: self._host[n].numpy().copy()
+                         for n in self._buffers},
+                        {n: self._buffer_hyper for n in self._buffers})
                 self._client.pull_into(self._arrays())
             except RuntimeError:
                 if not self._recover():
@@ -375,9 +422,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 hyper[name] = h
         if not grads:
             return
+        self._buffers_to_host()
+        for name in self._buffers:  # Their values, to be averaged in.
+            grads[name] = out[name] = self._host[name].numpy()
+            hyper[name] = self._buffer_hyper
         if cuda:
             torch.cuda.synchronize()  # The gradients' copies have landed.
         rest = self._arrays([n for n in self._params if n not in grads])
+        grads = {n: g.copy() if n in self._buffers else g
+                 for n, g in grads.items()}  # Sent before `out` is written.
         start = time.perf_counter()
         with torch.no_grad():
             try:

@@ -348,3 +348,49 @@ def test_overlap_matches_the_default_and_refuses_changed_gradients():
     finally:
         plain.kill()
         overlapped.kill()
+
+
+class BatchNormNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(6, 8)
+        self.bn = nn.BatchNorm1d(8)
+        self.b = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.bn(self.a(x))))
+
+
+def test_batchnorm_buffers_are_kept_on_the_servers(shards, tmp_path):
+    """sync_buffers: the servers hold the running statistics; with one
+    worker they equal its own, and a model filled from the servers
+    (asyncps.torch.load_state_dict) evaluates exactly as the worker's."""
+    servers = shards.start(2)
+    torch.manual_seed(4)
+    model = BatchNormNet()
+    client = asyncps.Client(servers, rank=0, num_workers=1, slice_bytes=64)
+    opt = asyncps.torch.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1), client,
+        named_parameters=model.named_parameters(),
+        named_buffers=model.named_buffers())
+    g = torch.Generator().manual_seed(5)
+    for _ in range(6):
+        x = torch.randn(16, 6, generator=g) * 3 + 1
+        y = torch.randint(0, 2, (16,), generator=g)
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+    served = client.pull()
+    assert served["bn.running_mean"].any()  # Moved from their start.
+    for name in ("bn.running_mean", "bn.running_var"):
+        np.testing.assert_allclose(served[name],
+                                   dict(model.named_buffers())[name].numpy(),
+                                   rtol=1e-6, err_msg=name)
+    assert "bn.num_batches_tracked" not in served  # Integers stay local.
+    fresh = BatchNormNet()
+    asyncps.torch.load_state_dict(fresh, ",".join(servers))
+    model.eval()
+    fresh.eval()
+    x = torch.randn(32, 6, generator=g)
+    torch.testing.assert_close(fresh(x), model(x))
+    opt.close()

@@ -103,6 +103,47 @@ TEST_F(ShardStoreTest, OptimizerStateComesOutAndMisfitsAreRefused) {
   EXPECT_EQ(Weight(), 9.0f);  // The weights stay.
 }
 
+// A buffer tensor (BatchNorm's statistics) is averaged, not trained:
+// async moves it 1/live-workers of the way to a pushed value, bsp sets it
+// to the mean of the step's values.
+TEST(ShardStoreBufferTest, BuffersAverageThePushedValues) {
+  v1::ModelSpec spec = testing::SmallModel();
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::MOMENTUM);
+  spec.mutable_optimizer()->set_momentum(0.9f);
+  spec.mutable_tensors(0)->set_buffer(true);
+  ShardStore store(0, 1, 64 << 20);
+  ASSERT_TRUE(store.Declare(spec).ok());
+  auto weight = [&store] {
+    v1::PullRequest req;
+    *req.add_slices() = testing::SmallModelKey();
+    v1::PullResponse resp;
+    EXPECT_TRUE(store.Pull(req, &resp).ok());
+    std::vector<float> w(4);
+    DecodeF32(resp.slices(0).data(), absl::MakeSpan(w));
+    return w[0];
+  };
+  PushPolicy two;
+  two.live_workers = 2;
+  v1::PushResponse resp;
+  ASSERT_TRUE(store.Push(testing::SmallModelPush(4.0f), two, &resp).ok());
+  EXPECT_FLOAT_EQ(weight(), 7.0f);  // 10 + (4 - 10) / 2.
+  PushPolicy bsp;
+  bsp.mode = Mode::kBsp;
+  bsp.quorum = 2;
+  bsp.live_workers = 2;
+  ASSERT_TRUE(
+      store.Push(testing::SmallModelPush(2.0f, 1, 0, 1), bsp, &resp).ok());
+  ASSERT_TRUE(
+      store.Push(testing::SmallModelPush(4.0f, 1, 1, 1), bsp, &resp).ok());
+  EXPECT_FLOAT_EQ(weight(), 3.0f);  // The mean of the step's values.
+  v1::PullRequest with_state;
+  *with_state.add_slices() = testing::SmallModelKey();
+  with_state.set_with_state(true);
+  v1::PullResponse state;
+  ASSERT_TRUE(store.Pull(with_state, &state).ok());
+  EXPECT_TRUE(state.slices(0).slot1().empty());  // No momentum kept.
+}
+
 TEST_F(ShardStoreTest, DropPolicySkipsStaleGradients) {
   PushPolicy policy;
   policy.stale.kind = StalePolicy::kDrop;
