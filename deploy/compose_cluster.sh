@@ -9,7 +9,8 @@
 #                             [--out DIR] [--gpu] [--tls] [--keep]
 #
 # Defaults: 2 workers, async, 3 epochs. --out (default: a fresh directory
-# under /tmp) gets the evaluator's curve.csv and the containers' logs.
+# under /tmp) gets the evaluator's curve.csv, the trained model
+# (model.npz, psctl export) and the containers' logs.
 # --gpu adds docker-compose.gpu.yml (one NVIDIA GPU per worker; needs the
 # NVIDIA container toolkit). --tls adds docker-compose.tls.yml: mutual TLS
 # and a token on every gRPC channel, certificates from deploy/gen_certs.sh
@@ -111,6 +112,24 @@ for id in $(compose ps -q worker); do
 done
 kill "$follow" 2>/dev/null || true
 echo "== training done (workers $( ((status == 0)) && echo "all exited 0" || echo "FAILED: see $out/cluster.log"))"
+# The trained model to the host (OUT/model.npz, numpy.load) before the
+# evaluator and the shards stop: psctl export from the evaluator's
+# container, which mounts OUT (the container's user must be able to write
+# it).
+export_flags=()
+if ((tls)); then
+  export_flags=(--tls_cert=/certs/client.pem --tls_key=/certs/client.key
+    --tls_ca=/certs/ca.pem --auth_token_file=/certs/token)
+fi
+chmod a+w "$out"
+if compose exec -T evaluator psctl --servers=shard0:5000,shard1:5000 \
+  ${export_flags[@]+"${export_flags[@]}"} export --format=npz \
+  --out=/out/model.npz; then
+  echo "== model: $out/model.npz"
+else
+  echo "== could not export the model (see above)" >&2
+  status=1
+fi
 compose stop -t 30 evaluator >/dev/null 2>&1 || true
 tail -n 1 "$out/curve.csv" 2>/dev/null |
   awk -F, '{printf "== final test accuracy %.4f after %.0f updates\n", $4, $2}'
