@@ -783,20 +783,51 @@ absl::Status PsClient::StoreSet(const std::string& key,
   v1::StoreSetRequest req;
   req.set_key(key);
   req.set_value(value);
-  return CallOne<v1::StoreSetResponse>(0, req, ASYNCPS_RPC(StoreSet),
-                                       "StoreSet", /*idempotent=*/true)
-      .status();
+  RETURN_IF_ERROR(CallOne<v1::StoreSetResponse>(0, req, ASYNCPS_RPC(StoreSet),
+                                                "StoreSet", /*idempotent=*/true)
+                      .status());
+  absl::MutexLock lock(&sets_mu_);
+  auto same = std::find_if(sets_.begin(), sets_.end(),
+                           [&key](const auto& kv) { return kv.first == key; });
+  if (same != sets_.end()) sets_.erase(same);
+  if (sets_.size() >= kRememberedSets) sets_.erase(sets_.begin());
+  sets_.emplace_back(key, value);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> PsClient::StoreGet(const std::string& key,
                                                absl::Duration wait) {
-  v1::StoreGetRequest req;
-  req.set_key(key);
-  req.set_wait_ms(absl::ToInt64Milliseconds(wait));
-  ASSIGN_OR_RETURN(
-      v1::StoreGetResponse resp,
-      CallOne<v1::StoreGetResponse>(0, req, ASYNCPS_RPC(StoreGet), "StoreGet"));
-  return resp.value();
+  const absl::Time deadline = options_.clock->Now() + wait;
+  while (true) {
+    const absl::Duration left = deadline - options_.clock->Now();
+    v1::StoreGetRequest req;
+    req.set_key(key);
+    req.set_wait_ms(absl::ToInt64Milliseconds(
+        std::max(absl::ZeroDuration(), std::min(left, absl::Seconds(1)))));
+    absl::StatusOr<v1::StoreGetResponse> resp = CallOne<v1::StoreGetResponse>(
+        0, req, ASYNCPS_RPC(StoreGet), "StoreGet");
+    if (resp.ok()) return resp->value();
+    if (resp.status().code() != absl::StatusCode::kDeadlineExceeded ||
+        options_.clock->Now() >= deadline) {
+      return resp.status();
+    }
+    // Not set yet: perhaps set before shard 0 restarted, by a rank that is
+    // itself waiting for ours. Ours again (the others do the same).
+    std::vector<std::pair<std::string, std::string>> mine;
+    {
+      absl::MutexLock lock(&sets_mu_);
+      mine = sets_;
+    }
+    for (const auto& [k, v] : mine) {
+      v1::StoreSetRequest again;
+      again.set_key(k);
+      again.set_value(v);
+      RETURN_IF_ERROR(CallOne<v1::StoreSetResponse>(
+                          0, again, ASYNCPS_RPC(StoreSet), "StoreSet",
+                          /*idempotent=*/true)
+                          .status());
+    }
+  }
 }
 
 absl::StatusOr<v1::RegisterResponse> PsClient::Register(

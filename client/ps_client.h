@@ -236,12 +236,17 @@ class PsClient final : public RendezvousStore {
   absl::Status Restore(int shard, const ConstTensorViews& weights,
                        const std::vector<SliceVersion>& versions, int rank);
 
-  // The rendezvous store on shard 0.
+  // The rendezvous store on shard 0. It lives in shard 0's memory, so a
+  // restart loses it: this client remembers what it set (the last
+  // kRememberedSets keys) and sets it again while it waits for a key.
   absl::Status StoreSet(const std::string& key,
                         const std::string& value) override;
-  // Waits up to `wait` for the key.
+  // Waits up to `wait` for the key, a second at a time; between waits it
+  // sets its own keys again (another rank may be waiting for them on a
+  // shard 0 that restarted since they were set).
   absl::StatusOr<std::string> StoreGet(const std::string& key,
                                        absl::Duration wait) override;
+  static constexpr size_t kRememberedSets = 256;
 
   // Registers with one shard and keeps the secret it answers, which this
   // client's later calls as that rank carry (and a registration again
@@ -392,6 +397,10 @@ class PsClient final : public RendezvousStore {
   // The shard holds the new secret from before its answer arrives, so a
   // call stamped with the old one may be refused before the new one is
   // here; the retry waits for it.
+  absl::Mutex sets_mu_;
+  // What StoreSet set, oldest first (for setting it again).
+  std::vector<std::pair<std::string, std::string>> sets_
+      ABSL_GUARDED_BY(sets_mu_);
   mutable absl::Mutex secrets_mu_;
   absl::flat_hash_map<std::pair<int, int>, uint64_t> secrets_
       ABSL_GUARDED_BY(secrets_mu_);
