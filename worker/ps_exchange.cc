@@ -76,7 +76,9 @@ absl::Status PsExchange::Start(std::vector<std::vector<float>>* weights,
   CallOptions pull;
   pull.step = clock;
   pull.into = &versions_;
-  RETURN_IF_ERROR(client_->Pull(all_names_, AllWeights(), pull));
+  if (absl::Status s = client_->Pull(all_names_, AllWeights(), pull); !s.ok()) {
+    RETURN_IF_ERROR(Recover(s));  // A shard that lost its model.
+  }
   if (mode_ == Mode::kPrefetch) staged_ = *weights;  // Sized like them.
   return absl::OkStatus();
 }
@@ -96,7 +98,14 @@ void PsExchange::AddPushResult(const PushStats& r) {
 }
 
 absl::Status PsExchange::Recover(const absl::Status& failure) {
-  return client_->Recover(failure, AllWeights(), &versions_);
+  // A shard may lose its model again while another is being restored
+  // (chaos: kills a second apart): a few tries.
+  absl::Status s = failure;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    s = client_->Recover(s, AllWeights(), &versions_);
+    if (s.code() != absl::StatusCode::kFailedPrecondition) break;
+  }
+  return s;
 }
 
 absl::Status PsExchange::PushTensors(
