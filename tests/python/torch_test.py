@@ -119,7 +119,9 @@ def test_cnn_example_improves_in_a_short_async_run(shards):
         [sys.executable, EXAMPLE, "--servers=" + servers, f"--rank={r}",
          "--num_workers=2", "--mode=async", "--steps=120", "--log_every=0",
          # Async's staleness adds momentum: 0.9 on top diverged once here.
-         *hyper],
+         # No clipping: the threshold below was measured without it (it
+         # slows the first steps: 0.639 with it in one CI run).
+         "--clip=0", *hyper],
         stdout=subprocess.PIPE, text=True) for r in range(2)]
     for w in workers:
         out, _ = w.communicate(timeout=300)
@@ -128,6 +130,7 @@ def test_cnn_example_improves_in_a_short_async_run(shards):
     after = float(run("--servers=" + servers, "--evaluate")
                   .split("test_accuracy ")[1])
     assert before < 0.3
+    print(f"accuracy before {before} after {after}")
     assert after > 0.65, (before, after)
 
 
