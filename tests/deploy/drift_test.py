@@ -214,8 +214,8 @@ for script in ("deploy/local_cluster.sh", "deploy/shards.sh"):
             continue
         # A line naming no binary (an array of flags handed on, a helper
         # that echoes one) is checked against both.
-        binaries = [b for b in ("ps_server", "ps_worker") if b in line] or [
-            "ps_server", "ps_worker"]
+        binaries = [b for b in ("ps_server", "ps_worker", "psctl")
+                    if b in line] or ["ps_server", "ps_worker"]
         for name in names:
             if not any(name in FLAGS[b] for b in binaries):
                 fail(f"{script}: --{name} is a flag of none of {binaries}: "
