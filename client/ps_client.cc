@@ -778,14 +778,19 @@ absl::Status PsClient::Restore(int shard, const ConstTensorViews& weights,
   return CallAll(&calls, ASYNCPS_RPC(Assign), "Assign", /*idempotent=*/true);
 }
 
-absl::Status PsClient::StoreSet(const std::string& key,
-                                const std::string& value) {
+absl::Status PsClient::SetOnShard0(const std::string& key,
+                                   const std::string& value) {
   v1::StoreSetRequest req;
   req.set_key(key);
   req.set_value(value);
-  RETURN_IF_ERROR(CallOne<v1::StoreSetResponse>(0, req, ASYNCPS_RPC(StoreSet),
-                                                "StoreSet", /*idempotent=*/true)
-                      .status());
+  return CallOne<v1::StoreSetResponse>(0, req, ASYNCPS_RPC(StoreSet),
+                                       "StoreSet", /*idempotent=*/true)
+      .status();
+}
+
+absl::Status PsClient::StoreSet(const std::string& key,
+                                const std::string& value) {
+  RETURN_IF_ERROR(SetOnShard0(key, value));
   absl::MutexLock lock(&sets_mu_);
   auto same = std::find_if(sets_.begin(), sets_.end(),
                            [&key](const auto& kv) { return kv.first == key; });
@@ -818,15 +823,7 @@ absl::StatusOr<std::string> PsClient::StoreGet(const std::string& key,
       absl::MutexLock lock(&sets_mu_);
       mine = sets_;
     }
-    for (const auto& [k, v] : mine) {
-      v1::StoreSetRequest again;
-      again.set_key(k);
-      again.set_value(v);
-      RETURN_IF_ERROR(CallOne<v1::StoreSetResponse>(
-                          0, again, ASYNCPS_RPC(StoreSet), "StoreSet",
-                          /*idempotent=*/true)
-                          .status());
-    }
+    for (const auto& [k, v] : mine) RETURN_IF_ERROR(SetOnShard0(k, v));
   }
 }
 

@@ -247,6 +247,8 @@ class PsClient final : public RendezvousStore {
   absl::StatusOr<std::string> StoreGet(const std::string& key,
                                        absl::Duration wait) override;
   static constexpr size_t kRememberedSets = 256;
+  // One StoreSet call to shard 0 (not remembered).
+  absl::Status SetOnShard0(const std::string& key, const std::string& value);
 
   // Registers with one shard and keeps the secret it answers, which this
   // client's later calls as that rank carry (and a registration again

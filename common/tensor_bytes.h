@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/base/config.h"
 #include "absl/strings/string_view.h"
@@ -29,6 +30,15 @@ inline void EncodeF32(absl::Span<const float> values, std::string* out) {
 // REQUIRES: bytes.size() == out.size() * kF32Bytes.
 inline void DecodeF32(absl::string_view bytes, absl::Span<float> out) {
   if (!out.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
+}
+
+// Reads little-endian f32 from `bytes` into `out`, sized to fit; false
+// (and `out` unspecified) if `bytes` is not a whole number of floats.
+inline bool DecodeF32Vector(absl::string_view bytes, std::vector<float>* out) {
+  if (bytes.size() % kF32Bytes != 0) return false;
+  out->resize(bytes.size() / kF32Bytes);
+  DecodeF32(bytes, absl::MakeSpan(*out));
+  return true;
 }
 
 }  // namespace asyncps

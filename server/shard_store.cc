@@ -436,13 +436,11 @@ absl::Status ShardStore::LoadState(const v1::AssignRequest& request) {
     const SliceInfo& info = m->model->partition().slices()[slices[k]];
     auto decode = [&](const std::string& bytes, const char* which,
                       std::vector<float>* out) -> absl::Status {
-      if (bytes.size() % kF32Bytes != 0) {
+      if (!DecodeF32Vector(bytes, out)) {
         return absl::InvalidArgumentError(
             absl::StrCat(which, " of slice ", SliceName(d.key()), " has ",
                          bytes.size(), " bytes, not whole f32s"));
       }
-      out->resize(bytes.size() / kF32Bytes);
-      DecodeF32(bytes, absl::MakeSpan(*out));
       for (float x : *out) {
         if (!std::isfinite(x)) {
           return absl::InvalidArgumentError(absl::StrCat(
@@ -466,16 +464,13 @@ absl::Status ShardStore::LoadState(const v1::AssignRequest& request) {
   }
   // The sizes the declared optimizer keeps, for every slice first.
   for (size_t k = 0; k < slices.size(); ++k) {
-    std::string s1, s2;
-    m->slices[slices[k]]->ReadState(&s1, &s2);
-    if (s1.size() != loaded[k].slot1.size() * kF32Bytes ||
-        s2.size() != loaded[k].slot2.size() * kF32Bytes) {
+    const auto [keeps1, keeps2] = m->slices[slices[k]]->StateSizes();
+    if (keeps1 != loaded[k].slot1.size() || keeps2 != loaded[k].slot2.size()) {
       return Reject(absl::InvalidArgumentError(absl::StrCat(
           "optimizer state of slice ",
           SliceName(request.weights(static_cast<int>(k)).key()), " has ",
           loaded[k].slot1.size(), " + ", loaded[k].slot2.size(),
-          " values; the declared optimizer keeps ", s1.size() / kF32Bytes,
-          " + ", s2.size() / kF32Bytes)));
+          " values; the declared optimizer keeps ", keeps1, " + ", keeps2)));
     }
   }
   for (size_t k = 0; k < slices.size(); ++k) {

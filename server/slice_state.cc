@@ -215,6 +215,11 @@ int64_t SliceState::ReadState(std::string* slot1, std::string* slot2) const {
   return slots_.steps();
 }
 
+std::pair<size_t, size_t> SliceState::StateSizes() const {
+  absl::MutexLock lock(&mu_);
+  return {slots_.slot1().size(), slots_.slot2().size()};
+}
+
 bool SliceState::LoadState(std::vector<float> slot1, std::vector<float> slot2,
                            int64_t steps) {
   absl::MutexLock lock(&mu_);
@@ -232,16 +237,10 @@ void SliceState::Save(v1::SliceCheckpoint* out) const {
 }
 
 bool SliceState::Load(const v1::SliceCheckpoint& in) {
-  auto decode = [](const std::string& bytes, std::vector<float>* out) {
-    if (bytes.size() % kF32Bytes != 0) return false;
-    out->resize(bytes.size() / kF32Bytes);
-    DecodeF32(bytes, absl::MakeSpan(*out));
-    return true;
-  };
   absl::MutexLock lock(&mu_);
   std::vector<float> w, s1, s2;
-  if (!decode(in.weights(), &w) || w.size() != weights_.size() ||
-      !decode(in.slot1(), &s1) || !decode(in.slot2(), &s2) ||
+  if (!DecodeF32Vector(in.weights(), &w) || w.size() != weights_.size() ||
+      !DecodeF32Vector(in.slot1(), &s1) || !DecodeF32Vector(in.slot2(), &s2) ||
       in.version() < 0 || in.applied_step() < 0 ||
       !slots_.Restore(std::move(s1), std::move(s2), in.optimizer_steps())) {
     return false;

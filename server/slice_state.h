@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -115,6 +116,8 @@ class SliceState {
 
   // The optimizer state as f32 payload bytes; returns the updates applied.
   int64_t ReadState(std::string* slot1, std::string* slot2) const;
+  // How many values each optimizer slot holds (0: none kept).
+  std::pair<size_t, size_t> StateSizes() const;
   // Replaces the optimizer state; false (nothing changed) if a slot's size
   // is not this slice's for its optimizer.
   bool LoadState(std::vector<float> slot1, std::vector<float> slot2,

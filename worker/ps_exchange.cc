@@ -201,16 +201,14 @@ absl::Status PsExchange::FinishLayered(int64_t clock, StepStats* stats) {
   // A shard may restart again while this step recovers (chaos: kills a
   // second apart): recover again, a few times.
   for (int attempt = 0; attempt < 3 && !s.ok(); ++attempt) {
-    s = Recover(s);
-    if (s.ok() && steps_) {
-      // bsp: the step broke off part-way, and a step is applied only once
-      // every worker's gradient has reached every slice: send all of it
-      // again (a slice that has this worker's gradient drops the copy) and
-      // wait for the step's weights as usual.
-      s = PushTensors(all_names_, all_tensors_, *grads_, clock,
-                      /*count=*/true);
-      if (s.ok()) s = PullLayer(all_names_, all_tensors_, *grads_, clock);
-    }
+    s = Recover(s);  // Tries again itself.
+    if (!s.ok() || !steps_) break;
+    // bsp: the step broke off part-way, and a step is applied only once
+    // every worker's gradient has reached every slice: send all of it
+    // again (a slice that has this worker's gradient drops the copy) and
+    // wait for the step's weights as usual.
+    s = PushTensors(all_names_, all_tensors_, *grads_, clock, /*count=*/true);
+    if (s.ok()) s = PullLayer(all_names_, all_tensors_, *grads_, clock);
     if (s.code() != absl::StatusCode::kFailedPrecondition) break;
   }
   TakeStepStats(stats);

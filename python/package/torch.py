@@ -285,16 +285,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
             for n in self._staged_buffers():
                 self._host[n].copy_(self._buffers[n])
 
-    def _to_params(self, names=None):
+    def _to_params(self):
         """Staged weights (GPU, bf16/f16 parameters, and buffers) into the
         model."""
         cuda = False
         with torch.no_grad():
-            for n in (self._params if names is None else names):
-                if n in self._grad_host:
-                    p = self._params[n]
-                    p.copy_(self._host[n], non_blocking=p.is_cuda)
-                    cuda |= p.is_cuda
+            for n in self._grad_host:
+                p = self._params[n]
+                p.copy_(self._host[n], non_blocking=p.is_cuda)
+                cuda |= p.is_cuda
             for n in self._staged_buffers():
                 b = self._buffers[n]
                 b.copy_(self._host[n], non_blocking=b.is_cuda)
