@@ -198,7 +198,25 @@ class Client::Impl {
       out->set_buffer(t.buffer);
     }
     RETURN_IF_ERROR(ValidateModelSpec(spec));
+    // Each tensor's wire dtype ("": the client's, known once adopted).
+    std::vector<v1::DType> wire(tensors.size(), v1::DTYPE_UNSPECIFIED);
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      if (tensors[t].wire_dtype.empty()) continue;
+      absl::StatusOr<v1::DType> d = ParseWireDtype(tensors[t].wire_dtype);
+      if (!d.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", tensors[t].name, "': wire dtype '",
+                         tensors[t].wire_dtype, "' (want f32, bf16 or f16)"));
+      }
+      wire[t] = *d;
+    }
     RETURN_IF_ERROR(ps_->DeclareModel(spec, initial));
+    for (size_t t = 0; t < wire.size(); ++t) {
+      if (wire[t] == v1::DTYPE_UNSPECIFIED) {
+        wire[t] = ps_->WireDtype(static_cast<int>(t));
+      }
+    }
+    RETURN_IF_ERROR(ps_->SetWireDtypes(wire));
     return Adopt();
   }
 
@@ -464,7 +482,10 @@ class Client::Impl {
     std::vector<TensorSpec> out;
     for (const v1::TensorSpec& t : model_.tensors()) {
       out.push_back(
-          {t.name(), {t.shape().begin(), t.shape().end()}, t.buffer()});
+          {t.name(),
+           {t.shape().begin(), t.shape().end()},
+           t.buffer(),
+           WireDtypeName(ps_->WireDtype(static_cast<int>(out.size())))});
     }
     return out;
   }

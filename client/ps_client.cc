@@ -10,6 +10,8 @@
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
 #include "common/backoff.h"
+#include "common/grpc_credentials.h"
+#include "common/grpc_status.h"
 #include "common/random_id.h"
 #include "common/status.h"
 #include "common/tensor_bytes.h"
@@ -288,6 +290,24 @@ absl::Status PsClient::UseModel(const v1::ModelSpec& spec) {
   ASSIGN_OR_RETURN(Partition partition, Partition::Create(spec));
   spec_ = spec;
   partition_ = std::move(partition);
+  wire_dtypes_.assign(spec.tensors_size(), options_.wire_dtype);
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::SetWireDtypes(const std::vector<v1::DType>& dtypes) {
+  if (dtypes.size() != static_cast<size_t>(spec_.tensors_size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("wire dtypes for ", dtypes.size(),
+                     " tensors; the model has ", spec_.tensors_size()));
+  }
+  for (size_t t = 0; t < dtypes.size(); ++t) {
+    if (!IsWireDtype(dtypes[t])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", spec_.tensors(t).name(), "' cannot travel in ",
+          DTypeName(dtypes[t]), " (DTYPE_F32, DTYPE_BF16 or DTYPE_F16)"));
+    }
+  }
+  wire_dtypes_ = dtypes;
   return absl::OkStatus();
 }
 
@@ -357,19 +377,21 @@ std::vector<std::vector<int>> PsClient::Batches(
     absl::Span<const int> tensors) const {
   const uint64_t limit = options_.max_message_bytes - kRequestOverhead;
   std::vector<std::vector<int>> batches;
-  std::vector<int> open(num_shards(), -1);  // Open batch per shard.
-  std::vector<uint64_t> open_bytes(num_shards(), 0);
+  // The open batch per (shard, wire dtype), and its payload so far.
+  absl::flat_hash_map<std::pair<int, int>, std::pair<int, uint64_t>> open;
   for (int t : tensors) {
     for (int i : partition_->tensor_slices(t)) {
       const SliceInfo& s = partition_->slices()[i];
       const uint64_t bytes = s.count * kF32Bytes;
-      if (open[s.shard] < 0 || open_bytes[s.shard] + bytes > limit) {
-        open[s.shard] = static_cast<int>(batches.size());
-        open_bytes[s.shard] = 0;
+      auto [it, fresh] = open.try_emplace({s.shard, wire_dtypes_[t]});
+      auto& [batch, batch_bytes] = it->second;
+      if (fresh || batch_bytes + bytes > limit) {
+        batch = static_cast<int>(batches.size());
+        batch_bytes = 0;
         batches.emplace_back();
       }
-      batches[open[s.shard]].push_back(i);
-      open_bytes[s.shard] += bytes;
+      batches[batch].push_back(i);
+      batch_bytes += bytes;
     }
   }
   return batches;
@@ -463,7 +485,7 @@ absl::Status PsClient::Pull(absl::Span<const int> tensors,
     calls[b].request.set_rank(rank);
     calls[b].request.set_clock(clock);
     calls[b].request.set_after_push(after_push);
-    calls[b].request.set_dtype(options_.wire_dtype);
+    calls[b].request.set_dtype(BatchDtype(batches[b]));
     for (int i : batches[b]) {
       FillKey(spec_, partition_->slices()[i], calls[b].request.add_slices());
     }
@@ -494,7 +516,7 @@ absl::Status PsClient::TakeWeights(int shard, const std::vector<int>& batch,
   for (size_t k = 0; k < batch.size(); ++k) {
     const SliceInfo& s = partition_->slices()[batch[k]];
     const v1::SliceData& d = response.slices(static_cast<int>(k));
-    if (d.dtype() != options_.wire_dtype ||
+    if (d.dtype() != wire_dtypes_[s.tensor] ||
         d.data().size() != s.count * DTypeSize(d.dtype())) {
       return absl::InternalError(
           absl::StrCat("shard ", shard, " answered a malformed slice for '",
@@ -520,7 +542,7 @@ void PsClient::FillPush(const std::vector<int>& batch,
   for (int i : batch) {
     v1::SliceData* d = request->add_gradients();
     FillSliceData(spec_, partition_->slices()[i], grads, versions[i],
-                  options_.wire_dtype, d);
+                  wire_dtypes_[partition_->slices()[i].tensor], d);
     if (optimizers != nullptr) {
       const v1::OptimizerSpec* o =
           (*optimizers)[partition_->slices()[i].tensor];
@@ -587,7 +609,7 @@ absl::Status PsClient::PushPull(
       batches.size());
   for (size_t b = 0; b < batches.size(); ++b) {
     calls[b].shard = partition_->slices()[batches[b][0]].shard;
-    calls[b].request.set_weights_dtype(options_.wire_dtype);
+    calls[b].request.set_weights_dtype(BatchDtype(batches[b]));
     FillPush(batches[b], grads, versions, rank, clock, optimizers,
              calls[b].request.mutable_push());
   }

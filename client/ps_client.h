@@ -156,6 +156,15 @@ class PsClient final : public RendezvousStore {
   // Adopts `spec`'s partition without declaring it.
   absl::Status UseModel(const v1::ModelSpec& spec);
 
+  // The dtype each tensor of the adopted model travels in (gradients out,
+  // weights back): dtypes[t] for tensor t (F32, BF16, F16), instead of
+  // options.wire_dtype, e.g. a bf16 parameter's own. The servers keep f32
+  // either way. INVALID_ARGUMENT for a wrong count or dtype. Not to be
+  // called while tensor calls are under way; adopting a model again
+  // resets it to options.wire_dtype.
+  absl::Status SetWireDtypes(const std::vector<v1::DType>& dtypes);
+  v1::DType WireDtype(int tensor) const { return wire_dtypes_[tensor]; }
+
   // Pulls every slice of the given tensors: values[t] (sized to tensor t's
   // element count) gets the weights, versions[slice] each slice's version
   // (versions is indexed like partition().slices()). `rank` and `clock`
@@ -375,9 +384,13 @@ class PsClient final : public RendezvousStore {
                           const std::vector<View>& views,
                           const char* what) const;
 
-  // Groups the slices of `tensors` by shard, in requests of at most
-  // max_message_bytes of payload.
+  // Groups the slices of `tensors` by shard and wire dtype (a request's
+  // answer has one), in requests of at most max_message_bytes of payload.
   std::vector<std::vector<int>> Batches(absl::Span<const int> tensors) const;
+  // The wire dtype of one of Batches' batches.
+  v1::DType BatchDtype(const std::vector<int>& batch) const {
+    return wire_dtypes_[partition_->slices()[batch[0]].tensor];
+  }
 
   const PsClientOptions options_;
   std::vector<std::unique_ptr<v1::ParameterServer::Stub>> stubs_;
@@ -385,6 +398,7 @@ class PsClient final : public RendezvousStore {
   std::vector<std::unique_ptr<DataChannel>> data_;
   v1::ModelSpec spec_;
   std::optional<Partition> partition_;
+  std::vector<v1::DType> wire_dtypes_;  // Per tensor of spec_.
   // Exactly-once pushes: this client's id (random, per process start) and
   // the last sequence number used.
   const uint64_t client_id_;

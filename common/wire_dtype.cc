@@ -150,4 +150,17 @@ absl::StatusOr<v1::DType> ParseWireDtype(absl::string_view text) {
       absl::StrCat("--wire_dtype=", text, " (want f32, bf16 or f16)"));
 }
 
+std::string WireDtypeName(v1::DType dtype) {
+  switch (dtype) {
+    case v1::DTYPE_F32:
+      return "f32";
+    case v1::DTYPE_BF16:
+      return "bf16";
+    case v1::DTYPE_F16:
+      return "f16";
+    default:
+      return "";
+  }
+}
+
 }  // namespace asyncps

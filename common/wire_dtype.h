@@ -45,6 +45,8 @@ int64_t FirstNonFinite(absl::Span<const float> values);
 // "f32", "bf16", "f16" (--wire_dtype) to the dtype; INVALID_ARGUMENT
 // naming --wire_dtype otherwise.
 absl::StatusOr<v1::DType> ParseWireDtype(absl::string_view text);
+// The reverse: "f32", "bf16", "f16" ("" for any other dtype).
+std::string WireDtypeName(v1::DType dtype);
 
 }  // namespace asyncps
 

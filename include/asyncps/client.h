@@ -96,6 +96,10 @@ struct TensorSpec {
   // averaged: a push carries the worker's current value, and the servers
   // move toward it by 1/live workers (bsp: the mean of the step's values).
   bool buffer = false;
+  // This client's dtype for the tensor on the wire (f32, bf16, f16; e.g.
+  // a bf16 parameter's own), "" for ClientOptions::wire_dtype. The servers
+  // keep f32 master weights either way; the caller's buffers are f32.
+  std::string wire_dtype;
 };
 
 // What the servers did with a push, summed over the slices it reached.

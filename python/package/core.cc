@@ -129,10 +129,17 @@ class PyClient {
   void Declare(py::dict arrays, const std::string& optimizer, float lr,
                float momentum, bool nesterov, float beta1, float beta2,
                float eps, float weight_decay, float dampening, float lr_decay,
-               float initial_accumulator_value, py::object buffers) {
+               float initial_accumulator_value, py::object buffers,
+               py::object wire_dtypes) {
     absl::flat_hash_set<std::string> is_buffer;
     if (!buffers.is_none()) {
       for (auto name : buffers) is_buffer.insert(py::str(name));
+    }
+    absl::flat_hash_map<std::string, std::string> wire;
+    if (!wire_dtypes.is_none()) {
+      for (auto [name, dtype] : py::dict(wire_dtypes)) {
+        wire[std::string(py::str(name))] = std::string(py::str(dtype));
+      }
     }
     std::vector<TensorSpec> tensors;
     std::vector<py::array> keep;  // Alive (and referenced) across the call.
@@ -141,12 +148,20 @@ class PyClient {
       const std::string name = py::str(key);
       keep.push_back(Checked(name, value, /*write=*/false));
       TensorSpec t{name, {}, is_buffer.contains(name)};
+      if (auto w = wire.find(name); w != wire.end()) {
+        t.wire_dtype = w->second;
+        wire.erase(w);
+      }
       for (py::ssize_t d = 0; d < keep.back().ndim(); ++d) {
         t.shape.push_back(keep.back().shape(d));
       }
       if (t.shape.empty()) t.shape.push_back(1);  // A scalar: one element.
       tensors.push_back(std::move(t));
       initial.push_back(ConstView(keep.back()));
+    }
+    if (!wire.empty()) {
+      throw py::key_error("wire_dtypes names '" + wire.begin()->first +
+                          "', which is not among the arrays");
     }
     OptimizerOptions opt;
     opt.kind = optimizer;
@@ -370,6 +385,23 @@ class PyClient {
     return out;
   }
 
+  py::dict WireDtypes() const {
+    py::dict out;
+    for (const TensorSpec& t : client_->tensors()) {
+      out[py::str(t.name)] = py::str(t.wire_dtype);
+    }
+    return out;
+  }
+
+  py::dict Traffic() const {
+    const TrafficStats t = client_->traffic();
+    py::dict out;
+    out["sent_bytes"] = t.sent_bytes;
+    out["received_bytes"] = t.received_bytes;
+    out["retries"] = t.retries;
+    return out;
+  }
+
   void Leave() {
     py::gil_scoped_release release;
     client_->Leave();
@@ -543,9 +575,12 @@ copy. reader=True joins no job: it may attach and pull (an evaluator).)")
            py::arg("eps") = 1e-8f, py::arg("weight_decay") = 0.0f,
            py::arg("dampening") = 0.0f, py::arg("lr_decay") = 0.0f,
            py::arg("initial_accumulator_value") = 0.0f,
-           py::arg("buffers") = py::none(),
+           py::arg("buffers") = py::none(), py::arg("wire_dtypes") = py::none(),
            "Declares the model {name: initial array}; the first worker's "
-           "arrays are the initial weights.")
+           "arrays are the initial weights. `buffers`: names of model "
+           "buffers (averaged, not trained); `wire_dtypes`: {name: 'f32', "
+           "'bf16' or 'f16'}, the dtype a tensor travels in (default: the "
+           "client's wire_dtype).")
       .def("attach", &PyClient::Attach,
            "Adopts the model another worker declared (waits for it).")
       .def("pull", &PyClient::Pull, py::arg("names") = py::none(),
@@ -593,6 +628,12 @@ copy. reader=True joins no job: it may attach and pull (an evaluator).)")
       .def_property_readonly("clock", &PyClient::clock)
       .def_property_readonly("tensors", &PyClient::Tensors,
                              "{name: shape} of the declared model.")
+      .def_property_readonly("wire_dtypes", &PyClient::WireDtypes,
+                             "{name: 'f32', 'bf16' or 'f16'}: the dtype each "
+                             "tensor travels in.")
+      .def_property_readonly("traffic", &PyClient::Traffic,
+                             "{sent_bytes, received_bytes, retries} of this "
+                             "client's tensor calls so far.")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyClient& self, py::args) { self.Leave(); });
 }

@@ -31,7 +31,9 @@ initialisation is everyone's: the others start from the servers' weights.
 
 Parameters may be float32, bfloat16 or float16, on the CPU or a CUDA
 device: the gradients cross through a float32 host copy (pinned for a GPU:
-one copy each way per step), and the servers keep float32 master weights.
+one copy each way per step), the wire carries the parameter's own dtype
+(a bfloat16 parameter's gradient and weights travel as bfloat16), and the
+servers keep float32 master weights.
 
 state_dict() reads the optimizer state back from the servers in the
 wrapped class's format; load_state_dict() sends one there.
@@ -47,6 +49,7 @@ import time
 import torch
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_WIRE = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
 SUPPORTED = "torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW, " \
     "torch.optim.Adagrad"
@@ -238,8 +241,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     self._host[name] = b.detach().to("cpu", torch.float32)
         first = _hyper(self._kind, self.param_groups[0])
         self._buffer_hyper = first
+        # A bf16/f16 parameter travels in its own dtype (half the bytes of
+        # f32, and nothing lost: the parameter holds no more than that).
+        wire = {n: _WIRE[p.dtype] for n, p in self._params.items()
+                if p.dtype in _WIRE}
         client.declare(self._arrays(), optimizer=self._kind,
-                       buffers=list(self._buffers), **first)
+                       buffers=list(self._buffers), wire_dtypes=wire, **first)
         self.pull()  # Everyone starts from the servers' weights.
         self._synchronized = False
         self._skip = False
@@ -251,6 +258,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if overlap:
             self._sender = concurrent.futures.ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="asyncps-push")
+            # Where each parameter's new weights land during backward.
+            self._prefetched = {n: torch.empty(p.shape, dtype=torch.float32)
+                                for n, p in self._params.items()}
             for name, p in self._params.items():
                 self._hooks.append(p.register_hook(self._pusher(name)))
         # Progress for the heartbeats (report()).
@@ -330,7 +340,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._opt.zero_grad(set_to_none=set_to_none)
 
     def _pusher(self, name):
-        """overlap: the hook that sends `name`'s gradient during backward."""
+        """overlap: the hook that sends `name`'s gradient during backward
+        and prefetches its new weights (push-pull on a background thread,
+        into a staging copy: backward may still read the parameter)."""
         p = self._params[name]
         group = next(g for g in self.param_groups
                      if any(q is p for q in g["params"]))
@@ -343,13 +355,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._sent[name] = g
             h = {name: _hyper(self._kind, group)}
             self._pending.append(self._sender.submit(
-                self._client.push, {name: g.numpy()}, h))
+                self._client.push_pull_into, {name: g.numpy()},
+                {name: self._prefetched[name].numpy()}, h))
             return grad
         return hook
 
     def _finish_overlapped(self):
-        """overlap: waits for the pushes, checks that no gradient changed
-        after it left, and pulls the new weights."""
+        """overlap: waits for the push-pulls, checks that no gradient
+        changed after it left, and takes the prefetched weights (and pulls
+        those of parameters without a gradient, and the buffers)."""
         failure = None
         for f in self._pending:
             try:
@@ -373,19 +387,28 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     "backward?): use overlap=False")
         start = time.perf_counter()
         with torch.no_grad():
-            if failure is not None and not self._recover():
-                raise failure
-            try:
-                if self._buffers:
-                    self._buffers_to_host()
-                    self._client.push(
-                        {n: self._host[n].numpy().copy()
-                         for n in self._buffers},
-                        {n: self._buffer_hyper for n in self._buffers})
-                self._client.pull_into(self._arrays())
-            except RuntimeError:
+            if failure is not None:
+                # A shard lost the model: everything afresh (the step in
+                # flight is lost where it was not applied).
                 if not self._recover():
-                    raise
+                    raise failure
+            else:
+                for name in sent:
+                    self._host[name].copy_(self._prefetched[name])
+                rest = [n for n in self._params if n not in sent]
+                try:
+                    if self._buffers:
+                        self._buffers_to_host()
+                        self._client.push(
+                            {n: self._host[n].numpy().copy()
+                             for n in self._buffers},
+                            {n: self._buffer_hyper for n in self._buffers})
+                        rest += list(self._buffers)
+                    if rest:  # Other workers may have moved them.
+                        self._client.pull_into(self._arrays(rest))
+                except RuntimeError:
+                    if not self._recover():
+                        raise
         self._to_params()
         self._client.end_step()
         self._exchange_seconds += time.perf_counter() - start

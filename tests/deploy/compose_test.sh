@@ -92,6 +92,20 @@ for id in $(compose ps -q worker); do
 done
 ranks=$(for id in $(compose ps -q worker); do docker logs "$id" 2>&1 | grep -o "^rank [0-9]* done"; done | sort | tr '\n' ' ')
 [[ "$ranks" == "rank 0 done rank 1 done " ]] || fail "worker ranks: '$ranks'"
+# The trained model comes out to the host as compose_cluster.sh takes it:
+# psctl export from the evaluator's container into the mounted OUT.
+compose exec -T evaluator psctl --servers=shard0:5000,shard1:5000 \
+  export --format=npz --out=/out/model.npz >"$tmp/export.log" 2>&1 ||
+  { cat "$tmp/export.log" >&2; fail "psctl export in the evaluator"; }
+/usr/bin/python3 - "$tmp/out/model.npz" <<'PY' || fail "the exported model.npz"
+import sys, numpy
+z = numpy.load(sys.argv[1])
+# The MLP 784-256-128-10: its weights and biases, all finite and trained.
+sizes = sorted(z[n].size for n in z.files)
+assert sizes == [10, 128, 256, 1280, 32768, 200704], (z.files, sizes)
+assert all(numpy.isfinite(z[n]).all() for n in z.files)
+print("model.npz:", ", ".join(f"{n} {z[n].shape}" for n in sorted(z.files)))
+PY
 compose stop -t 30 evaluator >/dev/null 2>&1
 final=$(accuracy)
 awk -v a="$final" 'BEGIN {exit !(a >= 0.80)}' || fail "final accuracy $final"

@@ -90,6 +90,46 @@ TEST(ClientApi, DeclaresPullsAndPushesByName) {
   EXPECT_EQ((*client)->clock(), 2);
 }
 
+TEST(ClientApi, EachTensorTravelsInItsOwnWireDtype) {
+  auto cluster = TestCluster::Start(2);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto client = Client::Connect(Options(**cluster, 0, 1));
+  ASSERT_TRUE(client.ok()) << client.status();
+  // 1 + 2^-10 is exact in f32 and f16, and rounds to 1 in bf16.
+  const float odd = 1.0f + 1.0f / 1024;
+  const std::vector<std::vector<float>> initial = {std::vector<float>(6, odd),
+                                                   std::vector<float>(3, odd)};
+  std::vector<TensorSpec> model = kModel;
+  model[1].wire_dtype = "nope";
+  absl::Status bad = (*client)->Declare(model, In(initial), Sgd(0.5f));
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("layer.b"), std::string::npos) << bad;
+  model[1].wire_dtype = "bf16";
+  ASSERT_TRUE((*client)->Declare(model, In(initial), Sgd(0.5f)).ok());
+  EXPECT_EQ((*client)->tensors()[0].wire_dtype, "f32");
+  EXPECT_EQ((*client)->tensors()[1].wire_dtype, "bf16");
+  std::vector<std::vector<float>> w = {std::vector<float>(6),
+                                       std::vector<float>(3)};
+  ASSERT_TRUE((*client)->Pull({"layer.w", "layer.b"}, Out(&w)).ok());
+  EXPECT_EQ(w[0], initial[0]);                   // f32: exact.
+  EXPECT_EQ(w[1], std::vector<float>(3, 1.0f));  // bf16: rounded.
+  // Gradients go in bf16 too (0.5 is exact there); the servers keep f32
+  // masters, as a reader on f32 sees.
+  const std::vector<std::vector<float>> g = {std::vector<float>(6, 0.5f),
+                                             std::vector<float>(3, 0.5f)};
+  ASSERT_TRUE((*client)->PushPull({"layer.w", "layer.b"}, In(g), Out(&w)).ok());
+  EXPECT_EQ(w[0], std::vector<float>(6, odd - 0.25f));
+  EXPECT_EQ(w[1], std::vector<float>(3, 0.75f));  // bf16 of odd - 0.25.
+  ClientOptions o = Options(**cluster, -1, 1);
+  o.worker = false;
+  auto reader = Client::Connect(o);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_TRUE((*reader)->Attach().ok());
+  std::vector<std::vector<float>> master = {std::vector<float>(3)};
+  ASSERT_TRUE((*reader)->Pull({"layer.b"}, Out(&master)).ok());
+  EXPECT_EQ(master[0], std::vector<float>(3, odd - 0.25f));
+}
+
 TEST(ClientApi, WrongInputIsRefusedAndChangesNoWeight) {
   auto cluster = TestCluster::Start(1);
   ASSERT_TRUE(cluster.ok()) << cluster.status();

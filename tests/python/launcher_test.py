@@ -30,8 +30,9 @@ WORKER = textwrap.dedent("""
                 and not os.path.exists(marker):
             open(marker, "w").close()
             os.kill(os.getpid(), signal.SIGKILL)
-        client.push({"w": np.ones(4, np.float32)})
-        client.end_step()
+        # Push and pull the step's weights (in bsp the pull waits for the
+        # step: a push of the next one before it is applied is refused).
+        client.push_pull({"w": np.ones(4, np.float32)})
     print(f"done rank {rank} of {os.environ['WORLD_SIZE']} "
           f"mode {client.mode}", flush=True)
     client.leave()

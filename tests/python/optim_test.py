@@ -178,6 +178,22 @@ def test_low_precision_parameters_train_on_float32_masters(shards, dtype):
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.7 * losses[0], losses
+    # The wire carries the parameter's dtype: a pull of every weight
+    # receives 2 bytes an element fewer than an f32 reader's (the rest of
+    # the answers is the same).
+    wire = {torch.bfloat16: "bf16", torch.float16: "f16"}[dtype]
+    assert set(client.wire_dtypes.values()) == {wire}, client.wire_dtypes
+    reader = asyncps.Client(servers, reader=True)
+    reader.attach()
+    assert set(reader.wire_dtypes.values()) == {"f32"}
+    got = []
+    for c in (client, reader):
+        before = c.traffic["received_bytes"]
+        c.pull()
+        got.append(c.traffic["received_bytes"] - before)
+    reader.leave()
+    elements = sum(p.numel() for p in model.parameters())
+    assert got[1] - got[0] == 2 * elements, got
     served = client.pull()
     for name, p in model.named_parameters():
         assert p.dtype == dtype
