@@ -2,7 +2,8 @@
 // --auth_token_file on ps_server, ps_worker and psctl): TLS, mutual TLS
 // when a server is given a CA, and a bearer token every call carries.
 // Plaintext without a token stays the default for a local run.
-// docs/SECURITY.md has the threat model.
+// docs/SECURITY.md has the threat model. Plain data: the gRPC credentials
+// are built from it at the edges (common/grpc_credentials.h).
 #ifndef ASYNCPS_COMMON_SECURITY_H_
 #define ASYNCPS_COMMON_SECURITY_H_
 
@@ -11,8 +12,6 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "grpcpp/security/credentials.h"
-#include "grpcpp/security/server_credentials.h"
 
 namespace asyncps {
 
@@ -40,17 +39,6 @@ struct Security {
 // unreadable or empty file, a certificate without its key (or a key
 // without its certificate), or a token shorter than 16 characters.
 absl::StatusOr<Security> LoadSecurity(const SecurityFlags& flags);
-
-// A server's credentials: plaintext, TLS with its certificate, or mutual
-// TLS (clients must present a certificate the CA signed) when it has a CA.
-// REQUIRES: a server with TLS has a certificate.
-std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(
-    const Security& security);
-
-// A client's: plaintext, or TLS trusting the CA (the system's roots if
-// none), presenting its own certificate if it has one.
-std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
-    const Security& security);
 
 // The metadata key and value calls carry their token in.
 inline constexpr char kAuthorizationKey[] = "authorization";

@@ -1,23 +1,15 @@
 // Status helpers shared by every asyncps process: the early-return macros
-// (common/status_macros.h) and the mapping between absl::Status and
-// grpc::Status, whose codes are the same numbers.
+// (common/status_macros.h) and Annotate. The gRPC mapping is apart
+// (common/grpc_status.h), so core code does not include gRPC.
 #ifndef ASYNCPS_COMMON_STATUS_H_
 #define ASYNCPS_COMMON_STATUS_H_
 
-#include <grpcpp/support/status.h>
-
-#include <utility>
-
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/status_macros.h"
 
 namespace asyncps {
-
-// Converts between Abseil's and gRPC's status types. Code and message are
-// kept; OK maps to OK.
-grpc::Status ToGrpcStatus(const absl::Status& status);
-absl::Status FromGrpcStatus(const grpc::Status& status);
 
 // Prefixes `status`'s message with `context` ("context: message"); OK stays OK.
 absl::Status Annotate(const absl::Status& status, absl::string_view context);

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/time/time.h"
+#include "common/grpc_status.h"
 #include "common/security.h"
 #include "common/status.h"
 

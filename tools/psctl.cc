@@ -24,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "client/ps_client.h"
 #include "common/cluster_spec.h"
+#include "common/grpc_credentials.h"
 #include "common/partitioner.h"
 #include "common/security.h"
 #include "common/security_flags.h"

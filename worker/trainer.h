@@ -2,7 +2,9 @@
 // upload the current weights, forward/backward over `accumulate`
 // micro-batches (handing each layer's gradient to the exchange as soon as
 // the last micro-batch produces it), then let the exchange deliver the next
-// weights.
+// weights. trainer.cc keeps the loop plain: computing a step, the
+// straggler's sleep, the exchange, and the progress (log line, report,
+// result) are each a piece of their own.
 #ifndef ASYNCPS_WORKER_TRAINER_H_
 #define ASYNCPS_WORKER_TRAINER_H_
 
@@ -13,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/timeline.h"
 #include "worker/data/data_loader.h"
 #include "worker/exchange.h"
@@ -53,13 +56,15 @@ struct TrainerConfig {
   // updates shared by all workers (async and ssp, where fast workers should
   // do more of the work than stragglers).
   int64_t stop_at_version = 0;
-  // If set, holds the worker's clock (steps completed), for heartbeats.
-  std::atomic<int64_t>* clock = nullptr;
+  // If set, holds the steps this rank completed, for heartbeats.
+  std::atomic<int64_t>* steps_done = nullptr;
   // If set, told about every step (the worker's progress reports).
   std::function<void(const StepReport&)> on_step;
   // If set, each step's phases are spans here: data, compute (one span per
   // layer as its gradient becomes ready) and the wait for the exchange.
   Timeline* timeline = nullptr;
+  // What the step times, the straggler's sleep and the log read; borrowed.
+  Clock* clock = Clock::Real();
 };
 
 struct TrainerResult {

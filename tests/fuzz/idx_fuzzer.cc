@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -25,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t split = std::min<size_t>(size - 1, data[0] * 4);
   static const std::string dir =
       "/tmp/asyncps-idx-fuzz-" + std::to_string(getpid());
-  static const bool made = (std::system(("mkdir -p " + dir).c_str()), true);
+  static const bool made = std::filesystem::create_directories(dir);
   (void)made;
   Write(dir + "/images", data + 1, split);
   Write(dir + "/labels", data + 1 + split, size - 1 - split);

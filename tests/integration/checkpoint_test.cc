@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/test_cluster.h"
 #include "tests/integration/worker_runner.h"
+#include "tests/testing/temp_dir.h"
 
 namespace asyncps::testing {
 namespace {
@@ -26,8 +27,7 @@ std::unique_ptr<PsClient> Client(int port) {
 }
 
 TEST(Checkpoint, TrainedWeightsSurviveARestart) {
-  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/ckpt");
-  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  const std::string dir = FreshTempDir("ckpt");
   const std::vector<std::string> flags = {"--checkpoint_dir=" + dir,
                                           "--checkpoint_every=0"};
   v1::ModelSpec spec = ConstantSpec({{50, 40}, {40}}, 1, 1.0f, 0.5f, 1024);
@@ -81,12 +81,8 @@ TEST(Checkpoint, TrainedWeightsSurviveARestart) {
   }
   // Damage every checkpoint but the one taken on request: the restart falls
   // back to it (3 pushes).
-  std::string list_cmd = "ls " + dir + "/shard-0-*.ckpt > " + dir + "/list";
-  ASSERT_EQ(std::system(list_cmd.c_str()), 0);
-  std::ifstream list(dir + "/list");
-  std::string file;
   int damaged = 0;
-  while (std::getline(list, file)) {
+  for (const std::string& file : ListFiles(dir, "shard-0-", ".ckpt")) {
     if (file == first_path) continue;
     std::ofstream(file, std::ios::trunc) << "ASYNCPSC\x01";
     ++damaged;

@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/subprocess.h"
 #include "tests/integration/worker_runner.h"
+#include "tests/testing/temp_dir.h"
 
 namespace asyncps::testing {
 namespace {
@@ -32,13 +33,12 @@ TEST(Flags, ServerRefusesBadFlags) {
 // Start-up errors that only show against the machine: each a clear
 // message and exit status 2.
 TEST(Flags, ServerRefusesAnUnusableCheckpointDirectory) {
-  const std::string file = std::string(std::getenv("TEST_TMPDIR")) + "/a-file";
-  std::ofstream(file) << "not a directory";
+  const std::string file = TempPath("a-file");
+  ASSERT_TRUE(WriteFile(file, "not a directory"));
   for (std::vector<std::string> flags :
        {std::vector<std::string>{"--checkpoint_dir=" + file},
         {"--checkpoint_dir=/nonexistent/dir"},
-        {"--checkpoint_dir=" + std::string(std::getenv("TEST_TMPDIR")),
-         "--checkpoint_every=-5s"}}) {
+        {"--checkpoint_dir=" + TempPath(""), "--checkpoint_every=-5s"}}) {
     std::vector<std::string> argv = {RunfilePath("server/ps_server"),
                                      "--host=127.0.0.1", "--port=0"};
     argv.insert(argv.end(), flags.begin(), flags.end());
@@ -50,8 +50,7 @@ TEST(Flags, ServerRefusesAnUnusableCheckpointDirectory) {
 
 TEST(Flags, WorkerRefusesAnEmptyTrainingSet) {
   // Valid IDX files holding zero 28x28 images and zero labels.
-  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/empty";
-  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  const std::string dir = FreshTempDir("empty");
   const std::string images =
       std::string("\0\0\x08\x03", 4) + std::string("\0\0\0\0", 4) +
       std::string("\0\0\0\x1c", 4) + std::string("\0\0\0\x1c", 4);
@@ -60,8 +59,7 @@ TEST(Flags, WorkerRefusesAnEmptyTrainingSet) {
   for (const auto& [name, bytes] :
        {std::pair<std::string, std::string>{"train-images-idx3-ubyte", images},
         {"train-labels-idx1-ubyte", labels}}) {
-    std::ofstream(dir + "/" + name, std::ios::binary) << bytes;
-    ASSERT_EQ(std::system(("gzip -f " + dir + "/" + name).c_str()), 0);
+    ASSERT_TRUE(WriteGzFile(dir + "/" + name + ".gz", bytes));
   }
   auto p = Subprocess::Start({RunfilePath("worker/ps_worker"),
                               "--servers=127.0.0.1:1", "--data_dir=" + dir});

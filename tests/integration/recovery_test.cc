@@ -17,6 +17,7 @@
 #include "server/checkpoint.h"
 #include "tests/integration/test_cluster.h"
 #include "tests/integration/worker_runner.h"
+#include "tests/testing/temp_dir.h"
 
 namespace asyncps::testing {
 namespace {
@@ -110,10 +111,7 @@ double Train(const std::string& mode, const std::vector<std::string>& server,
 }
 
 std::string CheckpointDir(const std::string& name) {
-  const std::string dir =
-      absl::StrCat(std::getenv("TEST_TMPDIR"), "/ckpt-", name);
-  EXPECT_EQ(std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()), 0);
-  return dir;
+  return FreshTempDir(absl::StrCat("ckpt-", name));
 }
 
 // SIGKILLs shard 1 once rank 0 is at step 30, and restarts it with `flags`.

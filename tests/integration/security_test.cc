@@ -15,13 +15,14 @@
 #include "tests/integration/subprocess.h"
 #include "tests/integration/test_cluster.h"
 #include "tests/integration/worker_runner.h"
+#include "tests/testing/temp_dir.h"
 
 namespace asyncps::testing {
 namespace {
 
 // Makes a CA, certificates and a token in TEST_TMPDIR/<name>.
 std::string MakeCerts(const std::string& name) {
-  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
+  const std::string dir = TempPath(name);
   const std::string cmd = absl::StrCat(
       "bash ", RunfilePath("deploy/gen_certs.sh"), " ", dir, " >/dev/null");
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
@@ -141,7 +142,7 @@ TEST(Security, MutualTlsAndATokenLetTheJobInAndNoOneElse) {
 TEST(Security, BadSecurityFlagsStopTheStart) {
   const std::string certs = MakeCerts("flags");
   const std::string short_token = certs + "/short-token";
-  ASSERT_EQ(std::system(("echo abc >" + short_token).c_str()), 0);
+  ASSERT_TRUE(WriteFile(short_token, "abc\n"));
   for (const std::vector<std::string>& flags :
        {std::vector<std::string>{"--tls_cert=" + certs + "/server.pem"},
         std::vector<std::string>{"--tls_ca=" + certs + "/ca.pem"},

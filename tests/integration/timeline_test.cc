@@ -18,6 +18,7 @@
 #include "tests/integration/subprocess.h"
 #include "tests/integration/test_cluster.h"
 #include "tests/integration/worker_runner.h"
+#include "tests/testing/temp_dir.h"
 #include "tools/timeline_merge.h"
 
 namespace asyncps::testing {
@@ -31,11 +32,7 @@ std::string Slurp(const std::string& path) {
 }
 
 void Write(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
-
-std::string TempPath(const std::string& name) {
-  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
+  ASSERT_TRUE(WriteFile(path, text)) << path;
 }
 
 TEST(Timeline, ARunsFilesParseAndMergeIntoOneTrace) {

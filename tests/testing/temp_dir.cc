@@ -1,0 +1,57 @@
+#include "tests/testing/temp_dir.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace asyncps::testing {
+
+std::string TempPath(absl::string_view name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
+}
+
+std::string FreshTempDir(absl::string_view name) {
+  const std::string dir = TempPath(name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+bool WriteFile(const std::string& path, absl::string_view bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return out.good();
+}
+
+bool WriteGzFile(const std::string& path, absl::string_view bytes) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  if (f == nullptr) return false;
+  const bool wrote =
+      bytes.empty() ||
+      gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) > 0;
+  return (gzclose(f) == Z_OK) && wrote;
+}
+
+std::vector<std::string> ListFiles(const std::string& dir,
+                                   absl::string_view prefix,
+                                   absl::string_view suffix) {
+  std::vector<std::string> out;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_regular_file() && absl::StartsWith(name, prefix) &&
+        absl::EndsWith(name, suffix)) {
+      out.push_back(entry.path().string());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace asyncps::testing

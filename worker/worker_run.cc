@@ -1,0 +1,332 @@
+#include "worker/worker_run.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "asyncps/client.h"
+#include "client/client_internal.h"
+#include "client/membership_client.h"
+#include "client/ps_client.h"
+#include "common/initializer.h"
+#include "common/metrics_endpoint.h"
+#include "common/partitioner.h"
+#include "common/status.h"
+#include "glog/logging.h"
+#include "worker/data/data_loader.h"
+#include "worker/data/idx_reader.h"
+#include "worker/device.h"
+#include "worker/evaluator.h"
+#include "worker/exchange_factory.h"
+#include "worker/gpu_metrics.h"
+#include "worker/model/mlp.h"
+#include "worker/ps_exchange.h"
+#include "worker/trainer.h"
+#include "worker/worker_metrics.h"
+
+namespace asyncps {
+namespace {
+
+// The client library's options for `config`'s flags.
+ClientOptions ClientOptionsFrom(const WorkerConfig& config) {
+  ClientOptions o;
+  o.servers = absl::StrSplit(config.servers, ',', absl::SkipEmpty());
+  o.rank = config.rank;
+  o.num_workers = config.num_workers;
+  o.mode = config.mode;
+  o.wire_dtype = config.evaluator() ? "f32" : config.wire_dtype;
+  o.transport = config.transport;
+  o.rpc_timeout_seconds = absl::ToDoubleSeconds(config.rpc_timeout);
+  o.retry_for_seconds = absl::ToDoubleSeconds(config.retry_for);
+  o.heartbeat_seconds = absl::ToDoubleSeconds(config.heartbeat_every);
+  o.slice_bytes = static_cast<int64_t>(config.slice_bytes);
+  o.tls_cert = config.security.tls_cert;
+  o.tls_key = config.security.tls_key;
+  o.tls_ca = config.security.tls_ca;
+  o.auth_token_file = config.security.auth_token_file;
+  o.worker = !config.evaluator();
+  return o;
+}
+
+OptimizerOptions OptimizerOptionsFrom(const v1::OptimizerSpec& spec) {
+  OptimizerOptions o;
+  switch (spec.kind()) {
+    case v1::OptimizerSpec::MOMENTUM:
+      o.kind = "momentum";
+      break;
+    case v1::OptimizerSpec::ADAM:
+      o.kind = "adam";
+      break;
+    case v1::OptimizerSpec::ADAGRAD:
+      o.kind = "adagrad";
+      break;
+    default:
+      o.kind = "sgd";
+  }
+  o.learning_rate = spec.learning_rate();
+  o.momentum = spec.momentum();
+  o.nesterov = spec.nesterov();
+  o.beta1 = spec.beta1();
+  o.beta2 = spec.beta2();
+  o.epsilon = spec.epsilon();
+  o.weight_decay = spec.weight_decay();
+  o.lr_decay = spec.lr_decay();
+  o.initial_accumulator_value = spec.initial_accumulator_value();
+  return o;
+}
+
+// Declares `spec` through the client library: its tensors, with initial
+// weights drawn here from the spec's initializers (the numbers a shard
+// would draw: each element depends on the seed, the tensor's name and its
+// index only). The first worker to declare creates the model.
+absl::Status Declare(const v1::ModelSpec& spec, Client* client) {
+  std::vector<TensorSpec> tensors;
+  std::vector<std::vector<float>> initial;
+  for (const v1::TensorSpec& t : spec.tensors()) {
+    ASSIGN_OR_RETURN(const uint64_t n, NumElements(t));
+    tensors.push_back({t.name(), {t.shape().begin(), t.shape().end()}});
+    initial.emplace_back(n);
+    FillInitial(t.init(), spec.seed(), t.name(), 0,
+                absl::MakeSpan(initial.back()));
+  }
+  return client->Declare(tensors, {initial.begin(), initial.end()},
+                         OptimizerOptionsFrom(spec.optimizer()), spec.name());
+}
+
+// The training loop's settings for `config`, resuming where `membership`
+// says this rank is.
+TrainerConfig TrainerConfigFor(const WorkerConfig& config, const Dataset& data,
+                               MembershipClient* membership) {
+  TrainerConfig tc;
+  tc.rank = config.rank;
+  tc.batch_size = config.batch_size;
+  tc.accumulate = config.accumulate;
+  tc.epochs = config.epochs;
+  tc.steps = config.steps;
+  if (config.ParsedMode() == Mode::kAllreduce) {
+    // Every rank must stop at the same clock, also after the ring re-formed
+    // (a survivor's place in its data then differs from a replacement's):
+    // --epochs become the step count of rank 0's share, the same number on
+    // every rank, and each loader wraps around as it needs to.
+    const int64_t share0 = DataLoader::ShareSize(
+        data.size, 0, config.num_workers, config.max_train_examples);
+    const int64_t batches =
+        (share0 + config.batch_size - 1) / config.batch_size;
+    const int64_t epoch_steps =
+        config.epochs * batches / config.accumulate +
+        (config.epochs * batches % config.accumulate != 0);
+    tc.steps =
+        config.steps > 0 ? std::min(config.steps, epoch_steps) : epoch_steps;
+    tc.epochs = std::numeric_limits<int64_t>::max();
+  }
+  tc.log_every = config.log_every;
+  tc.start_clock = membership->start_clock();
+  tc.slowdown = config.slowdown;
+  tc.stop_at_version = config.stop_at_version;
+  tc.steps_done = membership->clock();
+  return tc;
+}
+
+// The trainer's on_step: each step's report summed into what the
+// heartbeats tell the shards (their metrics, psctl status) and into
+// `metrics` (may be null).
+std::function<void(const StepReport&)> HeartbeatProgress(
+    MembershipClient* membership, WorkerMetrics* metrics) {
+  struct State {
+    v1::WorkerProgress progress;
+    absl::Time window_start = absl::Now();
+    int64_t window_samples = 0;
+  };
+  return [membership, metrics,
+          state = std::make_shared<State>()](const StepReport& r) {
+    v1::WorkerProgress& progress = state->progress;
+    if (metrics != nullptr) metrics->Step(r);
+    progress.set_samples(progress.samples() + r.samples);
+    progress.set_loss(r.loss);
+    progress.set_data_seconds(progress.data_seconds() + r.data_seconds);
+    progress.set_compute_seconds(progress.compute_seconds() +
+                                 r.compute_seconds);
+    progress.set_exchange_seconds(progress.exchange_seconds() +
+                                  r.exchange_seconds);
+    progress.set_dropped(progress.dropped() + r.dropped);
+    progress.set_staleness(r.staleness);
+    state->window_samples += r.samples;
+    const absl::Time now = absl::Now();
+    if (now - state->window_start >= absl::Seconds(1)) {
+      progress.set_samples_per_second(
+          state->window_samples /
+          absl::ToDoubleSeconds(now - state->window_start));
+      if (metrics != nullptr) metrics->SetRate(progress.samples_per_second());
+      state->window_start = now;
+      state->window_samples = 0;
+    }
+    membership->Report(progress);
+  };
+}
+
+// Declares `spec` (the first worker to do so creates it), and trains
+// until the data, --steps or the shared update budget run out, or `stop`
+// is set; prints the result line. `client` has joined the job.
+// `endpoint` and `timeline` may be null.
+absl::Status Train(const WorkerConfig& flags, const v1::ModelSpec& spec,
+                   Client* client, Backend* backend, const Dataset& data,
+                   std::atomic<bool>* stop, MetricsEndpoint* endpoint,
+                   Timeline* timeline) {
+  MembershipClient* membership = ClientInternals::membership(*client);
+  RETURN_IF_ERROR(Declare(spec, client));
+  // From here on the rank is known (assigned, with --rank=-1).
+  WorkerConfig config = flags;
+  config.rank = client->rank();
+  std::shared_ptr<WorkerMetrics> owned_metrics;
+  WorkerMetrics* metrics = nullptr;
+  if (endpoint != nullptr) {
+    owned_metrics = std::make_shared<WorkerMetrics>(config.rank);
+    owned_metrics->SetTraffic(
+        [ps = ClientInternals::ps(*client)] { return ps->traffic(); });
+    endpoint->Register(owned_metrics);
+    metrics = owned_metrics.get();
+  }
+  if (timeline != nullptr) {
+    timeline->NameProcess(absl::StrCat("worker ", config.rank));
+  }
+  DataLoader loader(&data, config.rank, config.num_workers, config.seed,
+                    config.max_train_examples);
+  // A replacement picks the rank's share up where the job has it.
+  loader.Skip(membership->start_clock() * config.accumulate, config.batch_size);
+  Mlp model(backend, config.Layers(), config.batch_size);
+  std::unique_ptr<GradientExchange> exchange = MakeExchange(
+      config, client, backend->cuda_device(), membership->attempt(),
+      model.LayerTensors(), [membership] { return membership->Rejoin(); });
+  TrainerConfig tc = TrainerConfigFor(config, data, membership);
+  tc.timeline = timeline;
+  tc.on_step = HeartbeatProgress(membership, metrics);
+  LOG(INFO) << "ps_worker rank " << config.rank << "/" << config.num_workers
+            << " on " << backend->Name() << ": " << client->model_name() << ", "
+            << loader.share() << " training examples, " << client->num_shards()
+            << " shards, wire " << config.wire_dtype << ", exchange "
+            << PsExchange::ModeName(config.Exchange()) << " over "
+            << config.transport;
+  TrainerResult r;
+  absl::Status s =
+      asyncps::Train(tc, &model, &loader, exchange.get(), stop, &r);
+  exchange.reset();
+  client->Leave();
+  RETURN_IF_ERROR(s);
+  std::printf(
+      "rank %d done: steps %lld samples %lld first_loss %.4f last_loss %.4f "
+      "seconds %.1f samples/s %.0f staleness %.2f dropped %lld clock %lld "
+      "weights %016llx\n",
+      config.rank, static_cast<long long>(r.steps),
+      static_cast<long long>(r.samples), r.first_loss, r.last_loss, r.seconds,
+      r.seconds > 0 ? r.samples / r.seconds : 0.0, r.mean_staleness,
+      static_cast<long long>(r.dropped),
+      static_cast<long long>(membership->clock()->load()),
+      static_cast<unsigned long long>(r.weights_checksum));
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunWorker(const WorkerConfig& config, std::atomic<bool>* stop,
+                       absl::Notification* stopped, bool* refused_at_start) {
+  *refused_at_start = true;
+  // A worker's rank before it joins (rank 0's stands in for one the
+  // servers will assign): for its device and the size of its share.
+  const int rank = std::max(config.rank, 0);
+  // A busy metrics port is a start-up error, found before any work. The
+  // workers' metrics are registered once their rank is known (Train).
+  std::unique_ptr<MetricsEndpoint> endpoint;
+  std::shared_ptr<WorkerMetrics> eval_metrics;
+  if (config.metrics_port > 0) {
+    ASSIGN_OR_RETURN(endpoint,
+                     MetricsEndpoint::Start("0.0.0.0", config.metrics_port,
+                                            "--metrics_port"));
+    if (config.evaluator()) {
+      eval_metrics = WorkerMetrics::ForEvaluator();
+      endpoint->Register(eval_metrics);
+    }
+  }
+  std::unique_ptr<Timeline> timeline;
+  if (!config.timeline.empty()) {
+    ASSIGN_OR_RETURN(
+        timeline, Timeline::Open(config.timeline,
+                                 config.evaluator()
+                                     ? std::string("evaluator")
+                                     : absl::StrCat("worker ", config.rank)));
+    timeline->NameThread("train loop");
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
+                   MakeBackend(config.device, config.Precision(), rank,
+                               config.blas_threads));
+  std::shared_ptr<GpuMetrics> gpu_metrics;
+  if (endpoint != nullptr && backend->cuda_device() >= 0) {
+    auto gpu = GpuMetrics::Open(backend->cuda_device());
+    if (gpu.ok()) {
+      gpu_metrics = *std::move(gpu);
+      endpoint->Register(gpu_metrics);
+    } else {
+      LOG(WARNING) << "no GPU metrics: " << gpu.status().message();
+    }
+  }
+  ASSIGN_OR_RETURN(const Security security, LoadSecurity(config.security));
+  LOG(INFO) << (config.evaluator() ? std::string("evaluator")
+                : config.rank < 0  ? std::string("worker (rank to come)")
+                                   : absl::StrCat("rank ", config.rank))
+            << ": " << security.Describe(/*server=*/false)
+            << (security.tls() && config.transport == "tcp"
+                    ? "; tensors over gRPC (the data plane has no TLS)"
+                    : "");
+  ASSIGN_OR_RETURN(
+      Dataset data,
+      ReadFashionMnist(config.data_dir, config.evaluator() ? "t10k" : "train"));
+  const int64_t share =
+      config.evaluator()
+          ? data.size
+          : DataLoader::ShareSize(data.size, rank, config.num_workers,
+                                  config.max_train_examples);
+  if (data.size == 0 || share == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--data_dir=", config.data_dir, ": the ",
+                     config.evaluator() ? "test" : "training", " set has ",
+                     data.size, " images, ", share, " of them for rank ", rank,
+                     " of ", config.num_workers, "; nothing to ",
+                     config.evaluator() ? "score" : "train on"));
+  }
+  *refused_at_start = false;
+  const std::vector<int> layers = config.Layers();
+  if (!config.evaluator()) {
+    // Before joining the job.
+    RETURN_IF_ERROR(CheckLayersFit(layers, data.features));
+  }
+  // A worker joins the job here (its rank, heartbeats); the evaluator
+  // connects as a reader.
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<Client> client,
+      ClientInternals::Connect(ClientOptionsFrom(config), timeline.get()));
+  if (eval_metrics != nullptr) {
+    eval_metrics->SetTraffic(
+        [ps = ClientInternals::ps(*client)] { return ps->traffic(); });
+  }
+  // The scrapes stop before the client and metrics they read go.
+  struct StopFirst {
+    std::unique_ptr<MetricsEndpoint>* endpoint;
+    ~StopFirst() { endpoint->reset(); }
+  } stop_first{&endpoint};
+  if (config.evaluator()) {
+    return RunEvaluatorRole(config, client.get(), backend.get(), &data, stopped,
+                            eval_metrics.get());
+  }
+  return Train(config,
+               MlpSpec(layers, config.Optimizer(), config.seed,
+                       config.slice_bytes, client->num_shards()),
+               client.get(), backend.get(), data, stop, endpoint.get(),
+               timeline.get());
+}
+
+}  // namespace asyncps
