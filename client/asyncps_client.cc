@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "asyncps/client.h"
+#include "client/admin_client.h"
 #include "client/client_internal.h"
 #include "client/membership_client.h"
 #include "client/ps_client.h"
@@ -169,7 +170,7 @@ class Client::Impl {
 
   absl::Status Join(int rank, absl::Duration heartbeat) {
     ASSIGN_OR_RETURN(membership_,
-                     MembershipClient::Join(ps_.get(), rank, num_workers_,
+                     MembershipClient::Join(ps_->caller(), rank, num_workers_,
                                             mode_, heartbeat));
     return absl::OkStatus();
   }
@@ -667,7 +668,8 @@ absl::StatusOr<std::unique_ptr<Client>> ClientInternals::Connect(
   ps.timeline = timeline;
   ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, PsClient::Create(ps));
   if (options.mode.empty()) {
-    ASSIGN_OR_RETURN(const v1::StatsResponse stats, client->Stats(0));
+    ASSIGN_OR_RETURN(const v1::StatsResponse stats,
+                     AdminClient(client->caller()).Stats(0));
     ASSIGN_OR_RETURN(mode, ParseMode(stats.mode()));
     if (mode == Mode::kAllreduce) {
       return absl::FailedPreconditionError(

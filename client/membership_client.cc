@@ -11,7 +11,8 @@
 
 namespace asyncps {
 
-MembershipClient::MembershipClient(PsClient* client, v1::RegisterRequest join,
+MembershipClient::MembershipClient(ShardCaller* client,
+                                   v1::RegisterRequest join,
                                    absl::Duration heartbeat_every)
     : client_(client),
       join_(std::move(join)),
@@ -19,7 +20,7 @@ MembershipClient::MembershipClient(PsClient* client, v1::RegisterRequest join,
       incarnations_(client->num_shards()) {}
 
 absl::StatusOr<std::unique_ptr<MembershipClient>> MembershipClient::Join(
-    PsClient* client, int rank, int num_workers, Mode mode,
+    ShardCaller* client, int rank, int num_workers, Mode mode,
     absl::Duration heartbeat_every) {
   char host[256] = "";
   gethostname(host, sizeof(host) - 1);
@@ -90,7 +91,15 @@ absl::Status MembershipClient::Heartbeat(int shard, bool leaving) {
   }
   req.set_clock(clock_.load());
   req.set_leaving(leaving);
-  return client_->Heartbeat(shard, req);
+  // One attempt: the next period is the retry, and a shard that is down
+  // must not hold up the heartbeats to the others.
+  ShardCall<v1::HeartbeatRequest, v1::HeartbeatResponse> call;
+  call.shard = shard;
+  call.request = req;
+  const absl::Status s =
+      client_->GrpcAttempt<v1::HeartbeatRequest, v1::HeartbeatResponse>(
+          {&call}, ASYNCPS_RPC(Heartbeat))[0];
+  return Annotate(s, absl::StrCat("Heartbeat to shard ", shard));
 }
 
 void MembershipClient::HeartbeatLoop() {

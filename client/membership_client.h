@@ -19,7 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "client/ps_client.h"
+#include "client/shard_caller.h"
 #include "common/mode.h"
 
 namespace asyncps {
@@ -32,7 +32,7 @@ class MembershipClient {
   // Rank -1: shard 0 assigns one (the lowest not live; RESOURCE_EXHAUSTED
   // when every rank is), which every other shard is then told.
   static absl::StatusOr<std::unique_ptr<MembershipClient>> Join(
-      PsClient* client, int rank, int num_workers, Mode mode,
+      ShardCaller* client, int rank, int num_workers, Mode mode,
       absl::Duration heartbeat_every);
   // Leaves, if Leave was not called.
   ~MembershipClient();
@@ -63,7 +63,7 @@ class MembershipClient {
   void Leave();
 
  private:
-  MembershipClient(PsClient* client, v1::RegisterRequest join,
+  MembershipClient(ShardCaller* client, v1::RegisterRequest join,
                    absl::Duration heartbeat_every);
   absl::Status Heartbeat(int shard, bool leaving);
   // The join request again, saying where this worker is now: its clock may
@@ -72,7 +72,7 @@ class MembershipClient {
   v1::RegisterRequest Again() const;
   void HeartbeatLoop();
 
-  PsClient* const client_;
+  ShardCaller* const client_;
   const v1::RegisterRequest join_;
   const absl::Duration heartbeat_every_;
   int64_t start_clock_ = 0;

@@ -17,268 +17,25 @@
 #include "common/tensor_bytes.h"
 #include "common/wire_dtype.h"
 
-// The callback-API call of one ParameterServer method, for CallAll.
-#define ASYNCPS_RPC(Method)                                               \
-  [](v1::ParameterServer::Stub* stub, grpc::ClientContext* ctx,           \
-     const auto* req, auto* resp, std::function<void(grpc::Status)> cb) { \
-    stub->async()->Method(ctx, req, resp, std::move(cb));                 \
-  }
-
 namespace asyncps {
-namespace {
-
-// Payload bytes kept free in each request for keys and framing.
-constexpr int64_t kRequestOverhead = 64 << 10;
-
-}  // namespace
-
-PsClient::PsClient(PsClientOptions options)
-    : options_(std::move(options)), client_id_(RandomId()) {}
+PsClient::PsClient(std::unique_ptr<ShardCaller> caller)
+    : caller_(std::move(caller)), options_(caller_->options()) {}
 
 absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
     PsClientOptions options) {
-  if (options.servers.empty()) {
-    return absl::InvalidArgumentError("PsClient needs at least one server");
-  }
-  if (options.max_message_bytes < 2 * kRequestOverhead) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_message_bytes ", options.max_message_bytes,
-                     " is below the minimum ", 2 * kRequestOverhead));
-  }
-  std::unique_ptr<PsClient> client(new PsClient(std::move(options)));
-  for (const ServerAddress& addr : client->options_.servers) {
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(
-        static_cast<int>(client->options_.max_message_bytes));
-    args.SetMaxSendMessageSize(
-        static_cast<int>(client->options_.max_message_bytes));
-    // A restarted shard is found again within a second.
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    auto channel = grpc::CreateCustomChannel(
-        addr.ToString(), MakeChannelCredentials(client->options_.security),
-        args);
-    client->stubs_.push_back(v1::ParameterServer::NewStub(channel));
-  }
-  if (client->options_.transport == Transport::kTcp) {
-    PsClient* c = client.get();
-    for (int shard = 0; shard < c->num_shards(); ++shard) {
-      c->data_.push_back(std::make_unique<DataChannel>(
-          [c, shard](absl::Time deadline) {
-            return c->DiscoverDataPlane(shard, deadline);
-          },
-          static_cast<uint64_t>(c->options_.max_message_bytes)));
-    }
-  }
-  return client;
+  ASSIGN_OR_RETURN(std::unique_ptr<ShardCaller> caller,
+                   ShardCaller::Create(std::move(options)));
+  return std::unique_ptr<PsClient>(new PsClient(std::move(caller)));
 }
 
-absl::StatusOr<Transport> ParseTransport(absl::string_view text) {
-  if (text == "tcp") return Transport::kTcp;
-  if (text == "grpc") return Transport::kGrpc;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--transport=", text, " is not one of tcp, grpc"));
-}
-
-template <typename Request, typename Response, typename Attempt>
-absl::Status PsClient::Retry(std::vector<Call<Request, Response>>* calls,
-                             Attempt attempt, const char* what,
-                             bool idempotent) {
-  std::vector<Call<Request, Response>*> pending;
-  for (auto& call : *calls) pending.push_back(&call);
-  Backoff backoff(options_.backoff_initial, options_.backoff_max,
-                  options_.retry_for, options_.clock);
-  while (true) {
-    const int64_t ended = registrations_ended_.load();
-    for (Call<Request, Response>* call : pending) {
-      Stamp(call->shard, &call->request);
-    }
-    const std::vector<absl::Status> results = attempt(pending);
-    // A refusal for want of a secret that has changed since (a shard
-    // restarted, the worker registered again) is retried with the new one,
-    // also when the new one is still on its way.
-    const bool newer_secret = registrations_started_.load() != ended;
-    std::vector<Call<Request, Response>*> retry;
-    std::string last_error;
-    for (size_t k = 0; k < pending.size(); ++k) {
-      const absl::Status& s = results[k];
-      if (s.ok()) continue;
-      const int shard = pending[k]->shard;
-      const std::string where =
-          absl::StrCat(what, " to shard ", shard, " at ",
-                       options_.servers[shard].ToString());
-      if (s.code() == absl::StatusCode::kUnavailable ||
-          (idempotent && s.code() == absl::StatusCode::kDeadlineExceeded) ||
-          (newer_secret && s.code() == absl::StatusCode::kPermissionDenied)) {
-        retry.push_back(pending[k]);
-        last_error = absl::StrCat(where, ": ", s.message());
-        continue;
-      }
-      return Annotate(s, where);
-    }
-    if (retry.empty()) return absl::OkStatus();
-    retries_ += static_cast<int64_t>(retry.size());
-    if (!backoff.Wait()) {
-      return absl::UnavailableError(absl::StrCat(
-          "giving up after ", absl::FormatDuration(options_.retry_for),
-          " of retries: ", last_error));
-    }
-    pending = std::move(retry);
+absl::Status PsClient::Join(int rank, int num_workers) {
+  v1::RegisterRequest req;
+  req.set_rank(rank);
+  req.set_num_workers(num_workers);
+  for (int s = 0; s < num_shards(); ++s) {
+    RETURN_IF_ERROR(caller_->Register(s, req).status());
   }
-}
-
-template <typename Request, typename Response, typename Method>
-std::vector<absl::Status> PsClient::GrpcAttempt(
-    const std::vector<Call<Request, Response>*>& calls, Method method) {
-  std::vector<grpc::Status> results(calls.size());
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts(calls.size());
-  absl::BlockingCounter done(static_cast<int>(calls.size()));
-  for (size_t k = 0; k < calls.size(); ++k) {
-    Call<Request, Response>& call = *calls[k];
-    contexts[k] = NewContext(absl::Now() + options_.rpc_timeout);
-    method(stubs_[call.shard].get(), contexts[k].get(), &call.request,
-           &call.response, [&results, &done, k](grpc::Status s) {
-             results[k] = std::move(s);
-             done.DecrementCount();
-           });
-  }
-  done.Wait();
-  std::vector<absl::Status> out;
-  for (const grpc::Status& s : results) out.push_back(FromGrpcStatus(s));
-  return out;
-}
-
-template <typename Request, typename Response>
-std::vector<absl::Status> PsClient::TcpAttempt(
-    const std::vector<Call<Request, Response>*>& calls, FrameOp op) {
-  const absl::Time deadline = absl::Now() + options_.rpc_timeout;
-  std::vector<absl::Status> results(calls.size());
-  std::vector<std::unique_ptr<DataConnection>> connections(calls.size());
-  // Every request goes out before any answer is read, so the shards work
-  // at once. (No deadlock: a shard answers only after reading its whole
-  // request, and reading one answer never waits on another shard.)
-  for (size_t k = 0; k < calls.size(); ++k) {
-    Call<Request, Response>& call = *calls[k];
-    DataChannel& channel = *data_[call.shard];
-    auto c = channel.Take(deadline);
-    if (!c.ok()) {
-      results[k] = c.status();
-      continue;
-    }
-    sent_bytes_ += static_cast<int64_t>(call.request.ByteSizeLong());
-    results[k] = (*c)->Send(op, &call.request, options_.rpc_timeout, deadline);
-    if (results[k].ok()) {
-      connections[k] = *std::move(c);
-    } else {
-      channel.Reset();
-    }
-  }
-  for (size_t k = 0; k < calls.size(); ++k) {
-    if (connections[k] == nullptr) continue;
-    Call<Request, Response>& call = *calls[k];
-    results[k] = connections[k]->Receive(&call.response, deadline);
-    if (results[k].ok()) {
-      received_bytes_ += static_cast<int64_t>(call.response.ByteSizeLong());
-    }
-    const bool failed = results[k].code() == absl::StatusCode::kUnavailable;
-    data_[call.shard]->Give(std::move(connections[k]));
-    if (failed) data_[call.shard]->Reset();
-  }
-  return results;
-}
-
-template <typename Request, typename Response, typename Method>
-absl::Status PsClient::CallAll(std::vector<Call<Request, Response>>* calls,
-                               Method method, const char* what,
-                               bool idempotent) {
-  return Retry(
-      calls,
-      [this, &method](const std::vector<Call<Request, Response>*>& pending) {
-        return GrpcAttempt(pending, method);
-      },
-      what, idempotent);
-}
-
-template <typename Request, typename Response, typename Method>
-absl::Status PsClient::Exchange(std::vector<Call<Request, Response>>* calls,
-                                FrameOp op, Method method, const char* what,
-                                bool idempotent) {
-  if (options_.transport == Transport::kGrpc) {
-    RETURN_IF_ERROR(CallAll(calls, method, what, idempotent));
-    for (const auto& call : *calls) {
-      sent_bytes_ += static_cast<int64_t>(call.request.ByteSizeLong());
-      received_bytes_ += static_cast<int64_t>(call.response.ByteSizeLong());
-    }
-    return absl::OkStatus();
-  }
-  return Retry(
-      calls,
-      [this, op](const std::vector<Call<Request, Response>*>& pending) {
-        return TcpAttempt(pending, op);
-      },
-      what, idempotent);
-}
-
-uint64_t PsClient::SecretFor(int shard, int rank) const {
-  if (rank < 0) return 0;
-  absl::MutexLock lock(&secrets_mu_);
-  auto it = secrets_.find({shard, rank});
-  return it == secrets_.end() ? 0 : it->second;
-}
-
-void PsClient::Stamp(int shard, v1::PullRequest* r) const {
-  r->set_secret(SecretFor(shard, r->rank()));
-}
-void PsClient::Stamp(int shard, v1::PushRequest* r) const {
-  r->set_secret(SecretFor(shard, r->rank()));
-}
-void PsClient::Stamp(int shard, v1::PushPullRequest* r) const {
-  Stamp(shard, r->mutable_push());
-}
-void PsClient::Stamp(int shard, v1::AssignRequest* r) const {
-  r->set_secret(SecretFor(shard, r->rank()));
-}
-void PsClient::Stamp(int shard, v1::DeclareModelRequest* r) const {
-  r->set_rank(rank_.load());
-  r->set_secret(SecretFor(shard, r->rank()));
-}
-void PsClient::Stamp(int shard, v1::RegisterRequest* r) const {
-  r->set_secret(SecretFor(shard, r->rank()));
-}
-void PsClient::Stamp(int shard, v1::HeartbeatRequest* r) const {
-  r->set_secret(SecretFor(shard, r->rank()));
-}
-
-std::unique_ptr<grpc::ClientContext> PsClient::NewContext(
-    absl::Time deadline) const {
-  auto context = std::make_unique<grpc::ClientContext>();
-  context->set_deadline(absl::ToChronoTime(deadline));
-  if (!options_.security.token.empty()) {
-    context->AddMetadata(kAuthorizationKey,
-                         BearerValue(options_.security.token));
-  }
-  return context;
-}
-
-absl::StatusOr<DataPlaneAddress> PsClient::DiscoverDataPlane(
-    int shard, absl::Time deadline) {
-  std::unique_ptr<grpc::ClientContext> context = NewContext(deadline);
-  v1::DataPlaneRequest request;
-  v1::DataPlaneResponse response;
-  absl::Notification done;
-  grpc::Status status;
-  stubs_[shard]->async()->DataPlane(context.get(), &request, &response,
-                                    [&](grpc::Status s) {
-                                      status = std::move(s);
-                                      done.Notify();
-                                    });
-  done.WaitForNotification();
-  RETURN_IF_ERROR(Annotate(FromGrpcStatus(status), "DataPlane"));
-  DataPlaneAddress address;
-  address.host = options_.servers[shard].host;
-  address.port = static_cast<int>(response.port());
-  address.token = response.token();
-  return address;
+  return absl::OkStatus();
 }
 
 absl::Status PsClient::UseModel(const v1::ModelSpec& spec) {
@@ -315,8 +72,8 @@ absl::Status PsClient::FetchModel() {
   Backoff backoff(options_.backoff_initial, options_.backoff_max,
                   options_.retry_for, options_.clock);
   while (true) {
-    auto got = CallOne<v1::GetModelResponse>(0, v1::GetModelRequest(),
-                                             ASYNCPS_RPC(GetModel), "GetModel");
+    auto got = caller_->CallOne<v1::GetModelResponse>(
+        0, v1::GetModelRequest(), ASYNCPS_RPC(GetModel), "GetModel");
     if (got.ok()) return UseModel(got->spec());
     const absl::Status& s = got.status();
     // FAILED_PRECONDITION: no model yet; the workers declare it.
@@ -346,7 +103,8 @@ absl::Status PsClient::DeclareOnEveryShard(
     *(*calls)[s].request.mutable_spec() = spec;
     (*calls)[s].request.set_weights_follow(weights_follow);
   }
-  RETURN_IF_ERROR(CallAll(calls, ASYNCPS_RPC(DeclareModel), "DeclareModel"));
+  RETURN_IF_ERROR(
+      caller_->CallAll(calls, ASYNCPS_RPC(DeclareModel), "DeclareModel"));
   return UseModel(spec);
 }
 
@@ -368,7 +126,7 @@ absl::Status PsClient::DeclareModel(const v1::ModelSpec& spec,
   const std::vector<SliceVersion> zero(partition_->slices().size());
   for (const auto& call : calls) {
     if (!call.response.created()) continue;
-    RETURN_IF_ERROR(Restore(call.shard, initial, zero, rank_.load()));
+    RETURN_IF_ERROR(Restore(call.shard, initial, zero, caller_->rank()));
   }
   return absl::OkStatus();
 }
@@ -494,8 +252,9 @@ absl::Status PsClient::Pull(absl::Span<const int> tensors,
       calls[b].request.set_incarnation((*versions)[first].incarnation);
     }
   }
-  RETURN_IF_ERROR(Exchange(&calls, FrameOp::kPull, ASYNCPS_RPC(Pull), "Pull",
-                           /*idempotent=*/true));
+  RETURN_IF_ERROR(caller_->Exchange(&calls, FrameOp::kPull, ASYNCPS_RPC(Pull),
+                                    "Pull",
+                                    /*idempotent=*/true));
   versions->resize(partition_->slices().size());
   for (size_t b = 0; b < batches.size(); ++b) {
     RETURN_IF_ERROR(TakeWeights(calls[b].shard, batches[b], calls[b].response,
@@ -537,8 +296,8 @@ void PsClient::FillPush(const std::vector<int>& batch,
   request->set_rank(rank);
   request->set_clock(clock);
   // Retries resend this very request, so they carry the same number.
-  request->set_client_id(client_id_);
-  request->set_sequence(sequence_.fetch_add(1) + 1);
+  request->set_client_id(caller_->client_id());
+  request->set_sequence(caller_->NextSequence());
   for (int i : batch) {
     v1::SliceData* d = request->add_gradients();
     FillSliceData(spec_, partition_->slices()[i], grads, versions[i],
@@ -573,8 +332,9 @@ absl::Status PsClient::Push(absl::Span<const int> tensors,
     FillPush(batches[b], grads, versions, rank, clock, optimizers,
              &calls[b].request);
   }
-  RETURN_IF_ERROR(Exchange(&calls, FrameOp::kPush, ASYNCPS_RPC(Push), "Push",
-                           /*idempotent=*/true));
+  RETURN_IF_ERROR(caller_->Exchange(&calls, FrameOp::kPush, ASYNCPS_RPC(Push),
+                                    "Push",
+                                    /*idempotent=*/true));
   if (result != nullptr) {
     *result = PushResult();
     for (const auto& call : calls) AddPushResponse(call.response, result);
@@ -613,8 +373,9 @@ absl::Status PsClient::PushPull(
     FillPush(batches[b], grads, versions, rank, clock, optimizers,
              calls[b].request.mutable_push());
   }
-  RETURN_IF_ERROR(Exchange(&calls, FrameOp::kPushPull, ASYNCPS_RPC(PushPull),
-                           "PushPull", /*idempotent=*/true));
+  RETURN_IF_ERROR(caller_->Exchange(&calls, FrameOp::kPushPull,
+                                    ASYNCPS_RPC(PushPull), "PushPull",
+                                    /*idempotent=*/true));
   new_versions->resize(partition_->slices().size());
   if (result != nullptr) *result = PushResult();
   for (size_t b = 0; b < batches.size(); ++b) {
@@ -639,8 +400,9 @@ absl::Status PsClient::PullState(absl::Span<const int> tensors,
       FillKey(spec_, partition_->slices()[i], calls[b].request.add_slices());
     }
   }
-  RETURN_IF_ERROR(Exchange(&calls, FrameOp::kPull, ASYNCPS_RPC(Pull), "Pull",
-                           /*idempotent=*/true));
+  RETURN_IF_ERROR(caller_->Exchange(&calls, FrameOp::kPull, ASYNCPS_RPC(Pull),
+                                    "Pull",
+                                    /*idempotent=*/true));
   for (size_t b = 0; b < batches.size(); ++b) {
     const v1::PullResponse& r = calls[b].response;
     if (r.slices_size() != static_cast<int>(batches[b].size())) {
@@ -707,7 +469,8 @@ absl::Status PsClient::LoadState(absl::Span<const int> tensors,
       d->set_optimizer_steps(t.steps);
     }
   }
-  return CallAll(&calls, ASYNCPS_RPC(Assign), "Assign", /*idempotent=*/true);
+  return caller_->CallAll(&calls, ASYNCPS_RPC(Assign), "Assign",
+                          /*idempotent=*/true);
 }
 
 absl::Status PsClient::Assign(absl::Span<const int> tensors,
@@ -728,7 +491,8 @@ absl::Status PsClient::Assign(absl::Span<const int> tensors,
                     calls[b].request.add_weights());
     }
   }
-  return CallAll(&calls, ASYNCPS_RPC(Assign), "Assign", /*idempotent=*/true);
+  return caller_->CallAll(&calls, ASYNCPS_RPC(Assign), "Assign",
+                          /*idempotent=*/true);
 }
 
 absl::StatusOr<std::vector<int>> PsClient::ShardsWithoutModel() {
@@ -738,13 +502,13 @@ absl::StatusOr<std::vector<int>> PsClient::ShardsWithoutModel() {
   std::vector<int> lost;
   // One attempt per shard (a FAILED_PRECONDITION is an answer, not an
   // error, here); UNAVAILABLE ones are retried.
-  RETURN_IF_ERROR(Retry(
+  RETURN_IF_ERROR(caller_->Retry(
       &calls,
       [this, &lost](
           const std::vector<Call<v1::GetModelRequest, v1::GetModelResponse>*>&
               pending) {
         std::vector<absl::Status> results =
-            GrpcAttempt(pending, ASYNCPS_RPC(GetModel));
+            caller_->GrpcAttempt(pending, ASYNCPS_RPC(GetModel));
         for (size_t k = 0; k < pending.size(); ++k) {
           if (results[k].code() == absl::StatusCode::kFailedPrecondition) {
             lost.push_back(pending[k]->shard);
@@ -763,7 +527,7 @@ absl::StatusOr<bool> PsClient::Redeclare(int shard) {
   *request.mutable_spec() = spec_;
   request.set_recover(true);
   ASSIGN_OR_RETURN(v1::DeclareModelResponse response,
-                   CallOne<v1::DeclareModelResponse>(
+                   caller_->CallOne<v1::DeclareModelResponse>(
                        shard, request, ASYNCPS_RPC(DeclareModel),
                        "DeclareModel", /*idempotent=*/true));
   return response.created();
@@ -797,175 +561,8 @@ absl::Status PsClient::Restore(int shard, const ConstTensorViews& weights,
                     call.request.add_weights());
     }
   }
-  return CallAll(&calls, ASYNCPS_RPC(Assign), "Assign", /*idempotent=*/true);
-}
-
-absl::Status PsClient::SetOnShard0(const std::string& key,
-                                   const std::string& value) {
-  v1::StoreSetRequest req;
-  req.set_key(key);
-  req.set_value(value);
-  return CallOne<v1::StoreSetResponse>(0, req, ASYNCPS_RPC(StoreSet),
-                                       "StoreSet", /*idempotent=*/true)
-      .status();
-}
-
-absl::Status PsClient::StoreSet(const std::string& key,
-                                const std::string& value) {
-  RETURN_IF_ERROR(SetOnShard0(key, value));
-  absl::MutexLock lock(&sets_mu_);
-  auto same = std::find_if(sets_.begin(), sets_.end(),
-                           [&key](const auto& kv) { return kv.first == key; });
-  if (same != sets_.end()) sets_.erase(same);
-  if (sets_.size() >= kRememberedSets) sets_.erase(sets_.begin());
-  sets_.emplace_back(key, value);
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> PsClient::StoreGet(const std::string& key,
-                                               absl::Duration wait) {
-  const absl::Time deadline = options_.clock->Now() + wait;
-  while (true) {
-    const absl::Duration left = deadline - options_.clock->Now();
-    v1::StoreGetRequest req;
-    req.set_key(key);
-    req.set_wait_ms(absl::ToInt64Milliseconds(
-        std::max(absl::ZeroDuration(), std::min(left, absl::Seconds(1)))));
-    absl::StatusOr<v1::StoreGetResponse> resp = CallOne<v1::StoreGetResponse>(
-        0, req, ASYNCPS_RPC(StoreGet), "StoreGet");
-    if (resp.ok()) return resp->value();
-    if (resp.status().code() != absl::StatusCode::kDeadlineExceeded ||
-        options_.clock->Now() >= deadline) {
-      return resp.status();
-    }
-    // Not set yet: perhaps set before shard 0 restarted, by a rank that is
-    // itself waiting for ours. Ours again (the others do the same).
-    std::vector<std::pair<std::string, std::string>> mine;
-    {
-      absl::MutexLock lock(&sets_mu_);
-      mine = sets_;
-    }
-    for (const auto& [k, v] : mine) RETURN_IF_ERROR(SetOnShard0(k, v));
-  }
-}
-
-absl::StatusOr<v1::RegisterResponse> PsClient::Register(
-    int shard, const v1::RegisterRequest& req) {
-  ++registrations_started_;
-  absl::StatusOr<v1::RegisterResponse> response = CallOne<v1::RegisterResponse>(
-      shard, req, ASYNCPS_RPC(Register), "Register");
-  if (response.ok()) {
-    {
-      absl::MutexLock lock(&secrets_mu_);
-      secrets_[{shard, response->rank()}] = response->secret();
-    }
-    rank_ = response->rank();
-  }
-  ++registrations_ended_;
-  return response;
-}
-
-absl::Status PsClient::Join(int rank, int num_workers) {
-  v1::RegisterRequest req;
-  req.set_rank(rank);
-  req.set_num_workers(num_workers);
-  for (int s = 0; s < num_shards(); ++s)
-    RETURN_IF_ERROR(Register(s, req).status());
-  return absl::OkStatus();
-}
-
-absl::Status PsClient::Heartbeat(int shard, const v1::HeartbeatRequest& req) {
-  // One attempt: the next period is the retry, and a shard that is down
-  // must not hold up the heartbeats to the others.
-  Call<v1::HeartbeatRequest, v1::HeartbeatResponse> call;
-  call.shard = shard;
-  call.request = req;
-  Stamp(shard, &call.request);
-  absl::Status s = GrpcAttempt<v1::HeartbeatRequest, v1::HeartbeatResponse>(
-      {&call}, ASYNCPS_RPC(Heartbeat))[0];
-  return Annotate(s, absl::StrCat("Heartbeat to shard ", shard));
-}
-
-absl::StatusOr<std::vector<v1::StatsResponse>> PsClient::StatsAll() {
-  std::vector<Call<v1::StatsRequest, v1::StatsResponse>> calls(num_shards());
-  for (int s = 0; s < num_shards(); ++s) calls[s].shard = s;
-  RETURN_IF_ERROR(CallAll(&calls, ASYNCPS_RPC(Stats), "Stats"));
-  std::vector<v1::StatsResponse> out;
-  for (auto& c : calls) out.push_back(std::move(c.response));
-  return out;
-}
-
-absl::StatusOr<v1::StatsResponse> PsClient::Stats(int shard) {
-  return CallOne<v1::StatsResponse>(shard, v1::StatsRequest(),
-                                    ASYNCPS_RPC(Stats), "Stats");
-}
-
-absl::StatusOr<std::vector<std::string>> PsClient::JobCheckpoint(
-    const std::string& tag, absl::Duration lease) {
-  using Calls =
-      std::vector<Call<v1::CheckpointRequest, v1::CheckpointResponse>>;
-  auto to_all = [this](v1::CheckpointRequest request,
-                       Calls* calls) -> absl::Status {
-    calls->assign(num_shards(), {});
-    for (int s = 0; s < num_shards(); ++s) {
-      (*calls)[s].shard = s;
-      (*calls)[s].request = request;
-    }
-    return CallAll(calls, ASYNCPS_RPC(Checkpoint), "Checkpoint",
-                   /*idempotent=*/true);
-  };
-  v1::CheckpointRequest pause;
-  pause.set_phase(v1::CheckpointRequest::PAUSE);
-  pause.set_lease_ms(absl::ToInt64Milliseconds(lease));
-  Calls calls;
-  absl::Status s = to_all(pause, &calls);
-  std::vector<std::string> paths;
-  if (s.ok()) {
-    // bsp: let the newest step any shard applied complete everywhere
-    // (pushes for later steps wait). Elsewhere min == max is not asked for:
-    // with every push held, nothing changes while the files are written.
-    int64_t front = 0;
-    for (const auto& c : calls) front = std::max(front, c.response.max_step());
-    pause.set_until_step(front);
-    Backoff backoff(absl::Milliseconds(5), absl::Milliseconds(100), lease,
-                    options_.clock);
-    bool bsp = false;
-    auto stats = Stats(0);
-    if (stats.ok()) bsp = stats->mode() == "bsp";
-    while (s.ok() && bsp) {
-      s = to_all(pause, &calls);
-      bool behind = false;
-      for (const auto& c : calls) behind |= c.response.min_step() < front;
-      if (!s.ok() || !behind) break;
-      if (!backoff.Wait()) {
-        s = absl::DeadlineExceededError(absl::StrCat(
-            "step ", front, " did not complete on every shard within ",
-            absl::FormatDuration(lease)));
-      }
-    }
-  }
-  if (s.ok()) {
-    v1::CheckpointRequest write;
-    write.set_phase(v1::CheckpointRequest::WRITE);
-    write.set_tag(tag);
-    s = to_all(write, &calls);
-    for (const auto& c : calls) paths.push_back(c.response.path());
-  }
-  v1::CheckpointRequest resume;
-  resume.set_phase(v1::CheckpointRequest::RESUME);
-  Calls resumed;
-  absl::Status r = to_all(resume, &resumed);
-  RETURN_IF_ERROR(s);
-  RETURN_IF_ERROR(r);
-  return paths;
-}
-
-absl::StatusOr<std::string> PsClient::Checkpoint(int shard) {
-  ASSIGN_OR_RETURN(
-      v1::CheckpointResponse resp,
-      CallOne<v1::CheckpointResponse>(shard, v1::CheckpointRequest(),
-                                      ASYNCPS_RPC(Checkpoint), "Checkpoint"));
-  return resp.path();
+  return caller_->CallAll(&calls, ASYNCPS_RPC(Assign), "Assign",
+                          /*idempotent=*/true);
 }
 
 }  // namespace asyncps

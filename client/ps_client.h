@@ -1,19 +1,16 @@
-// PsClient: a worker's connection to every shard of the parameter server.
-// One Pull or Push fans out to all shards at once, each call with a
-// deadline: over each shard's data plane (plain TCP, client/data_channel.h)
-// with --transport=tcp, over gRPC's callback API (one channel per shard,
-// reused) with --transport=grpc; every other call goes over gRPC. Requests are
-// split to stay under the message limit; UNAVAILABLE is retried with capped
-// exponential backoff until `retry_for` has passed, then the call fails with
-// a message naming the shard. Pushes are retried too (also past a
-// deadline): each carries this client's id and a sequence number, and a
-// shard applies it once however often it arrives.
+// PsClient: a worker's tensors on the shards. The model is declared (or
+// adopted) once and partitioned into slices; one Pull, Push or PushPull
+// fans out to every shard holding a slice of the tensors named, split to
+// stay under the message limit, in each tensor's wire dtype. Pushes are
+// retried (also past a deadline): each carries this client's id and a
+// sequence number, and a shard applies it once however often it arrives.
+// Recovery of a shard that lost the model (Redeclare, Restore) and the
+// optimizer state (PullState, LoadState) are here too. The calls travel
+// through a ShardCaller (client/shard_caller.h: transports, retries,
+// secrets), which the other clients share: AdminClient, RendezvousClient,
+// MembershipClient.
 //
-// A rank's calls carry the secret its registration with that shard
-// answered (Register keeps it): a shard refuses a call acting as a rank
-// without it. Register first (Join, or MembershipClient), then declare,
-// pull, push.
-//
+// Register first (Join, or MembershipClient), then declare, pull, push.
 // Thread-safe: several threads may pull and push at once (e.g. a prefetch
 // thread and a push thread); each call blocks only its caller.
 #ifndef ASYNCPS_CLIENT_PS_CLIENT_H_
@@ -32,46 +29,15 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "client/data_channel.h"
+#include "client/shard_caller.h"
 #include "common/clock.h"
 #include "common/cluster_spec.h"
 #include "common/partitioner.h"
-#include "common/rendezvous_store.h"
 #include "common/security.h"
 #include "common/timeline.h"
-#include "proto/asyncps.grpc.pb.h"
+#include "proto/asyncps.pb.h"
 
 namespace asyncps {
-
-// How Pull, Push and PushPull travel (the other calls always use gRPC).
-enum class Transport {
-  kTcp,   // The shards' data planes: framed TCP, no protobuf copies.
-  kGrpc,  // The gRPC service.
-};
-
-// "tcp" or "grpc" (--transport); INVALID_ARGUMENT naming the flag otherwise.
-absl::StatusOr<Transport> ParseTransport(absl::string_view text);
-
-struct PsClientOptions {
-  std::vector<ServerAddress> servers;  // Shard i at servers[i].
-  absl::Duration rpc_timeout = absl::Seconds(30);
-  // How long a shard may stay UNAVAILABLE before a call gives up.
-  absl::Duration retry_for = absl::Seconds(60);
-  absl::Duration backoff_initial = absl::Milliseconds(50);
-  absl::Duration backoff_max = absl::Seconds(2);
-  int64_t max_message_bytes = 64 << 20;
-  // The dtype gradients and weights travel in (F32, BF16, F16); the servers
-  // keep f32 either way.
-  v1::DType wire_dtype = v1::DTYPE_F32;
-  Transport transport = Transport::kTcp;
-  // Time for deadlines and backoff; borrowed, must outlive the client.
-  Clock* clock = Clock::Real();
-  // Pull, Push and PushPull calls are spans here (--timeline); borrowed,
-  // may be null.
-  Timeline* timeline = nullptr;
-  // TLS and the token every call carries (common/security.h).
-  Security security;
-};
 
 // What a pull brought of one slice: its version, and the incarnation of
 // the shard that answered it. A push carries both back, so a shard that
@@ -95,15 +61,6 @@ struct PushResult {
   int64_t front_step = 0;  // bsp: the newest step applied on those slices.
 };
 
-// What a client has moved so far (its metrics): bytes of tensor requests
-// sent and answers received (Pull, Push, PushPull, as messages), and
-// attempts repeated after UNAVAILABLE or a timeout.
-struct Traffic {
-  int64_t sent_bytes = 0;
-  int64_t received_bytes = 0;
-  int64_t retries = 0;
-};
-
 // Views of one buffer per tensor of the model, indexed by tensor (only
 // the tensors a call names are read or written; each must hold the
 // tensor's element count): callers' own memory, e.g. numpy arrays, which
@@ -123,18 +80,22 @@ struct TensorSlots {
   int64_t steps = 0;
 };
 
-class PsClient final : public RendezvousStore {
+class PsClient {
  public:
   static absl::StatusOr<std::unique_ptr<PsClient>> Create(
       PsClientOptions options);
 
-  int num_shards() const { return static_cast<int>(stubs_.size()); }
-  // The rank this client last registered as (-1: none yet).
-  int rank() const { return rank_.load(); }
+  // The connections this client calls through, for the other clients
+  // (AdminClient, RendezvousClient, MembershipClient); borrowed.
+  ShardCaller* caller() const { return caller_.get(); }
+  // Registers as `rank` of `num_workers` with every shard, without
+  // heartbeats (tools, tests; a training worker has MembershipClient).
+  absl::Status Join(int rank, int num_workers);
 
-  Traffic traffic() const {
-    return {sent_bytes_.load(), received_bytes_.load(), retries_.load()};
-  }
+  int num_shards() const { return caller_->num_shards(); }
+  // The rank this client last registered as (-1: none yet).
+  int rank() const { return caller_->rank(); }
+  Traffic traffic() const { return caller_->traffic(); }
 
   // Declares `spec` on every shard (idempotent) and adopts its partition.
   // Only a registered worker creates the model: this client declares as
@@ -245,97 +206,15 @@ class PsClient final : public RendezvousStore {
   absl::Status Restore(int shard, const ConstTensorViews& weights,
                        const std::vector<SliceVersion>& versions, int rank);
 
-  // The rendezvous store on shard 0. It lives in shard 0's memory, so a
-  // restart loses it: this client remembers what it set (the last
-  // kRememberedSets keys) and sets it again while it waits for a key.
-  absl::Status StoreSet(const std::string& key,
-                        const std::string& value) override;
-  // Waits up to `wait` for the key, a second at a time; between waits it
-  // sets its own keys again (another rank may be waiting for them on a
-  // shard 0 that restarted since they were set).
-  absl::StatusOr<std::string> StoreGet(const std::string& key,
-                                       absl::Duration wait) override;
-  static constexpr size_t kRememberedSets = 256;
-  // One StoreSet call to shard 0 (not remembered).
-  absl::Status SetOnShard0(const std::string& key, const std::string& value);
-
-  // Registers with one shard and keeps the secret it answers, which this
-  // client's later calls as that rank carry (and a registration again
-  // presents, so the same worker may re-join while live).
-  absl::StatusOr<v1::RegisterResponse> Register(int shard,
-                                                const v1::RegisterRequest& req);
-  // Registers as `rank` of `num_workers` with every shard, without
-  // heartbeats (tools, tests; a training worker has MembershipClient).
-  absl::Status Join(int rank, int num_workers);
-  absl::Status Heartbeat(int shard, const v1::HeartbeatRequest& req);
-  absl::StatusOr<v1::StatsResponse> Stats(int shard);
-  // Asks a shard to write a checkpoint now; returns the file's path there.
-  absl::StatusOr<std::string> Checkpoint(int shard);
-  // A job checkpoint: every shard written at the same model version (bsp:
-  // the same applied step on every slice; async/ssp: with no update applied
-  // anywhere between the first file and the last), as "job-<tag>-shard-
-  // <i>.ckpt"; returns the paths in shard order. Pushes wait (retried by
-  // the workers) for at most the time this takes; the shards resume by
-  // themselves after `lease` should this client die meanwhile.
-  absl::StatusOr<std::vector<std::string>> JobCheckpoint(
-      const std::string& tag, absl::Duration lease = absl::Seconds(60));
-  // Stats of every shard, in shard order.
-  absl::StatusOr<std::vector<v1::StatsResponse>> StatsAll();
-
   // REQUIRES: a model was declared or adopted.
   const Partition& partition() const { return *partition_; }
   const v1::ModelSpec& spec() const { return spec_; }
 
  private:
-  explicit PsClient(PsClientOptions options);
+  explicit PsClient(std::unique_ptr<ShardCaller> caller);
 
-  // One request to one shard, and where its answer goes.
   template <typename Request, typename Response>
-  struct Call {
-    int shard = 0;
-    Request request;
-    Response response;
-  };
-
-  // Runs every call with `attempt` (which sends the calls it is given at
-  // once and returns their statuses), retrying UNAVAILABLE ones (and, for
-  // idempotent calls such as a pull an ssp/bsp server held,
-  // DEADLINE_EXCEEDED ones) with backoff; returns the first other error,
-  // annotated with the shard and `what`.
-  template <typename Request, typename Response, typename Attempt>
-  absl::Status Retry(std::vector<Call<Request, Response>>* calls,
-                     Attempt attempt, const char* what, bool idempotent);
-  // One attempt of `calls` over gRPC, with `method`.
-  template <typename Request, typename Response, typename Method>
-  std::vector<absl::Status> GrpcAttempt(
-      const std::vector<Call<Request, Response>*>& calls, Method method);
-  // One attempt of `calls` over the data planes, as `op` frames.
-  template <typename Request, typename Response>
-  std::vector<absl::Status> TcpAttempt(
-      const std::vector<Call<Request, Response>*>& calls, FrameOp op);
-  // Every call over gRPC, retried.
-  template <typename Request, typename Response, typename Method>
-  absl::Status CallAll(std::vector<Call<Request, Response>>* calls,
-                       Method method, const char* what,
-                       bool idempotent = false);
-  // A tensor call (Pull, Push, PushPull) over options_.transport, retried.
-  template <typename Request, typename Response, typename Method>
-  absl::Status Exchange(std::vector<Call<Request, Response>>* calls, FrameOp op,
-                        Method method, const char* what,
-                        bool idempotent = false);
-  // The registration secret for `rank` on `shard` (0: none), and stamping
-  // it on a request as it is sent (a retry after a registration again
-  // carries the new one). Requests that act as no rank are left alone.
-  uint64_t SecretFor(int shard, int rank) const;
-  void Stamp(int shard, v1::PullRequest* r) const;
-  void Stamp(int shard, v1::PushRequest* r) const;
-  void Stamp(int shard, v1::PushPullRequest* r) const;
-  void Stamp(int shard, v1::AssignRequest* r) const;
-  void Stamp(int shard, v1::DeclareModelRequest* r) const;
-  void Stamp(int shard, v1::RegisterRequest* r) const;
-  void Stamp(int shard, v1::HeartbeatRequest* r) const;
-  template <typename Request>
-  void Stamp(int, Request*) const {}
+  using Call = ShardCall<Request, Response>;
 
   // Declares `spec` on every shard (`calls` gets their answers) and, once
   // they took it, adopts it.
@@ -343,26 +222,6 @@ class PsClient final : public RendezvousStore {
       const v1::ModelSpec& spec, bool weights_follow,
       std::vector<Call<v1::DeclareModelRequest, v1::DeclareModelResponse>>*
           calls);
-
-  // A context for one call: `deadline`, and the token if there is one.
-  std::unique_ptr<grpc::ClientContext> NewContext(absl::Time deadline) const;
-
-  // Shard `shard`'s data-plane address, asked once (no retry) by `deadline`.
-  absl::StatusOr<DataPlaneAddress> DiscoverDataPlane(int shard,
-                                                     absl::Time deadline);
-
-  // One call to one shard, through CallAll.
-  template <typename Response, typename Request, typename Method>
-  absl::StatusOr<Response> CallOne(int shard, const Request& request,
-                                   Method method, const char* what,
-                                   bool idempotent = false) {
-    std::vector<Call<Request, Response>> calls(1);
-    calls[0].shard = shard;
-    calls[0].request = request;
-    absl::Status s = CallAll(&calls, method, what, idempotent);
-    if (!s.ok()) return s;
-    return std::move(calls[0].response);
-  }
 
   // The push of slices `batch` of `grads`, computed from `versions`, with
   // this client's id and the next sequence number.
@@ -392,38 +251,11 @@ class PsClient final : public RendezvousStore {
     return wire_dtypes_[partition_->slices()[batch[0]].tensor];
   }
 
-  const PsClientOptions options_;
-  std::vector<std::unique_ptr<v1::ParameterServer::Stub>> stubs_;
-  // --transport=tcp: shard i's data plane at data_[i].
-  std::vector<std::unique_ptr<DataChannel>> data_;
+  const std::unique_ptr<ShardCaller> caller_;
+  const PsClientOptions& options_;  // The caller's.
   v1::ModelSpec spec_;
   std::optional<Partition> partition_;
   std::vector<v1::DType> wire_dtypes_;  // Per tensor of spec_.
-  // Exactly-once pushes: this client's id (random, per process start) and
-  // the last sequence number used.
-  const uint64_t client_id_;
-  std::atomic<uint64_t> sequence_{0};
-  std::atomic<int64_t> sent_bytes_{0};
-  std::atomic<int64_t> received_bytes_{0};
-  std::atomic<int64_t> retries_{0};
-  // Registration secrets by (shard, rank). `registrations_started_` counts
-  // the Register calls sent, `registrations_ended_` those that came back
-  // (answered or failed): a call refused PERMISSION_DENIED is tried again
-  // when a registration it did not see the end of was under way meanwhile.
-  // The shard holds the new secret from before its answer arrives, so a
-  // call stamped with the old one may be refused before the new one is
-  // here; the retry waits for it.
-  absl::Mutex sets_mu_;
-  // What StoreSet set, oldest first (for setting it again).
-  std::vector<std::pair<std::string, std::string>> sets_
-      ABSL_GUARDED_BY(sets_mu_);
-  mutable absl::Mutex secrets_mu_;
-  absl::flat_hash_map<std::pair<int, int>, uint64_t> secrets_
-      ABSL_GUARDED_BY(secrets_mu_);
-  std::atomic<int64_t> registrations_started_{0};
-  std::atomic<int64_t> registrations_ended_{0};
-  // The rank this client last registered as (-1: none): who declares.
-  std::atomic<int> rank_{-1};
 };
 
 }  // namespace asyncps

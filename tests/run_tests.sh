@@ -59,7 +59,8 @@ sanitized() {
 # in-process integration tests (those that start no process of their own).
 if ((${#@} == 0)); then
   echo "== AddressSanitizer + UndefinedBehaviorSanitizer (--config=asan)"
-  asan_tests=(//tests/common/... //tests/server/... //tests/worker/...)
+  asan_tests=(//tests/common/... //tests/server/... //tests/worker/...
+    //tests/client/...)
   for t in checkpoint data_plane exactly_once ps_exchange push_pull validation; do
     asan_tests+=("//tests/integration:${t}_test")
   done

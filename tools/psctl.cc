@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "client/admin_client.h"
 #include "client/ps_client.h"
 #include "common/cluster_spec.h"
 #include "common/grpc_credentials.h"
@@ -289,10 +290,10 @@ int Run(const std::string& command) {
   }
   if (command == "export") return ExportCommand(client->get());
   if (command == "checkpoint") {
-    // Every shard at the same model version (PsClient::JobCheckpoint).
+    // Every shard at the same model version (AdminClient::JobCheckpoint).
     std::string tag = absl::GetFlag(FLAGS_tag);
     if (tag.empty()) tag = absl::StrCat("t", absl::ToUnixSeconds(absl::Now()));
-    auto paths = (*client)->JobCheckpoint(tag);
+    auto paths = AdminClient((*client)->caller()).JobCheckpoint(tag);
     if (!paths.ok()) {
       std::fprintf(stderr, "psctl: %s\n", paths.status().ToString().c_str());
       return 1;
@@ -309,7 +310,7 @@ int Run(const std::string& command) {
     const absl::Duration watch = absl::GetFlag(FLAGS_watch);
     std::vector<v1::StatsResponse> previous;
     while (true) {
-      auto stats = (*client)->StatsAll();
+      auto stats = AdminClient((*client)->caller()).StatsAll();
       if (!stats.ok()) {
         std::fprintf(stderr, "psctl: %s\n", stats.status().ToString().c_str());
         return 1;
@@ -332,7 +333,7 @@ int Run(const std::string& command) {
       absl::SleepFor(watch);
     }
   }
-  auto stats = (*client)->StatsAll();
+  auto stats = AdminClient((*client)->caller()).StatsAll();
   if (!stats.ok()) {
     std::fprintf(stderr, "psctl: %s\n", stats.status().ToString().c_str());
     return 1;

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "client/admin_client.h"
 #include "glog/logging.h"
 
 namespace asyncps {
@@ -11,6 +12,7 @@ AllreduceExchange::AllreduceExchange(
     PsClient* client, AllreduceConfig config,
     std::vector<std::vector<int>> layer_tensors)
     : client_(client),
+      store_(client->caller()),
       config_(std::move(config)),
       layer_tensors_(std::move(layer_tensors)),
       all_tensors_(AllTensors(layer_tensors_)) {}
@@ -36,7 +38,7 @@ absl::Status AllreduceExchange::Start(std::vector<std::vector<float>>* weights,
   cc.timeout = config_.timeout;
   // Keys of an earlier attempt of the job must not be read again.
   cc.prefix = absl::StrCat("allreduce/", clock, "/", config_.attempt, "/");
-  auto joined = JoinCollective(cc, client_);
+  auto joined = JoinCollective(cc, &store_);
   if (!joined.ok()) {
     if (joined.status().code() != absl::StatusCode::kUnavailable) {
       return joined.status();
@@ -145,7 +147,7 @@ absl::Status AllreduceExchange::Explain(const std::string& what,
   std::vector<int> dead;
   const absl::Time give_up = absl::Now() + absl::Seconds(15);
   while (dead.empty() && absl::Now() < give_up) {
-    auto stats = client_->Stats(0);
+    auto stats = AdminClient(client_->caller()).Stats(0);
     if (!stats.ok()) break;
     for (const auto& w : stats->workers()) {
       if (!w.live() && w.rank() != config_.rank &&

@@ -23,6 +23,7 @@
 
 #include "absl/time/time.h"
 #include "client/ps_client.h"
+#include "client/rendezvous_client.h"
 #include "common/optimizer.h"
 #include "worker/collective.h"
 #include "worker/exchange.h"
@@ -78,6 +79,7 @@ class AllreduceExchange final : public GradientExchange {
   absl::Status Explain(const std::string& what, int64_t clock);
 
   PsClient* const client_;
+  RendezvousClient store_;  // The collectives meet here (shard 0).
   AllreduceConfig config_;  // attempt changes when the ring re-forms.
   const std::vector<std::vector<int>> layer_tensors_;
   const std::vector<int> all_tensors_;  // Every tensor, ascending.

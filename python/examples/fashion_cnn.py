@@ -155,6 +155,10 @@ def main():
                    choices=["async", "ssp", "bsp"])
     p.add_argument("--clip", type=float, default=1.0,
                    help="clip_grad_norm_ bound (0: none)")
+    p.add_argument("--overlap", action="store_true",
+                   help="asyncps: push each gradient during backward and "
+                   "prefetch its weights (needs --clip=0: a clipped "
+                   "gradient changes after it left)")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--steps", type=int, default=None,
@@ -236,9 +240,12 @@ def main():
         opt = asyncps.torch.DistributedOptimizer(
             torch.optim.SGD(model.parameters(), lr=args.lr,
                             momentum=args.momentum),
-            client, named_parameters=model.named_parameters())
+            client, named_parameters=model.named_parameters(),
+            overlap=args.overlap)
         samples, seconds = train(model, opt, data, args.steps, args.log_every,
                                  args.clip, report=opt.report, curve=curve)
+        print(f"exchange_fraction {opt.exchange_seconds / seconds:.4f}",
+              flush=True)
         print(f"wrapper_fraction {opt.wrapper_seconds / seconds:.4f}",
               flush=True)
         if args.rank == 0:

@@ -278,6 +278,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
         return self._client
 
     @property
+    def exchange_seconds(self):
+        """Seconds step() spent in the client's calls (the network and the
+        servers), so far."""
+        return self._exchange_seconds
+
+    @property
     def optimizer(self):
         """The wrapped torch.optim optimizer (its step() is never called)."""
         return self._opt

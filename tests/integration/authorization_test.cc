@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/admin_client.h"
 #include "client/ps_client.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_cluster.h"
@@ -73,7 +74,7 @@ TEST_P(SpoofedRank, CannotActAsARegisteredWorker) {
   ASSERT_TRUE(owner->Join(0, 2).ok());
   ASSERT_TRUE(owner->DeclareModel(spec).ok());
   const auto before = Weights(**cluster, spec);
-  auto stats = owner->Stats(0);
+  auto stats = AdminClient(owner->caller()).Stats(0);
   ASSERT_TRUE(stats.ok() && stats->workers_size() == 1);
   const int64_t incarnation = stats->workers(0).incarnation();
 
@@ -101,17 +102,22 @@ TEST_P(SpoofedRank, CannotActAsARegisteredWorker) {
   v1::RegisterRequest take;
   take.set_rank(0);
   take.set_num_workers(2);
-  ExpectRefused(intruder->Register(0, take).status(),
+  ExpectRefused(intruder->caller()->Register(0, take).status(),
                 absl::StatusCode::kUnavailable, "held by a live worker",
                 "register as live rank 0");
   v1::HeartbeatRequest beat;
   beat.set_rank(0);
   beat.set_incarnation(incarnation);
   beat.set_leaving(true);  // Would free the rank for the taking.
-  ExpectRefused(intruder->Heartbeat(0, beat), denied, "secret",
-                "heartbeat as rank 0");
+  ShardCall<v1::HeartbeatRequest, v1::HeartbeatResponse> heartbeat;
+  heartbeat.request = beat;
+  ExpectRefused(
+      intruder->caller()->GrpcAttempt<v1::HeartbeatRequest,
+                                      v1::HeartbeatResponse>(
+          {&heartbeat}, ASYNCPS_RPC(Heartbeat))[0],
+      denied, "secret", "heartbeat as rank 0");
   EXPECT_EQ(Weights(**cluster, spec), before) << "a refused call moved them";
-  stats = owner->Stats(0);
+  stats = AdminClient(owner->caller()).Stats(0);
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->live_workers(), 1);
   EXPECT_GE(stats->rejected_requests(), 8);
@@ -160,14 +166,14 @@ TEST(Registration, AFloodCannotGrowOrStallTheJob) {
       v1::RegisterRequest join;
       join.set_rank(w.rank);
       join.set_num_workers(w.num_workers);
-      auto r = flood->Register(0, join);
+      auto r = flood->caller()->Register(0, join);
       ASSERT_EQ(r.status().code(), w.code)
           << "rank " << w.rank << " of " << w.num_workers << ": " << r.status();
       ++sent;
     }
   }
   EXPECT_EQ(sent, 500);
-  auto stats = workers[0]->Stats(0);
+  auto stats = AdminClient(workers[0]->caller()).Stats(0);
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->workers_size(), 2);
   EXPECT_EQ(stats->live_workers(), 2);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/admin_client.h"
 #include "client/ps_client.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_cluster.h"
@@ -53,7 +54,7 @@ TEST(Checkpoint, TrainedWeightsSurviveARestart) {
     for (int i = 0; i < 3; ++i) {
       ASSERT_TRUE(client->Push(tensors, grads, versions, 0, 0, nullptr).ok());
     }
-    auto path = client->Checkpoint(0);  // On request...
+    auto path = AdminClient(client->caller()).Checkpoint(0);  // On request...
     ASSERT_TRUE(path.ok()) << path.status();
     first_path = *path;
     ASSERT_TRUE(client->Push(tensors, grads, versions, 0, 0, nullptr).ok());

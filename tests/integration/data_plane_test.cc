@@ -75,7 +75,7 @@ class DataPlaneTest : public ::testing::Test {
     v1::RegisterRequest again;  // Rank 0 again, for raw frames' secret.
     again.set_rank(0);
     again.set_num_workers(kJobSize);
-    auto joined = grpc_->Register(0, again);
+    auto joined = grpc_->caller()->Register(0, again);
     ASSERT_TRUE(joined.ok()) << joined.status();
     secret_ = joined->secret();
   }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "client/admin_client.h"
 #include "client/ps_client.h"
 #include "gtest/gtest.h"
 #include "tests/integration/local_shards.h"
@@ -63,7 +64,7 @@ TEST_P(ExactlyOnceTest, LostAnswersDoNotApplyAPushTwice) {
     for (float x : t) ASSERT_EQ(x, -static_cast<float>(kPushes));
   }
   for (const SliceVersion& v : versions) EXPECT_EQ(v.version, kPushes);
-  auto stats = (*client)->StatsAll();
+  auto stats = AdminClient((*client)->caller()).StatsAll();
   ASSERT_TRUE(stats.ok());
   for (const auto& s : *stats) {
     // Every third push to each shard lost its answer and came again.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/admin_client.h"
 #include "client/ps_client.h"
 #include "common/optimizer.h"
 #include "gtest/gtest.h"
@@ -184,7 +185,7 @@ TEST(Ssp, ClockGapNeverExceedsTheBound) {
     EXPECT_EQ(ExitCode(**w), 0);
   }
   auto client = Client(**cluster);
-  auto stats = client->StatsAll();
+  auto stats = AdminClient(client->caller()).StatsAll();
   ASSERT_TRUE(stats.ok()) << stats.status();
   int64_t held = 0;
   for (const auto& s : *stats) {
@@ -217,7 +218,7 @@ TEST(Bsp, BackupWorkerLetsStepsGoOnWithoutAStalledWorker) {
   auto done = (*worker)->WaitForLine("done:", absl::Seconds(60));
   ASSERT_TRUE(done.ok()) << done.status() << (*worker)->output();
   EXPECT_EQ(ExitCode(**worker), 0);
-  auto stats = client->Stats(0);
+  auto stats = AdminClient(client->caller()).Stats(0);
   ASSERT_TRUE(stats.ok());
   // Rank 0 left when it was done; the stalled rank 1 is still live.
   EXPECT_EQ(stats->live_workers(), 1);
@@ -239,7 +240,7 @@ TEST(Bsp, SigkilledWorkerIsDroppedAfterTheTimeout) {
   EXPECT_EQ(Field(*done, "steps"), 150);
   EXPECT_EQ(ExitCode(**survivor), 0);
   auto client = Client(**cluster);
-  auto stats = client->Stats(0);
+  auto stats = AdminClient(client->caller()).Stats(0);
   ASSERT_TRUE(stats.ok());
   bool dead = false;
   for (const auto& w : stats->workers()) dead |= w.rank() == 1 && !w.live();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/admin_client.h"
 #include "client/ps_client.h"
 #include "common/file_system.h"
 #include "gtest/gtest.h"
@@ -121,16 +122,16 @@ Disturbance KillShard(const std::vector<std::string>& flags, bool checkpoint) {
   return [flags, checkpoint](Job& run) {
     auto client = Client(*run.cluster);
     ASSERT_NE(client, nullptr);
-    auto before = client->Stats(1);
+    auto before = AdminClient(client->caller()).Stats(1);
     ASSERT_TRUE(before.ok()) << before.status();
     if (checkpoint) {
       WaitForStep(*run.workers[0], 0, 25);
-      auto path = client->Checkpoint(1);
+      auto path = AdminClient(client->caller()).Checkpoint(1);
       ASSERT_TRUE(path.ok()) << path.status();
     }
     WaitForStep(*run.workers[0], 0, 30);
     ASSERT_TRUE(run.cluster->Restart(1, flags).ok());
-    auto after = client->Stats(1);
+    auto after = AdminClient(client->caller()).Stats(1);
     ASSERT_TRUE(after.ok()) << after.status();
     EXPECT_NE(after->incarnation(), before->incarnation());
   };
@@ -205,7 +206,7 @@ TEST(JobCheckpoint, EveryShardAtTheSameStepAndRestoredTogether) {
     WaitForStep(*run.workers[0], 0, 30);
     auto client = Client(*run.cluster);
     ASSERT_NE(client, nullptr);
-    auto paths = client->JobCheckpoint("mid");
+    auto paths = AdminClient(client->caller()).JobCheckpoint("mid");
     ASSERT_TRUE(paths.ok()) << paths.status();
     ASSERT_EQ(paths->size(), 2u);
     for (const std::string& path : *paths) {

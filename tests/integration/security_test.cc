@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/admin_client.h"
 #include "client/ps_client.h"
 #include "gtest/gtest.h"
 #include "tests/integration/subprocess.h"
@@ -115,7 +116,7 @@ TEST(Security, MutualTlsAndATokenLetTheJobInAndNoOneElse) {
         Case{"no token", no_token, absl::StatusCode::kUnauthenticated}}) {
     auto intruder = Client(**cluster, c.files);
     ASSERT_TRUE(intruder->UseModel(trusted->spec()).ok());
-    auto stats = intruder->StatsAll();
+    auto stats = AdminClient(intruder->caller()).StatsAll();
     EXPECT_EQ(stats.status().code(), c.code)
         << c.what << ": " << stats.status();
     std::vector<std::vector<float>> grads = before;

@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "client/admin_client.h"
 #include "client/ps_client.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_cluster.h"
@@ -102,14 +103,14 @@ TEST(Training, SigkilledWorkerLeavesTheOthersTraining) {
   options.servers = (*cluster)->servers();
   auto client = PsClient::Create(options);
   ASSERT_TRUE(client.ok());
-  auto before = (*client)->StatsAll();
+  auto before = AdminClient((*client)->caller()).StatsAll();
   ASSERT_TRUE(before.ok()) << before.status();
 
   auto done = (*survivor)->WaitForLine("done:", absl::Seconds(120));
   ASSERT_TRUE(done.ok()) << done.status() << "\n" << (*survivor)->output();
   EXPECT_EQ(Field(*done, "steps"), 400);
   EXPECT_EQ(ExitCode(**survivor), 0);
-  auto after = (*client)->StatsAll();
+  auto after = AdminClient((*client)->caller()).StatsAll();
   ASSERT_TRUE(after.ok()) << after.status();
   for (int s = 0; s < 2; ++s) {
     EXPECT_GT((*after)[s].pushes(), (*before)[s].pushes())

@@ -3,6 +3,7 @@
 #include <thread>
 #include <vector>
 
+#include "client/admin_client.h"
 #include "client/ps_client.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_cluster.h"
@@ -88,7 +89,7 @@ TEST(TwoShards, ConcurrentPushesLoseNoUpdate) {
   for (int i = 0; i < num_slices; ++i) {
     EXPECT_EQ(versions[i].version, kThreads * kPushes) << "slice " << i;
   }
-  auto stats = (*setup)->StatsAll();
+  auto stats = AdminClient((*setup)->caller()).StatsAll();
   ASSERT_TRUE(stats.ok()) << stats.status();
   int64_t applied = 0, pushes = 0;
   for (const auto& s : *stats) {

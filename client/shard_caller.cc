@@ -1,0 +1,137 @@
+#include "client/shard_caller.h"
+
+#include <chrono>
+
+#include "absl/synchronization/notification.h"
+#include "common/grpc_credentials.h"
+#include "common/random_id.h"
+
+namespace asyncps {
+
+ShardCaller::ShardCaller(PsClientOptions options)
+    : options_(std::move(options)), client_id_(RandomId()) {}
+
+absl::StatusOr<std::unique_ptr<ShardCaller>> ShardCaller::Create(
+    PsClientOptions options) {
+  if (options.servers.empty()) {
+    return absl::InvalidArgumentError("a client needs at least one server");
+  }
+  if (options.max_message_bytes < 2 * kRequestOverhead) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_message_bytes ", options.max_message_bytes,
+                     " is below the minimum ", 2 * kRequestOverhead));
+  }
+  std::unique_ptr<ShardCaller> client(new ShardCaller(std::move(options)));
+  for (const ServerAddress& addr : client->options_.servers) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(
+        static_cast<int>(client->options_.max_message_bytes));
+    args.SetMaxSendMessageSize(
+        static_cast<int>(client->options_.max_message_bytes));
+    // A restarted shard is found again within a second.
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    auto channel = grpc::CreateCustomChannel(
+        addr.ToString(), MakeChannelCredentials(client->options_.security),
+        args);
+    client->stubs_.push_back(v1::ParameterServer::NewStub(channel));
+  }
+  if (client->options_.transport == Transport::kTcp) {
+    ShardCaller* c = client.get();
+    for (int shard = 0; shard < c->num_shards(); ++shard) {
+      c->data_.push_back(std::make_unique<DataChannel>(
+          [c, shard](absl::Time deadline) {
+            return c->DiscoverDataPlane(shard, deadline);
+          },
+          static_cast<uint64_t>(c->options_.max_message_bytes)));
+    }
+  }
+  return client;
+}
+
+absl::StatusOr<Transport> ParseTransport(absl::string_view text) {
+  if (text == "tcp") return Transport::kTcp;
+  if (text == "grpc") return Transport::kGrpc;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--transport=", text, " is not one of tcp, grpc"));
+}
+
+uint64_t ShardCaller::SecretFor(int shard, int rank) const {
+  if (rank < 0) return 0;
+  absl::MutexLock lock(&secrets_mu_);
+  auto it = secrets_.find({shard, rank});
+  return it == secrets_.end() ? 0 : it->second;
+}
+
+void ShardCaller::Stamp(int shard, v1::PullRequest* r) const {
+  r->set_secret(SecretFor(shard, r->rank()));
+}
+void ShardCaller::Stamp(int shard, v1::PushRequest* r) const {
+  r->set_secret(SecretFor(shard, r->rank()));
+}
+void ShardCaller::Stamp(int shard, v1::PushPullRequest* r) const {
+  Stamp(shard, r->mutable_push());
+}
+void ShardCaller::Stamp(int shard, v1::AssignRequest* r) const {
+  r->set_secret(SecretFor(shard, r->rank()));
+}
+void ShardCaller::Stamp(int shard, v1::DeclareModelRequest* r) const {
+  r->set_rank(rank_.load());
+  r->set_secret(SecretFor(shard, r->rank()));
+}
+void ShardCaller::Stamp(int shard, v1::RegisterRequest* r) const {
+  r->set_secret(SecretFor(shard, r->rank()));
+}
+void ShardCaller::Stamp(int shard, v1::HeartbeatRequest* r) const {
+  r->set_secret(SecretFor(shard, r->rank()));
+}
+
+std::unique_ptr<grpc::ClientContext> ShardCaller::NewContext(
+    absl::Time deadline) const {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(absl::ToChronoTime(deadline));
+  if (!options_.security.token.empty()) {
+    context->AddMetadata(kAuthorizationKey,
+                         BearerValue(options_.security.token));
+  }
+  return context;
+}
+
+absl::StatusOr<DataPlaneAddress> ShardCaller::DiscoverDataPlane(
+    int shard, absl::Time deadline) {
+  std::unique_ptr<grpc::ClientContext> context = NewContext(deadline);
+  v1::DataPlaneRequest request;
+  v1::DataPlaneResponse response;
+  absl::Notification done;
+  grpc::Status status;
+  stubs_[shard]->async()->DataPlane(context.get(), &request, &response,
+                                    [&](grpc::Status s) {
+                                      status = std::move(s);
+                                      done.Notify();
+                                    });
+  done.WaitForNotification();
+  RETURN_IF_ERROR(Annotate(FromGrpcStatus(status), "DataPlane"));
+  DataPlaneAddress address;
+  address.host = options_.servers[shard].host;
+  address.port = static_cast<int>(response.port());
+  address.token = response.token();
+  return address;
+}
+
+absl::StatusOr<v1::RegisterResponse> ShardCaller::Register(
+    int shard, const v1::RegisterRequest& req) {
+  ++registrations_started_;
+  absl::StatusOr<v1::RegisterResponse> response = CallOne<v1::RegisterResponse>(
+      shard, req, ASYNCPS_RPC(Register), "Register");
+  if (response.ok()) {
+    {
+      absl::MutexLock lock(&secrets_mu_);
+      secrets_[{shard, response->rank()}] = response->secret();
+    }
+    rank_ = response->rank();
+  }
+  ++registrations_ended_;
+  return response;
+}
+
+}  // namespace asyncps

@@ -1,0 +1,166 @@
+// The templates of client/shard_caller.h; include that header, not this.
+#ifndef ASYNCPS_CLIENT_SHARD_CALLER_INL_H_
+#define ASYNCPS_CLIENT_SHARD_CALLER_INL_H_
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace asyncps {
+
+template <typename Request, typename Response, typename Attempt>
+absl::Status ShardCaller::Retry(std::vector<Call<Request, Response>>* calls,
+                                Attempt attempt, const char* what,
+                                bool idempotent) {
+  std::vector<Call<Request, Response>*> pending;
+  for (auto& call : *calls) pending.push_back(&call);
+  Backoff backoff(options_.backoff_initial, options_.backoff_max,
+                  options_.retry_for, options_.clock);
+  while (true) {
+    const int64_t ended = registrations_ended_.load();
+    for (Call<Request, Response>* call : pending) {
+      Stamp(call->shard, &call->request);
+    }
+    const std::vector<absl::Status> results = attempt(pending);
+    // A refusal for want of a secret that has changed since (a shard
+    // restarted, the worker registered again) is retried with the new one,
+    // also when the new one is still on its way.
+    const bool newer_secret = registrations_started_.load() != ended;
+    std::vector<Call<Request, Response>*> retry;
+    std::string last_error;
+    for (size_t k = 0; k < pending.size(); ++k) {
+      const absl::Status& s = results[k];
+      if (s.ok()) continue;
+      const int shard = pending[k]->shard;
+      const std::string where =
+          absl::StrCat(what, " to shard ", shard, " at ",
+                       options_.servers[shard].ToString());
+      if (s.code() == absl::StatusCode::kUnavailable ||
+          (idempotent && s.code() == absl::StatusCode::kDeadlineExceeded) ||
+          (newer_secret && s.code() == absl::StatusCode::kPermissionDenied)) {
+        retry.push_back(pending[k]);
+        last_error = absl::StrCat(where, ": ", s.message());
+        continue;
+      }
+      return Annotate(s, where);
+    }
+    if (retry.empty()) return absl::OkStatus();
+    retries_ += static_cast<int64_t>(retry.size());
+    if (!backoff.Wait()) {
+      return absl::UnavailableError(absl::StrCat(
+          "giving up after ", absl::FormatDuration(options_.retry_for),
+          " of retries: ", last_error));
+    }
+    pending = std::move(retry);
+  }
+}
+
+template <typename Request, typename Response, typename Method>
+std::vector<absl::Status> ShardCaller::GrpcAttempt(
+    const std::vector<Call<Request, Response>*>& calls, Method method) {
+  std::vector<grpc::Status> results(calls.size());
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts(calls.size());
+  absl::BlockingCounter done(static_cast<int>(calls.size()));
+  for (size_t k = 0; k < calls.size(); ++k) {
+    Call<Request, Response>& call = *calls[k];
+    Stamp(call.shard, &call.request);
+    contexts[k] = NewContext(absl::Now() + options_.rpc_timeout);
+    method(stubs_[call.shard].get(), contexts[k].get(), &call.request,
+           &call.response, [&results, &done, k](grpc::Status s) {
+             results[k] = std::move(s);
+             done.DecrementCount();
+           });
+  }
+  done.Wait();
+  std::vector<absl::Status> out;
+  for (const grpc::Status& s : results) out.push_back(FromGrpcStatus(s));
+  return out;
+}
+
+template <typename Request, typename Response>
+std::vector<absl::Status> ShardCaller::TcpAttempt(
+    const std::vector<Call<Request, Response>*>& calls, FrameOp op) {
+  const absl::Time deadline = absl::Now() + options_.rpc_timeout;
+  std::vector<absl::Status> results(calls.size());
+  std::vector<std::unique_ptr<DataConnection>> connections(calls.size());
+  // Every request goes out before any answer is read, so the shards work
+  // at once. (No deadlock: a shard answers only after reading its whole
+  // request, and reading one answer never waits on another shard.)
+  for (size_t k = 0; k < calls.size(); ++k) {
+    Call<Request, Response>& call = *calls[k];
+    DataChannel& channel = *data_[call.shard];
+    auto c = channel.Take(deadline);
+    if (!c.ok()) {
+      results[k] = c.status();
+      continue;
+    }
+    sent_bytes_ += static_cast<int64_t>(call.request.ByteSizeLong());
+    results[k] = (*c)->Send(op, &call.request, options_.rpc_timeout, deadline);
+    if (results[k].ok()) {
+      connections[k] = *std::move(c);
+    } else {
+      channel.Reset();
+    }
+  }
+  for (size_t k = 0; k < calls.size(); ++k) {
+    if (connections[k] == nullptr) continue;
+    Call<Request, Response>& call = *calls[k];
+    results[k] = connections[k]->Receive(&call.response, deadline);
+    if (results[k].ok()) {
+      received_bytes_ += static_cast<int64_t>(call.response.ByteSizeLong());
+    }
+    const bool failed = results[k].code() == absl::StatusCode::kUnavailable;
+    data_[call.shard]->Give(std::move(connections[k]));
+    if (failed) data_[call.shard]->Reset();
+  }
+  return results;
+}
+
+template <typename Request, typename Response, typename Method>
+absl::Status ShardCaller::CallAll(std::vector<Call<Request, Response>>* calls,
+                                  Method method, const char* what,
+                                  bool idempotent) {
+  return Retry(
+      calls,
+      [this, &method](const std::vector<Call<Request, Response>*>& pending) {
+        return GrpcAttempt(pending, method);
+      },
+      what, idempotent);
+}
+
+template <typename Request, typename Response, typename Method>
+absl::Status ShardCaller::Exchange(std::vector<Call<Request, Response>>* calls,
+                                   FrameOp op, Method method, const char* what,
+                                   bool idempotent) {
+  if (options_.transport == Transport::kGrpc) {
+    RETURN_IF_ERROR(CallAll(calls, method, what, idempotent));
+    for (const auto& call : *calls) {
+      sent_bytes_ += static_cast<int64_t>(call.request.ByteSizeLong());
+      received_bytes_ += static_cast<int64_t>(call.response.ByteSizeLong());
+    }
+    return absl::OkStatus();
+  }
+  return Retry(
+      calls,
+      [this, op](const std::vector<Call<Request, Response>*>& pending) {
+        return TcpAttempt(pending, op);
+      },
+      what, idempotent);
+}
+
+template <typename Response, typename Request, typename Method>
+absl::StatusOr<Response> ShardCaller::CallOne(int shard, const Request& request,
+                                              Method method, const char* what,
+                                              bool idempotent) {
+  std::vector<Call<Request, Response>> calls(1);
+  calls[0].shard = shard;
+  calls[0].request = request;
+  absl::Status s = CallAll(&calls, method, what, idempotent);
+  if (!s.ok()) return s;
+  return std::move(calls[0].response);
+}
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_CLIENT_SHARD_CALLER_INL_H_

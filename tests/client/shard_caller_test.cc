@@ -1,0 +1,93 @@
+// ShardCaller against in-process shards: its options are checked, an
+// unreachable shard is retried until retry_for and then named, a rank's
+// registration secret is stamped on its calls (and a caller without it is
+// refused), and traffic is counted.
+#include "client/shard_caller.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/ps_client.h"
+#include "common/clock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/local_shards.h"
+
+namespace asyncps::testing {
+namespace {
+
+PsClientOptions Options(const std::vector<ServerAddress>& servers) {
+  PsClientOptions o;
+  o.servers = servers;
+  o.retry_for = absl::Seconds(5);
+  return o;
+}
+
+TEST(ShardCaller, RefusesBadOptions) {
+  auto none = ShardCaller::Create(PsClientOptions());
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
+  PsClientOptions tiny = Options({{"127.0.0.1", 1}});
+  tiny.max_message_bytes = kRequestOverhead;
+  auto small = ShardCaller::Create(tiny);
+  EXPECT_EQ(small.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(small.status().message().find("max_message_bytes"),
+            std::string::npos);
+}
+
+TEST(ShardCaller, GivesUpOnAnUnreachableShardAfterRetryForNamingIt) {
+  // Nothing listens on port 1; the manual clock makes the backoff instant.
+  ManualClock clock;
+  PsClientOptions o = Options({{"127.0.0.1", 1}});
+  o.retry_for = absl::Seconds(3);
+  o.clock = &clock;
+  auto caller = ShardCaller::Create(o);
+  ASSERT_TRUE(caller.ok()) << caller.status();
+  auto stats = (*caller)->CallOne<v1::StatsResponse>(
+      0, v1::StatsRequest(), ASYNCPS_RPC(Stats), "Stats");
+  EXPECT_EQ(stats.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(stats.status().message().find("Stats to shard 0 at 127.0.0.1:1"),
+            std::string::npos)
+      << stats.status();
+  EXPECT_NE(stats.status().message().find("giving up after 3s"),
+            std::string::npos)
+      << stats.status();
+  EXPECT_GT((*caller)->traffic().retries, 0);
+}
+
+TEST(ShardCaller, StampsTheRanksSecretAndOthersAreRefused) {
+  auto shards = StartLocalShards(2);
+  ASSERT_TRUE(shards.ok()) << shards.status();
+  auto worker = PsClient::Create(Options(shards->addresses));
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  EXPECT_EQ((*worker)->rank(), -1);
+  ASSERT_TRUE((*worker)->Join(0, 1).ok());
+  EXPECT_EQ((*worker)->rank(), 0);
+  // The declaration and pulls carry rank 0's secret, on each shard.
+  v1::ModelSpec spec;
+  spec.set_name("m");
+  spec.set_num_shards(2);
+  spec.set_slice_bytes(16);
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(0.1f);
+  v1::TensorSpec* t = spec.add_tensors();
+  t->set_name("w");
+  t->add_shape(8);
+  t->set_dtype(v1::DTYPE_F32);
+  t->mutable_init()->set_kind(v1::Initializer::ZEROS);
+  ASSERT_TRUE((*worker)->DeclareModel(spec).ok());
+  std::vector<std::vector<float>> w = {std::vector<float>(8)};
+  std::vector<SliceVersion> versions;
+  ASSERT_TRUE((*worker)->Pull({0}, &w, &versions, 0, 0).ok());
+  EXPECT_GT((*worker)->traffic().received_bytes, 0);
+
+  // Another client acting as rank 0 without having registered: refused,
+  // and not retried (it never registered, so no newer secret is coming).
+  auto intruder = PsClient::Create(Options(shards->addresses));
+  ASSERT_TRUE(intruder.ok());
+  ASSERT_TRUE((*intruder)->UseModel(spec).ok());
+  absl::Status refused = (*intruder)->Pull({0}, &w, &versions, 0, 0);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied) << refused;
+}
+
+}  // namespace
+}  // namespace asyncps::testing
