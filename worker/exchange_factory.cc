@@ -2,19 +2,18 @@
 
 #include <utility>
 
-#include "client/client_internal.h"
 #include "worker/allreduce_exchange.h"
 #include "worker/ps_exchange.h"
 
 namespace asyncps {
 
 std::unique_ptr<GradientExchange> MakeExchange(
-    const WorkerConfig& config, Client* client, int cuda_device,
+    const WorkerConfig& config, const WorkerClient& worker, int cuda_device,
     int64_t attempt, std::vector<std::vector<int>> layer_tensors,
     std::function<absl::StatusOr<std::pair<int64_t, int64_t>>()> rejoin) {
   if (config.ParsedMode() != Mode::kAllreduce) {
     return std::make_unique<PsExchange>(
-        client, std::move(layer_tensors), config.Exchange(),
+        worker.client.get(), std::move(layer_tensors), config.Exchange(),
         /*steps=*/config.ParsedMode() == Mode::kBsp);
   }
   AllreduceConfig ar;
@@ -27,7 +26,7 @@ std::unique_ptr<GradientExchange> MakeExchange(
   ar.cuda_device = cuda_device;
   ar.rejoin = std::move(rejoin);
   ar.collective = config.CollectiveKind(cuda_device);
-  return std::make_unique<AllreduceExchange>(ClientInternals::ps(*client), ar,
+  return std::make_unique<AllreduceExchange>(worker.ps, ar,
                                              std::move(layer_tensors));
 }
 

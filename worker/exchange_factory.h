@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "asyncps/client.h"
+#include "client/worker_client.h"
 #include "worker/exchange.h"
 #include "worker/worker_config.h"
 
@@ -19,10 +19,10 @@ namespace asyncps {
 // through the servers. `attempt` comes from the worker's membership, and
 // `rejoin` (allreduce: re-forming the ring after a peer died; see
 // AllreduceConfig) registers it again; `layer_tensors` come from the model.
-// `client` is borrowed and must outlive the exchange.
+// `worker` is borrowed and must outlive the exchange.
 // REQUIRES: config.Validate().ok().
 std::unique_ptr<GradientExchange> MakeExchange(
-    const WorkerConfig& config, Client* client, int cuda_device,
+    const WorkerConfig& config, const WorkerClient& worker, int cuda_device,
     int64_t attempt, std::vector<std::vector<int>> layer_tensors,
     std::function<absl::StatusOr<std::pair<int64_t, int64_t>>()> rejoin =
         nullptr);

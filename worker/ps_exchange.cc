@@ -16,22 +16,24 @@ PsExchange::PsExchange(Client* client,
       layer_tensors_(std::move(layer_tensors)),
       all_tensors_(AllTensors(layer_tensors_)),
       mode_(mode),
-      steps_(steps) {
-  for (const TensorSpec& t : client_->tensors()) {
-    tensor_names_.push_back(t.name);
-  }
-  for (const std::vector<int>& layer : layer_tensors_) {
-    layer_names_.push_back(Names(layer));
-  }
-  all_names_ = Names(all_tensors_);
-}
+      steps_(steps) {}
 
-std::vector<std::string> PsExchange::Names(
-    const std::vector<int>& tensors) const {
-  std::vector<std::string> names;
-  names.reserve(tensors.size());
-  for (int t : tensors) names.push_back(tensor_names_[t]);
-  return names;
+absl::Status PsExchange::ResolveTensors() {
+  std::vector<std::string> names;  // By tensor index.
+  for (const TensorSpec& t : client_->tensors()) names.push_back(t.name);
+  auto resolve = [&names, this](const std::vector<int>& tensors) {
+    std::vector<std::string> some;
+    some.reserve(tensors.size());
+    for (int t : tensors) some.push_back(names[t]);
+    return client_->Resolve(some);
+  };
+  layer_sets_.clear();
+  for (const std::vector<int>& layer : layer_tensors_) {
+    ASSIGN_OR_RETURN(TensorSet set, resolve(layer));
+    layer_sets_.push_back(std::move(set));
+  }
+  ASSIGN_OR_RETURN(all_set_, resolve(all_tensors_));
+  return absl::OkStatus();
 }
 
 std::vector<absl::Span<float>> PsExchange::Out(
@@ -73,13 +75,15 @@ absl::StatusOr<PsExchange::Mode> PsExchange::ParseMode(
 absl::Status PsExchange::Start(std::vector<std::vector<float>>* weights,
                                int64_t clock) {
   weights_ = weights;
+  // The model's names become handles once: no lookup per step.
+  RETURN_IF_ERROR(ResolveTensors());
   CallOptions pull;
   pull.step = clock;
   pull.into = &versions_;
   // No recovery here: this worker holds no weights from the servers yet,
   // and handing a shard that lost its model these (the initial ones)
   // would reset it (a chaos sweep did: accuracy 0.10).
-  RETURN_IF_ERROR(client_->Pull(all_names_, AllWeights(), pull));
+  RETURN_IF_ERROR(client_->Pull(all_set_, AllWeights(), pull));
   if (mode_ == Mode::kPrefetch) staged_ = *weights;  // Sized like them.
   return absl::OkStatus();
 }
@@ -110,19 +114,19 @@ absl::Status PsExchange::Recover(const absl::Status& failure) {
 }
 
 absl::Status PsExchange::PushTensors(
-    const std::vector<std::string>& names, const std::vector<int>& tensors,
+    const TensorSet& set, const std::vector<int>& tensors,
     const std::vector<std::vector<float>>& grads, int64_t clock, bool count) {
   PushStats r;
   CallOptions push;
   push.step = clock;
   push.from = &versions_;
   push.stats = &r;
-  RETURN_IF_ERROR(client_->Push(names, In(tensors, grads), push));
+  RETURN_IF_ERROR(client_->Push(set, In(tensors, grads), push));
   if (count) AddPushResult(r);
   return absl::OkStatus();
 }
 
-absl::Status PsExchange::PullLayer(const std::vector<std::string>& names,
+absl::Status PsExchange::PullLayer(const TensorSet& set,
                                    const std::vector<int>& tensors,
                                    const std::vector<std::vector<float>>& grads,
                                    int64_t clock) {
@@ -130,7 +134,7 @@ absl::Status PsExchange::PullLayer(const std::vector<std::string>& names,
   pull.step = clock;
   pull.into = &versions_;
   pull.after_push = true;
-  absl::Status s = client_->Pull(names, Out(tensors, weights_), pull);
+  absl::Status s = client_->Pull(set, Out(tensors, weights_), pull);
   // ABORTED: the shard restarted after our push may have reached it, or it
   // lacks our gradient for the step: push again (dropped where it had
   // come), then wait for the step as usual.
@@ -138,10 +142,10 @@ absl::Status PsExchange::PullLayer(const std::vector<std::string>& names,
        ++again) {
     LOG(WARNING) << "step " << clock << ": " << s.message()
                  << "; pushing the step's gradient again";
-    RETURN_IF_ERROR(PushTensors(names, tensors, grads, clock,
+    RETURN_IF_ERROR(PushTensors(set, tensors, grads, clock,
                                 /*count=*/false));
     pull.any_incarnation = true;
-    s = client_->Pull(names, Out(tensors, weights_), pull);
+    s = client_->Pull(set, Out(tensors, weights_), pull);
   }
   return s;
 }
@@ -152,12 +156,12 @@ void PsExchange::LayerReady(int layer,
   grads_ = &grads;  // Sent whole at FinishStep (or again, after a failure).
   if (mode_ != Mode::kLayered) return;
   const std::vector<int>* tensors = &layer_tensors_[layer];
-  const std::vector<std::string>* names = &layer_names_[layer];
-  queue_.Enqueue([this, names, tensors, &grads, clock] {
-    return PushTensors(*names, *tensors, grads, clock, /*count=*/true);
+  const TensorSet* set = &layer_sets_[layer];
+  queue_.Enqueue([this, set, tensors, &grads, clock] {
+    return PushTensors(*set, *tensors, grads, clock, /*count=*/true);
   });
-  queue_.Enqueue([this, names, tensors, &grads, clock] {
-    return PullLayer(*names, *tensors, grads, clock);
+  queue_.Enqueue([this, set, tensors, &grads, clock] {
+    return PullLayer(*set, *tensors, grads, clock);
   });
 }
 
@@ -207,8 +211,8 @@ absl::Status PsExchange::FinishLayered(int64_t clock, StepStats* stats) {
     // every worker's gradient has reached every slice: send all of it
     // again (a slice that has this worker's gradient drops the copy) and
     // wait for the step's weights as usual.
-    s = PushTensors(all_names_, all_tensors_, *grads_, clock, /*count=*/true);
-    if (s.ok()) s = PullLayer(all_names_, all_tensors_, *grads_, clock);
+    s = PushTensors(all_set_, all_tensors_, *grads_, clock, /*count=*/true);
+    if (s.ok()) s = PullLayer(all_set_, all_tensors_, *grads_, clock);
     if (s.code() != absl::StatusCode::kFailedPrecondition) break;
   }
   TakeStepStats(stats);
@@ -222,7 +226,7 @@ absl::Status PsExchange::FinishFused(int64_t clock, StepStats* stats) {
   call.from = &versions_;
   call.into = &versions_;
   call.stats = &r;
-  absl::Status s = client_->PushPull(all_names_, In(all_tensors_, *grads_),
+  absl::Status s = client_->PushPull(all_set_, In(all_tensors_, *grads_),
                                      AllWeights(), call);
   if (s.ok()) {
     AddPushResult(r);
@@ -250,7 +254,7 @@ absl::Status PsExchange::FinishPrefetched(int64_t clock, StepStats* stats) {
     call.from = &sent_versions_;
     call.into = &staged_versions_;
     call.stats = &r;
-    RETURN_IF_ERROR(client_->PushPull(all_names_, In(all_tensors_, sent_grads_),
+    RETURN_IF_ERROR(client_->PushPull(all_set_, In(all_tensors_, sent_grads_),
                                       Out(all_tensors_, &staged_), call));
     AddPushResult(r);
     return absl::OkStatus();

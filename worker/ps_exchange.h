@@ -69,26 +69,26 @@ class PsExchange final : public GradientExchange {
   // step's gradient is lost where it was not applied). Any other failure
   // is returned as it is.
   absl::Status Recover(const absl::Status& failure);
-  // Pushes `grads` of `tensors` (named `names`) for step `clock`, computed
+  // Pushes `grads` of `tensors` (resolved as `set`) for step `clock`, computed
   // from the weights held; what the servers did is added to the step's
   // stats when `count`.
-  absl::Status PushTensors(const std::vector<std::string>& names,
+  absl::Status PushTensors(const TensorSet& set,
                            const std::vector<int>& tensors,
                            const std::vector<std::vector<float>>& grads,
                            int64_t clock, bool count);
-  // Layered: pulls `tensors` (named `names`) after their push; a bsp shard
+  // Layered: pulls `tensors` (resolved as `set`) after their push; a bsp shard
   // that restarted since answers ABORTED, and then the push goes again
   // first.
-  absl::Status PullLayer(const std::vector<std::string>& names,
-                         const std::vector<int>& tensors,
+  absl::Status PullLayer(const TensorSet& set, const std::vector<int>& tensors,
                          const std::vector<std::vector<float>>& grads,
                          int64_t clock);
   absl::Status FinishLayered(int64_t clock, StepStats* stats);
   absl::Status FinishFused(int64_t clock, StepStats* stats);
   absl::Status FinishPrefetched(int64_t clock, StepStats* stats);
   void AddPushResult(const PushStats& r);
-  // The names of `tensors`, and views of their buffers in `w`.
-  std::vector<std::string> Names(const std::vector<int>& tensors) const;
+  // The model's tensors as handles, per layer and all of them (Start).
+  absl::Status ResolveTensors();
+  // Views of the buffers of `tensors` in `w`.
   static std::vector<absl::Span<float>> Out(const std::vector<int>& tensors,
                                             std::vector<std::vector<float>>* w);
   static std::vector<absl::Span<const float>> In(
@@ -108,9 +108,8 @@ class PsExchange final : public GradientExchange {
   Client* const client_;
   const std::vector<std::vector<int>> layer_tensors_;
   const std::vector<int> all_tensors_;
-  std::vector<std::string> tensor_names_;  // By tensor index.
-  std::vector<std::vector<std::string>> layer_names_;
-  std::vector<std::string> all_names_;
+  std::vector<TensorSet> layer_sets_;  // Per layer (Start).
+  TensorSet all_set_;                  // Every tensor, ascending.
   const Mode mode_;
   const bool steps_;
   // Touched by the queue's thread only while tasks are pending; the trainer

@@ -10,9 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "asyncps/client.h"
-#include "client/client_internal.h"
 #include "client/membership_client.h"
 #include "client/ps_client.h"
+#include "client/worker_client.h"
 #include "common/initializer.h"
 #include "common/metrics_endpoint.h"
 #include "common/partitioner.h"
@@ -174,10 +174,11 @@ std::function<void(const StepReport&)> HeartbeatProgress(
 // is set; prints the result line. `client` has joined the job.
 // `endpoint` and `timeline` may be null.
 absl::Status Train(const WorkerConfig& flags, const v1::ModelSpec& spec,
-                   Client* client, Backend* backend, const Dataset& data,
-                   std::atomic<bool>* stop, MetricsEndpoint* endpoint,
-                   Timeline* timeline) {
-  MembershipClient* membership = ClientInternals::membership(*client);
+                   const WorkerClient& worker, Backend* backend,
+                   const Dataset& data, std::atomic<bool>* stop,
+                   MetricsEndpoint* endpoint, Timeline* timeline) {
+  Client* const client = worker.client.get();
+  MembershipClient* const membership = worker.membership;
   RETURN_IF_ERROR(Declare(spec, client));
   // From here on the rank is known (assigned, with --rank=-1).
   WorkerConfig config = flags;
@@ -186,8 +187,7 @@ absl::Status Train(const WorkerConfig& flags, const v1::ModelSpec& spec,
   WorkerMetrics* metrics = nullptr;
   if (endpoint != nullptr) {
     owned_metrics = std::make_shared<WorkerMetrics>(config.rank);
-    owned_metrics->SetTraffic(
-        [ps = ClientInternals::ps(*client)] { return ps->traffic(); });
+    owned_metrics->SetTraffic([ps = worker.ps] { return ps->traffic(); });
     endpoint->Register(owned_metrics);
     metrics = owned_metrics.get();
   }
@@ -200,7 +200,7 @@ absl::Status Train(const WorkerConfig& flags, const v1::ModelSpec& spec,
   loader.Skip(membership->start_clock() * config.accumulate, config.batch_size);
   Mlp model(backend, config.Layers(), config.batch_size);
   std::unique_ptr<GradientExchange> exchange = MakeExchange(
-      config, client, backend->cuda_device(), membership->attempt(),
+      config, worker, backend->cuda_device(), membership->attempt(),
       model.LayerTensors(), [membership] { return membership->Rejoin(); });
   TrainerConfig tc = TrainerConfigFor(config, data, membership);
   tc.timeline = timeline;
@@ -306,12 +306,11 @@ absl::Status RunWorker(const WorkerConfig& config, std::atomic<bool>* stop,
   }
   // A worker joins the job here (its rank, heartbeats); the evaluator
   // connects as a reader.
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<Client> client,
-      ClientInternals::Connect(ClientOptionsFrom(config), timeline.get()));
+  ASSIGN_OR_RETURN(WorkerClient worker,
+                   ConnectWorker(ClientOptionsFrom(config), timeline.get()));
+  Client* const client = worker.client.get();
   if (eval_metrics != nullptr) {
-    eval_metrics->SetTraffic(
-        [ps = ClientInternals::ps(*client)] { return ps->traffic(); });
+    eval_metrics->SetTraffic([ps = worker.ps] { return ps->traffic(); });
   }
   // The scrapes stop before the client and metrics they read go.
   struct StopFirst {
@@ -319,13 +318,13 @@ absl::Status RunWorker(const WorkerConfig& config, std::atomic<bool>* stop,
     ~StopFirst() { endpoint->reset(); }
   } stop_first{&endpoint};
   if (config.evaluator()) {
-    return RunEvaluatorRole(config, client.get(), backend.get(), &data, stopped,
+    return RunEvaluatorRole(config, client, backend.get(), &data, stopped,
                             eval_metrics.get());
   }
   return Train(config,
                MlpSpec(layers, config.Optimizer(), config.seed,
                        config.slice_bytes, client->num_shards()),
-               client.get(), backend.get(), data, stop, endpoint.get(),
+               worker, backend.get(), data, stop, endpoint.get(),
                timeline.get());
 }
 

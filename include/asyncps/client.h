@@ -155,6 +155,23 @@ class Snapshot {
   std::unique_ptr<Rep> rep_;
 };
 
+// Tensors of the model resolved once (Client::Resolve), for calls on a hot
+// path: they take it instead of names and look nothing up. Copyable. It
+// belongs to the model it was resolved in: after another Declare or Attach
+// a call with it is FAILED_PRECONDITION.
+class TensorSet {
+ public:
+  TensorSet() = default;
+  const std::vector<std::string>& names() const { return names_; }
+  size_t size() const { return names_.size(); }
+
+ private:
+  friend class Client;
+  std::vector<std::string> names_;
+  std::vector<int> indices_;  // The model's tensor indices, in order.
+  int64_t model_ = -1;        // Which adoption of a model it is for.
+};
+
 // The explicit form of a call, for workers that pipeline or keep their own
 // step count (ps_worker does both). These calls never move clock().
 struct CallOptions {
@@ -274,6 +291,24 @@ class Client {
                         const std::vector<absl::Span<const float>>& grads,
                         const std::vector<absl::Span<float>>& out,
                         const CallOptions& options);
+
+  // `names` resolved once, for the calls below (NOT_FOUND for an unknown
+  // name, INVALID_ARGUMENT for one named twice, FAILED_PRECONDITION before
+  // Declare or Attach).
+  absl::StatusOr<TensorSet> Resolve(
+      const std::vector<std::string>& names) const;
+  // The explicit calls on a resolved set: one buffer per tensor of `set`,
+  // in its order.
+  absl::Status Pull(const TensorSet& set,
+                    const std::vector<absl::Span<float>>& out,
+                    const CallOptions& options);
+  absl::Status Push(const TensorSet& set,
+                    const std::vector<absl::Span<const float>>& grads,
+                    const CallOptions& options);
+  absl::Status PushPull(const TensorSet& set,
+                        const std::vector<absl::Span<const float>>& grads,
+                        const std::vector<absl::Span<float>>& out,
+                        const CallOptions& options);
   // Sets the steps completed (a bsp worker whose gradient came back late
   // goes on from the job's front: PushStats::front_step - 1).
   void SetClock(int64_t clock);
@@ -313,11 +348,13 @@ class Client {
   // it). Idempotent; the destructor calls it.
   void Leave();
 
+  // The implementation, defined inside the library (not part of the
+  // API): a Client is made by Connect, or by the library's own internal
+  // targets (ps_worker's, client/worker_client.h).
   class Impl;
+  explicit Client(std::unique_ptr<Impl> impl);
 
  private:
-  friend struct ClientInternals;  // client/client_internal.h (ps_worker).
-  explicit Client(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

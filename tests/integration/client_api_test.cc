@@ -130,6 +130,43 @@ TEST(ClientApi, EachTensorTravelsInItsOwnWireDtype) {
   EXPECT_EQ(master[0], std::vector<float>(3, odd - 0.25f));
 }
 
+TEST(ClientApi, ResolvedTensorSetsSkipTheNamesAndBelongToTheirModel) {
+  auto cluster = TestCluster::Start(2);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto client = Client::Connect(Options(**cluster, 0, 1));
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_EQ((*client)->Resolve({"layer.w"}).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // No model yet.
+  const std::vector<std::vector<float>> initial = {{1, 2, 3, 4, 5, 6},
+                                                   {0.5f, -0.5f, 0}};
+  ASSERT_TRUE((*client)->Declare(kModel, In(initial), Sgd(0.5f)).ok());
+  EXPECT_EQ((*client)->Resolve({"nope"}).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ((*client)->Resolve({"layer.b", "layer.b"}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto set = (*client)->Resolve({"layer.b", "layer.w"});
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->names(), (std::vector<std::string>{"layer.b", "layer.w"}));
+  std::vector<std::vector<float>> w = {std::vector<float>(3),
+                                       std::vector<float>(6)};
+  ASSERT_TRUE((*client)->Pull(*set, Out(&w), CallOptions()).ok());
+  EXPECT_EQ(w[0], initial[1]);
+  EXPECT_EQ(w[1], initial[0]);
+  const std::vector<std::vector<float>> g = {{2, 2, 2},
+                                             std::vector<float>(6, 0)};
+  ASSERT_TRUE((*client)->PushPull(*set, In(g), Out(&w), CallOptions()).ok());
+  EXPECT_EQ(w[0], (std::vector<float>{-0.5f, -1.5f, -1}));
+  // Wrong buffer counts, an empty set, and a set of an earlier adoption
+  // are refused.
+  EXPECT_EQ((*client)->Pull(*set, {}, CallOptions()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*client)->Pull(TensorSet(), {}, CallOptions()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE((*client)->Attach().ok());
+  EXPECT_EQ((*client)->Pull(*set, Out(&w), CallOptions()).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(ClientApi, WrongInputIsRefusedAndChangesNoWeight) {
   auto cluster = TestCluster::Start(1);
   ASSERT_TRUE(cluster.ok()) << cluster.status();

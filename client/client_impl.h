@@ -1,0 +1,201 @@
+// Client::Impl, the asyncps::Client (include/asyncps/client.h) over
+// PsClient and MembershipClient: names to tensor indices, the worker's
+// clock and the versions of what it last pulled. Internal to //client:
+// client_impl.cc holds its calls, client_recovery.cc its recovery of a
+// shard that lost the model, asyncps_client.cc the public class, and
+// worker_client.h what ps_worker builds on it.
+#ifndef ASYNCPS_CLIENT_CLIENT_IMPL_H_
+#define ASYNCPS_CLIENT_CLIENT_IMPL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "asyncps/client.h"
+#include "client/membership_client.h"
+#include "client/ps_client.h"
+#include "common/mode.h"
+#include "common/timeline.h"
+#include "proto/asyncps.pb.h"
+
+namespace asyncps {
+
+struct Snapshot::Rep {
+  std::vector<SliceVersion> versions;  // Indexed like the partition's slices.
+};
+
+// The public optimizer options as the proto; INVALID_ARGUMENT naming a
+// bad kind or value.
+absl::StatusOr<v1::OptimizerSpec> ToSpec(const OptimizerOptions& o);
+// INVALID_ARGUMENT naming the tensor and element of the first NaN or
+// infinity in `grads` (one per name).
+absl::Status CheckFinite(const std::vector<std::string>& names,
+                         const std::vector<absl::Span<const float>>& grads);
+PushStats ToStats(const PushResult& r);
+
+class Client::Impl {
+ public:
+  Impl(std::unique_ptr<PsClient> ps, Mode mode, int num_workers,
+       int64_t slice_bytes)
+      : ps_(std::move(ps)),
+        mode_(mode),
+        num_workers_(num_workers),
+        slice_bytes_(slice_bytes) {}
+
+  absl::Status Join(int rank, absl::Duration heartbeat) {
+    ASSIGN_OR_RETURN(membership_,
+                     MembershipClient::Join(ps_->caller(), rank, num_workers_,
+                                            mode_, heartbeat));
+    return absl::OkStatus();
+  }
+
+  absl::Status Declare(const std::vector<TensorSpec>& tensors,
+                       const std::vector<absl::Span<const float>>& initial,
+                       const OptimizerOptions& optimizer,
+                       const std::string& model_name);
+
+  absl::Status Attach() {
+    RETURN_IF_ERROR(ps_->FetchModel());
+    return Adopt();
+  }
+
+  // `names` resolved (see Client::Resolve).
+  absl::StatusOr<TensorSet> Resolve(
+      const std::vector<std::string>& names) const;
+  // FAILED_PRECONDITION unless `set` was resolved for the model held now;
+  // INVALID_ARGUMENT unless `buffers` is its size.
+  absl::Status CheckSet(const TensorSet& set, size_t buffers) const;
+
+  absl::Status Pull(const TensorSet& set,
+                    const std::vector<absl::Span<float>>& out,
+                    const CallOptions& options);
+
+  absl::Status Push(const TensorSet& set,
+                    const std::vector<absl::Span<const float>>& grads,
+                    const CallOptions& options);
+
+  // options.optimizers as specs (`*specs` owns them) and per tensor
+  // index; `*per_tensor` stays empty without them. INVALID_ARGUMENT naming
+  // the tensor for a bad one or another kind than the declared one.
+  absl::Status Optimizers(const std::vector<std::string>& names,
+                          const std::vector<int>& indices,
+                          const CallOptions& options,
+                          std::vector<v1::OptimizerSpec>* specs,
+                          TensorOptimizers* per_tensor) const;
+
+  absl::Status PushPull(const TensorSet& set,
+                        const std::vector<absl::Span<const float>>& grads,
+                        const std::vector<absl::Span<float>>& out,
+                        const CallOptions& options);
+
+  absl::Status Recover(const absl::Status& failure,
+                       const std::vector<absl::Span<float>>& weights,
+                       Snapshot* snapshot);
+
+  absl::Status Recover(const absl::Status& failure,
+                       const std::vector<absl::Span<float>>& weights);
+
+  void SetClock(int64_t clock) {
+    if (membership_ != nullptr) membership_->clock()->store(clock);
+  }
+
+  void EndStep() {
+    if (membership_ != nullptr) membership_->clock()->fetch_add(1);
+  }
+
+  int rank() const { return membership_ != nullptr ? membership_->rank() : -1; }
+  int num_workers() const { return num_workers_; }
+  int64_t clock() const {
+    return membership_ != nullptr ? membership_->clock()->load() : 0;
+  }
+
+  Mode mode() const { return mode_; }
+
+  absl::Status PullOptimizerState(const std::vector<std::string>& names,
+                                  std::vector<OptimizerState>* state);
+
+  absl::Status LoadOptimizerState(const std::vector<std::string>& names,
+                                  const std::vector<OptimizerState>& state);
+  std::string model_name() const {
+    absl::MutexLock lock(&mu_);
+    return model_.name();
+  }
+  int num_shards() const { return ps_->num_shards(); }
+  Snapshot latest() const;
+  TrafficStats traffic() const {
+    const Traffic t = ps_->traffic();
+    return {t.sent_bytes, t.received_bytes, t.retries};
+  }
+  PsClient* ps() const { return ps_.get(); }
+  MembershipClient* membership() const { return membership_.get(); }
+
+  std::vector<TensorSpec> tensors() const;
+
+  void Leave() {
+    if (membership_ != nullptr) membership_->Leave();
+  }
+
+ private:
+  absl::Status MustBeWorker(const char* what) const;
+
+  // INVALID_ARGUMENT unless `weights` holds every tensor at its size.
+  absl::Status CheckWholeModel(
+      const std::vector<absl::Span<float>>& weights) const;
+
+  // Takes the model PsClient adopted: names, and versions all unknown.
+  absl::Status Adopt();
+
+  // The indices of `names`, which `buffers` buffers go with.
+  absl::StatusOr<std::vector<int>> Indices(
+      const std::vector<std::string>& names, size_t buffers) const;
+
+  int NumTensors() const {
+    absl::MutexLock lock(&mu_);
+    return num_tensors_;
+  }
+
+  // The versions a push names: `options.from`'s, or a copy of the latest
+  // pull's in `own`.
+  const std::vector<SliceVersion>& From(const CallOptions& options,
+                                        std::vector<SliceVersion>* own) const;
+
+  std::vector<SliceVersion> Versions() const {
+    absl::MutexLock lock(&mu_);
+    return versions_;
+  }
+
+  // Keeps what a pull of `indices` brought.
+  void KeepVersions(const std::vector<int>& indices,
+                    const std::vector<SliceVersion>& versions);
+
+  const std::unique_ptr<PsClient> ps_;
+  const Mode mode_;
+  const int num_workers_;
+  const int64_t slice_bytes_;
+  std::unique_ptr<MembershipClient> membership_;
+
+  mutable absl::Mutex mu_;
+  v1::ModelSpec model_ ABSL_GUARDED_BY(mu_);
+  int num_tensors_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<std::string, int> index_ ABSL_GUARDED_BY(mu_);
+  // Which adoption of a model this is (TensorSet::model_ names one).
+  int64_t model_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  // Per slice, the version last pulled (what a push was computed from).
+  std::vector<SliceVersion> versions_ ABSL_GUARDED_BY(mu_);
+};
+
+// A Client as `options` say, with pulls and pushes drawn on `timeline`
+// (borrowed; may be null), also in mode "allreduce" (where the servers only
+// hold rank 0's copy: ps_worker's own mode, which Client::Connect refuses).
+absl::StatusOr<std::unique_ptr<Client::Impl>> ConnectImpl(
+    const ClientOptions& options, Timeline* timeline);
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_CLIENT_CLIENT_IMPL_H_
