@@ -9,9 +9,8 @@
 #include "glog/logging.h"
 
 namespace asyncps {
-namespace {
 
-absl::Status PushAgain(int shard, int rank, int64_t clock) {
+absl::Status Consistency::PushAgain(int shard, int rank, int64_t clock) {
   LOG(WARNING) << "shard " << shard << ": rank " << rank << " waits for step "
                << clock << " without its gradient here: asked to push again";
   return absl::AbortedError(absl::StrCat(
@@ -19,8 +18,6 @@ absl::Status PushAgain(int shard, int rank, int64_t clock) {
       " without this worker's gradient for it (lost on the way): push it "
       "again, then pull"));
 }
-
-}  // namespace
 
 absl::Status ConsistencyConfig::Validate() const {
   if (staleness < 0) {
@@ -322,153 +319,6 @@ void Consistency::PushPull(const v1::PushPullRequest& request,
     finish(std::move(s));
   };
   Pull(*pull, response->mutable_pull(), std::move(call));
-}
-
-Consistency::Oldest Consistency::Recheck(absl::flat_hash_set<int>* stuck) {
-  std::vector<HeldCalls<Wait>::Held> ready, expired;
-  Oldest oldest;
-  const absl::Time now = clock_->Now();
-  waiters_.Sweep(
-      now,
-      [this, &oldest, stuck](const Wait& w) {
-        if (Ready(w) || MustPushAgain(w)) return true;
-        if (w.since < oldest.since) {
-          oldest = {w.request->rank(), w.request->clock(), w.since};
-        }
-        if (stuck != nullptr) stuck->insert(w.request->rank());
-        return false;
-      },
-      &ready, &expired);
-  for (auto& h : ready) {
-    if (!Ready(h.what)) {  // MustPushAgain.
-      h.call.done(PushAgain(store_->shard(), h.what.request->rank(),
-                            h.what.request->clock()));
-      continue;
-    }
-    store_->FinishPull(*h.what.request, h.what.slices, h.what.response);
-    if (config_.observer != nullptr) {
-      config_.observer->HeldPullAnswered(h.what.request->rank(),
-                                         now - h.what.since);
-    }
-    h.call.done(absl::OkStatus());
-  }
-  for (auto& h : expired) {
-    h.call.done(absl::DeadlineExceededError(
-        config_.mode == Mode::kSsp
-            ? "pull held past its deadline: the slowest live worker is too "
-              "far behind"
-            : "pull held past its deadline: the step was not applied"));
-  }
-  return oldest;
-}
-
-void Consistency::Tick() {
-  for (const auto& change : membership_->LivenessChanges()) {
-    const int rank = change.rank;
-    if (change.live) {
-      LOG(INFO) << "rank " << rank << " is live";
-    } else if (change.left) {
-      LOG(INFO) << "rank " << rank << " is done and left";
-    } else {
-      LOG(WARNING) << "rank " << rank << " silent for longer than "
-                   << "--worker_timeout: dropped from "
-                   << ModeName(config_.mode) << " waits";
-    }
-  }
-  if (config_.mode == Mode::kBsp) AdvanceSteps();
-  DiagnoseStall(Recheck());
-}
-
-void Consistency::AdvanceSteps() {
-  // The highest clock a worker reported (a step it pushes or pulls, or the
-  // steps it completed) says the job completed the step before it on every
-  // slice. A shard restored from an older checkpoint is behind that, and
-  // its slices would hold pulls of those steps for gradients nobody sends
-  // again (each worker has the step's weights already).
-  const int64_t done = membership_->MaxClock() - 1;
-  if (const int moved = store_->FastForwardTo(done); moved > 0) {
-    LOG(WARNING) << "shard " << store_->shard() << ": " << moved
-                 << " slice(s) behind step " << done
-                 << ", which the job has completed (restored from an older "
-                    "checkpoint), caught up to it";
-  }
-  const int live = membership_->LiveCount();
-  const absl::Time now = clock_->Now();
-  store_->CompletePendingSteps(Quorum(live), live, config_.step_deadline, now);
-  if (config_.heal_after <= absl::ZeroDuration()) return;
-  absl::flat_hash_set<int> stuck;
-  Recheck(&stuck);
-  std::vector<int> live_ranks;
-  for (const v1::WorkerInfo& w : membership_->Workers()) {
-    if (w.live()) live_ranks.push_back(w.rank());
-  }
-  std::vector<std::string> healed;
-  store_->HealPendingSteps(live_ranks, stuck, config_.heal_after, now, &healed);
-  for (const std::string& h : healed) {
-    LOG(WARNING) << "shard " << store_->shard() << ": applied " << h
-                 << ": its gradient had not come after "
-                 << absl::FormatDuration(config_.heal_after)
-                 << " and every rank missing from it is waiting for the step";
-  }
-}
-
-void Consistency::DiagnoseStall(const Oldest& oldest) {
-  const absl::Time now = clock_->Now();
-  {
-    absl::MutexLock lock(&stall_mu_);
-    oldest_held_ = oldest.since == absl::InfiniteFuture() ? absl::ZeroDuration()
-                                                          : now - oldest.since;
-  }
-  if (config_.stall_warn <= absl::ZeroDuration() ||
-      oldest.since == absl::InfiniteFuture() ||
-      now - oldest.since < config_.stall_warn) {
-    absl::MutexLock lock(&stall_mu_);
-    stall_.clear();
-    return;
-  }
-  // ssp waits for workers more than `staleness` clocks behind the puller;
-  // bsp for those that have not completed the puller's step before it.
-  const int64_t needed = config_.mode == Mode::kSsp
-                             ? oldest.clock - config_.staleness
-                             : oldest.clock;
-  std::string whom;
-  for (const v1::WorkerInfo& w : membership_->Workers()) {
-    if (w.rank() == oldest.rank || w.clock() >= needed) continue;
-    absl::StrAppend(&whom, whom.empty() ? "" : ", ", "rank ", w.rank(),
-                    " (clock ", w.clock(), ", last seen ",
-                    absl::FormatDuration(absl::Seconds(
-                        static_cast<int64_t>(w.seconds_since_heard()))),
-                    " ago", w.live() ? "" : ", not live", ")");
-  }
-  const int expected = membership_->Expected();
-  const int registered = membership_->Registered();
-  if (Joining()) {
-    absl::StrAppend(&whom, whom.empty() ? "" : ", ", expected - registered,
-                    " worker(s) not yet registered");
-  }
-  if (whom.empty()) whom = "no rank behind it (a step short of gradients)";
-  const std::string stall = absl::StrCat(
-      ModeName(config_.mode), " pull of rank ", oldest.rank, " at clock ",
-      oldest.clock, " held for ",
-      absl::FormatDuration(absl::Seconds(
-          static_cast<int64_t>(absl::ToDoubleSeconds(now - oldest.since)))),
-      ", waiting for ", whom);
-  absl::MutexLock lock(&stall_mu_);
-  stall_ = stall;
-  if (warned_ != std::make_pair(oldest.rank, oldest.clock)) {
-    warned_ = {oldest.rank, oldest.clock};
-    LOG(WARNING) << "stalled: " << stall;
-  }
-}
-
-std::string Consistency::Stall() {
-  absl::MutexLock lock(&stall_mu_);
-  return stall_;
-}
-
-absl::Duration Consistency::OldestHeld() {
-  absl::MutexLock lock(&stall_mu_);
-  return oldest_held_;
 }
 
 }  // namespace asyncps

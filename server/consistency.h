@@ -141,6 +141,9 @@ class Consistency {
   // waits for (logged once per waiting pull).
   void DiagnoseStall(const Oldest& oldest);
   bool Ready(const Wait& w) const;
+  // The ABORTED answer to a pull whose step waits for the caller's own
+  // gradient, which never came (see MustPushAgain).
+  static absl::Status PushAgain(int shard, int rank, int64_t clock);
   // bsp: `w` follows its rank's push of its step, and a slice it waits on
   // lacks that gradient: the rank is asked to push it again (ABORTED).
   bool MustPushAgain(const Wait& w) const;

@@ -89,56 +89,6 @@ absl::StatusOr<v1::DeclareModelResponse> ShardStore::Declare(
   return response;
 }
 
-absl::StatusOr<v1::ShardCheckpoint> ShardStore::Snapshot() const {
-  std::shared_ptr<const Model> m = model();
-  if (m == nullptr) {
-    return absl::FailedPreconditionError("no model to checkpoint");
-  }
-  v1::ShardCheckpoint c;
-  *c.mutable_spec() = m->model->spec();
-  c.set_shard(shard_);
-  for (int i : m->model->local_slices()) {
-    v1::SliceCheckpoint* out = c.add_slices();
-    out->set_slice(static_cast<uint32_t>(i));
-    m->slices[i]->Save(out);
-  }
-  return c;
-}
-
-absl::Status ShardStore::Restore(const v1::ShardCheckpoint& checkpoint) {
-  if (static_cast<int>(checkpoint.shard()) != shard_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("checkpoint is of shard ", checkpoint.shard(),
-                     ", this is shard ", shard_));
-  }
-  auto built = BuildModel(checkpoint.spec());
-  if (!built.ok()) return Annotate(built.status(), "checkpoint");
-  std::shared_ptr<Model> m = *std::move(built);
-  if (static_cast<uint32_t>(checkpoint.slices_size()) !=
-      m->model->num_slices()) {
-    return absl::DataLossError(absl::StrCat(
-        "checkpoint has ", checkpoint.slices_size(), " slices; the model puts ",
-        m->model->num_slices(), " here"));
-  }
-  for (const v1::SliceCheckpoint& sc : checkpoint.slices()) {
-    if (sc.slice() >= m->slices.size() || m->slices[sc.slice()] == nullptr) {
-      return absl::DataLossError(absl::StrCat(
-          "checkpoint has slice ", sc.slice(), " which is not on this shard"));
-    }
-    if (!m->slices[sc.slice()]->Load(sc)) {
-      return absl::DataLossError(absl::StrCat("checkpoint slice ", sc.slice(),
-                                              " does not fit the model"));
-    }
-  }
-  absl::MutexLock lock(&mu_);
-  if (model_ != nullptr) {
-    return absl::FailedPreconditionError(
-        "a model is already declared; restore before serving");
-  }
-  model_ = std::move(m);
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::vector<int>> ShardStore::ResolvePull(
     const v1::PullRequest& request) {
   std::shared_ptr<const Model> m = model();
@@ -197,6 +147,41 @@ absl::Status ShardStore::Pull(const v1::PullRequest& request,
   return absl::OkStatus();
 }
 
+bool ShardStore::Restarted(const v1::SliceData& g) const {
+  return g.incarnation() != 0 && g.incarnation() != incarnation_;
+}
+
+absl::Status ShardStore::CheckPush(const Model& m,
+                                   const v1::PushRequest& request,
+                                   const std::vector<int>& indices, bool bsp) {
+  const v1::OptimizerSpec& optimizer = m.model->spec().optimizer();
+  for (int k = 0; k < request.gradients_size(); ++k) {
+    const v1::SliceData& g = request.gradients(k);
+    if (!g.has_optimizer()) continue;
+    if (g.optimizer().kind() != optimizer.kind()) {
+      return Reject(absl::InvalidArgumentError(
+          absl::StrCat("gradient for slice ", SliceName(g.key()),
+                       " asks for optimizer kind ",
+                       v1::OptimizerSpec::Kind_Name(g.optimizer().kind()),
+                       "; the model was declared with ",
+                       v1::OptimizerSpec::Kind_Name(optimizer.kind()))));
+    }
+    absl::Status valid = ValidateOptimizer(g.optimizer());
+    if (!valid.ok()) {
+      return Reject(Annotate(
+          valid, absl::StrCat("gradient for slice ", SliceName(g.key()))));
+    }
+  }
+  for (int k = 0; k < request.gradients_size(); ++k) {
+    const v1::SliceData& g = request.gradients(k);
+    if (Restarted(g)) continue;
+    absl::Status ok = m.slices[indices[k]]->CheckPush(
+        g.version(), bsp, request.clock(), SliceName(g.key()));
+    if (!ok.ok()) return Reject(ok);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ShardStore::Push(const v1::PushRequest& request,
                               const PushPolicy& policy,
                               v1::PushResponse* response) {
@@ -221,35 +206,8 @@ absl::Status ShardStore::Push(const v1::PushRequest& request,
     return Reject(absl::InvalidArgumentError(absl::StrCat(
         "bsp push with clock ", request.clock(), "; steps count from 1")));
   }
-  // Stamped with another incarnation: computed before this shard restarted.
-  auto restarted = [this](const v1::SliceData& g) {
-    return g.incarnation() != 0 && g.incarnation() != incarnation_;
-  };
+  RETURN_IF_ERROR(CheckPush(*m, request, indices, bsp));
   const v1::OptimizerSpec& optimizer = m->model->spec().optimizer();
-  for (int k = 0; k < request.gradients_size(); ++k) {
-    const v1::SliceData& g = request.gradients(k);
-    if (!g.has_optimizer()) continue;
-    if (g.optimizer().kind() != optimizer.kind()) {
-      return Reject(absl::InvalidArgumentError(
-          absl::StrCat("gradient for slice ", SliceName(g.key()),
-                       " asks for optimizer kind ",
-                       v1::OptimizerSpec::Kind_Name(g.optimizer().kind()),
-                       "; the model was declared with ",
-                       v1::OptimizerSpec::Kind_Name(optimizer.kind()))));
-    }
-    absl::Status valid = ValidateOptimizer(g.optimizer());
-    if (!valid.ok()) {
-      return Reject(Annotate(
-          valid, absl::StrCat("gradient for slice ", SliceName(g.key()))));
-    }
-  }
-  for (int k = 0; k < request.gradients_size(); ++k) {
-    const v1::SliceData& g = request.gradients(k);
-    if (restarted(g)) continue;
-    absl::Status ok = m->slices[indices[k]]->CheckPush(
-        g.version(), bsp, request.clock(), SliceName(g.key()));
-    if (!ok.ok()) return Reject(ok);
-  }
   response->clear_versions();
   response->clear_staleness();
   response->clear_dropped();
@@ -258,7 +216,7 @@ absl::Status ShardStore::Push(const v1::PushRequest& request,
   bool caught_up = false;
   for (int k = 0; k < request.gradients_size(); ++k) {
     SliceState& state = *m->slices[indices[k]];
-    const bool lost = restarted(request.gradients(k));
+    const bool lost = Restarted(request.gradients(k));
     if (lost && !bsp) {
       counters_.CountDroppedRestarted();
       response->add_versions(state.version());
@@ -394,91 +352,6 @@ bool ShardStore::StepApplied(const std::vector<int>& slices,
     if (!m->slices[i]->StepApplied(clock)) return false;
   }
   return true;
-}
-
-absl::Status ShardStore::Assign(const v1::AssignRequest& request,
-                                bool steps_unknown) {
-  std::shared_ptr<const Model> m = model();
-  if (m == nullptr) {
-    return Reject(absl::FailedPreconditionError(
-        "assign before any model was declared on this shard"));
-  }
-  DecodedPayloads decoded;
-  absl::Status valid = m->model->Decode(request.weights(), "weights", &decoded);
-  if (!valid.ok()) return Reject(valid);
-  for (int k = 0; k < request.weights_size(); ++k) {
-    const absl::Span<const float> v = decoded.values[k];
-    m->slices[decoded.indices[k]]->Assign(
-        std::vector<float>(v.begin(), v.end()), request.weights(k).version(),
-        steps_unknown);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ShardStore::LoadState(const v1::AssignRequest& request) {
-  std::shared_ptr<const Model> m = model();
-  if (m == nullptr) {
-    return Reject(absl::FailedPreconditionError(
-        "optimizer state before any model was declared on this shard"));
-  }
-  v1::PullRequest keys;
-  for (const v1::SliceData& d : request.weights()) {
-    *keys.add_slices() = d.key();
-  }
-  ASSIGN_OR_RETURN(const std::vector<int> slices, ResolvePull(keys));
-  // Decoded and checked whole before any slice changes.
-  struct Loaded {
-    std::vector<float> slot1, slot2;
-  };
-  std::vector<Loaded> loaded(slices.size());
-  for (size_t k = 0; k < slices.size(); ++k) {
-    const v1::SliceData& d = request.weights(static_cast<int>(k));
-    const SliceInfo& info = m->model->partition().slices()[slices[k]];
-    auto decode = [&](const std::string& bytes, const char* which,
-                      std::vector<float>* out) -> absl::Status {
-      if (!DecodeF32Vector(bytes, out)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(which, " of slice ", SliceName(d.key()), " has ",
-                         bytes.size(), " bytes, not whole f32s"));
-      }
-      for (float x : *out) {
-        if (!std::isfinite(x)) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              which, " of slice ", SliceName(d.key()), " is not finite"));
-        }
-      }
-      if (!out->empty() && out->size() != info.count) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(which, " of slice ", SliceName(d.key()), " has ",
-                         out->size(), " values for ", info.count, " weights"));
-      }
-      return absl::OkStatus();
-    };
-    absl::Status s = decode(d.slot1(), "slot1", &loaded[k].slot1);
-    if (s.ok()) s = decode(d.slot2(), "slot2", &loaded[k].slot2);
-    if (s.ok() && d.optimizer_steps() < 0) {
-      s = absl::InvalidArgumentError(absl::StrCat(
-          "optimizer_steps of slice ", SliceName(d.key()), " is negative"));
-    }
-    if (!s.ok()) return Reject(s);
-  }
-  // The sizes the declared optimizer keeps, for every slice first.
-  for (size_t k = 0; k < slices.size(); ++k) {
-    const auto [keeps1, keeps2] = m->slices[slices[k]]->StateSizes();
-    if (keeps1 != loaded[k].slot1.size() || keeps2 != loaded[k].slot2.size()) {
-      return Reject(absl::InvalidArgumentError(absl::StrCat(
-          "optimizer state of slice ",
-          SliceName(request.weights(static_cast<int>(k)).key()), " has ",
-          loaded[k].slot1.size(), " + ", loaded[k].slot2.size(),
-          " values; the declared optimizer keeps ", keeps1, " + ", keeps2)));
-    }
-  }
-  for (size_t k = 0; k < slices.size(); ++k) {
-    m->slices[slices[k]]->LoadState(
-        std::move(loaded[k].slot1), std::move(loaded[k].slot2),
-        request.weights(static_cast<int>(k)).optimizer_steps());
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::ModelSpec> ShardStore::Spec() const {

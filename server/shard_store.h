@@ -163,6 +163,14 @@ class ShardStore {
       const v1::ModelSpec& spec) const;
   std::shared_ptr<const Model> model() const;
   absl::Status Reject(absl::Status status);
+  // Whether `g` was computed against another incarnation of this shard
+  // (before it restarted).
+  bool Restarted(const v1::SliceData& g) const;
+  // A push's checks before any weight moves: each gradient's optimizer is
+  // the declared kind and valid, and each slice takes it (SliceState::
+  // CheckPush). The error, counted as a rejection, names the slice.
+  absl::Status CheckPush(const Model& m, const v1::PushRequest& request,
+                         const std::vector<int>& indices, bool bsp);
 
   // Constant after construction.
   const int shard_;
