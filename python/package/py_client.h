@@ -1,0 +1,145 @@
+// PyClient: asyncps::Client as the Python module's Client class
+// (python/package/core.cc binds it), and the conversions between numpy
+// arrays, Python objects and the client's types. Arrays cross without a
+// copy: a pull decodes straight into numpy memory and a push encodes
+// straight from it, so arrays must be float32 and C-contiguous
+// (ValueError otherwise, naming the tensor). The GIL is released while a
+// call waits on the network. A failed call raises the exception its status
+// maps to, with the server's message.
+#ifndef ASYNCPS_PYTHON_PACKAGE_PY_CLIENT_H_
+#define ASYNCPS_PYTHON_PACKAGE_PY_CLIENT_H_
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "asyncps/client.h"
+
+namespace asyncps {
+
+namespace py = pybind11;
+
+// Raises the Python exception for `s` (nothing if OK): ValueError for bad
+// input, KeyError for an unknown name, ConnectionError for a server gone,
+// PermissionError for a refused identity, RuntimeError otherwise.
+void Raise(const absl::Status& s);
+// `a` as the float32 C-contiguous array tensor `name` needs (writable if
+// `write`), or ValueError naming the tensor.
+py::array Checked(const std::string& name, py::handle a, bool write);
+// The array's elements (REQUIRES: Checked).
+absl::Span<const float> ConstView(const py::array& a);
+absl::Span<float> View(py::array& a);
+
+class PyClient {
+ public:
+  PyClient(py::object servers, int rank, int num_workers,
+           const std::string& mode, const std::string& wire_dtype,
+           const std::string& transport, double rpc_timeout, double retry_for,
+           double heartbeat, int64_t slice_bytes, const std::string& tls_cert,
+           const std::string& tls_key, const std::string& tls_ca,
+           const std::string& auth_token_file, bool reader);
+
+  void Declare(py::dict arrays, const std::string& optimizer, float lr,
+               float momentum, bool nesterov, float beta1, float beta2,
+               float eps, float weight_decay, float dampening, float lr_decay,
+               float initial_accumulator_value, py::object buffers,
+               py::object wire_dtypes);
+
+  void Attach();
+
+  // Fresh arrays, shaped as declared, with the weights of `names` (all
+  // tensors if None).
+  py::dict Pull(py::object names);
+
+  // Pulls into the given arrays (float32, C-contiguous, writable).
+  void PullIntoArrays(py::dict arrays);
+
+  // What the servers did, summed over the slices the push reached.
+  py::dict Push(py::dict grads, py::object hyper);
+
+  py::dict PushPull(py::dict grads);
+
+  // Pushes `grads` and pulls the same tensors' new weights into `out`
+  // (arrays by the same names, written in place), in one round trip per
+  // shard. `hyper`, if given, maps every name to the hyper-parameters its
+  // gradient is applied with (keys as declare's: lr, momentum, dampening,
+  // nesterov, beta1, beta2, eps, weight_decay, lr_decay,
+  // initial_accumulator_value; missing ones take declare's defaults).
+  void PushPullInto(py::dict grads, py::dict out, py::object hyper);
+
+  void EndStep() { client_->EndStep(); }
+
+  // {name: {"slot1": array or None, "slot2": ..., "steps": int}}.
+  py::dict PullState(py::object names);
+
+  void LoadState(py::dict state);
+
+  void Report(int64_t samples, double samples_per_second, double loss,
+              double data_seconds, double compute_seconds,
+              double exchange_seconds);
+  std::string mode() const { return client_->mode(); }
+  int rank() const { return client_->rank(); }
+  int num_workers() const { return client_->num_workers(); }
+  int64_t clock() const { return client_->clock(); }
+
+  py::dict Tensors() const;
+
+  py::dict WireDtypes() const;
+
+  py::dict Traffic() const;
+
+  void Leave() {
+    py::gil_scoped_release release;
+    client_->Leave();
+  }
+
+  // After a call raised because a shard restarted without a checkpoint
+  // and lost the model: declares it there again, hands it `arrays` (every
+  // tensor, this worker's copy) and pulls every tensor afresh into them.
+  // False if no shard had lost it (the error was something else).
+  bool Recover(py::dict arrays);
+
+ private:
+  // `hyper` ({name: {...}}) for each of `names`, or ValueError.
+  std::vector<OptimizerOptions> HyperFor(const std::vector<std::string>& names,
+                                         py::object hyper) const;
+
+  // One tensor's hyper-parameters from a dict (unknown keys are refused).
+  OptimizerOptions Hyper(const std::string& name, py::handle value) const;
+
+  std::vector<std::string> Names(py::object names) const;
+
+  using ShapeMap = absl::flat_hash_map<std::string, std::vector<py::ssize_t>>;
+  // The declared shapes by name, read once per call.
+  ShapeMap Shapes() const;
+
+  // An unknown name gets an empty array, and the call then raises the
+  // client's KeyError (which names the model's tensors).
+  static std::vector<py::ssize_t> Shape(const ShapeMap& shapes,
+                                        const std::string& name) {
+    auto it = shapes.find(name);
+    return it != shapes.end() ? it->second : std::vector<py::ssize_t>{0};
+  }
+
+  void PullInto(const std::vector<std::string>& names,
+                std::vector<py::array>* arrays);
+
+  static void Gradients(py::dict grads, std::vector<std::string>* names,
+                        std::vector<py::array>* keep,
+                        std::vector<absl::Span<const float>>* views);
+
+  std::unique_ptr<Client> client_;
+  std::string kind_;  // The optimizer this client declared ("" if attached).
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_PYTHON_PACKAGE_PY_CLIENT_H_
