@@ -133,4 +133,16 @@ FileSystem* FileSystem::Default() {
   return fs;
 }
 
+absl::Status WriteFileAtomically(FileSystem* fs, const std::string& path,
+                                 absl::string_view contents) {
+  const std::string tmp = path + ".tmp";
+  absl::StatusOr<std::unique_ptr<WritableFile>> file = fs->NewWritableFile(tmp);
+  if (!file.ok()) return file.status();
+  absl::Status s = (*file)->Append(contents);
+  if (s.ok()) s = (*file)->Close();
+  if (s.ok()) s = fs->Rename(tmp, path);
+  if (!s.ok()) fs->Delete(tmp).IgnoreError();
+  return s;
+}
+
 }  // namespace asyncps

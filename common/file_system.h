@@ -50,6 +50,12 @@ class FileSystem {
   static FileSystem* Default();
 };
 
+// Writes `contents` to `path` whole or not at all: into `path`.tmp, then
+// renamed over `path` (a reader never sees a partial file). The error names
+// the path.
+absl::Status WriteFileAtomically(FileSystem* fs, const std::string& path,
+                                 absl::string_view contents);
+
 }  // namespace asyncps
 
 #endif  // ASYNCPS_COMMON_FILE_SYSTEM_H_

@@ -4,16 +4,21 @@
 //
 // Serves the ParameterServer gRPC service (proto/asyncps.proto) until SIGTERM
 // or SIGINT, then drains in-flight calls and exits 0. Once listening it
-// prints one line to stdout, "ps_server shard I/N listening on HOST:PORT",
-// which scripts and tests wait for (with --port=0 the port is the one the
-// kernel chose).
+// writes --ready_file (JSON, if given: launchers wait for it), then prints
+// one line to stdout, "ps_server shard I/N listening on HOST:PORT" (with
+// --port=0 the port is the one the kernel chose).
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "common/file_system.h"
 #include "common/large_buffers.h"
 #include "common/mode.h"
 #include "common/security_flags.h"
@@ -110,6 +115,10 @@ ABSL_FLAG(absl::Duration, restore_wait, absl::Seconds(10),
           "A shard restarted without a checkpoint gets the model declared "
           "again by the workers; it waits this long for a worker's copy of "
           "the weights before serving the initial ones.");
+ABSL_FLAG(std::string, ready_file, "",
+          "Once serving, write this JSON file (atomically): shard, "
+          "num_shards, host, port, data_port, pid. Launchers wait for it "
+          "instead of reading the log; empty: none.");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
           "On SIGTERM, how long in-flight calls may take to finish.");
 
@@ -180,6 +189,22 @@ int Run() {
   }
   std::printf("ps_server shard %d/%d data plane on port %d\n", config->shard,
               config->num_shards, (*server)->data_port());
+  if (const std::string ready = absl::GetFlag(FLAGS_ready_file);
+      !ready.empty()) {
+    const absl::Status s = WriteFileAtomically(
+        FileSystem::Default(), ready,
+        absl::StrFormat("{\"shard\": %d, \"num_shards\": %d, \"host\": "
+                        "\"%s\", \"port\": %d, \"data_port\": %d, "
+                        "\"pid\": %d}\n",
+                        config->shard, config->num_shards,
+                        absl::CEscape(config->host), (*server)->port(),
+                        (*server)->data_port(), static_cast<int>(getpid())));
+    if (!s.ok()) {
+      LOG(ERROR) << "--ready_file: " << s;
+      (*server)->Shutdown();
+      return 1;
+    }
+  }
   std::printf("ps_server shard %d/%d listening on %s:%d\n", config->shard,
               config->num_shards, config->host.c_str(), (*server)->port());
   std::fflush(stdout);

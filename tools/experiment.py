@@ -35,6 +35,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SYNC_MODES = ("bsp", "allreduce")
 
 
+def _load_cluster():
+    """asyncps.cluster, the shards' launcher the package and its tests use,
+    by path (it needs only the standard library, not the compiled module)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "asyncps_cluster", os.path.join(ROOT, "python", "package", "cluster.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+asyncps_cluster = _load_cluster()
+
+
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -96,6 +110,7 @@ class Cluster:
     def __init__(self, log):
         self.procs = []
         self.log = log
+        self.shards = None  # asyncps_cluster.Shards, stopped last.
 
     def start(self, argv, stdout=subprocess.PIPE):
         p = subprocess.Popen(argv, stdout=stdout, stderr=self.log, text=True,
@@ -113,21 +128,8 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-
-
-def wait_for_line(proc, needle, timeout):
-    deadline = time.time() + timeout
-    for line in proc.stdout:
-        if needle in line:
-            return line.strip()
-        if time.time() > deadline:
-            break
-    raise RuntimeError("process %d never printed %r" % (proc.pid, needle))
-
-
-def field(line, key):
-    m = re.search(r"\b%s[ =](\S+)" % re.escape(key), line)
-    return m.group(1) if m else None
+        if self.shards is not None:
+            self.shards.stop()
 
 
 def variant_flags(label):
@@ -167,16 +169,14 @@ def run_one(args, bindir, label, workers, profile, seed, rundir):
             os.makedirs(ckpt_dir, exist_ok=True)
             ckpt_flags = ["--checkpoint_dir=" + ckpt_dir,
                           "--checkpoint_every=" + args.checkpoint_every]
-        addrs = []
-        for s in range(args.shards):
-            p = cluster.start([os.path.join(bindir, "ps_server"), "--host=127.0.0.1",
-                               "--port=0", "--shard=%d" % s,
-                               "--num_shards=%d" % args.shards, "--mode=" + mode,
-                               "--staleness=%d" % args.staleness,
-                               "--worker_timeout=30s"] + variant_server_flags +
-                              ckpt_flags)
-            addrs.append(wait_for_line(p, "listening on", 30).split()[-1])
-        servers = ",".join(addrs)
+        shards = asyncps_cluster.Shards(os.path.join(bindir, "ps_server"),
+                                        mode=mode, log=log,
+                                        ready_dir=os.path.join(rundir, name + ".ready"))
+        os.makedirs(shards.ready_dir, exist_ok=True)
+        cluster.shards = shards
+        shards.start(args.shards, "--staleness=%d" % args.staleness,
+                     "--worker_timeout=30s", *variant_server_flags, *ckpt_flags)
+        servers = shards.servers
         evaluator = cluster.start(
             [os.path.join(bindir, "ps_worker"), "--role=evaluator",
              "--servers=" + servers, "--eval_every=" + args.eval_every,
@@ -196,6 +196,7 @@ def run_one(args, bindir, label, workers, profile, seed, rundir):
         for r in range(workers):
             argv = [os.path.join(bindir, "ps_worker"), "--servers=" + servers,
                     "--rank=%d" % r, "--num_workers=%d" % workers,
+                    "--result_json=" + os.path.join(rundir, "%s.rank%d.json" % (name, r)),
                     "--mode=" + mode, "--seed=%d" % seed,
                     "--batch_size=%d" % args.batch_size,
                     "--epochs=1000000", "--log_every=1h"] + budget
@@ -204,12 +205,13 @@ def run_one(args, bindir, label, workers, profile, seed, rundir):
             procs.append(cluster.start(argv + variant_worker_flags +
                                        args.worker_flags.split()))
         done = []
-        for p in procs:
+        for r, p in enumerate(procs):
             out, _ = p.communicate(timeout=args.run_timeout)
-            lines = [l for l in out.splitlines() if " done:" in l]
-            if p.returncode != 0 or not lines:
+            result = asyncps_cluster.read_result(
+                os.path.join(rundir, "%s.rank%d.json" % (name, r)))
+            if p.returncode != 0 or result is None:
                 raise RuntimeError("a worker of %s failed: %s" % (name, out[-500:]))
-            done.append(lines[-1])
+            done.append(result)
         wall = time.time() - start
         hist = subprocess.run([os.path.join(bindir, "psctl"), "--servers=" + servers,
                                "histogram"], capture_output=True, text=True,
@@ -220,11 +222,10 @@ def run_one(args, bindir, label, workers, profile, seed, rundir):
         cluster.stop()
         log.close()
 
-    samples = sum(int(field(l, "samples")) for l in done)
+    samples = sum(d["samples"] for d in done)
     throughput = samples / wall
-    slices = [float(field(l, "staleness")) for l in done]
-    staleness = sum(slices) / len(slices)
-    dropped = sum(int(field(l, "dropped")) for l in done)
+    staleness = sum(d["staleness"] for d in done) / len(done)
+    dropped = sum(d["dropped"] for d in done)
     per_update = args.batch_size * (workers if mode in SYNC_MODES else 1)
 
     rows = []

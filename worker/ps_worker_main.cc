@@ -98,6 +98,11 @@ ABSL_FLAG(std::string, wire_dtype, "f32",
 ABSL_FLAG(int, metrics_port, 0,
           "TCP port of Prometheus' /metrics (samples/s, loss, step phases, "
           "traffic; the evaluator's accuracy); 0: none.");
+ABSL_FLAG(std::string, result_json, "",
+          "At the end, write the result as JSON to this file (atomically): "
+          "rank, steps, samples, first_loss, last_loss, seconds, "
+          "samples_per_second, staleness, dropped, clock, weights. Empty: "
+          "none (the \"rank R done:\" line says the same).");
 ABSL_FLAG(std::string, timeline, "",
           "Write a Chrome trace-event timeline of each step (data, compute "
           "per layer, pull/push, waits) to this file; merge a run's files "
@@ -163,6 +168,7 @@ WorkerConfig ConfigFromFlags() {
   c.transport = absl::GetFlag(FLAGS_transport);
   c.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   c.timeline = absl::GetFlag(FLAGS_timeline);
+  c.result_json = absl::GetFlag(FLAGS_result_json);
   c.security = SecurityFlagsFromCommandLine();
   return c;
 }

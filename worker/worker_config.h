@@ -63,6 +63,9 @@ struct WorkerConfig {
   std::string transport = "tcp";
   int metrics_port = 0;    // Prometheus' /metrics; 0: none.
   std::string timeline;    // Chrome trace-event file; empty: none.
+  // The result (as the "rank R done:" line says it) as JSON, written
+  // atomically at the end; empty: none.
+  std::string result_json;
   SecurityFlags security;  // TLS and token files (common/security.h).
 
   // OK, or INVALID_ARGUMENT / FAILED_PRECONDITION whose message names the

@@ -8,11 +8,13 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "asyncps/client.h"
 #include "client/membership_client.h"
 #include "client/ps_client.h"
 #include "client/worker_client.h"
+#include "common/file_system.h"
 #include "common/initializer.h"
 #include "common/metrics_endpoint.h"
 #include "common/partitioner.h"
@@ -169,6 +171,36 @@ std::function<void(const StepReport&)> HeartbeatProgress(
   };
 }
 
+// The run's result: the "rank R done:" line scripts read, and with
+// --result_json the same as JSON.
+absl::Status ReportResult(const WorkerConfig& config, const TrainerResult& r,
+                          int64_t clock) {
+  const double rate = r.seconds > 0 ? r.samples / r.seconds : 0.0;
+  std::printf(
+      "rank %d done: steps %lld samples %lld first_loss %.4f last_loss %.4f "
+      "seconds %.1f samples/s %.0f staleness %.2f dropped %lld clock %lld "
+      "weights %016llx\n",
+      config.rank, static_cast<long long>(r.steps),
+      static_cast<long long>(r.samples), r.first_loss, r.last_loss, r.seconds,
+      rate, r.mean_staleness, static_cast<long long>(r.dropped),
+      static_cast<long long>(clock),
+      static_cast<unsigned long long>(r.weights_checksum));
+  std::fflush(stdout);
+  if (config.result_json.empty()) return absl::OkStatus();
+  return Annotate(
+      WriteFileAtomically(
+          FileSystem::Default(), config.result_json,
+          absl::StrFormat(
+              "{\"rank\": %d, \"steps\": %d, \"samples\": %d, "
+              "\"first_loss\": %.6g, \"last_loss\": %.6g, \"seconds\": "
+              "%.3f, \"samples_per_second\": %.1f, \"staleness\": %.4f, "
+              "\"dropped\": %d, \"clock\": %d, \"weights\": \"%016x\"}\n",
+              config.rank, r.steps, r.samples, r.first_loss, r.last_loss,
+              r.seconds, rate, r.mean_staleness, r.dropped, clock,
+              r.weights_checksum)),
+      "--result_json");
+}
+
 // Declares `spec` (the first worker to do so creates it), and trains
 // until the data, --steps or the shared update budget run out, or `stop`
 // is set; prints the result line. `client` has joined the job.
@@ -217,18 +249,7 @@ absl::Status Train(const WorkerConfig& flags, const v1::ModelSpec& spec,
   exchange.reset();
   client->Leave();
   RETURN_IF_ERROR(s);
-  std::printf(
-      "rank %d done: steps %lld samples %lld first_loss %.4f last_loss %.4f "
-      "seconds %.1f samples/s %.0f staleness %.2f dropped %lld clock %lld "
-      "weights %016llx\n",
-      config.rank, static_cast<long long>(r.steps),
-      static_cast<long long>(r.samples), r.first_loss, r.last_loss, r.seconds,
-      r.seconds > 0 ? r.samples / r.seconds : 0.0, r.mean_staleness,
-      static_cast<long long>(r.dropped),
-      static_cast<long long>(membership->clock()->load()),
-      static_cast<unsigned long long>(r.weights_checksum));
-  std::fflush(stdout);
-  return absl::OkStatus();
+  return ReportResult(config, r, membership->clock()->load());
 }
 
 }  // namespace

@@ -17,15 +17,12 @@ the launcher exits with that worker's status. Nothing is left running.
 
 import argparse
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
-import threading
 
-SERVING = re.compile(r"serving asyncps\.v1\.ParameterServer on [^ ]*:(\d+)")
-
+from asyncps.cluster import Shard, ShardFailed
 
 def find_server(given):
     """ps_server: --ps_server, $ASYNCPS_PS_SERVER, next to this package
@@ -38,54 +35,6 @@ def find_server(given):
             return candidate
     raise SystemExit("asyncps.run: no ps_server (pass --ps_server PATH or "
                      "set ASYNCPS_PS_SERVER)")
-
-
-class Shard:
-    def __init__(self, binary, index, count, mode, flags, log_dir):
-        self.binary, self.index, self.count = binary, index, count
-        self.mode, self.flags, self.log_dir = mode, flags, log_dir
-        self.port = 0
-        self.proc = None
-        self.start()
-
-    def start(self):
-        log = None
-        if self.log_dir:
-            log = open(os.path.join(self.log_dir, f"shard{self.index}.log"),
-                       "a")
-        self.proc = subprocess.Popen(
-            [self.binary, "--host=127.0.0.1", f"--port={self.port}",
-             f"--shard={self.index}", f"--num_shards={self.count}",
-             f"--mode={self.mode}", *self.flags],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        # Its log says where it serves: the line is the signal.
-        for line in self.proc.stderr:
-            if log:
-                log.write(line)
-            match = SERVING.search(line)
-            if match:
-                self.port = int(match.group(1))
-                break
-        else:
-            raise SystemExit(f"asyncps.run: shard {self.index} exited with "
-                             f"status {self.proc.wait()} before serving")
-
-        def drain(proc=self.proc, out=log):  # Never block on a full pipe.
-            for line in proc.stderr:
-                if out:
-                    out.write(line)
-            if out:
-                out.close()
-        threading.Thread(target=drain, daemon=True).start()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 def parse(argv):
@@ -147,9 +96,16 @@ def main(argv=None):
             if args.log_dir:
                 os.makedirs(args.log_dir, exist_ok=True)
             for i in range(args.shards):
-                shards.append(Shard(binary, i, args.shards, args.mode,
-                                    args.server_flag, args.log_dir))
-            servers = ",".join(f"127.0.0.1:{s.port}" for s in shards)
+                log = (open(os.path.join(args.log_dir, f"shard{i}.log"), "a")
+                       if args.log_dir else None)
+                shards.append(Shard(binary, i, args.shards,
+                                    [f"--mode={args.mode}", *args.server_flag],
+                                    log))
+                try:
+                    shards[-1].start()
+                except ShardFailed as e:
+                    raise SystemExit(f"asyncps.run: {e}")
+            servers = ",".join(s.address for s in shards)
 
         def launch(rank):
             env = dict(os.environ,
@@ -175,7 +131,10 @@ def main(argv=None):
                     shard.proc.returncode = code
                     print(f"asyncps.run: shard {shard.index} exited "
                           f"({code}); starting it again", file=sys.stderr)
-                    shard.start()
+                    try:
+                        shard.start()
+                    except ShardFailed as e:
+                        raise SystemExit(f"asyncps.run: {e}")
                 continue
             workers[rank].returncode = code
             if code == 0:

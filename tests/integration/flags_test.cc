@@ -2,8 +2,11 @@
 // refuses them at start, with a message naming the flag, before touching the
 // network. Every bad value is tested in-process (shard_server_test,
 // worker_config_test); these are the few that show the wiring.
+#include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,6 +49,33 @@ TEST(Flags, ServerRefusesAnUnusableCheckpointDirectory) {
     ASSERT_TRUE(p.ok());
     EXPECT_EQ(ExitCode(**p, absl::Seconds(30)), 2) << flags.back();
   }
+}
+
+TEST(Flags, ServerWritesItsReadyFileOrStops) {
+  const std::string ready = TempPath("ready.json");
+  std::filesystem::remove(ready);
+  auto p = Subprocess::Start({RunfilePath("server/ps_server"),
+                              "--host=127.0.0.1", "--port=0", "--shard=1",
+                              "--num_shards=2", "--ready_file=" + ready});
+  ASSERT_TRUE(p.ok());
+  auto line = (*p)->WaitForLine("listening on", absl::Seconds(30));
+  ASSERT_TRUE(line.ok()) << line.status();
+  // The file is in place (renamed whole) before the line is printed.
+  std::ifstream in(ready);
+  const std::string json(std::istreambuf_iterator<char>(in), {});
+  EXPECT_NE(json.find("\"shard\": 1, \"num_shards\": 2"), std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"port\": " + line->substr(line->rfind(':') + 1)),
+            std::string::npos)
+      << json << " / " << *line;
+  (*p)->Signal(SIGKILL);
+  (*p)->Wait(absl::Seconds(30));
+  // A ready file it cannot write: it stops, status 1, naming the flag.
+  auto bad = Subprocess::Start({RunfilePath("server/ps_server"),
+                                "--host=127.0.0.1", "--port=0",
+                                "--ready_file=/nonexistent/dir/ready.json"});
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(ExitCode(**bad, absl::Seconds(30)), 1);
 }
 
 TEST(Flags, WorkerRefusesAnEmptyTrainingSet) {

@@ -330,7 +330,7 @@ def test_overlap_matches_the_default_and_refuses_changed_gradients():
     """overlap=True (pushes during backward) gives the default's weights
     when nothing touches the gradients after backward, and refuses, naming
     the parameter, a gradient clipped or accumulated after it left."""
-    from conftest import Shards
+    from conftest import SERVER, Shards
 
     def run(overlap, shards):
         model = state_model()
@@ -342,7 +342,7 @@ def test_overlap_matches_the_default_and_refuses_changed_gradients():
         steps(model, opt, batches(5, 4))
         return model, opt
 
-    plain, overlapped = Shards(), Shards()
+    plain, overlapped = Shards(SERVER), Shards(SERVER)
     try:
         model, opt = run(False, plain)
         opt.close()

@@ -1,0 +1,139 @@
+"""Shards for a job on this machine: the one launcher of ps_server
+processes that asyncps.run, the Python tests and tools/experiment.py share.
+
+    shards = Shards(binary, mode="async")
+    servers = shards.start(2, "--checkpoint_dir=/tmp/ckpt")  # ["h:p", ...]
+    shards.restart(1)       # SIGKILL and start again on the same port
+    shards.stop()           # SIGTERM (drained), SIGKILL after a grace
+
+Each shard runs on 127.0.0.1 with a port the kernel picks and says when it
+serves by writing its --ready_file (JSON: shard, port, data_port, pid);
+nothing reads its log to find that out. Needs only the standard library
+(tools import this file by path, without the compiled module).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+
+
+class ShardFailed(RuntimeError):
+    """A shard exited before it served."""
+
+
+def read_result(path):
+    """The JSON a ps_worker --result_json (or ps_server --ready_file)
+    wrote, or None if there is none."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
+class Shard:
+    """One ps_server process; `start` returns once it serves."""
+
+    def __init__(self, binary, index, count, flags=(), log=None,
+                 ready_dir=None, timeout=30.0):
+        self.binary, self.index, self.count = binary, index, count
+        self.flags, self.log, self.timeout = list(flags), log, timeout
+        self.ready_dir = ready_dir or tempfile.mkdtemp(prefix="asyncps-")
+        self.port = 0
+        self.ready = None  # What its ready file said.
+        self.proc = None
+
+    @property
+    def address(self):
+        return f"127.0.0.1:{self.port}"
+
+    def start(self):
+        ready = os.path.join(self.ready_dir, f"shard{self.index}.json")
+        if os.path.exists(ready):
+            os.remove(ready)
+        self.proc = subprocess.Popen(
+            [self.binary, "--host=127.0.0.1", f"--port={self.port}",
+             f"--shard={self.index}", f"--num_shards={self.count}",
+             f"--ready_file={ready}", *self.flags],
+            stdout=subprocess.DEVNULL, stderr=self.log or subprocess.DEVNULL)
+        # The file appears (renamed into place, whole) once it serves; the
+        # process exiting first is a failure, not a wait.
+        deadline = time.monotonic() + self.timeout
+        while True:
+            self.ready = read_result(ready)
+            if self.ready is not None:
+                break
+            if self.proc.poll() is not None:
+                raise ShardFailed(f"shard {self.index} exited with status "
+                                  f"{self.proc.returncode} before serving")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise ShardFailed(f"shard {self.index} did not serve within "
+                                  f"{self.timeout:.0f} s")
+            time.sleep(0.02)
+        self.port = int(self.ready["port"])
+        return self
+
+    def stop(self, grace=10.0):
+        """SIGTERM (the shard drains and writes its last checkpoint), then
+        SIGKILL after `grace` seconds."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.proc.wait()
+
+    def kill(self):
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+
+
+class Shards:
+    """The shards of one job."""
+
+    def __init__(self, binary, mode=None, log=None, ready_dir=None):
+        self.binary, self.mode, self.log = binary, mode, log
+        self.ready_dir = ready_dir or tempfile.mkdtemp(prefix="asyncps-")
+        self.shards = []
+
+    @property
+    def servers(self):
+        return ",".join(s.address for s in self.shards)
+
+    def start(self, n, *flags):
+        """Starts `n` shards with `flags` (and --mode, if given); returns
+        their addresses, ["host:port", ...] (`servers` joins them)."""
+        mode = [f"--mode={self.mode}"] if self.mode else []
+        for i in range(n):
+            shard = Shard(self.binary, i, n, [*mode, *flags], self.log,
+                          self.ready_dir)
+            self.shards.append(shard)
+            shard.start()
+        return [s.address for s in self.shards]
+
+    def restart(self, index, *flags):
+        """SIGKILLs shard `index` and starts it again on its port (with
+        other `flags`, if given)."""
+        shard = self.shards[index]
+        shard.kill()
+        if flags:
+            mode = [f"--mode={self.mode}"] if self.mode else []
+            shard.flags = [*mode, *flags]
+        shard.start()
+
+    def stop(self):
+        for s in self.shards:
+            s.stop()
+
+    def kill(self):
+        for s in self.shards:
+            s.kill()
