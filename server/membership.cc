@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/random_id.h"
+#include "common/status_macros.h"
 
 namespace asyncps {
 
@@ -22,8 +23,28 @@ bool Membership::Live(const Worker& w, absl::Time now) const {
   return !w.left && now - w.last_heard <= worker_timeout_;
 }
 
-absl::StatusOr<v1::RegisterResponse> Membership::Register(
-    const v1::RegisterRequest& request) {
+absl::StatusOr<int> Membership::RankFor(const v1::RegisterRequest& request,
+                                        absl::Time now) const {
+  int rank = request.rank();
+  if (rank == -1) {
+    rank = 0;
+    for (auto it = workers_.find(rank);
+         it != workers_.end() && Live(it->second, now);
+         it = workers_.find(rank)) {
+      ++rank;
+    }
+    if (rank >= request.num_workers()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "every rank of the job's ", request.num_workers(),
+          " is live; a worker asking for one (rank -1) gets the first that "
+          "is not (after --worker_timeout without heartbeats)"));
+    }
+  }
+  return rank;
+}
+
+absl::Status Membership::CheckRegister(
+    const v1::RegisterRequest& request) const {
   if (request.num_workers() < 1 || request.num_workers() > kMaxRank) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_workers ", request.num_workers(), " is outside [1, ",
@@ -43,6 +64,12 @@ absl::StatusOr<v1::RegisterResponse> Membership::Register(
         "this worker says the job has num_workers ", request.num_workers(),
         " but the server was started with --num_workers=", job_workers_));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::RegisterResponse> Membership::Register(
+    const v1::RegisterRequest& request) {
+  RETURN_IF_ERROR(CheckRegister(request));
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
   if (request.rank() >= 0) {
@@ -69,21 +96,7 @@ absl::StatusOr<v1::RegisterResponse> Membership::Register(
     expected_ = request.num_workers();
     expected_from_rank_ = request.rank();
   }
-  int rank = request.rank();
-  if (rank == -1) {
-    rank = 0;
-    for (auto it = workers_.find(rank);
-         it != workers_.end() && Live(it->second, now);
-         it = workers_.find(rank)) {
-      ++rank;
-    }
-    if (rank >= request.num_workers()) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "every rank of the job's ", request.num_workers(),
-          " is live; a worker asking for one (rank -1) gets the first that "
-          "is not (after --worker_timeout without heartbeats)"));
-    }
-  }
+  ASSIGN_OR_RETURN(const int rank, RankFor(request, now));
   Worker& w = workers_[rank];
   const bool known = w.incarnation != 0;
   w.incarnation = next_incarnation_++;

@@ -115,6 +115,14 @@ class Membership {
   bool Live(const Worker& w, absl::Time now) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void TouchLocked(Worker* w, int64_t clock) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Register's checks of the request alone: INVALID_ARGUMENT for a bad
+  // num_workers, rank or clock, FAILED_PRECONDITION against --num_workers.
+  absl::Status CheckRegister(const v1::RegisterRequest& request) const;
+  // The rank a registration gets: its own, or for -1 the lowest not live
+  // (RESOURCE_EXHAUSTED if every one is).
+  absl::StatusOr<int> RankFor(const v1::RegisterRequest& request,
+                              absl::Time now) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   Clock* const clock_;
   const absl::Duration worker_timeout_;

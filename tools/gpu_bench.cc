@@ -76,6 +76,68 @@ double TimeGemm(Backend* b, const GemmShape& s, int reps) {
   return absl::ToDoubleSeconds(absl::Now() - t0) / reps;
 }
 
+// The same model's steps through the servers (--servers), as ps_worker
+// trains through the public client library; prints the share of the step
+// spent waiting on them. 0, or the exit status of a failure.
+int ThroughServers(const std::vector<int>& layers, int batch, int steps,
+                   Mlp* model, std::vector<std::vector<float>>* weights,
+                   const std::vector<float>& x, const std::vector<int>& y) {
+  std::vector<std::vector<float>>& w = *weights;
+  auto servers = ParseServerList(absl::GetFlag(FLAGS_servers));
+  if (!servers.ok()) {
+    std::fprintf(stderr, "%s\n", servers.status().ToString().c_str());
+    return 2;
+  }
+  // Through the public client library, as ps_worker trains.
+  ClientOptions options;
+  options.servers =
+      absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipEmpty());
+  options.rank = 0;
+  options.slice_bytes = 4 << 20;
+  auto client = Client::Connect(options);
+  absl::Status s = client.status();
+  if (s.ok()) {
+    std::vector<TensorSpec> tensors;
+    for (size_t l = 0; l + 1 < layers.size(); ++l) {
+      tensors.push_back(
+          {absl::StrCat("layer", l, "/w"), {(layers)[l], (layers)[l + 1]}});
+      tensors.push_back({absl::StrCat("layer", l, "/b"), {(layers)[l + 1]}});
+    }
+    OptimizerOptions sgd;
+    sgd.kind = "sgd";
+    sgd.learning_rate = 1e-4f;
+    s = (*client)->Declare(tensors, {w.begin(), w.end()}, sgd);
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    return 1;
+  }
+  PsExchange exchange(client->get(), model->LayerTensors());
+  s = exchange.Start(&w, 0);
+  double wait_s = 0;
+  const absl::Time t1 = absl::Now();
+  for (int i = 0; i < steps && s.ok(); ++i) {
+    model->SetWeights(w);
+    model->TrainStep(x.data(), y.data(), batch, 1.0f, false, [&](int l) {
+      exchange.LayerReady(l, model->grads(), i + 1);
+    });
+    const absl::Time w0 = absl::Now();
+    s = exchange.FinishStep(i + 1, &w, nullptr);
+    wait_s += absl::ToDoubleSeconds(absl::Now() - w0);
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    return 1;
+  }
+  const double total = absl::ToDoubleSeconds(absl::Now() - t1);
+  std::printf(
+      "  through %zu shards: %.0f samples/s, %.3f ms/step, %.0f%% of the "
+      "step waiting on the servers\n",
+      servers->size(), batch * steps / total, total / steps * 1e3,
+      100 * wait_s / total);
+  return 0;
+}
+
 int Run() {
   auto precision = ParsePrecision(absl::GetFlag(FLAGS_precision));
   if (!precision.ok()) {
@@ -133,58 +195,9 @@ int Run() {
         flops / step_s / 1e12, flops / ceiling_s / 1e12, ceiling_s / step_s);
 
     if (absl::GetFlag(FLAGS_servers).empty()) continue;
-    auto servers = ParseServerList(absl::GetFlag(FLAGS_servers));
-    if (!servers.ok()) {
-      std::fprintf(stderr, "%s\n", servers.status().ToString().c_str());
-      return 2;
+    if (int failed = ThroughServers(*layers, batch, steps, &model, &w, x, y)) {
+      return failed;
     }
-    // Through the public client library, as ps_worker trains.
-    ClientOptions options;
-    options.servers =
-        absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipEmpty());
-    options.rank = 0;
-    options.slice_bytes = 4 << 20;
-    auto client = Client::Connect(options);
-    absl::Status s = client.status();
-    if (s.ok()) {
-      std::vector<TensorSpec> tensors;
-      for (size_t l = 0; l + 1 < layers->size(); ++l) {
-        tensors.push_back(
-            {absl::StrCat("layer", l, "/w"), {(*layers)[l], (*layers)[l + 1]}});
-        tensors.push_back({absl::StrCat("layer", l, "/b"), {(*layers)[l + 1]}});
-      }
-      OptimizerOptions sgd;
-      sgd.kind = "sgd";
-      sgd.learning_rate = 1e-4f;
-      s = (*client)->Declare(tensors, {w.begin(), w.end()}, sgd);
-    }
-    if (!s.ok()) {
-      std::fprintf(stderr, "%s\n", s.ToString().c_str());
-      return 1;
-    }
-    PsExchange exchange(client->get(), model.LayerTensors());
-    s = exchange.Start(&w, 0);
-    double wait_s = 0;
-    const absl::Time t1 = absl::Now();
-    for (int i = 0; i < steps && s.ok(); ++i) {
-      model.SetWeights(w);
-      model.TrainStep(x.data(), y.data(), batch, 1.0f, false, [&](int l) {
-        exchange.LayerReady(l, model.grads(), i + 1);
-      });
-      const absl::Time w0 = absl::Now();
-      s = exchange.FinishStep(i + 1, &w, nullptr);
-      wait_s += absl::ToDoubleSeconds(absl::Now() - w0);
-    }
-    if (!s.ok()) {
-      std::fprintf(stderr, "%s\n", s.ToString().c_str());
-      return 1;
-    }
-    const double total = absl::ToDoubleSeconds(absl::Now() - t1);
-    std::printf(
-        "  through %zu shards: %.0f samples/s, %.3f ms/step, %.0f%% of the "
-        "step waiting on the servers\n",
-        servers->size(), batch * steps / total, total / steps * 1e3,
-        100 * wait_s / total);
   }
   return 0;
 }

@@ -58,6 +58,64 @@ v1::ModelSpec BenchSpec(int64_t bytes, int tensors, int shards) {
   return spec;
 }
 
+// The ceiling: bytes/s of memcpy of `bytes` on one core, for a second
+// (a round encodes and decodes each payload once).
+double MemcpyRate(int64_t bytes) {
+  std::vector<char> a(bytes, 1), b(bytes);
+  int64_t copies = 0;
+  const absl::Time c0 = absl::Now();
+  while (absl::Now() - c0 < absl::Seconds(1)) {
+    std::memcpy(b.data(), a.data(), bytes);
+    a[copies % bytes] = static_cast<char>(copies);
+    ++copies;
+  }
+  return bytes * static_cast<double>(copies) /
+         absl::ToDoubleSeconds(absl::Now() - c0);
+}
+
+// Every client runs `op` rounds on its own thread for --seconds from
+// `start`; returns the rounds done, or -1 if a call failed.
+int64_t RunClients(const std::string& op,
+                   const std::vector<std::unique_ptr<PsClient>>& conns,
+                   const std::vector<int>& tensors,
+                   const std::vector<size_t>& sizes, absl::Time start) {
+  std::atomic<int64_t> rounds{0};
+  std::atomic<bool> failed{false};
+  const absl::Duration length = absl::Seconds(absl::GetFlag(FLAGS_seconds));
+  std::vector<std::thread> threads;
+  for (int c = 0; c < static_cast<int>(conns.size()); ++c) {
+    threads.emplace_back([&, c] {
+      std::vector<std::vector<float>> w, g;
+      for (size_t n : sizes) {
+        w.emplace_back(n, 0.0f);
+        g.emplace_back(n, 1e-3f);
+      }
+      std::vector<SliceVersion> versions;
+      absl::Status s = conns[c]->Pull(tensors, &w, &versions, c, 0);
+      while (s.ok() && absl::Now() - start < length) {
+        if (op == "pull" || op == "pull+push") {
+          s = conns[c]->Pull(tensors, &w, &versions, c, 0);
+        }
+        if (s.ok() && (op == "push" || op == "pull+push")) {
+          s = conns[c]->Push(tensors, g, versions, c, 0, nullptr);
+        }
+        if (s.ok() && op == "pushpull") {
+          s = conns[c]->PushPull(tensors, g, versions, c, 0, &w, &versions,
+                                 nullptr);
+        }
+        if (!s.ok()) {
+          std::fprintf(stderr, "%s\n", s.ToString().c_str());
+          failed = true;
+          return;
+        }
+        rounds.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return failed ? -1 : rounds.load();
+}
+
 int Run() {
   auto servers = ParseServerList(absl::GetFlag(FLAGS_servers));
   if (!servers.ok()) {
@@ -102,65 +160,21 @@ int Run() {
     bytes += static_cast<int64_t>(sizes.back() * kF32Bytes);
   }
 
-  std::atomic<int64_t> rounds{0};
-  std::atomic<bool> failed{false};
-  const absl::Duration length = absl::Seconds(absl::GetFlag(FLAGS_seconds));
   const absl::Time start = absl::Now();
-  std::vector<std::thread> threads;
-  for (int c = 0; c < clients; ++c) {
-    threads.emplace_back([&, c] {
-      std::vector<std::vector<float>> w, g;
-      for (size_t n : sizes) {
-        w.emplace_back(n, 0.0f);
-        g.emplace_back(n, 1e-3f);
-      }
-      std::vector<SliceVersion> versions;
-      absl::Status s = conns[c]->Pull(tensors, &w, &versions, c, 0);
-      while (s.ok() && absl::Now() - start < length) {
-        if (op == "pull" || op == "pull+push") {
-          s = conns[c]->Pull(tensors, &w, &versions, c, 0);
-        }
-        if (s.ok() && (op == "push" || op == "pull+push")) {
-          s = conns[c]->Push(tensors, g, versions, c, 0, nullptr);
-        }
-        if (s.ok() && op == "pushpull") {
-          s = conns[c]->PushPull(tensors, g, versions, c, 0, &w, &versions,
-                                 nullptr);
-        }
-        if (!s.ok()) {
-          std::fprintf(stderr, "%s\n", s.ToString().c_str());
-          failed = true;
-          return;
-        }
-        rounds.fetch_add(1);
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (failed) return 1;
+  const int64_t rounds = RunClients(op, conns, tensors, sizes, start);
+  if (rounds < 0) return 1;
   const double secs = absl::ToDoubleSeconds(absl::Now() - start);
   // Payload bytes per round: one direction, or both.
   const double per_round =
       (op == "pull" || op == "push" ? 1.0 : 2.0) * static_cast<double>(bytes);
-  const double moved = per_round * rounds.load();
-
-  // Ceiling: memcpy of the same payloads, twice per round (encode, decode).
-  std::vector<char> a(bytes, 1), b(bytes);
-  int64_t copies = 0;
-  const absl::Time c0 = absl::Now();
-  while (absl::Now() - c0 < absl::Seconds(1)) {
-    std::memcpy(b.data(), a.data(), bytes);
-    a[copies % bytes] = static_cast<char>(copies);
-    ++copies;
-  }
-  const double copy_rate = bytes * static_cast<double>(copies) /
-                           absl::ToDoubleSeconds(absl::Now() - c0);
+  const double moved = per_round * rounds;
+  const double copy_rate = MemcpyRate(bytes);
   std::printf(
       "ps_bench op=%s wire=%s transport=%s clients=%d shards=%zu bytes=%lld "
       "rounds_per_s=%.1f gb_per_s=%.3f\n",
       op.c_str(), absl::GetFlag(FLAGS_wire_dtype).c_str(),
       absl::GetFlag(FLAGS_transport).c_str(), clients, servers->size(),
-      static_cast<long long>(bytes), rounds.load() / secs, moved / secs / 1e9);
+      static_cast<long long>(bytes), rounds / secs, moved / secs / 1e9);
   std::printf(
       "ceiling: memcpy of the same bytes %.2f GB/s on one core; ratio %.4f\n",
       copy_rate / 1e9, moved / secs / copy_rate);

@@ -237,6 +237,139 @@ int ExportCommand(PsClient* client) {
   return 0;
 }
 
+// health: the standard grpc.health.v1 check of every shard; 0 if all serve.
+int HealthCommand(const std::vector<ServerAddress>& servers,
+                  const Security& security) {
+  int serving = 0;
+  for (size_t s = 0; s < servers.size(); ++s) {
+    // The health service asks for no token (probes carry none).
+    auto channel = grpc::CreateChannel(servers[s].ToString(),
+                                       MakeChannelCredentials(security));
+    auto stub = grpc::health::v1::Health::NewStub(channel);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_timeout)));
+    grpc::health::v1::HealthCheckRequest req;
+    grpc::health::v1::HealthCheckResponse resp;
+    grpc::Status st = stub->Check(&ctx, req, &resp);
+    const bool ok =
+        st.ok() &&
+        resp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+    serving += ok;
+    std::printf("shard %zu at %s: %s\n", s, servers[s].ToString().c_str(),
+                st.ok()
+                    ? grpc::health::v1::HealthCheckResponse::ServingStatus_Name(
+                          resp.status())
+                          .c_str()
+                    : st.error_message().c_str());
+  }
+  return serving == static_cast<int>(servers.size()) ? 0 : 1;
+}
+
+// checkpoint: every shard at the same model version
+// (AdminClient::JobCheckpoint).
+int CheckpointCommand(AdminClient* admin) {
+  std::string tag = absl::GetFlag(FLAGS_tag);
+  if (tag.empty()) tag = absl::StrCat("t", absl::ToUnixSeconds(absl::Now()));
+  auto paths = admin->JobCheckpoint(tag);
+  if (!paths.ok()) {
+    std::fprintf(stderr, "psctl: %s\n", paths.status().ToString().c_str());
+    return 1;
+  }
+  for (size_t s = 0; s < paths->size(); ++s) {
+    std::printf("shard %zu: %s\n", s, (*paths)[s].c_str());
+  }
+  std::printf("restore the whole job with ps_server --restore_job=%s\n",
+              tag.c_str());
+  return 0;
+}
+
+// status: --json, the shards' Stats for scripts; --watch, refreshed until
+// killed.
+int StatusCommand(AdminClient* admin) {
+  const absl::Duration watch = absl::GetFlag(FLAGS_watch);
+  std::vector<v1::StatsResponse> previous;
+  while (true) {
+    auto stats = admin->StatsAll();
+    if (!stats.ok()) {
+      std::fprintf(stderr, "psctl: %s\n", stats.status().ToString().c_str());
+      return 1;
+    }
+    if (absl::GetFlag(FLAGS_json)) {
+      std::string out = "[";
+      for (size_t s = 0; s < stats->size(); ++s) {
+        std::string one;
+        (void)google::protobuf::util::MessageToJsonString((*stats)[s], &one);
+        absl::StrAppend(&out, s ? "," : "", one);
+      }
+      std::printf("%s]\n", out.c_str());
+    } else {
+      if (watch > absl::ZeroDuration()) std::printf("\033[H\033[2J");
+      PrintStatus(*stats, previous);
+    }
+    std::fflush(stdout);
+    if (watch <= absl::ZeroDuration()) return 0;
+    previous = *std::move(stats);
+    absl::SleepFor(watch);
+  }
+}
+
+// histogram: the staleness histogram summed over the shards, as CSV.
+void PrintHistogram(const std::vector<v1::StatsResponse>& stats) {
+  std::vector<int64_t> sum;
+  for (const auto& s : stats) {
+    if (sum.size() < static_cast<size_t>(s.staleness_histogram_size())) {
+      sum.resize(s.staleness_histogram_size(), 0);
+    }
+    for (int k = 0; k < s.staleness_histogram_size(); ++k) {
+      sum[k] += s.staleness_histogram(k);
+    }
+  }
+  std::printf("staleness,count\n");
+  for (size_t k = 0; k < sum.size(); ++k) {
+    std::printf("%zu,%lld\n", k, static_cast<long long>(sum[k]));
+  }
+}
+
+// workers: every shard's view of every worker, as CSV.
+void PrintWorkers(const std::vector<v1::StatsResponse>& stats) {
+  std::printf("shard,rank,clock,live,seconds_since_heard\n");
+  for (const auto& s : stats) {
+    for (const auto& w : s.workers()) {
+      std::printf("%u,%d,%lld,%d,%.3f\n", s.shard(), w.rank(),
+                  static_cast<long long>(w.clock()), w.live() ? 1 : 0,
+                  w.seconds_since_heard());
+    }
+  }
+}
+
+// The commands that read the shards' Stats once: stats, histogram,
+// workers.
+int StatsCommand(const std::string& command, AdminClient* admin) {
+  if (command != "stats" && command != "histogram" && command != "workers") {
+    std::fprintf(stderr,
+                 "psctl: unknown command '%s' (want status, stats, "
+                 "histogram, workers, checkpoint, export or health)\n",
+                 command.c_str());
+    return 2;
+  }
+  auto stats = admin->StatsAll();
+  if (!stats.ok()) {
+    std::fprintf(stderr, "psctl: %s\n", stats.status().ToString().c_str());
+    return 1;
+  }
+  if (command == "stats") {
+    for (const auto& s : *stats) {
+      std::printf("# shard %u\n%s\n", s.shard(), s.DebugString().c_str());
+    }
+  } else if (command == "histogram") {
+    PrintHistogram(*stats);
+  } else {
+    PrintWorkers(*stats);
+  }
+  return 0;
+}
+
 int Run(const std::string& command) {
   auto servers = ParseServerList(absl::GetFlag(FLAGS_servers));
   if (!servers.ok()) {
@@ -260,119 +393,12 @@ int Run(const std::string& command) {
     std::fprintf(stderr, "psctl: %s\n", client.status().ToString().c_str());
     return 2;
   }
-  if (command == "health") {
-    // The standard grpc.health.v1 check of every shard: 0 if all serve.
-    int serving = 0;
-    for (size_t s = 0; s < servers->size(); ++s) {
-      // The health service asks for no token (probes carry none).
-      auto channel = grpc::CreateChannel((*servers)[s].ToString(),
-                                         MakeChannelCredentials(*security));
-      auto stub = grpc::health::v1::Health::NewStub(channel);
-      grpc::ClientContext ctx;
-      ctx.set_deadline(
-          std::chrono::system_clock::now() +
-          absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_timeout)));
-      grpc::health::v1::HealthCheckRequest req;
-      grpc::health::v1::HealthCheckResponse resp;
-      grpc::Status st = stub->Check(&ctx, req, &resp);
-      const bool ok =
-          st.ok() &&
-          resp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
-      serving += ok;
-      std::printf(
-          "shard %zu at %s: %s\n", s, (*servers)[s].ToString().c_str(),
-          st.ok() ? grpc::health::v1::HealthCheckResponse::ServingStatus_Name(
-                        resp.status())
-                        .c_str()
-                  : st.error_message().c_str());
-    }
-    return serving == static_cast<int>(servers->size()) ? 0 : 1;
-  }
+  AdminClient admin((*client)->caller());
+  if (command == "health") return HealthCommand(*servers, *security);
   if (command == "export") return ExportCommand(client->get());
-  if (command == "checkpoint") {
-    // Every shard at the same model version (AdminClient::JobCheckpoint).
-    std::string tag = absl::GetFlag(FLAGS_tag);
-    if (tag.empty()) tag = absl::StrCat("t", absl::ToUnixSeconds(absl::Now()));
-    auto paths = AdminClient((*client)->caller()).JobCheckpoint(tag);
-    if (!paths.ok()) {
-      std::fprintf(stderr, "psctl: %s\n", paths.status().ToString().c_str());
-      return 1;
-    }
-    for (size_t s = 0; s < paths->size(); ++s) {
-      std::printf("shard %zu: %s\n", s, (*paths)[s].c_str());
-    }
-    std::printf("restore the whole job with ps_server --restore_job=%s\n",
-                tag.c_str());
-    return 0;
-  }
-  if (command == "status") {
-    // --json: the shards' Stats for scripts; --watch: refresh until killed.
-    const absl::Duration watch = absl::GetFlag(FLAGS_watch);
-    std::vector<v1::StatsResponse> previous;
-    while (true) {
-      auto stats = AdminClient((*client)->caller()).StatsAll();
-      if (!stats.ok()) {
-        std::fprintf(stderr, "psctl: %s\n", stats.status().ToString().c_str());
-        return 1;
-      }
-      if (absl::GetFlag(FLAGS_json)) {
-        std::string out = "[";
-        for (size_t s = 0; s < stats->size(); ++s) {
-          std::string one;
-          (void)google::protobuf::util::MessageToJsonString((*stats)[s], &one);
-          absl::StrAppend(&out, s ? "," : "", one);
-        }
-        std::printf("%s]\n", out.c_str());
-      } else {
-        if (watch > absl::ZeroDuration()) std::printf("\033[H\033[2J");
-        PrintStatus(*stats, previous);
-      }
-      std::fflush(stdout);
-      if (watch <= absl::ZeroDuration()) return 0;
-      previous = *std::move(stats);
-      absl::SleepFor(watch);
-    }
-  }
-  auto stats = AdminClient((*client)->caller()).StatsAll();
-  if (!stats.ok()) {
-    std::fprintf(stderr, "psctl: %s\n", stats.status().ToString().c_str());
-    return 1;
-  }
-  if (command == "stats") {
-    for (const auto& s : *stats) {
-      std::printf("# shard %u\n%s\n", s.shard(), s.DebugString().c_str());
-    }
-  } else if (command == "histogram") {
-    std::vector<int64_t> sum;
-    for (const auto& s : *stats) {
-      if (sum.size() < static_cast<size_t>(s.staleness_histogram_size())) {
-        sum.resize(s.staleness_histogram_size(), 0);
-      }
-      for (int k = 0; k < s.staleness_histogram_size(); ++k) {
-        sum[k] += s.staleness_histogram(k);
-      }
-    }
-    std::printf("staleness,count\n");
-    for (size_t k = 0; k < sum.size(); ++k) {
-      std::printf("%zu,%lld\n", k, static_cast<long long>(sum[k]));
-    }
-  } else if (command == "workers") {
-    std::printf("shard,rank,clock,live,seconds_since_heard\n");
-    for (const auto& s : *stats) {
-      for (const auto& w : s.workers()) {
-        std::printf("%u,%d,%lld,%d,%.3f\n", s.shard(), w.rank(),
-                    static_cast<long long>(w.clock()), w.live() ? 1 : 0,
-                    w.seconds_since_heard());
-      }
-    }
-  } else {
-    std::fprintf(stderr,
-                 "psctl: unknown command '%s' (want status, stats, "
-                 "histogram, workers, checkpoint or health)\n",
-                 command.c_str());
-    return 2;
-  }
-  return 0;
+  if (command == "checkpoint") return CheckpointCommand(&admin);
+  if (command == "status") return StatusCommand(&admin);
+  return StatsCommand(command, &admin);
 }
 
 }  // namespace

@@ -123,6 +123,81 @@ class NaiveService final : public Naive::Service {
   _exit(0);
 }
 
+// Rounds of `op` over a plain TCP connection to `port` for --seconds
+// from *start (set here); false if a call failed.
+bool TcpRounds(int port, const std::string& op, int64_t bytes,
+               std::string* payload, absl::Time* start, int64_t* rounds) {
+  const absl::Duration length = absl::Seconds(absl::GetFlag(FLAGS_seconds));
+  bool ok = true;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return false;
+  }
+  NoDelay(fd);
+  char header[9];
+  header[0] = op == "push" ? 'P' : 'G';
+  std::memcpy(header + 1, &bytes, 8);
+  *start = absl::Now();
+  while (ok && absl::Now() - *start < length) {
+    if (op == "push") {
+      char ack;
+      ok = WriteAll(fd, header, 9) &&
+           WriteAll(fd, payload->data(), payload->size()) &&
+           ReadAll(fd, &ack, 1);
+    } else {
+      ok = WriteAll(fd, header, 9) &&
+           ReadAll(fd, payload->data(), payload->size());
+    }
+    ++*rounds;
+  }
+  close(fd);
+  return ok;
+}
+
+// The same through the naive gRPC client of the Naive service.
+bool GrpcRounds(int port, const std::string& op, int64_t bytes,
+                const std::string& payload, absl::Time* start,
+                int64_t* rounds) {
+  const absl::Duration length = absl::Seconds(absl::GetFlag(FLAGS_seconds));
+  bool ok = true;
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  if (int f = absl::GetFlag(FLAGS_frame))
+    args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, f);
+  if (int l = absl::GetFlag(FLAGS_lookahead))
+    args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, l);
+  if (int r = absl::GetFlag(FLAGS_read_chunk))
+    args.SetInt(GRPC_ARG_TCP_READ_CHUNK_SIZE, r);
+  auto stub = Naive::NewStub(
+      grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
+                                grpc::InsecureChannelCredentials(), args));
+  *start = absl::Now();
+  while (ok && absl::Now() - *start < length) {
+    grpc::ClientContext ctx;
+    ctx.set_wait_for_ready(true);
+    if (op == "push") {
+      Blob blob;
+      blob.set_data(payload);  // The naive client copies its payload.
+      Size size;
+      ok = stub->Push(&ctx, blob, &size).ok();
+    } else {
+      Size size;
+      size.set_bytes(bytes);
+      Blob blob;
+      ok = stub->Pull(&ctx, size, &blob).ok() &&
+           static_cast<int64_t>(blob.data().size()) == bytes;
+    }
+    ++*rounds;
+  }
+  return ok;
+}
+
 int Run() {
   const std::string transport = absl::GetFlag(FLAGS_transport);
   const std::string op = absl::GetFlag(FLAGS_op);
@@ -160,68 +235,10 @@ int Run() {
   }
   std::string payload(static_cast<size_t>(bytes), 'x');
   int64_t rounds = 0;
-  const absl::Duration length = absl::Seconds(absl::GetFlag(FLAGS_seconds));
   absl::Time start;
-  bool ok = true;
-  if (transport == "tcp") {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr = {};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-      return 1;
-    }
-    NoDelay(fd);
-    char header[9];
-    header[0] = op == "push" ? 'P' : 'G';
-    std::memcpy(header + 1, &bytes, 8);
-    start = absl::Now();
-    while (ok && absl::Now() - start < length) {
-      if (op == "push") {
-        char ack;
-        ok = WriteAll(fd, header, 9) &&
-             WriteAll(fd, payload.data(), payload.size()) &&
-             ReadAll(fd, &ack, 1);
-      } else {
-        ok = WriteAll(fd, header, 9) &&
-             ReadAll(fd, payload.data(), payload.size());
-      }
-      ++rounds;
-    }
-    close(fd);
-  } else {
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(-1);
-    args.SetMaxSendMessageSize(-1);
-    if (int f = absl::GetFlag(FLAGS_frame))
-      args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, f);
-    if (int l = absl::GetFlag(FLAGS_lookahead))
-      args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, l);
-    if (int r = absl::GetFlag(FLAGS_read_chunk))
-      args.SetInt(GRPC_ARG_TCP_READ_CHUNK_SIZE, r);
-    auto stub = Naive::NewStub(
-        grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
-                                  grpc::InsecureChannelCredentials(), args));
-    start = absl::Now();
-    while (ok && absl::Now() - start < length) {
-      grpc::ClientContext ctx;
-      ctx.set_wait_for_ready(true);
-      if (op == "push") {
-        Blob blob;
-        blob.set_data(payload);  // The naive client copies its payload.
-        Size size;
-        ok = stub->Push(&ctx, blob, &size).ok();
-      } else {
-        Size size;
-        size.set_bytes(bytes);
-        Blob blob;
-        ok = stub->Pull(&ctx, size, &blob).ok() &&
-             static_cast<int64_t>(blob.data().size()) == bytes;
-      }
-      ++rounds;
-    }
-  }
+  const bool ok = transport == "tcp"
+                      ? TcpRounds(port, op, bytes, &payload, &start, &rounds)
+                      : GrpcRounds(port, op, bytes, payload, &start, &rounds);
   const double secs = absl::ToDoubleSeconds(absl::Now() - start);
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);

@@ -252,6 +252,42 @@ absl::Status Train(const WorkerConfig& flags, const v1::ModelSpec& spec,
   return ReportResult(config, r, membership->clock()->load());
 }
 
+// Says what protects this worker's calls (a bad --tls_* or token file is
+// the error).
+absl::Status LogSecurity(const WorkerConfig& config) {
+  ASSIGN_OR_RETURN(const Security security, LoadSecurity(config.security));
+  LOG(INFO) << (config.evaluator() ? std::string("evaluator")
+                : config.rank < 0  ? std::string("worker (rank to come)")
+                                   : absl::StrCat("rank ", config.rank))
+            << ": " << security.Describe(/*server=*/false)
+            << (security.tls() && config.transport == "tcp"
+                    ? "; tensors over gRPC (the data plane has no TLS)"
+                    : "");
+  return absl::OkStatus();
+}
+
+// The Fashion-MNIST set this role reads (the evaluator: the test set);
+// INVALID_ARGUMENT if it, or the share of `rank`, is empty.
+absl::StatusOr<Dataset> ReadData(const WorkerConfig& config, int rank) {
+  ASSIGN_OR_RETURN(
+      Dataset data,
+      ReadFashionMnist(config.data_dir, config.evaluator() ? "t10k" : "train"));
+  const int64_t share =
+      config.evaluator()
+          ? data.size
+          : DataLoader::ShareSize(data.size, rank, config.num_workers,
+                                  config.max_train_examples);
+  if (data.size == 0 || share == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--data_dir=", config.data_dir, ": the ",
+                     config.evaluator() ? "test" : "training", " set has ",
+                     data.size, " images, ", share, " of them for rank ", rank,
+                     " of ", config.num_workers, "; nothing to ",
+                     config.evaluator() ? "score" : "train on"));
+  }
+  return data;
+}
+
 }  // namespace
 
 absl::Status RunWorker(const WorkerConfig& config, std::atomic<bool>* stop,
@@ -295,30 +331,8 @@ absl::Status RunWorker(const WorkerConfig& config, std::atomic<bool>* stop,
       LOG(WARNING) << "no GPU metrics: " << gpu.status().message();
     }
   }
-  ASSIGN_OR_RETURN(const Security security, LoadSecurity(config.security));
-  LOG(INFO) << (config.evaluator() ? std::string("evaluator")
-                : config.rank < 0  ? std::string("worker (rank to come)")
-                                   : absl::StrCat("rank ", config.rank))
-            << ": " << security.Describe(/*server=*/false)
-            << (security.tls() && config.transport == "tcp"
-                    ? "; tensors over gRPC (the data plane has no TLS)"
-                    : "");
-  ASSIGN_OR_RETURN(
-      Dataset data,
-      ReadFashionMnist(config.data_dir, config.evaluator() ? "t10k" : "train"));
-  const int64_t share =
-      config.evaluator()
-          ? data.size
-          : DataLoader::ShareSize(data.size, rank, config.num_workers,
-                                  config.max_train_examples);
-  if (data.size == 0 || share == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--data_dir=", config.data_dir, ": the ",
-                     config.evaluator() ? "test" : "training", " set has ",
-                     data.size, " images, ", share, " of them for rank ", rank,
-                     " of ", config.num_workers, "; nothing to ",
-                     config.evaluator() ? "score" : "train on"));
-  }
+  RETURN_IF_ERROR(LogSecurity(config));
+  ASSIGN_OR_RETURN(Dataset data, ReadData(config, rank));
   *refused_at_start = false;
   const std::vector<int> layers = config.Layers();
   if (!config.evaluator()) {
