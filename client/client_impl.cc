@@ -90,16 +90,6 @@ absl::Status CheckFinite(const std::vector<std::string>& names,
   return absl::OkStatus();
 }
 
-PushStats ToStats(const PushResult& r) {
-  PushStats out;
-  out.slices = r.slices;
-  out.total_staleness = r.total_staleness;
-  out.max_staleness = r.max_staleness;
-  out.dropped = r.dropped;
-  out.front_step = r.front_step;
-  return out;
-}
-
 absl::Status Client::Impl::Declare(
     const std::vector<TensorSpec>& tensors,
     const std::vector<absl::Span<const float>>& initial,
@@ -198,10 +188,10 @@ absl::Status Client::Impl::Push(
   std::vector<v1::OptimizerSpec> specs;
   TensorOptimizers per_tensor;
   RETURN_IF_ERROR(Optimizers(names, indices, options, &specs, &per_tensor));
-  PushResult r;
+  PushStats r;
   RETURN_IF_ERROR(ps_->Push(indices, views, from, rank(), step, &r,
                             specs.empty() ? nullptr : &per_tensor));
-  if (options.stats != nullptr) options.stats->Add(ToStats(r));
+  if (options.stats != nullptr) options.stats->Add(r);
   return absl::OkStatus();
 }
 
@@ -261,10 +251,10 @@ absl::Status Client::Impl::PushPull(
   std::vector<v1::OptimizerSpec> specs;
   TensorOptimizers per_tensor;
   RETURN_IF_ERROR(Optimizers(names, indices, options, &specs, &per_tensor));
-  PushResult r;
+  PushStats r;
   RETURN_IF_ERROR(ps_->PushPull(indices, in, from, rank(), step, views, into,
                                 &r, specs.empty() ? nullptr : &per_tensor));
-  if (options.stats != nullptr) options.stats->Add(ToStats(r));
+  if (options.stats != nullptr) options.stats->Add(r);
   if (options.into == nullptr) KeepVersions(indices, pulled);
   return absl::OkStatus();
 }

@@ -37,7 +37,6 @@ absl::StatusOr<v1::OptimizerSpec> ToSpec(const OptimizerOptions& o);
 // infinity in `grads` (one per name).
 absl::Status CheckFinite(const std::vector<std::string>& names,
                          const std::vector<absl::Span<const float>>& grads);
-PushStats ToStats(const PushResult& r);
 
 class Client::Impl {
  public:

@@ -61,7 +61,7 @@ std::vector<std::vector<int>> PsClient::Batches(
 namespace {
 
 // Sums what the servers said of each pushed slice.
-void AddPushResponse(const v1::PushResponse& response, PushResult* result) {
+void AddPushResponse(const v1::PushResponse& response, PushStats* result) {
   for (int64_t s : response.staleness()) {
     ++result->slices;
     result->total_staleness += s;
@@ -185,14 +185,14 @@ void PsClient::FillPush(const std::vector<int>& batch,
 absl::Status PsClient::Push(absl::Span<const int> tensors,
                             const std::vector<std::vector<float>>& grads,
                             const std::vector<SliceVersion>& versions, int rank,
-                            int64_t clock, PushResult* result) {
+                            int64_t clock, PushStats* result) {
   return Push(tensors, Views(grads), versions, rank, clock, result);
 }
 
 absl::Status PsClient::Push(absl::Span<const int> tensors,
                             const ConstTensorViews& grads,
                             const std::vector<SliceVersion>& versions, int rank,
-                            int64_t clock, PushResult* result,
+                            int64_t clock, PushStats* result,
                             const TensorOptimizers* optimizers) {
   RETURN_IF_ERROR(CheckViews(tensors, grads, "Push"));
   ScopedSpan span(options_.timeline, "push", "exchange");
@@ -208,7 +208,7 @@ absl::Status PsClient::Push(absl::Span<const int> tensors,
                                     "Push",
                                     /*idempotent=*/true));
   if (result != nullptr) {
-    *result = PushResult();
+    *result = PushStats();
     for (const auto& call : calls) AddPushResponse(call.response, result);
   }
   return absl::OkStatus();
@@ -220,7 +220,7 @@ absl::Status PsClient::PushPull(absl::Span<const int> tensors,
                                 int rank, int64_t clock,
                                 std::vector<std::vector<float>>* weights,
                                 std::vector<SliceVersion>* new_versions,
-                                PushResult* result) {
+                                PushStats* result) {
   return PushPull(tensors, Views(grads), versions, rank, clock, Views(weights),
                   new_versions, result);
 }
@@ -229,7 +229,7 @@ absl::Status PsClient::PushPull(
     absl::Span<const int> tensors, const ConstTensorViews& grads,
     const std::vector<SliceVersion>& versions, int rank, int64_t clock,
     const TensorViews& weights, std::vector<SliceVersion>* new_versions,
-    PushResult* result, const TensorOptimizers* optimizers) {
+    PushStats* result, const TensorOptimizers* optimizers) {
   RETURN_IF_ERROR(CheckViews(tensors, grads, "PushPull"));
   RETURN_IF_ERROR(CheckViews(tensors, weights, "PushPull"));
   ScopedSpan span(options_.timeline, "pushpull", "exchange");
@@ -249,7 +249,7 @@ absl::Status PsClient::PushPull(
                                     ASYNCPS_RPC(PushPull), "PushPull",
                                     /*idempotent=*/true));
   new_versions->resize(partition_->slices().size());
-  if (result != nullptr) *result = PushResult();
+  if (result != nullptr) *result = PushStats();
   for (size_t b = 0; b < batches.size(); ++b) {
     RETURN_IF_ERROR(TakeWeights(calls[b].shard, batches[b],
                                 calls[b].response.pull(), weights,

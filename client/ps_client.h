@@ -29,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "asyncps/client.h"
 #include "client/shard_caller.h"
 #include "common/clock.h"
 #include "common/cluster_spec.h"
@@ -52,15 +53,9 @@ struct SliceVersion {
   }
 };
 
-// What one Push did, summed over its slices.
-struct PushResult {
-  int64_t slices = 0;
-  int64_t total_staleness = 0;
-  int64_t max_staleness = 0;
-  int64_t dropped = 0;     // Slices the server did not apply (stale or late).
-  int64_t front_step = 0;  // bsp: the newest step applied on those slices.
-};
-
+// What one Push did, summed over its slices, is the public PushStats
+// (include/asyncps/client.h): one type from the wire's PushResponse to the
+// worker's step.
 // Views of one buffer per tensor of the model, indexed by tensor (only
 // the tensors a call names are read or written; each must hold the
 // tensor's element count): callers' own memory, e.g. numpy arrays, which
@@ -149,14 +144,14 @@ class PsClient {
   absl::Status Push(absl::Span<const int> tensors,
                     const std::vector<std::vector<float>>& grads,
                     const std::vector<SliceVersion>& versions, int rank,
-                    int64_t clock, PushResult* result);
+                    int64_t clock, PushStats* result);
   // `optimizers`, if given, is indexed by tensor: a non-null entry is the
   // hyper-parameters that tensor's gradient is applied with
   // (SliceData.optimizer).
   absl::Status Push(absl::Span<const int> tensors,
                     const ConstTensorViews& grads,
                     const std::vector<SliceVersion>& versions, int rank,
-                    int64_t clock, PushResult* result,
+                    int64_t clock, PushStats* result,
                     const TensorOptimizers* optimizers = nullptr);
 
   // Push, then pull the same slices, in one round trip per shard: `weights`
@@ -167,13 +162,13 @@ class PsClient {
                         const std::vector<SliceVersion>& versions, int rank,
                         int64_t clock, std::vector<std::vector<float>>* weights,
                         std::vector<SliceVersion>* new_versions,
-                        PushResult* result);
+                        PushStats* result);
   absl::Status PushPull(absl::Span<const int> tensors,
                         const ConstTensorViews& grads,
                         const std::vector<SliceVersion>& versions, int rank,
                         int64_t clock, const TensorViews& weights,
                         std::vector<SliceVersion>* new_versions,
-                        PushResult* result,
+                        PushStats* result,
                         const TensorOptimizers* optimizers = nullptr);
 
   // Replaces the weights of every slice of `tensors` on the servers

@@ -88,7 +88,7 @@ absl::Status PsExchange::Start(std::vector<std::vector<float>>* weights,
   return absl::OkStatus();
 }
 
-void PsExchange::AddPushResult(const PushStats& r) {
+void PsExchange::AddPushStats(const PushStats& r) {
   step_stats_.slices_pushed += r.slices;
   step_stats_.total_staleness += r.total_staleness;
   step_stats_.max_staleness =
@@ -122,7 +122,7 @@ absl::Status PsExchange::PushTensors(
   push.from = &versions_;
   push.stats = &r;
   RETURN_IF_ERROR(client_->Push(set, In(tensors, grads), push));
-  if (count) AddPushResult(r);
+  if (count) AddPushStats(r);
   return absl::OkStatus();
 }
 
@@ -229,7 +229,7 @@ absl::Status PsExchange::FinishFused(int64_t clock, StepStats* stats) {
   absl::Status s = client_->PushPull(all_set_, In(all_tensors_, *grads_),
                                      AllWeights(), call);
   if (s.ok()) {
-    AddPushResult(r);
+    AddPushStats(r);
   } else {
     RETURN_IF_ERROR(Recover(s));
   }
@@ -256,7 +256,7 @@ absl::Status PsExchange::FinishPrefetched(int64_t clock, StepStats* stats) {
     call.stats = &r;
     RETURN_IF_ERROR(client_->PushPull(all_set_, In(all_tensors_, sent_grads_),
                                       Out(all_tensors_, &staged_), call));
-    AddPushResult(r);
+    AddPushStats(r);
     return absl::OkStatus();
   });
   in_flight_ = true;

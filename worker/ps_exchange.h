@@ -85,7 +85,7 @@ class PsExchange final : public GradientExchange {
   absl::Status FinishLayered(int64_t clock, StepStats* stats);
   absl::Status FinishFused(int64_t clock, StepStats* stats);
   absl::Status FinishPrefetched(int64_t clock, StepStats* stats);
-  void AddPushResult(const PushStats& r);
+  void AddPushStats(const PushStats& r);
   // The model's tensors as handles, per layer and all of them (Start).
   absl::Status ResolveTensors();
   // Views of the buffers of `tensors` in `w`.

@@ -180,7 +180,7 @@ std::vector<float> Train(PsClient* client) {
   for (int round = 1; round <= 3; ++round) {
     std::vector<std::vector<float>> g = {std::vector<float>(12)};
     for (int i = 0; i < 12; ++i) g[0][i] = 0.37f * i - round;
-    PushResult r;
+    PushStats r;
     EXPECT_TRUE(client->Push({0}, g, versions, rank, round, &r).ok());
     EXPECT_TRUE(client->Pull({0}, &w, &versions, rank, round).ok());
     EXPECT_TRUE(

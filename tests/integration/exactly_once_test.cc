@@ -49,7 +49,7 @@ TEST_P(ExactlyOnceTest, LostAnswersDoNotApplyAPushTwice) {
   ASSERT_TRUE((*client)->Pull(tensors, &w, &versions, 0, 0).ok());
   constexpr int kPushes = 30;
   for (int i = 1; i <= kPushes; ++i) {
-    PushResult r;
+    PushStats r;
     if (GetParam().fused) {
       ASSERT_TRUE((*client)
                       ->PushPull(tensors, g, versions, 0, i, &w, &versions, &r)

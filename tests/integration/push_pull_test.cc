@@ -43,7 +43,7 @@ class PushPullTest : public ::testing::Test {
       for (auto& t : g) {
         for (size_t i = 0; i < t.size(); ++i) t[i] = 0.01f * (i % 7) - round;
       }
-      PushResult r;
+      PushStats r;
       if (fused) {
         EXPECT_TRUE(
             client->PushPull(tensors_, g, versions, 0, round, &w, &versions, &r)
