@@ -36,6 +36,9 @@ absl::Status KvStore::Set(const std::string& key, std::string value) {
         &ready, &expired);
   }
   for (auto& h : ready) h.call.done(absl::OkStatus());
+  // The sweep also takes out calls whose caller has gone: each is still
+  // answered (exactly once), or gRPC's shutdown would wait for it forever.
+  AnswerExpired(&expired);
   return absl::OkStatus();
 }
 
@@ -66,9 +69,18 @@ void KvStore::Expire() {
   std::vector<HeldCalls<Wait>::Held> ready, expired;
   waiters_.Sweep(
       clock_->Now(), [](const Wait&) { return false; }, &ready, &expired);
-  for (auto& h : expired) {
-    h.call.done(absl::DeadlineExceededError(
-        absl::StrCat("key '", h.what.key, "' was not set in time")));
+  AnswerExpired(&expired);
+}
+
+void KvStore::AnswerExpired(std::vector<HeldCalls<Wait>::Held>* expired) {
+  for (auto& h : *expired) {
+    if (h.call.cancelled && h.call.cancelled()) {
+      h.call.done(absl::CancelledError(absl::StrCat(
+          "the caller waiting for key '", h.what.key, "' has gone")));
+    } else {
+      h.call.done(absl::DeadlineExceededError(
+          absl::StrCat("key '", h.what.key, "' was not set in time")));
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 #define ASYNCPS_SERVER_KV_STORE_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -49,6 +50,10 @@ class KvStore {
     std::string key;
     std::string* value;
   };
+  // Answers calls a sweep took out unanswered: CANCELLED where the caller
+  // has gone, DEADLINE_EXCEEDED where its wait ran out.
+  static void AnswerExpired(std::vector<HeldCalls<Wait>::Held>* expired);
+
   Clock* const clock_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);

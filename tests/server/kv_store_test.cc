@@ -18,9 +18,11 @@ struct Got {
 class KvStoreTest : public ::testing::Test {
  protected:
   void Get(Got* g, const std::string& key, absl::Duration wait,
-           absl::Duration deadline = absl::Hours(2)) {
+           absl::Duration deadline = absl::Hours(2),
+           const bool* gone = nullptr) {
     PendingCall call;
     call.deadline = clock_.Now() + deadline;
+    if (gone != nullptr) call.cancelled = [gone] { return *gone; };
     call.done = [g](absl::Status s) {
       ASSERT_FALSE(g->answer.has_value()) << "answered twice";
       g->answer = s;
@@ -79,6 +81,25 @@ TEST_F(KvStoreTest, WaitingGetExpiresAtItsWaitOrItsDeadline) {
   kv_.Expire();
   ASSERT_TRUE(by_deadline.answer.has_value());
   EXPECT_EQ(by_deadline.answer->code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+// A held Get whose caller has gone is taken out by the next Set (of any
+// key): it must still be answered, once, or gRPC's shutdown waits for it
+// forever (issue #24: SIGTERM never completed).
+TEST_F(KvStoreTest, AGetWhoseCallerLeftIsAnsweredBySetsSweep) {
+  bool gone = false;
+  Got left, waiting;
+  Get(&left, "a", absl::Seconds(60), absl::Hours(2), &gone);
+  Get(&waiting, "a", absl::Seconds(60));
+  gone = true;
+  ASSERT_TRUE(kv_.Set("other", "1").ok());
+  ASSERT_TRUE(left.answer.has_value()) << "dropped without an answer";
+  EXPECT_EQ(left.answer->code(), absl::StatusCode::kCancelled);
+  EXPECT_FALSE(waiting.answer.has_value());
+  EXPECT_EQ(kv_.waiting(), 1u);
+  ASSERT_TRUE(kv_.Set("a", "x").ok());
+  ASSERT_TRUE(waiting.answer.has_value());
+  EXPECT_TRUE(waiting.answer->ok());
 }
 
 TEST_F(KvStoreTest, BadKeysAndValuesAreRefused) {
