@@ -65,4 +65,14 @@ absl::Span<float> View(py::array& a) {
   return {static_cast<float*>(a.mutable_data()), static_cast<size_t>(a.size())};
 }
 
+void PyClient::Gradients(py::dict grads, std::vector<std::string>* names,
+                         std::vector<py::array>* keep,
+                         std::vector<absl::Span<const float>>* views) {
+  for (auto [key, value] : grads) {
+    names->push_back(py::str(key));
+    keep->push_back(Checked(names->back(), value, /*write=*/false));
+  }
+  for (const py::array& a : *keep) views->push_back(ConstView(a));
+}
+
 }  // namespace asyncps

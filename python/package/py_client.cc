@@ -4,6 +4,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace asyncps {
 
@@ -105,6 +106,7 @@ void PyClient::Declare(py::dict arrays, const std::string& optimizer, float lr,
     py::gil_scoped_release release;
     s = client_->Declare(tensors, initial, opt);
   }
+  resolved_.clear();  // The model's sets are resolved anew.
   Raise(s);
 }
 
@@ -114,6 +116,7 @@ void PyClient::Attach() {
     py::gil_scoped_release release;
     s = client_->Attach();
   }
+  resolved_.clear();
   Raise(s);
 }
 
@@ -153,10 +156,11 @@ py::dict PyClient::Push(py::dict grads, py::object hyper) {
     optimizers = HyperFor(names, hyper);
     options.optimizers = &optimizers;
   }
+  const std::shared_ptr<const TensorSet> set = Resolved(names);
   absl::Status s;
   {
     py::gil_scoped_release release;
-    s = client_->Push(names, views, options);
+    s = client_->Push(*set, views, options);
   }
   Raise(s);
   py::dict out;
@@ -181,10 +185,12 @@ py::dict PyClient::PushPull(py::dict grads) {
     out[py::str(name)] = fresh.back();
     out_views.push_back(View(fresh.back()));
   }
+  const std::shared_ptr<const TensorSet> set = Resolved(names);
   absl::Status s;
   {
     py::gil_scoped_release release;
-    s = client_->PushPull(names, views, out_views);
+    s = client_->PushPull(*set, views, out_views, CallOptions());
+    if (s.ok()) client_->EndStep();
   }
   Raise(s);
   return out;
@@ -211,10 +217,11 @@ void PyClient::PushPullInto(py::dict grads, py::dict out, py::object hyper) {
     optimizers = HyperFor(names, hyper);
     options.optimizers = &optimizers;
   }
+  const std::shared_ptr<const TensorSet> set = Resolved(names);
   absl::Status s;
   {
     py::gil_scoped_release release;
-    s = client_->PushPull(names, views, out_views, options);
+    s = client_->PushPull(*set, views, out_views, options);
   }
   Raise(s);
 }
@@ -410,22 +417,26 @@ void PyClient::PullInto(const std::vector<std::string>& names,
                         std::vector<py::array>* arrays) {
   std::vector<absl::Span<float>> views;
   for (py::array& a : *arrays) views.push_back(View(a));
+  const std::shared_ptr<const TensorSet> set = Resolved(names);
   absl::Status s;
   {
     py::gil_scoped_release release;
-    s = client_->Pull(names, views);
+    s = client_->Pull(*set, views, CallOptions());
   }
   Raise(s);
 }
 
-void PyClient::Gradients(py::dict grads, std::vector<std::string>* names,
-                         std::vector<py::array>* keep,
-                         std::vector<absl::Span<const float>>* views) {
-  for (auto [key, value] : grads) {
-    names->push_back(py::str(key));
-    keep->push_back(Checked(names->back(), value, /*write=*/false));
-  }
-  for (const py::array& a : *keep) views->push_back(ConstView(a));
+std::shared_ptr<const TensorSet> PyClient::Resolved(
+    const std::vector<std::string>& names) {
+  const std::string key = absl::StrJoin(names, "\n");
+  auto it = resolved_.find(key);
+  if (it != resolved_.end()) return it->second;
+  absl::StatusOr<TensorSet> set = client_->Resolve(names);
+  Raise(set.status());
+  if (resolved_.size() >= kMaxResolved) resolved_.clear();
+  auto shared = std::make_shared<const TensorSet>(*std::move(set));
+  resolved_[key] = shared;
+  return shared;
 }
 
 }  // namespace asyncps

@@ -136,8 +136,19 @@ class PyClient {
                         std::vector<py::array>* keep,
                         std::vector<absl::Span<const float>>* views);
 
+  // `names` resolved once (Client::Resolve) and kept, so a training
+  // loop's calls look no name up; KeyError for an unknown name. Called with
+  // the GIL held, which serialises the cache; emptied when a model is
+  // declared or attached.
+  std::shared_ptr<const TensorSet> Resolved(
+      const std::vector<std::string>& names);
+
   std::unique_ptr<Client> client_;
   std::string kind_;  // The optimizer this client declared ("" if attached).
+  // Resolved sets by their names joined with '\n' (which no name holds);
+  // at most kMaxResolved (a loop whose tensors vary each step starts over).
+  static constexpr size_t kMaxResolved = 256;
+  absl::flat_hash_map<std::string, std::shared_ptr<const TensorSet>> resolved_;
 };
 
 }  // namespace asyncps
