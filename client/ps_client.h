@@ -238,6 +238,13 @@ class PsClient {
                           const std::vector<View>& views,
                           const char* what) const;
 
+  // Assign requests for every slice of `tensors` as `rank` (with
+  // load_state: the optimizer state, not the weights), each slice's
+  // SliceData written by fill(const SliceInfo&, v1::SliceData*).
+  template <typename Fill>
+  absl::Status AssignSlices(absl::Span<const int> tensors, int rank,
+                            bool load_state, Fill fill);
+
   // Groups the slices of `tensors` by shard and wire dtype (a request's
   // answer has one), in requests of at most max_message_bytes of payload.
   std::vector<std::vector<int>> Batches(absl::Span<const int> tensors) const;

@@ -169,47 +169,46 @@ absl::Status PsClient::LoadState(absl::Span<const int> tensors,
                        "' does not have its ", n, " elements"));
     }
   }
-  std::vector<std::vector<int>> batches = Batches(tensors);
-  std::vector<Call<v1::AssignRequest, v1::AssignResponse>> calls(
-      batches.size());
-  for (size_t b = 0; b < batches.size(); ++b) {
-    calls[b].shard = partition_->slices()[batches[b][0]].shard;
-    calls[b].request.set_rank(rank);
-    calls[b].request.set_load_state(true);
-    for (int i : batches[b]) {
-      const SliceInfo& s = partition_->slices()[i];
-      const TensorSlots& t = state[s.tensor];
-      v1::SliceData* d = calls[b].request.add_weights();
-      FillKey(spec_, s, d->mutable_key());
-      auto put = [&s](const std::vector<float>& slot, std::string* out) {
-        if (slot.empty()) return;
-        EncodeF32(absl::MakeConstSpan(slot).subspan(s.begin, s.count), out);
-      };
-      put(t.slot1, d->mutable_slot1());
-      put(t.slot2, d->mutable_slot2());
-      d->set_optimizer_steps(t.steps);
-    }
-  }
-  return caller_->CallAll(&calls, ASYNCPS_RPC(Assign), "Assign",
-                          /*idempotent=*/true);
+  return AssignSlices(
+      tensors, rank, /*load_state=*/true,
+      [this, &state](const SliceInfo& s, v1::SliceData* d) {
+        const TensorSlots& t = state[s.tensor];
+        FillKey(spec_, s, d->mutable_key());
+        auto put = [&s](const std::vector<float>& slot, std::string* out) {
+          if (slot.empty()) return;
+          EncodeF32(absl::MakeConstSpan(slot).subspan(s.begin, s.count), out);
+        };
+        put(t.slot1, d->mutable_slot1());
+        put(t.slot2, d->mutable_slot2());
+        d->set_optimizer_steps(t.steps);
+      });
 }
 
 absl::Status PsClient::Assign(absl::Span<const int> tensors,
                               const std::vector<std::vector<float>>& weights,
                               int64_t version, int rank) {
   const ConstTensorViews views = Views(weights);
+  // Weights go in f32 whatever the wire dtype: they replace the servers'
+  // master copy.
+  return AssignSlices(tensors, rank, /*load_state=*/false,
+                      [&](const SliceInfo& s, v1::SliceData* d) {
+                        FillSliceData(spec_, s, views, SliceVersion{version, 0},
+                                      v1::DTYPE_F32, d);
+                      });
+}
+
+template <typename Fill>
+absl::Status PsClient::AssignSlices(absl::Span<const int> tensors, int rank,
+                                    bool load_state, Fill fill) {
   std::vector<std::vector<int>> batches = Batches(tensors);
   std::vector<Call<v1::AssignRequest, v1::AssignResponse>> calls(
       batches.size());
   for (size_t b = 0; b < batches.size(); ++b) {
     calls[b].shard = partition_->slices()[batches[b][0]].shard;
     calls[b].request.set_rank(rank);
+    calls[b].request.set_load_state(load_state);
     for (int i : batches[b]) {
-      // Weights go in f32 whatever the wire dtype: they replace the
-      // servers' master copy.
-      FillSliceData(spec_, partition_->slices()[i], views,
-                    SliceVersion{version, 0}, v1::DTYPE_F32,
-                    calls[b].request.add_weights());
+      fill(partition_->slices()[i], calls[b].request.add_weights());
     }
   }
   return caller_->CallAll(&calls, ASYNCPS_RPC(Assign), "Assign",
