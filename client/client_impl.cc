@@ -113,7 +113,6 @@ absl::Status Client::Impl::Declare(
     out->mutable_init()->set_kind(v1::Initializer::ZEROS);
     out->set_buffer(t.buffer);
   }
-  RETURN_IF_ERROR(ValidateModelSpec(spec));
   // Each tensor's wire dtype ("": the client's, known once adopted).
   std::vector<v1::DType> wire(tensors.size(), v1::DTYPE_UNSPECIFIED);
   for (size_t t = 0; t < tensors.size(); ++t) {
@@ -126,6 +125,21 @@ absl::Status Client::Impl::Declare(
     }
     wire[t] = *d;
   }
+  return DeclareSpec(spec, initial, std::move(wire));
+}
+
+absl::Status Client::Impl::DeclareSpec(
+    const v1::ModelSpec& spec,
+    const std::vector<absl::Span<const float>>& initial,
+    std::vector<v1::DType> wire) {
+  RETURN_IF_ERROR(MustBeWorker("Declare"));
+  RETURN_IF_ERROR(ValidateModelSpec(spec));
+  if (initial.size() != static_cast<size_t>(spec.tensors_size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Declare: ", spec.tensors_size(), " tensors but ",
+                     initial.size(), " initial buffers"));
+  }
+  wire.resize(spec.tensors_size(), v1::DTYPE_UNSPECIFIED);
   RETURN_IF_ERROR(ps_->DeclareModel(spec, initial));
   for (size_t t = 0; t < wire.size(); ++t) {
     if (wire[t] == v1::DTYPE_UNSPECIFIED) {

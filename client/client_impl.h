@@ -58,6 +58,12 @@ class Client::Impl {
                        const std::vector<absl::Span<const float>>& initial,
                        const OptimizerOptions& optimizer,
                        const std::string& model_name);
+  // Declares `spec` as it is (the first declarer's `initial` weights win,
+  // one buffer per tensor), each tensor travelling in wire[t]
+  // (UNSPECIFIED or missing: the client's), and adopts it.
+  absl::Status DeclareSpec(const v1::ModelSpec& spec,
+                           const std::vector<absl::Span<const float>>& initial,
+                           std::vector<v1::DType> wire = {});
 
   absl::Status Attach() {
     RETURN_IF_ERROR(ps_->FetchModel());

@@ -14,8 +14,14 @@ absl::StatusOr<WorkerClient> ConnectWorker(const ClientOptions& options,
   WorkerClient out;
   out.ps = impl->ps();
   out.membership = impl->membership();
+  out.impl = impl.get();
   out.client = std::make_unique<Client>(std::move(impl));
   return out;
+}
+
+absl::Status DeclareSpec(const WorkerClient& worker, const v1::ModelSpec& spec,
+                         const std::vector<absl::Span<const float>>& initial) {
+  return worker.impl->DeclareSpec(spec, initial);
 }
 
 }  // namespace asyncps

@@ -5,17 +5,20 @@
 // hold rank 0's copy), and the layers the Client is built on, for what
 // only ps_worker does: allreduce's Assign and re-forming the ring
 // (PsClient), the heartbeats' progress report and the rank's resumption
-// point (MembershipClient). Not part of the stable API.
+// point (MembershipClient), and declaring the model from its proto. Not
+// part of the stable API.
 #ifndef ASYNCPS_CLIENT_WORKER_CLIENT_H_
 #define ASYNCPS_CLIENT_WORKER_CLIENT_H_
 
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "asyncps/client.h"
 #include "client/membership_client.h"
 #include "client/ps_client.h"
 #include "common/timeline.h"
+#include "proto/asyncps.pb.h"
 
 namespace asyncps {
 
@@ -25,12 +28,19 @@ struct WorkerClient {
   // a reader (ClientOptions::worker = false).
   PsClient* ps = nullptr;
   MembershipClient* membership = nullptr;
+  Client::Impl* impl = nullptr;  // client's, for DeclareSpec.
 };
 
 // Client::Connect, also for mode "allreduce", with pulls and pushes drawn
 // on `timeline` (borrowed; may be null).
 absl::StatusOr<WorkerClient> ConnectWorker(const ClientOptions& options,
                                            Timeline* timeline);
+
+// Declares the model as the proto it is (ps_worker builds it once, with
+// its initializers; Client::Declare is the same from public types), with
+// `initial` weights (one buffer per tensor; the first declarer's win).
+absl::Status DeclareSpec(const WorkerClient& worker, const v1::ModelSpec& spec,
+                         const std::vector<absl::Span<const float>>& initial);
 
 }  // namespace asyncps
 

@@ -10,14 +10,15 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "asyncps/client.h"
 
 namespace asyncps {
 
+// What one step's exchange did: the servers' answers to its pushes (the
+// same PushStats the client library sums them into), and where the worker
+// stands after it.
 struct StepStats {
-  int64_t slices_pushed = 0;
-  int64_t total_staleness = 0;
-  int64_t max_staleness = 0;
-  int64_t dropped = 0;
+  PushStats pushed;
   // The lowest version among the weights now held (updates the servers have
   // applied to every slice); -1 if unknown.
   int64_t min_version = -1;

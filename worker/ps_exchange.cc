@@ -89,11 +89,7 @@ absl::Status PsExchange::Start(std::vector<std::vector<float>>* weights,
 }
 
 void PsExchange::AddPushStats(const PushStats& r) {
-  step_stats_.slices_pushed += r.slices;
-  step_stats_.total_staleness += r.total_staleness;
-  step_stats_.max_staleness =
-      std::max(step_stats_.max_staleness, r.max_staleness);
-  step_stats_.dropped += r.dropped;
+  step_stats_.pushed.Add(r);
   if (r.dropped > 0) {
     // One below the newest step applied anywhere, as a rejoining worker
     // resumes: that step may still wait on some slices for this worker's

@@ -121,9 +121,9 @@ void Straggle(const TrainerConfig& config, int64_t clock,
 // What the trainer has seen: the loss and staleness since the last log
 // line and over the run, the progress line every config.log_every, and the
 // result.
-class Progress {
+class RunProgress {
  public:
-  Progress(const TrainerConfig& config, const DataLoader* loader)
+  RunProgress(const TrainerConfig& config, const DataLoader* loader)
       : config_(config),
         loader_(loader),
         start_(config.clock->Now()),
@@ -138,11 +138,11 @@ class Progress {
     if (recent_.size() > 10) recent_.pop_front();
     window_loss_ += c.loss;
     ++window_steps_;
-    window_staleness_ += stats.total_staleness;
-    window_slices_ += stats.slices_pushed;
-    total_staleness_ += stats.total_staleness;
-    total_slices_ += stats.slices_pushed;
-    dropped_ += stats.dropped;
+    window_staleness_ += stats.pushed.total_staleness;
+    window_slices_ += stats.pushed.slices;
+    total_staleness_ += stats.pushed.total_staleness;
+    total_slices_ += stats.pushed.slices;
+    dropped_ += stats.pushed.dropped;
     MaybeLog(c.samples, done_clock);
   }
 
@@ -214,11 +214,11 @@ StepReport Report(const Computed& c, const StepStats& stats,
       absl::ToDoubleSeconds(exchange_start - c.start - c.data_time);
   report.exchange_seconds =
       absl::ToDoubleSeconds(exchange_end - exchange_start);
-  report.dropped = stats.dropped;
+  report.dropped = stats.pushed.dropped;
   report.clock = done_clock;
-  report.staleness = stats.slices_pushed > 0
-                         ? static_cast<double>(stats.total_staleness) /
-                               static_cast<double>(stats.slices_pushed)
+  report.staleness = stats.pushed.slices > 0
+                         ? static_cast<double>(stats.pushed.total_staleness) /
+                               static_cast<double>(stats.pushed.slices)
                          : 0.0;
   return report;
 }
@@ -232,7 +232,7 @@ absl::Status Train(const TrainerConfig& config, Mlp* model, DataLoader* loader,
   for (size_t n : model->TensorSizes()) weights.emplace_back(n, 0.0f);
   RETURN_IF_ERROR(exchange->Start(&weights, config.start_clock));
   *result = TrainerResult();
-  Progress progress(config, loader);
+  RunProgress progress(config, loader);
   std::vector<float> x;
   std::vector<int> y;
   int64_t done_clock = config.start_clock;  // Steps done by this rank.

@@ -61,8 +61,8 @@ struct WorkerConfig {
   std::string wire_dtype = "f32";
   std::string exchange = "fused";
   std::string transport = "tcp";
-  int metrics_port = 0;    // Prometheus' /metrics; 0: none.
-  std::string timeline;    // Chrome trace-event file; empty: none.
+  int metrics_port = 0;  // Prometheus' /metrics; 0: none.
+  std::string timeline;  // Chrome trace-event file; empty: none.
   // The result (as the "rank R done:" line says it) as JSON, written
   // atomically at the end; empty: none.
   std::string result_json;

@@ -55,49 +55,19 @@ ClientOptions ClientOptionsFrom(const WorkerConfig& config) {
   return o;
 }
 
-OptimizerOptions OptimizerOptionsFrom(const v1::OptimizerSpec& spec) {
-  OptimizerOptions o;
-  switch (spec.kind()) {
-    case v1::OptimizerSpec::MOMENTUM:
-      o.kind = "momentum";
-      break;
-    case v1::OptimizerSpec::ADAM:
-      o.kind = "adam";
-      break;
-    case v1::OptimizerSpec::ADAGRAD:
-      o.kind = "adagrad";
-      break;
-    default:
-      o.kind = "sgd";
-  }
-  o.learning_rate = spec.learning_rate();
-  o.momentum = spec.momentum();
-  o.nesterov = spec.nesterov();
-  o.beta1 = spec.beta1();
-  o.beta2 = spec.beta2();
-  o.epsilon = spec.epsilon();
-  o.weight_decay = spec.weight_decay();
-  o.lr_decay = spec.lr_decay();
-  o.initial_accumulator_value = spec.initial_accumulator_value();
-  return o;
-}
-
-// Declares `spec` through the client library: its tensors, with initial
-// weights drawn here from the spec's initializers (the numbers a shard
-// would draw: each element depends on the seed, the tensor's name and its
-// index only). The first worker to declare creates the model.
-absl::Status Declare(const v1::ModelSpec& spec, Client* client) {
-  std::vector<TensorSpec> tensors;
+// Declares `spec` as the proto it is, with initial weights drawn here from
+// its initializers (the numbers a shard would draw: each element depends
+// on the seed, the tensor's name and its index only). The first worker to
+// declare creates the model.
+absl::Status Declare(const v1::ModelSpec& spec, const WorkerClient& worker) {
   std::vector<std::vector<float>> initial;
   for (const v1::TensorSpec& t : spec.tensors()) {
     ASSIGN_OR_RETURN(const uint64_t n, NumElements(t));
-    tensors.push_back({t.name(), {t.shape().begin(), t.shape().end()}});
     initial.emplace_back(n);
     FillInitial(t.init(), spec.seed(), t.name(), 0,
                 absl::MakeSpan(initial.back()));
   }
-  return client->Declare(tensors, {initial.begin(), initial.end()},
-                         OptimizerOptionsFrom(spec.optimizer()), spec.name());
+  return DeclareSpec(worker, spec, {initial.begin(), initial.end()});
 }
 
 // The training loop's settings for `config`, resuming where `membership`
@@ -211,7 +181,7 @@ absl::Status Train(const WorkerConfig& flags, const v1::ModelSpec& spec,
                    MetricsEndpoint* endpoint, Timeline* timeline) {
   Client* const client = worker.client.get();
   MembershipClient* const membership = worker.membership;
-  RETURN_IF_ERROR(Declare(spec, client));
+  RETURN_IF_ERROR(Declare(spec, worker));
   // From here on the rank is known (assigned, with --rank=-1).
   WorkerConfig config = flags;
   config.rank = client->rank();

@@ -74,7 +74,7 @@ TEST_P(PsExchangeTest, EveryGradientIsAppliedOnce) {
     exchange.LayerReady(1, grads, step);
     StepStats stats;
     ASSERT_TRUE(exchange.FinishStep(step, &weights, &stats).ok());
-    staleness += stats.total_staleness;
+    staleness += stats.pushed.total_staleness;
     applied += g;
     if (mode != PsExchange::Mode::kPrefetch) {
       // The worker holds what the servers hold.
