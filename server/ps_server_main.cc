@@ -21,6 +21,7 @@
 #include "common/file_system.h"
 #include "common/large_buffers.h"
 #include "common/mode.h"
+#include "common/program_flags.h"
 #include "common/security_flags.h"
 #include "common/status.h"
 #include "common/stop_signal.h"
@@ -220,9 +221,9 @@ int Run() {
 }  // namespace asyncps
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "One shard of the asyncps parameter server.\n"
-      "  ps_server --port=5000 --shard=0 --num_shards=2");
+  asyncps::InitProgramFlags("ps_server",
+                            "One shard of the asyncps parameter server.\n"
+                            "  ps_server --port=5000 --shard=0 --num_shards=2");
   absl::ParseCommandLine(argc, argv);
   asyncps::KeepLargeBuffers();
   FLAGS_logtostderr = true;

@@ -27,6 +27,7 @@
 #include "common/cluster_spec.h"
 #include "common/grpc_credentials.h"
 #include "common/partitioner.h"
+#include "common/program_flags.h"
 #include "common/security.h"
 #include "common/security_flags.h"
 #include "proto/health.grpc.pb.h"
@@ -405,7 +406,8 @@ int Run(const std::string& command) {
 }  // namespace asyncps
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  asyncps::InitProgramFlags(
+      "psctl",
       "Inspect a running asyncps cluster.\n"
       "  psctl --servers=h:p,h:p COMMAND\n"
       "  status      every shard and worker on one screen (--watch, --json)\n"

@@ -17,6 +17,7 @@
 #include "absl/flags/usage.h"
 #include "absl/synchronization/notification.h"
 #include "common/large_buffers.h"
+#include "common/program_flags.h"
 #include "common/security_flags.h"
 #include "common/stop_signal.h"
 #include "glog/logging.h"
@@ -188,7 +189,8 @@ int Fail(const absl::Status& s, int code = 1) {
 }  // namespace asyncps
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  asyncps::InitProgramFlags(
+      "ps_worker",
       "Trains through the asyncps parameter servers, or evaluates.\n"
       "  ps_worker --servers=h:p,h:p --rank=0 --num_workers=2\n"
       "  ps_worker --servers=h:p,h:p --role=evaluator --curve=curve.csv");

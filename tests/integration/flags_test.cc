@@ -51,6 +51,29 @@ TEST(Flags, ServerRefusesAnUnusableCheckpointDirectory) {
   }
 }
 
+// --version names the release; --help lists the binary's own flags and the
+// security flags every binary shares (TLS, the token).
+TEST(Flags, EveryBinaryHasAVersionAndFullHelp) {
+  for (const std::string binary :
+       {"server/ps_server", "worker/ps_worker", "tools/psctl"}) {
+    auto version = Subprocess::Start({RunfilePath(binary), "--version"});
+    ASSERT_TRUE(version.ok());
+    auto line = (*version)->WaitForLine("asyncps", absl::Seconds(30));
+    ASSERT_TRUE(line.ok()) << binary << ": " << line.status();
+    EXPECT_NE(line->find("(asyncps 0.5.0)"), std::string::npos) << *line;
+    EXPECT_EQ(ExitCode(**version, absl::Seconds(30)), 0) << binary;
+    auto help = Subprocess::Start({RunfilePath(binary), "--help"});
+    ASSERT_TRUE(help.ok());
+    // Read through the security flags (--help lists them by file).
+    auto listed = (*help)->WaitForLine("--tls_key", absl::Seconds(30));
+    EXPECT_TRUE(listed.ok()) << binary << " --help lacks --tls_key";
+    EXPECT_NE((*help)->output().find("--auth_token_file"), std::string::npos)
+        << binary;
+    EXPECT_NE((*help)->output().find("Flags from"), std::string::npos);
+    ExitCode(**help, absl::Seconds(30));
+  }
+}
+
 TEST(Flags, ServerWritesItsReadyFileOrStops) {
   const std::string ready = TempPath("ready.json");
   std::filesystem::remove(ready);
