@@ -360,11 +360,12 @@ absl::Status Client::Impl::Adopt() {
 
 absl::StatusOr<TensorSet> Client::Impl::Resolve(
     const std::vector<std::string>& names) const {
-  ASSIGN_OR_RETURN(std::vector<int> indices, Indices(names, names.size()));
   TensorSet set;
-  set.names_ = names;
-  set.indices_ = std::move(indices);
+  // The indices and the adoption they belong to under one lock: a model
+  // adopted in between would leave old indices stamped as new.
   absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(set.indices_, IndicesLocked(names, names.size()));
+  set.names_ = names;
   set.model_ = model_generation_;
   return set;
 }
@@ -390,6 +391,11 @@ absl::Status Client::Impl::CheckSet(const TensorSet& set,
 absl::StatusOr<std::vector<int>> Client::Impl::Indices(
     const std::vector<std::string>& names, size_t buffers) const {
   absl::MutexLock lock(&mu_);
+  return IndicesLocked(names, buffers);
+}
+
+absl::StatusOr<std::vector<int>> Client::Impl::IndicesLocked(
+    const std::vector<std::string>& names, size_t buffers) const {
   if (num_tensors_ == 0) {
     return absl::FailedPreconditionError(
         "no model yet: call Declare or Attach first");

@@ -159,6 +159,9 @@ class Client::Impl {
   // The indices of `names`, which `buffers` buffers go with.
   absl::StatusOr<std::vector<int>> Indices(
       const std::vector<std::string>& names, size_t buffers) const;
+  absl::StatusOr<std::vector<int>> IndicesLocked(
+      const std::vector<std::string>& names, size_t buffers) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   int NumTensors() const {
     absl::MutexLock lock(&mu_);

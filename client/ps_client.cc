@@ -38,21 +38,22 @@ std::vector<std::vector<int>> PsClient::Batches(
     absl::Span<const int> tensors) const {
   const uint64_t limit = options_.max_message_bytes - kRequestOverhead;
   std::vector<std::vector<int>> batches;
-  // The open batch per (shard, wire dtype), and its payload so far.
-  absl::flat_hash_map<std::pair<int, int>, std::pair<int, uint64_t>> open;
+  // The open batch per (shard, wire dtype) (-1: none yet), and its payload
+  // so far, at shard * v1::DType_ARRAYSIZE + dtype.
+  std::vector<int> open(num_shards() * v1::DType_ARRAYSIZE, -1);
+  std::vector<uint64_t> open_bytes(open.size(), 0);
   for (int t : tensors) {
     for (int i : partition_->tensor_slices(t)) {
       const SliceInfo& s = partition_->slices()[i];
       const uint64_t bytes = s.count * kF32Bytes;
-      auto [it, fresh] = open.try_emplace({s.shard, wire_dtypes_[t]});
-      auto& [batch, batch_bytes] = it->second;
-      if (fresh || batch_bytes + bytes > limit) {
-        batch = static_cast<int>(batches.size());
-        batch_bytes = 0;
+      const int key = s.shard * v1::DType_ARRAYSIZE + wire_dtypes_[t];
+      if (open[key] < 0 || open_bytes[key] + bytes > limit) {
+        open[key] = static_cast<int>(batches.size());
+        open_bytes[key] = 0;
         batches.emplace_back();
       }
-      batches[batch].push_back(i);
-      batch_bytes += bytes;
+      batches[open[key]].push_back(i);
+      open_bytes[key] += bytes;
     }
   }
   return batches;

@@ -16,26 +16,17 @@
 #ifndef ASYNCPS_CLIENT_PS_CLIENT_H_
 #define ASYNCPS_CLIENT_PS_CLIENT_H_
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "asyncps/client.h"
 #include "client/shard_caller.h"
-#include "common/clock.h"
-#include "common/cluster_spec.h"
 #include "common/partitioner.h"
-#include "common/security.h"
-#include "common/timeline.h"
 #include "proto/asyncps.pb.h"
 
 namespace asyncps {

@@ -145,7 +145,8 @@ class ShardCaller {
                                    Method method, const char* what,
                                    bool idempotent = false);
   // Runs every call with `attempt` (which sends the calls it is given at
-  // once and returns their statuses), retrying UNAVAILABLE ones (and, for
+  // once, each stamped with its rank's secret as GrpcAttempt does, and
+  // returns their statuses), retrying UNAVAILABLE ones (and, for
   // idempotent calls such as a pull an ssp/bsp server held,
   // DEADLINE_EXCEEDED ones) with backoff; returns the first other error,
   // annotated with the shard and `what`.
@@ -166,7 +167,8 @@ class ShardCaller {
  private:
   explicit ShardCaller(PsClientOptions options);
 
-  // One attempt of `calls` over the data planes, as `op` frames.
+  // One attempt of `calls` over the data planes, as `op` frames, each
+  // stamped.
   template <typename Request, typename Response>
   std::vector<absl::Status> TcpAttempt(
       const std::vector<Call<Request, Response>*>& calls, FrameOp op);

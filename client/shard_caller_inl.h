@@ -19,9 +19,8 @@ absl::Status ShardCaller::Retry(std::vector<Call<Request, Response>>* calls,
                   options_.retry_for, options_.clock);
   while (true) {
     const int64_t ended = registrations_ended_.load();
-    for (Call<Request, Response>* call : pending) {
-      Stamp(call->shard, &call->request);
-    }
+    // Each attempt stamps its requests as it sends them (GrpcAttempt,
+    // TcpAttempt): a retry after a registration carries the new secret.
     const std::vector<absl::Status> results = attempt(pending);
     // A refusal for want of a secret that has changed since (a shard
     // restarted, the worker registered again) is retried with the new one,
@@ -89,6 +88,7 @@ std::vector<absl::Status> ShardCaller::TcpAttempt(
   // request, and reading one answer never waits on another shard.)
   for (size_t k = 0; k < calls.size(); ++k) {
     Call<Request, Response>& call = *calls[k];
+    Stamp(call.shard, &call.request);
     DataChannel& channel = *data_[call.shard];
     auto c = channel.Take(deadline);
     if (!c.ok()) {

@@ -27,6 +27,7 @@ import datetime
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -235,10 +236,13 @@ def main():
     now = datetime.datetime.now(datetime.timezone.utc)
     print(f"# asyncps bench, {now:%Y-%m-%dT%H:%MZ}, {os.cpu_count()} cores, "
           f"{os.uname().release}\n")
-    bench.ceilings()
-    bench.through_shards()
-    bench.training()
-    bench.server_work()
+    try:
+        bench.ceilings()
+        bench.through_shards()
+        bench.training()
+        bench.server_work()
+    finally:
+        shutil.rmtree(bench.work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -113,15 +113,16 @@ class Job:
 
     def start_worker(self, rank):
         a = self.args
-        out = open(os.path.join(self.dir, f"worker{rank}.out"), "a")
-        log = open(os.path.join(self.dir, f"worker{rank}.log"), "a")
-        self.workers[rank] = subprocess.Popen(
-            [os.path.join(a.bin, "ps_worker"), f"--servers={self.servers}",
-             f"--rank={rank}", f"--mode={a.mode}",
-             f"--num_workers={a.workers}", f"--epochs={a.epochs}",
-             f"--slowdown={a.slowdown}", f"--seed={a.seed}",
-             "--log_every=2s", "--heartbeat_every=500ms", "--optimizer=sgd",
-             "--lr=0.1"], stdout=out, stderr=log)
+        # The child keeps its own copies of the files; ours close here.
+        with open(os.path.join(self.dir, f"worker{rank}.out"), "a") as out, \
+                open(os.path.join(self.dir, f"worker{rank}.log"), "a") as log:
+            self.workers[rank] = subprocess.Popen(
+                [os.path.join(a.bin, "ps_worker"), f"--servers={self.servers}",
+                 f"--rank={rank}", f"--mode={a.mode}",
+                 f"--num_workers={a.workers}", f"--epochs={a.epochs}",
+                 f"--slowdown={a.slowdown}", f"--seed={a.seed}",
+                 "--log_every=2s", "--heartbeat_every=500ms",
+                 "--optimizer=sgd", "--lr=0.1"], stdout=out, stderr=log)
 
     def accuracy(self):
         """The servers' weights scored on the test set (the evaluator)."""

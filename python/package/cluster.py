@@ -14,6 +14,7 @@ nothing reads its log to find that out. Needs only the standard library
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -37,11 +38,13 @@ def read_result(path):
 class Shard:
     """One ps_server process; `start` returns once it serves."""
 
-    def __init__(self, binary, index, count, flags=(), log=None,
-                 ready_dir=None, timeout=30.0):
+    def __init__(self, binary, index, count, flags, log, ready_dir,
+                 timeout=30.0):
+        """`ready_dir` (the caller's, and the caller removes it) holds the
+        ready file; `log` (a file, or None) gets the shard's stderr."""
         self.binary, self.index, self.count = binary, index, count
         self.flags, self.log, self.timeout = list(flags), log, timeout
-        self.ready_dir = ready_dir or tempfile.mkdtemp(prefix="asyncps-")
+        self.ready_dir = ready_dir
         self.port = 0
         self.ready = None  # What its ready file said.
         self.proc = None
@@ -101,7 +104,10 @@ class Shards:
     """The shards of one job."""
 
     def __init__(self, binary, mode=None, log=None, ready_dir=None):
+        """Without `ready_dir` the ready files go to a temporary directory
+        that stop() and kill() remove."""
         self.binary, self.mode, self.log = binary, mode, log
+        self.own_dir = ready_dir is None
         self.ready_dir = ready_dir or tempfile.mkdtemp(prefix="asyncps-")
         self.shards = []
 
@@ -133,7 +139,13 @@ class Shards:
     def stop(self):
         for s in self.shards:
             s.stop()
+        self._remove_dir()
 
     def kill(self):
         for s in self.shards:
             s.kill()
+        self._remove_dir()
+
+    def _remove_dir(self):
+        if self.own_dir:
+            shutil.rmtree(self.ready_dir, ignore_errors=True)

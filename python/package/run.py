@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 
 from asyncps.cluster import Shard, ShardFailed
 
@@ -76,6 +77,7 @@ def main(argv=None):
     shards = []
     workers = {}  # rank -> Popen
     stopping = []
+    ready_dir = tempfile.mkdtemp(prefix="asyncps-run-")  # The shards' files.
 
     def teardown(signum=None, frame=None):
         stopping.append(signum)
@@ -86,6 +88,7 @@ def main(argv=None):
             w.wait()
         for s in shards:
             s.stop()
+        shutil.rmtree(ready_dir, ignore_errors=True)
 
     signal.signal(signal.SIGTERM, lambda n, f: sys.exit(128 + n))
     try:
@@ -100,7 +103,7 @@ def main(argv=None):
                        if args.log_dir else None)
                 shards.append(Shard(binary, i, args.shards,
                                     [f"--mode={args.mode}", *args.server_flag],
-                                    log))
+                                    log, ready_dir))
                 try:
                     shards[-1].start()
                 except ShardFailed as e:
