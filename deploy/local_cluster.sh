@@ -74,7 +74,7 @@ cleanup() {
   trap - EXIT INT TERM
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do
-    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 150); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$p" 2>/dev/null || true
     wait "$p" 2>/dev/null || true
   done
@@ -93,16 +93,21 @@ if ((tls)); then
 fi
 
 echo "== starting $shards shards"
-source deploy/shards.sh
 ckpt=()
 if [[ "$checkpoint_every" != off ]]; then
   mkdir -p "$out/checkpoints"
   ckpt=(--checkpoint_dir="$out/checkpoints" --checkpoint_every="$checkpoint_every")
   echo "   checkpoints every $checkpoint_every in $out/checkpoints"
 fi
-start_shards "$out" "$out" "$shards" --mode="$mode" --num_workers="$workers" \
-  ${ckpt[@]+"${ckpt[@]}"} \
-  ${server_tls[@]+"${server_tls[@]}"} || exit 1
+# python/package/cluster.py, the shards' launcher, prints the servers line
+# once every shard serves, and stops them (drained) on SIGTERM.
+server_flags=(--num_workers="$workers" ${ckpt[@]+"${ckpt[@]}"} ${server_tls[@]+"${server_tls[@]}"})
+exec {shards_fd}< <(exec python3 python/package/cluster.py \
+  --ps_server="$out/ps_server" --shards="$shards" --mode="$mode" \
+  --log_dir="$out" --metrics_base="$metrics_base" \
+  "${server_flags[@]/#/--server_flag=}")
+pids+=($!)
+read -r servers <&"$shards_fd" || { echo "the shards did not start; see $out/server*.log" >&2; exit 1; }
 echo "   servers: $servers"
 
 # Metrics ports of the evaluator and of worker r (none when the base is 0).

@@ -7,25 +7,28 @@
 # 1 async worker (fused, layered) and 2 (fused), 2 shards, and new/old.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-old=$1 new=$2 reps=${3:-3}
-work=$(mktemp -d /tmp/ab_bench.XXXXXX)
-source deploy/shards.sh
-pids=()
-stop_all() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; pids=(); }
-trap 'stop_all; rm -rf "$work"' EXIT
-run() {  # bindir workers exchange
-  local bin=$1 n=$2 ex=$3
-  start_shards "$bin" "$work" 2 --mode=async >/dev/null || return 1
-  local wp=()
+# Runs inside python/package/cluster.py (the shards' launcher): starts
+# $2 workers of build $1 with --exchange=$3 and sums their --result_json.
+if [[ "${AB_WORKERS:-}" == 1 ]]; then
+  bin=$1 n=$2 ex=$3 work=$4
+  wp=()
   for ((r = 0; r < n; r++)); do
-    "$bin/ps_worker" --servers="$servers" --rank=$r --num_workers=$n --mode=async \
-      --exchange=$ex --steps=938 --log_every=1h >"$work/w$r.out" 2>"$work/w$r.log" &
+    "$bin/ps_worker" --servers="$ASYNCPS_SERVERS" --rank=$r --num_workers=$n \
+      --mode=async --exchange=$ex --steps=938 --log_every=1h \
+      --result_json="$work/w$r.json" >/dev/null 2>"$work/w$r.log" &
     wp+=($!)
   done
-  for p in "${wp[@]}"; do wait "$p"; done
-  stop_all
-  cat "$work"/w*.out | sed -n 's/.*samples\/s \([0-9]*\).*/\1/p' | awk '{ s += $1 } END { print s }'
-  rm -f "$work"/w*.out
+  for p in "${wp[@]}"; do wait "$p" || exit 1; done
+  exec python3 -c 'import json, sys
+print(round(sum(json.load(open(f))["samples_per_second"] for f in sys.argv[1:])))' "$work"/w*.json
+fi
+old=$1 new=$2 reps=${3:-3}
+work=$(mktemp -d /tmp/ab_bench.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+run() {  # bindir workers exchange
+  rm -f "$work"/w*.json
+  AB_WORKERS=1 python3 python/package/cluster.py --ps_server="$1/ps_server" \
+    --shards=2 --mode=async -- "$PWD/tools/ab_bench.sh" "$1" "$2" "$3" "$work" | tail -n 1
 }
 for ((rep = 1; rep <= reps; rep++)); do
   for cfg in "1 fused" "1 layered" "2 fused"; do

@@ -25,18 +25,13 @@ for a in "$@"; do
     *) args+=("$a") ;;
   esac
 done
-source deploy/shards.sh
-pids=()
-stop_servers() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  pids=()
-}
-trap stop_servers EXIT
-# A shard holds one model, so each model gets fresh servers.
+# A shard holds one model, so each model gets fresh servers (shards from
+# python/package/cluster.py, which prints their addresses first).
 IFS=';' read -ra model_list <<<"$models"
 for model in "${model_list[@]}"; do
-  start_shards "$BIN" "$BIN" 2 --max_message_bytes=268435456 || exit 1
-  "$BIN/gpu_bench" --servers="$servers" --models="$model" ${args[@]+"${args[@]}"}
-  stop_servers
+  python3 python/package/cluster.py --ps_server="$BIN/ps_server" \
+    --shards=2 --server_flag=--max_message_bytes=268435456 -- \
+    "$BIN/gpu_bench" --servers={servers} --models="$model" \
+    ${args[@]+"${args[@]}"} | tail -n +2
+  ((PIPESTATUS[0] == 0)) || exit 1
 done

@@ -26,11 +26,10 @@ bazel shutdown
 
 pids=()
 cleanup() {
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }
 trap cleanup EXIT
-source deploy/shards.sh
 free_ports() {
   /usr/bin/python3 -c '
 import socket
@@ -45,12 +44,16 @@ run() {
   local variant=$1 shard_port worker_port scraper="" scrapes=0
   read -r shard_port worker_port < <(free_ports)
   pids=()
-  local metrics_base=0 wflags=()
+  local metrics_base=0 wflags=() servers
   if [[ $variant != off ]]; then
     metrics_base=$shard_port
     wflags=(--metrics_port="$worker_port")
   fi
-  start_shards "$bin" "$bin" 1 >/dev/null || exit 1
+  # The shards' launcher prints the servers line once they serve.
+  exec {shards_fd}< <(exec python3 python/package/cluster.py \
+    --ps_server="$bin/ps_server" --metrics_base="$metrics_base")
+  pids=($!)
+  read -r servers <&"$shards_fd" || exit 1
   if [[ $variant == 1/s || $variant == flood ]]; then
     (
       n=0
@@ -64,17 +67,20 @@ run() {
     ) &
     scraper=$!
   fi
-  local line
-  line=$("$bin/ps_worker" --servers="$servers" --steps="$steps" --seed=1 \
-    ${wflags[@]+"${wflags[@]}"} 2>/dev/null | grep " done:")
+  "$bin/ps_worker" --servers="$servers" --steps="$steps" --seed=1 \
+    --result_json="$bin/result.json" ${wflags[@]+"${wflags[@]}"} \
+    >/dev/null 2>&1
   if [[ -n $scraper ]]; then
     kill "$scraper" 2>/dev/null || true
     wait "$scraper" 2>/dev/null || true
     scrapes=$(cat "$bin/scrapes" 2>/dev/null || echo 0)
   fi
   cleanup
-  local rate=${line##*samples/s }
-  echo "${rate%% *} $scrapes"
+  exec {shards_fd}<&-
+  local rate
+  rate=$(python3 -c 'import json, sys
+print(round(json.load(open(sys.argv[1]))["samples_per_second"]))' "$bin/result.json")
+  echo "$rate $scrapes"
 }
 
 declare -A all

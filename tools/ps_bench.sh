@@ -8,8 +8,6 @@ bazel build //server:ps_server //tools:ps_bench
 bin=$(mktemp -d /tmp/ps_bench.XXXXXX)
 cp bazel-bin/server/ps_server bazel-bin/tools/ps_bench "$bin/"
 bazel shutdown
-source deploy/shards.sh
-pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait' EXIT
-start_shards "$bin" "$bin" 2 || exit 1
-"$bin/ps_bench" --servers="$servers" "$@"
+trap 'rm -rf "$bin"' EXIT
+python3 python/package/cluster.py --ps_server="$bin/ps_server" \
+  --shards=2 -- "$bin/ps_bench" --servers={servers} "$@" | tail -n +2

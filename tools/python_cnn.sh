@@ -25,7 +25,6 @@ bazel build --noshow_progress //server:ps_server //python:asyncps 2>&1 | tail -n
 bin=$(bazel info bazel-bin 2>/dev/null)
 export PYTHONPATH=$bin/python OMP_NUM_THREADS=1
 example=python/examples/fashion_cnn.py
-source deploy/shards.sh
 pids=()
 trap 'kill ${pids[@]+"${pids[@]}"} 2>/dev/null || true; wait 2>/dev/null || true' EXIT
 
@@ -33,7 +32,12 @@ for mode in $modes; do
   echo "== $mode: 2 workers through 2 shards, $epochs epochs"
   pids=()
   mkdir -p "$out/$mode"
-  start_shards "$bin/server" "$out/$mode" 2 --mode="$mode" --num_workers=2
+  # The shards' launcher prints the servers line once they serve.
+  exec {shards_fd}< <(exec python3 python/package/cluster.py \
+    --ps_server="$bin/server/ps_server" --shards=2 --mode="$mode" \
+    --server_flag=--num_workers=2 --log_dir="$out/$mode")
+  pids=($!)
+  read -r servers <&"$shards_fd" || exit 1
   workers=()
   for r in 0 1; do
     /usr/bin/python3 "$example" --servers="$servers" --rank=$r --num_workers=2 \
@@ -46,6 +50,7 @@ for mode in $modes; do
   /usr/bin/python3 "$example" --servers="$servers" --evaluate
   kill "${pids[@]}" 2>/dev/null || true
   wait "${pids[@]}" 2>/dev/null || true
+  exec {shards_fd}<&-
 done
 
 echo "== ddp: 2 processes (gloo), $epochs epochs"

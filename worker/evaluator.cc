@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/file_system.h"
 #include "common/status.h"
 
 namespace asyncps {
@@ -70,9 +71,12 @@ absl::Status AppendCurveRow(const std::string& path, const Evaluation& e) {
   return absl::OkStatus();
 }
 
-absl::Status RunEvaluator(Client* client, Mlp* model, const Dataset& test,
-                          absl::Duration every, const std::string& curve,
-                          absl::Notification* stop, WorkerMetrics* metrics) {
+absl::StatusOr<Evaluation> RunEvaluator(Client* client, Mlp* model,
+                                        const Dataset& test,
+                                        absl::Duration every,
+                                        const std::string& curve,
+                                        absl::Notification* stop,
+                                        WorkerMetrics* metrics) {
   const absl::Time start = absl::Now();
   while (true) {
     // Sleeping until the next period or a stop request, whichever first.
@@ -95,9 +99,25 @@ absl::Status RunEvaluator(Client* client, Mlp* model, const Dataset& test,
         e.seconds, e.updates, e.loss, e.accuracy, stopping ? " (final)" : "");
     std::fflush(stdout);
     if (!curve.empty()) RETURN_IF_ERROR(AppendCurveRow(curve, e));
-    if (stopping) return absl::OkStatus();
+    if (stopping) return e;
   }
 }
+
+namespace {
+
+absl::Status WriteResult(const std::string& path, const Evaluation& e) {
+  if (path.empty()) return absl::OkStatus();
+  return Annotate(
+      WriteFileAtomically(
+          FileSystem::Default(), path,
+          absl::StrFormat("{\"role\": \"evaluator\", \"seconds\": %.3f, "
+                          "\"updates\": %.1f, \"test_loss\": %.6g, "
+                          "\"accuracy\": %.6g}\n",
+                          e.seconds, e.updates, e.loss, e.accuracy)),
+      "--result_json");
+}
+
+}  // namespace
 
 absl::Status RunEvaluatorRole(const WorkerConfig& config, Client* client,
                               Backend* backend, Dataset* test,
@@ -119,8 +139,10 @@ absl::Status RunEvaluatorRole(const WorkerConfig& config, Client* client,
   }
   Mlp model(backend, layers, kEvalBatch);
   if (!config.eval_once) {
-    return RunEvaluator(client, &model, *test, config.eval_every, config.curve,
-                        stop, metrics);
+    ASSIGN_OR_RETURN(const Evaluation e,
+                     RunEvaluator(client, &model, *test, config.eval_every,
+                                  config.curve, stop, metrics));
+    return WriteResult(config.result_json, e);
   }
   ASSIGN_OR_RETURN(const Evaluation e,
                    EvaluateOnce(client, &model, *test, absl::Now()));
@@ -128,7 +150,7 @@ absl::Status RunEvaluatorRole(const WorkerConfig& config, Client* client,
               e.updates, e.loss, e.accuracy);
   std::fflush(stdout);
   if (!config.curve.empty()) RETURN_IF_ERROR(AppendCurveRow(config.curve, e));
-  return absl::OkStatus();
+  return WriteResult(config.result_json, e);
 }
 
 }  // namespace asyncps

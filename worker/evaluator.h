@@ -34,17 +34,20 @@ absl::StatusOr<Evaluation> EvaluateOnce(Client* client, Mlp* model,
 absl::Status AppendCurveRow(const std::string& path, const Evaluation& e);
 
 // Evaluates every `every` until `stop` is notified, then once more (the
-// final figure). Prints each evaluation; appends to `curve` if not empty.
-// `metrics` (may be null) is told each evaluation.
-absl::Status RunEvaluator(Client* client, Mlp* model, const Dataset& test,
-                          absl::Duration every, const std::string& curve,
-                          absl::Notification* stop,
-                          WorkerMetrics* metrics = nullptr);
+// final figure, returned). Prints each evaluation; appends to `curve` if
+// not empty. `metrics` (may be null) is told each evaluation.
+absl::StatusOr<Evaluation> RunEvaluator(Client* client, Mlp* model,
+                                        const Dataset& test,
+                                        absl::Duration every,
+                                        const std::string& curve,
+                                        absl::Notification* stop,
+                                        WorkerMetrics* metrics = nullptr);
 
 // ps_worker --role=evaluator: adopts the model the workers declared (waiting
 // for one), then scores `test` once (--eval_once, printing one line) or
-// every --eval_every until `stop`. Pointers are borrowed; `test` may be
-// cut to --max_test_examples.
+// every --eval_every until `stop`; writes the last evaluation to
+// --result_json (JSON: role, seconds, updates, test_loss, accuracy) if
+// given. Pointers are borrowed; `test` may be cut to --max_test_examples.
 // REQUIRES: config.Validate().ok().
 absl::Status RunEvaluatorRole(const WorkerConfig& config, Client* client,
                               Backend* backend, Dataset* test,

@@ -102,8 +102,10 @@ ABSL_FLAG(int, metrics_port, 0,
 ABSL_FLAG(std::string, result_json, "",
           "At the end, write the result as JSON to this file (atomically): "
           "rank, steps, samples, first_loss, last_loss, seconds, "
-          "samples_per_second, staleness, dropped, clock, weights. Empty: "
-          "none (the \"rank R done:\" line says the same).");
+          "samples_per_second, staleness, dropped, clock, weights; the "
+          "evaluator's: role, seconds, updates, test_loss, accuracy (of its "
+          "last evaluation). Empty: none (the \"rank R done:\" and "
+          "evaluator lines say the same).");
 ABSL_FLAG(std::string, timeline, "",
           "Write a Chrome trace-event timeline of each step (data, compute "
           "per layer, pull/push, waits) to this file; merge a run's files "

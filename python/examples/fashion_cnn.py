@@ -12,7 +12,7 @@ read):
 
 Or one process per worker by hand:
 
-    # two shards, e.g. deploy/shards.sh or by hand:
+    # two shards (python3 -m asyncps.cluster starts them on free ports):
     ps_server --shard=0 --num_shards=2 --port=5000 --mode=async &
     ps_server --shard=1 --num_shards=2 --port=5001 --mode=async &
     python3 python/examples/fashion_cnn.py --servers=localhost:5000,localhost:5001 \\

@@ -10,13 +10,23 @@ Each shard runs on 127.0.0.1 with a port the kernel picks and says when it
 serves by writing its --ready_file (JSON: shard, port, data_port, pid);
 nothing reads its log to find that out. Needs only the standard library
 (tools import this file by path, without the compiled module).
+
+From a shell (the bash tools use this; nothing else starts shards):
+
+    python3 -m asyncps.cluster --ps_server BIN --shards 2 -- CMD ARGS
+        # runs CMD with $ASYNCPS_SERVERS set and "{servers}" in ARGS
+        # replaced, stops the shards, exits with CMD's status
+    python3 -m asyncps.cluster --ps_server BIN --shards 2 &
+        # prints the servers line once all serve; stops them on SIGTERM
 """
 
+import argparse
 import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -149,3 +159,79 @@ class Shards:
     def _remove_dir(self):
         if self.own_dir:
             shutil.rmtree(self.ready_dir, ignore_errors=True)
+
+
+def _parse(argv):
+    cut = argv.index("--") if "--" in argv else len(argv)
+    ours, command = argv[:cut], argv[cut + 1:]
+    p = argparse.ArgumentParser(
+        prog="python3 -m asyncps.cluster",
+        description="Starts ps_server shards on 127.0.0.1 and prints "
+        "host:port,... once all serve; then runs the command after -- and "
+        "stops them, or, without one, stops them on SIGTERM or SIGINT.")
+    p.add_argument("--ps_server", required=True, help="the ps_server binary")
+    p.add_argument("--shards", type=int, default=1)
+    p.add_argument("--mode", default=None)
+    p.add_argument("--log_dir", default="",
+                   help="shard i's stderr to DIR/server<i>.log")
+    p.add_argument("--metrics_base", type=int, default=0,
+                   help="shard i serves /metrics on this port + i (0: none)")
+    p.add_argument("--server_flag", action="append", default=[],
+                   help="one more flag for every shard (repeatable)")
+    args = p.parse_args(ours)
+    if args.shards < 1:
+        p.error("--shards must be >= 1")
+    return args, command
+
+
+class _Stop(Exception):
+    """SIGTERM or SIGINT reached the launcher."""
+
+
+def _stop(signum, frame):
+    raise _Stop()
+
+
+def main(argv=None):
+    args, command = _parse(sys.argv[1:] if argv is None else argv)
+    shards = Shards(args.ps_server, mode=args.mode)
+    mode = [f"--mode={args.mode}"] if args.mode else []
+    logs, child = [], None
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _stop)
+    try:
+        for i in range(args.shards):
+            flags = [*mode, *args.server_flag]
+            if args.metrics_base > 0:
+                flags.append(f"--metrics_port={args.metrics_base + i}")
+            if args.log_dir:
+                logs.append(open(os.path.join(args.log_dir,
+                                              f"server{i}.log"), "a"))
+            shards.shards.append(Shard(args.ps_server, i, args.shards, flags,
+                                       logs[-1] if logs else None,
+                                       shards.ready_dir))
+            shards.shards[-1].start()
+        print(shards.servers, flush=True)
+        if not command:
+            while True:
+                signal.pause()
+        child = subprocess.Popen(
+            [a.replace("{servers}", shards.servers) for a in command],
+            env=dict(os.environ, ASYNCPS_SERVERS=shards.servers))
+        return child.wait()
+    except ShardFailed as e:
+        print(f"asyncps.cluster: {e}", file=sys.stderr)
+        return 1
+    except _Stop:
+        if child is not None and child.poll() is None:
+            child.terminate()
+            child.wait()
+        return 0 if child is None else 143
+    finally:
+        shards.stop()
+        for log in logs:
+            log.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -2,8 +2,9 @@
 """Drift between the deployment files and the binaries, checked offline.
 
 Every flag that deploy/docker-compose.yml (and its GPU override),
-deploy/k8s/*.yaml and deploy/local_cluster.sh (with deploy/shards.sh) pass
-to ps_server, ps_worker or psctl exists in that binary's --helpfull; the
+deploy/k8s/*.yaml and deploy/local_cluster.sh pass to ps_server, ps_worker,
+psctl or the shards' launcher (python/package/cluster.py) exists in that
+program's --helpfull (the launcher's --help); the
 Kubernetes manifests parse, and their names and ports agree (the workers'
 --servers name the StatefulSet's pods through its headless Service, on the
 port the shards listen on, which the Service and the containers expose);
@@ -42,6 +43,9 @@ def known_flags(binary):
 
 
 FLAGS = {b: known_flags(b) for b in BINARIES}
+FLAGS["cluster.py"] = set(re.findall(r"--([a-z0-9_]+)", subprocess.run(
+    [sys.executable, os.path.join(ROOT, "python/package/cluster.py"), "--help"],
+    capture_output=True, text=True, check=True).stdout))
 
 
 def flag_names(args):
@@ -203,8 +207,8 @@ for d in objects:
                     fail(f"{d['metadata']['name']}: completions, parallelism "
                          f"and --num_workers={n} differ")
 
-# --- local_cluster.sh and shards.sh -----------------------------------------
-for script in ("deploy/local_cluster.sh", "deploy/shards.sh"):
+# --- local_cluster.sh -------------------------------------------------------
+for script in ("deploy/local_cluster.sh",):
     text = open(os.path.join(ROOT, script)).read().replace("\\\n", " ")
     for line in text.splitlines():
         if line.lstrip().startswith("#"):
@@ -214,8 +218,9 @@ for script in ("deploy/local_cluster.sh", "deploy/shards.sh"):
             continue
         # A line naming no binary (an array of flags handed on, a helper
         # that echoes one) is checked against both.
-        binaries = [b for b in ("ps_server", "ps_worker", "psctl")
-                    if b in line] or ["ps_server", "ps_worker"]
+        binaries = (["cluster.py"] if "cluster.py" in line else
+                    [b for b in ("ps_server", "ps_worker", "psctl")
+                     if b in line] or ["ps_server", "ps_worker"])
         for name in names:
             if not any(name in FLAGS[b] for b in binaries):
                 fail(f"{script}: --{name} is a flag of none of {binaries}: "

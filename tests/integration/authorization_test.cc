@@ -111,11 +111,10 @@ TEST_P(SpoofedRank, CannotActAsARegisteredWorker) {
   beat.set_leaving(true);  // Would free the rank for the taking.
   ShardCall<v1::HeartbeatRequest, v1::HeartbeatResponse> heartbeat;
   heartbeat.request = beat;
-  ExpectRefused(
-      intruder->caller()->GrpcAttempt<v1::HeartbeatRequest,
-                                      v1::HeartbeatResponse>(
-          {&heartbeat}, ASYNCPS_RPC(Heartbeat))[0],
-      denied, "secret", "heartbeat as rank 0");
+  ExpectRefused(intruder->caller()
+                    ->GrpcAttempt<v1::HeartbeatRequest, v1::HeartbeatResponse>(
+                        {&heartbeat}, ASYNCPS_RPC(Heartbeat))[0],
+                denied, "secret", "heartbeat as rank 0");
   EXPECT_EQ(Weights(**cluster, spec), before) << "a refused call moved them";
   stats = AdminClient(owner->caller()).Stats(0);
   ASSERT_TRUE(stats.ok());

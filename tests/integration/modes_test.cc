@@ -30,9 +30,9 @@ std::unique_ptr<PsClient> Client(const TestCluster& cluster) {
   return client.ok() ? *std::move(client) : nullptr;
 }
 
-// Runs two workers to completion and returns their "done:" lines.
-std::vector<std::string> RunTwoWorkers(const TestCluster& cluster,
-                                       const std::vector<std::string>& extra) {
+// Runs two workers to completion and returns their results.
+std::vector<google::protobuf::Struct> RunTwoWorkers(
+    const TestCluster& cluster, const std::vector<std::string>& extra) {
   std::vector<std::unique_ptr<Subprocess>> workers;
   for (int rank = 0; rank < 2; ++rank) {
     auto w = StartWorker(cluster, rank, 2, extra);
@@ -40,14 +40,13 @@ std::vector<std::string> RunTwoWorkers(const TestCluster& cluster,
     if (!w.ok()) return {};
     workers.push_back(*std::move(w));
   }
-  std::vector<std::string> lines;
+  std::vector<google::protobuf::Struct> results;
   for (auto& w : workers) {
-    auto done = w->WaitForLine("done:", absl::Seconds(120));
-    EXPECT_TRUE(done.ok()) << done.status() << "\n" << w->output();
-    lines.push_back(done.ok() ? *done : "");
-    EXPECT_EQ(ExitCode(*w), 0);
+    auto done = Finish(*w);
+    EXPECT_TRUE(done.ok()) << done.status();
+    results.push_back(done.ok() ? *done : google::protobuf::Struct());
   }
-  return lines;
+  return results;
 }
 
 TEST(Bsp, TwoWorkersEqualOneWorkerOnTheCombinedBatches) {
@@ -142,22 +141,22 @@ TEST(Allreduce, ReplicasAreBitIdenticalAndEqualBsp) {
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     std::vector<std::string> extra = flags;
     extra.push_back("--mode=bsp");
-    auto lines = RunTwoWorkers(**cluster, extra);
-    ASSERT_EQ(lines.size(), 2u);
-    bsp_weights = TextField(lines[0], "weights");
-    EXPECT_EQ(TextField(lines[1], "weights"), bsp_weights);
+    auto results = RunTwoWorkers(**cluster, extra);
+    ASSERT_EQ(results.size(), 2u);
+    bsp_weights = Text(results[0], "weights");
+    EXPECT_EQ(Text(results[1], "weights"), bsp_weights);
   }
   auto cluster = TestCluster::Start(2, {"--mode=allreduce"});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   std::vector<std::string> extra = flags;
   extra.push_back("--mode=allreduce");
   extra.push_back("--assign_every=10");
-  auto lines = RunTwoWorkers(**cluster, extra);
-  ASSERT_EQ(lines.size(), 2u);
-  EXPECT_EQ(TextField(lines[0], "weights"), TextField(lines[1], "weights"))
-      << lines[0] << "\n"
-      << lines[1];
-  EXPECT_EQ(TextField(lines[0], "weights"), bsp_weights);
+  auto results = RunTwoWorkers(**cluster, extra);
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(Text(results[0], "weights"), Text(results[1], "weights"))
+      << results[0].DebugString() << "\n"
+      << results[1].DebugString();
+  EXPECT_EQ(Text(results[0], "weights"), bsp_weights);
   // Rank 0 handed the final weights to the servers, at version 25.
   auto client = Client(**cluster);
   ASSERT_TRUE(client->FetchModel().ok());
@@ -180,9 +179,8 @@ TEST(Ssp, ClockGapNeverExceedsTheBound) {
                           {"--mode=ssp", "--steps=60", "--slowdown=6"});
   ASSERT_TRUE(fast.ok() && slow.ok());
   for (auto* w : {&*fast, &*slow}) {
-    auto done = (*w)->WaitForLine("done:", absl::Seconds(120));
-    ASSERT_TRUE(done.ok()) << done.status() << (*w)->output();
-    EXPECT_EQ(ExitCode(**w), 0);
+    auto done = Finish(**w);
+    ASSERT_TRUE(done.ok()) << done.status();
   }
   auto client = Client(**cluster);
   auto stats = AdminClient(client->caller()).StatsAll();
@@ -215,9 +213,8 @@ TEST(Bsp, BackupWorkerLetsStepsGoOnWithoutAStalledWorker) {
   auto client = Client(**cluster);
   auto worker = StartWorker(**cluster, 0, 2, {"--mode=bsp", "--steps=40"});
   ASSERT_TRUE(worker.ok());
-  auto done = (*worker)->WaitForLine("done:", absl::Seconds(60));
-  ASSERT_TRUE(done.ok()) << done.status() << (*worker)->output();
-  EXPECT_EQ(ExitCode(**worker), 0);
+  auto done = Finish(**worker, absl::Seconds(60));
+  ASSERT_TRUE(done.ok()) << done.status();
   auto stats = AdminClient(client->caller()).Stats(0);
   ASSERT_TRUE(stats.ok());
   // Rank 0 left when it was done; the stalled rank 1 is still live.
@@ -235,10 +232,9 @@ TEST(Bsp, SigkilledWorkerIsDroppedAfterTheTimeout) {
   ASSERT_TRUE((*victim)->WaitForLine("rank 1 step", absl::Seconds(60)).ok())
       << (*victim)->output();
   (*victim)->Signal(SIGKILL);
-  auto done = (*survivor)->WaitForLine("done:", absl::Seconds(90));
-  ASSERT_TRUE(done.ok()) << done.status() << (*survivor)->output();
-  EXPECT_EQ(Field(*done, "steps"), 150);
-  EXPECT_EQ(ExitCode(**survivor), 0);
+  auto done = Finish(**survivor, absl::Seconds(90));
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(Number(*done, "steps"), 150);
   auto client = Client(**cluster);
   auto stats = AdminClient(client->caller()).Stats(0);
   ASSERT_TRUE(stats.ok());
@@ -281,12 +277,13 @@ TEST(Allreduce, RestartedJobResumesFromTheServersWeights) {
   // --steps counts the job's clock: 5 more steps.
   auto second = RunTwoWorkers(**cluster, {"--mode=allreduce", "--steps=44"});
   ASSERT_EQ(second.size(), 2u);
-  EXPECT_EQ(TextField(second[0], "weights"), TextField(second[1], "weights"));
-  EXPECT_GE(Field(second[0], "clock"), 40 - 1 + 5) << second[0];
-  EXPECT_LT(Field(second[0], "first_loss"), 0.8 * Field(first[0], "first_loss"))
+  EXPECT_EQ(Text(second[0], "weights"), Text(second[1], "weights"));
+  EXPECT_GE(Number(second[0], "clock"), 40 - 1 + 5);
+  EXPECT_LT(Number(second[0], "first_loss"),
+            0.8 * Number(first[0], "first_loss"))
       << "restarted job did not start from trained weights:\n"
-      << first[0] << "\n"
-      << second[0];
+      << first[0].DebugString() << "\n"
+      << second[0].DebugString();
 }
 
 }  // namespace

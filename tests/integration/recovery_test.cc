@@ -71,10 +71,10 @@ using Disturbance = std::function<void(Job&)>;
 
 // Trains kWorkers workers on kShards shards, lets `disturb` act, waits for
 // every worker to finish (exit 0), and returns the test accuracy of the
-// final weights; `done`, if given, gets the workers' result lines.
+// final weights; `done`, if given, gets the workers' results.
 double Train(const std::string& mode, const std::vector<std::string>& server,
              const Disturbance& disturb,
-             std::vector<std::string>* done_lines = nullptr) {
+             std::vector<google::protobuf::Struct>* results = nullptr) {
   Job run;
   auto cluster = TestCluster::Start(kShards, server);
   EXPECT_TRUE(cluster.ok()) << cluster.status();
@@ -89,26 +89,16 @@ double Train(const std::string& mode, const std::vector<std::string>& server,
   if (disturb) disturb(run);
   for (int rank = 0; rank < kWorkers; ++rank) {
     Subprocess& w = *run.workers[rank];
-    auto done = w.WaitForLine("done:", absl::Seconds(180));
-    EXPECT_TRUE(done.ok()) << "rank " << rank << ": " << done.status() << "\n"
-                           << w.output();
-    EXPECT_EQ(ExitCode(w), 0) << "rank " << rank;
-    if (done.ok() && done_lines != nullptr) done_lines->push_back(*done);
-    if (done.ok()) {
-      // bsp: a worker whose gradient missed a step jumps to the front.
-      EXPECT_GE(Field(*done, "clock"), kSteps) << *done;
-    }
+    auto done = Finish(w, absl::Seconds(180));
+    EXPECT_TRUE(done.ok()) << "rank " << rank << ": " << done.status();
+    if (!done.ok()) continue;
+    if (results != nullptr) results->push_back(*done);
+    // bsp: a worker whose gradient missed a step jumps to the front.
+    EXPECT_GE(Number(*done, "clock"), kSteps) << done->DebugString();
   }
-  auto eval =
-      Subprocess::Start({RunfilePath("worker/ps_worker"),
-                         absl::StrCat("--servers=", run.cluster->ServerList()),
-                         "--role=evaluator", "--eval_once"});
-  EXPECT_TRUE(eval.ok());
-  if (!eval.ok()) return -1;
-  auto line = (*eval)->WaitForLine("accuracy=", absl::Seconds(60));
-  EXPECT_TRUE(line.ok()) << line.status() << (*eval)->output();
-  EXPECT_EQ(ExitCode(**eval), 0);
-  return line.ok() ? Field(*line, "accuracy") : -1;
+  auto eval = EvaluateOnce(*run.cluster);
+  EXPECT_TRUE(eval.ok()) << eval.status();
+  return eval.ok() ? Number(*eval, "accuracy") : -1;
 }
 
 std::string CheckpointDir(const std::string& name) {
@@ -171,7 +161,7 @@ class WorkerRestart : public ::testing::TestWithParam<std::string> {};
 // it picks rank 1's share up where the job has it, and both finish.
 TEST_P(WorkerRestart, ReplacementFinishesTheJob) {
   const std::string mode = GetParam();
-  std::vector<std::string> done;
+  std::vector<google::protobuf::Struct> done;
   const double accuracy = Train(
       mode, ServerFlags(mode),
       [mode](Job& run) {
@@ -187,7 +177,7 @@ TEST_P(WorkerRestart, ReplacementFinishesTheJob) {
   EXPECT_GT(accuracy, 0.6);
   if (mode == "allreduce" && done.size() == 2) {
     // The re-formed ring started both from the same weights and state.
-    EXPECT_EQ(TextField(done[0], "weights"), TextField(done[1], "weights"));
+    EXPECT_EQ(Text(done[0], "weights"), Text(done[1], "weights"));
   }
 }
 

@@ -66,9 +66,8 @@ TEST(Security, MutualTlsAndATokenLetTheJobInAndNoOneElse) {
   worker_flags.push_back("--steps=30");
   auto worker = StartWorker(**cluster, 0, 1, worker_flags);
   ASSERT_TRUE(worker.ok()) << worker.status();
-  auto done = (*worker)->WaitForLine("done:", absl::Seconds(120));
-  ASSERT_TRUE(done.ok()) << done.status() << (*worker)->output();
-  EXPECT_EQ(ExitCode(**worker), 0);
+  auto done = Finish(**worker);
+  ASSERT_TRUE(done.ok()) << done.status();
 
   SecurityFlags good;
   good.tls_cert = certs + "/client.pem";

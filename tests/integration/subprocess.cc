@@ -3,21 +3,29 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/inotify.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "google/protobuf/util/json_util.h"
+#include "tests/testing/temp_dir.h"
 
 namespace asyncps::testing {
 
 absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
-    const std::vector<std::string>& argv) {
+    const std::vector<std::string>& argv, std::string result_file) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
   const pid_t parent = getpid();
@@ -35,7 +43,8 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
     _exit(127);
   }
   close(fds[1]);
-  return std::unique_ptr<Subprocess>(new Subprocess(pid, fds[0]));
+  return std::unique_ptr<Subprocess>(
+      new Subprocess(pid, fds[0], std::move(result_file)));
 }
 
 Subprocess::~Subprocess() {
@@ -44,6 +53,31 @@ Subprocess::~Subprocess() {
     waitpid(pid_, nullptr, 0);
   }
   close(out_fd_);
+}
+
+bool Subprocess::ReadSome() {
+  char buf[4096];
+  const ssize_t n = read(out_fd_, buf, sizeof(buf));
+  if (n <= 0) {
+    out_open_ = false;
+    return false;
+  }
+  buffer_.append(buf, n);
+  output_.append(buf, n);
+  return true;
+}
+
+bool Subprocess::Reap(bool block) {
+  if (reaped_) return true;
+  int status = 0;
+  if (waitpid(pid_, &status, block ? 0 : WNOHANG) != pid_) return false;
+  reaped_ = true;
+  exit_status_ = status;
+  // What the child wrote before it exited is still in the pipe.
+  pollfd p{out_fd_, POLLIN, 0};
+  while (out_open_ && poll(&p, 1, 0) > 0 && ReadSome()) {
+  }
+  return true;
 }
 
 absl::StatusOr<std::string> Subprocess::WaitForLine(absl::string_view needle,
@@ -65,15 +99,71 @@ absl::StatusOr<std::string> Subprocess::WaitForLine(absl::string_view needle,
     const int ready =
         poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
     if (ready <= 0) continue;
-    char buf[4096];
-    const ssize_t n = read(out_fd_, buf, sizeof(buf));
-    if (n <= 0) {
+    if (!ReadSome()) {
       return absl::UnavailableError(absl::StrCat(
           "pid ", pid_, " closed stdout before printing '", needle, "'"));
     }
-    buffer_.append(buf, n);
-    output_.append(buf, n);
   }
+}
+
+namespace {
+
+// The file's contents, or nullopt if there is none.
+std::optional<std::string> ReadWhole(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> Subprocess::WaitForFile(const std::string& path,
+                                                    absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  // inotify says when a file lands in the directory: no polling loop.
+  const int watch = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  if (watch < 0) return absl::InternalError("inotify_init1 failed");
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  if (inotify_add_watch(watch, dir.c_str(), IN_MOVED_TO | IN_CLOSE_WRITE) < 0) {
+    close(watch);
+    return absl::InternalError(absl::StrCat("cannot watch ", dir));
+  }
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0));
+  absl::StatusOr<std::string> result = absl::DeadlineExceededError(
+      absl::StrCat("pid ", pid_, " wrote no ", path, " within ",
+                   absl::FormatDuration(timeout)));
+  while (true) {
+    if (auto text = ReadWhole(path)) {
+      result = *std::move(text);
+      break;
+    }
+    if (Reap(false)) {
+      result = absl::UnavailableError(
+          absl::StrCat("pid ", pid_, " exited (status ", exit_status_,
+                       ") before writing ", path, "; its output:\n", output_));
+      break;
+    }
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) break;
+    pollfd p[3] = {{watch, POLLIN, 0},
+                   {out_open_ ? out_fd_ : -1, POLLIN, 0},
+                   {pidfd, POLLIN, 0}};
+    if (poll(p, 3, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1) <=
+        0) {
+      continue;
+    }
+    if (p[0].revents != 0) {
+      char events[4096];
+      while (read(watch, events, sizeof(events)) > 0) {
+      }
+    }
+    if (p[1].revents != 0) ReadSome();
+  }
+  if (pidfd >= 0) close(pidfd);
+  close(watch);
+  return result;
 }
 
 void Subprocess::Signal(int sig) {
@@ -81,22 +171,21 @@ void Subprocess::Signal(int sig) {
 }
 
 int Subprocess::Wait(absl::Duration timeout) {
-  if (reaped_) return exit_status_;
+  const absl::Time deadline = absl::Now() + timeout;
   // A pidfd becomes readable when the child exits, so poll() gives waitpid
-  // the timeout it lacks.
+  // the timeout it lacks; stdout is drained meanwhile.
   const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0));
-  if (pidfd >= 0) {
-    pollfd p{pidfd, POLLIN, 0};
-    const int ready =
-        poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout)));
-    close(pidfd);
-    if (ready <= 0) return -1;
+  while (!Reap(pidfd < 0)) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) break;
+    pollfd p[2] = {{pidfd, POLLIN, 0}, {out_open_ ? out_fd_ : -1, POLLIN, 0}};
+    if (poll(p, 2, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1) > 0 &&
+        p[1].revents != 0) {
+      ReadSome();
+    }
   }
-  int status = 0;
-  if (waitpid(pid_, &status, 0) != pid_) return -1;
-  reaped_ = true;
-  exit_status_ = status;
-  return status;
+  if (pidfd >= 0) close(pidfd);
+  return reaped_ ? exit_status_ : -1;
 }
 
 std::string RunfilePath(absl::string_view path) {
@@ -110,22 +199,41 @@ std::string RunfilePath(absl::string_view path) {
 absl::StatusOr<std::unique_ptr<Subprocess>> StartServer(
     int shard, int num_shards, int* port,
     const std::vector<std::string>& extra) {
+  static std::atomic<int> started{0};
+  const std::string ready = TempPath(
+      absl::StrCat("ready-", getpid(), "-", started.fetch_add(1), ".json"));
+  std::filesystem::remove(ready);
   std::vector<std::string> argv = {RunfilePath("server/ps_server"),
-                                   "--host=127.0.0.1", "--port=0",
+                                   "--host=127.0.0.1",
+                                   "--port=0",
                                    absl::StrCat("--shard=", shard),
-                                   absl::StrCat("--num_shards=", num_shards)};
+                                   absl::StrCat("--num_shards=", num_shards),
+                                   absl::StrCat("--ready_file=", ready)};
   argv.insert(argv.end(), extra.begin(), extra.end());
   auto proc = Subprocess::Start(argv);
   if (!proc.ok()) return proc.status();
-  auto line = (*proc)->WaitForLine("listening on", absl::Seconds(30));
-  if (!line.ok()) return line.status();
-  const size_t colon = line->rfind(':');
-  if (colon == std::string::npos ||
-      !absl::SimpleAtoi(line->substr(colon + 1), port)) {
+  auto text = (*proc)->WaitForFile(ready, absl::Seconds(30));
+  if (!text.ok()) return text.status();
+  std::filesystem::remove(ready);
+  auto json = ParseJson(*text);
+  if (!json.ok()) return json.status();
+  const auto at = json->fields().find("port");
+  if (at == json->fields().end() || at->second.number_value() <= 0) {
     return absl::InternalError(
-        absl::StrCat("cannot parse port from '", *line, "'"));
+        absl::StrCat("no port in --ready_file: ", *text));
   }
+  *port = static_cast<int>(at->second.number_value());
   return proc;
+}
+
+absl::StatusOr<google::protobuf::Struct> ParseJson(const std::string& text) {
+  google::protobuf::Struct json;
+  const auto status = google::protobuf::util::JsonStringToMessage(text, &json);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not JSON (", status.ToString(), "): ", text));
+  }
+  return json;
 }
 
 }  // namespace asyncps::testing

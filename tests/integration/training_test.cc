@@ -31,27 +31,20 @@ TEST(Training, TwoWorkersLearnFashionMnist) {
     workers.push_back(*std::move(w));
   }
   for (int rank = 0; rank < 2; ++rank) {
-    auto done = workers[rank]->WaitForLine("done:", absl::Seconds(120));
-    ASSERT_TRUE(done.ok()) << done.status() << "\n" << workers[rank]->output();
+    auto done = Finish(*workers[rank]);
+    ASSERT_TRUE(done.ok()) << done.status();
     // Against the loss of an untrained 10-class model (ln 10), not the
     // worker's own first loss: a worker that joins late starts on weights
     // the other one has already trained.
-    const double last = Field(*done, "last_loss");
-    EXPECT_LT(last, 0.6 * std::log(10.0)) << *done;
-    EXPECT_EQ(ExitCode(*workers[rank]), 0);
+    EXPECT_LT(Number(*done, "last_loss"), 0.6 * std::log(10.0))
+        << done->DebugString();
   }
-  auto eval = Subprocess::Start(
-      {RunfilePath("worker/ps_worker"),
-       absl::StrCat("--servers=", (*cluster)->ServerList()), "--role=evaluator",
-       "--eval_once", "--max_test_examples=2000"});
-  ASSERT_TRUE(eval.ok());
-  auto line = (*eval)->WaitForLine("accuracy=", absl::Seconds(60));
-  ASSERT_TRUE(line.ok()) << line.status();
-  EXPECT_GT(Field(*line, "accuracy"), 0.70) << *line;
+  auto eval = EvaluateOnce(**cluster, {"--max_test_examples=2000"});
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  EXPECT_GT(Number(*eval, "accuracy"), 0.70) << eval->DebugString();
   // 2 workers x 3 epochs x ceil(3000 / 32) steps, every step one update of
   // the whole model.
-  EXPECT_EQ(Field(*line, "updates"), 2 * 3 * 94) << *line;
-  EXPECT_EQ(ExitCode(**eval), 0);
+  EXPECT_EQ(Number(*eval, "updates"), 2 * 3 * 94) << eval->DebugString();
 }
 
 // Replicas of one container (docker-compose --scale) start with --rank=-1:
@@ -79,9 +72,8 @@ TEST(Training, WorkersAskingForARankGetDistinctOnes) {
   EXPECT_EQ(ranks, (std::set<std::string>{"rank 0", "rank 1"}));
   for (auto& w : workers) {
     w->Signal(SIGTERM);  // Stops after the step in progress.
-    auto done = w->WaitForLine("done:", absl::Seconds(60));
+    auto done = Finish(*w, absl::Seconds(60));
     ASSERT_TRUE(done.ok()) << done.status();
-    EXPECT_EQ(ExitCode(*w), 0);
   }
 }
 
@@ -106,10 +98,9 @@ TEST(Training, SigkilledWorkerLeavesTheOthersTraining) {
   auto before = AdminClient((*client)->caller()).StatsAll();
   ASSERT_TRUE(before.ok()) << before.status();
 
-  auto done = (*survivor)->WaitForLine("done:", absl::Seconds(120));
-  ASSERT_TRUE(done.ok()) << done.status() << "\n" << (*survivor)->output();
-  EXPECT_EQ(Field(*done, "steps"), 400);
-  EXPECT_EQ(ExitCode(**survivor), 0);
+  auto done = Finish(**survivor);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(Number(*done, "steps"), 400);
   auto after = AdminClient((*client)->caller()).StatsAll();
   ASSERT_TRUE(after.ok()) << after.status();
   for (int s = 0; s < 2; ++s) {

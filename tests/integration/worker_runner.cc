@@ -1,11 +1,18 @@
 #include "tests/integration/worker_runner.h"
 
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "tests/testing/temp_dir.h"
 
 namespace asyncps::testing {
 
@@ -22,25 +29,76 @@ absl::StatusOr<std::unique_ptr<Subprocess>> StartWorker(
       "--log_every=100ms",
       "--heartbeat_every=200ms",
       "--rpc_timeout=20s"};
+  static std::atomic<int> started{0};
+  const std::string result = TempPath(
+      absl::StrCat("result-", getpid(), "-", started.fetch_add(1), ".json"));
+  std::filesystem::remove(result);
+  argv.push_back(absl::StrCat("--result_json=", result));
   argv.insert(argv.end(), extra.begin(), extra.end());
-  return Subprocess::Start(argv);
+  return Subprocess::Start(argv, result);
 }
 
-std::string TextField(const std::string& line, const std::string& key) {
-  std::vector<std::string> parts = absl::StrSplit(line, absl::ByAnyChar(" ="));
-  for (size_t i = 0; i + 1 < parts.size(); ++i) {
-    if (parts[i] == key) return parts[i + 1];
+absl::StatusOr<google::protobuf::Struct> Finish(Subprocess& worker,
+                                                absl::Duration timeout) {
+  const int code = ExitCode(worker, timeout);
+  if (code != 0) {
+    return absl::InternalError(
+        absl::StrCat("worker pid ", worker.pid(), " ended with ", code,
+                     "; its output:\n", worker.output()));
   }
-  ADD_FAILURE() << "no '" << key << "' in: " << line;
-  return "";
+  std::ifstream in(worker.result_file());
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat(
+        "worker pid ", worker.pid(), " wrote no ", worker.result_file()));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseJson(text.str());
+}
+
+absl::StatusOr<google::protobuf::Struct> EvaluateOnce(
+    const TestCluster& cluster, const std::vector<std::string>& extra) {
+  static std::atomic<int> started{0};
+  const std::string result = TempPath(
+      absl::StrCat("eval-", getpid(), "-", started.fetch_add(1), ".json"));
+  std::filesystem::remove(result);
+  std::vector<std::string> argv = {
+      RunfilePath("worker/ps_worker"),
+      absl::StrCat("--servers=", cluster.ServerList()), "--role=evaluator",
+      "--eval_once", absl::StrCat("--result_json=", result)};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  auto eval = Subprocess::Start(argv, result);
+  if (!eval.ok()) return eval.status();
+  return Finish(**eval, absl::Seconds(60));
+}
+
+double Number(const google::protobuf::Struct& result, const std::string& key) {
+  const auto at = result.fields().find(key);
+  if (at == result.fields().end() || !at->second.has_number_value()) {
+    ADD_FAILURE() << "no number '" << key << "' in the result";
+    return -1;
+  }
+  return at->second.number_value();
+}
+
+std::string Text(const google::protobuf::Struct& result,
+                 const std::string& key) {
+  const auto at = result.fields().find(key);
+  if (at == result.fields().end() || !at->second.has_string_value()) {
+    ADD_FAILURE() << "no text '" << key << "' in the result";
+    return "";
+  }
+  return at->second.string_value();
 }
 
 double Field(const std::string& line, const std::string& key) {
-  double v = -1;
-  if (!absl::SimpleAtod(TextField(line, key), &v)) {
-    ADD_FAILURE() << "'" << key << "' is not a number in: " << line;
+  std::vector<std::string> parts = absl::StrSplit(line, absl::ByAnyChar(" ="));
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    double v = -1;
+    if (parts[i] == key && absl::SimpleAtod(parts[i + 1], &v)) return v;
   }
-  return v;
+  ADD_FAILURE() << "no number after '" << key << "' in: " << line;
+  return -1;
 }
 
 int ExitCode(Subprocess& p, absl::Duration timeout) {

@@ -1,4 +1,4 @@
-// Test helper: starting ps_worker processes and reading their result lines.
+// Test helper: starting ps_worker processes and reading their results.
 #ifndef ASYNCPS_TESTS_INTEGRATION_WORKER_RUNNER_H_
 #define ASYNCPS_TESTS_INTEGRATION_WORKER_RUNNER_H_
 
@@ -12,15 +12,31 @@
 namespace asyncps::testing {
 
 // Starts `ps_worker --servers=<cluster> --rank=R --num_workers=N` plus a
-// fixed seed, a small batch, quick progress lines and `extra`.
+// fixed seed, a small batch, quick progress lines, a --result_json of its
+// own and `extra`.
 absl::StatusOr<std::unique_ptr<Subprocess>> StartWorker(
     const TestCluster& cluster, int rank, int num_workers,
     const std::vector<std::string>& extra);
 
-// The value after `key` in a "... key value ..." or "key=value" line
-// (a test failure if absent).
+// Waits for a worker StartWorker started to exit, and returns its
+// --result_json (steps, samples, first_loss, last_loss, clock, weights,
+// ...); an error if it failed or wrote none.
+absl::StatusOr<google::protobuf::Struct> Finish(
+    Subprocess& worker, absl::Duration timeout = absl::Seconds(120));
+
+// Runs `ps_worker --role=evaluator --eval_once` plus `extra` against
+// `cluster` and returns its --result_json (updates, test_loss, accuracy).
+absl::StatusOr<google::protobuf::Struct> EvaluateOnce(
+    const TestCluster& cluster, const std::vector<std::string>& extra = {});
+
+// A result's number or text (a test failure if absent).
+double Number(const google::protobuf::Struct& result, const std::string& key);
+std::string Text(const google::protobuf::Struct& result,
+                 const std::string& key);
+
+// The value after `key` in a progress line, "... key value ..." or
+// "key=value" (a test failure if absent).
 double Field(const std::string& line, const std::string& key);
-std::string TextField(const std::string& line, const std::string& key);
 
 // Waits for exit; the exit code, 128 + signal, or -1 on timeout.
 int ExitCode(Subprocess& p, absl::Duration timeout = absl::Seconds(120));
