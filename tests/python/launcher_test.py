@@ -89,6 +89,50 @@ def test_a_bad_script_exits_non_zero_with_its_error(tmp_path):
     assert "--max_restarts=1 are used up" in out.stderr
 
 
+def test_cluster_command_line_runs_a_command_then_stops_the_shards(tmp_path):
+    # What the bash tools do: the command gets the servers in its arguments
+    # and environment, its status is the launcher's, and no shard is left.
+    probe = ("import os, sys; open(sys.argv[1], 'w').write("
+             "sys.argv[2] + ' ' + os.environ['ASYNCPS_SERVERS']); "
+             "sys.exit(7)")
+    out = subprocess.run(
+        [sys.executable, "-m", "asyncps.cluster", "--ps_server", SERVER,
+         "--shards", "2", "--mode", "bsp", "--", sys.executable, "-c", probe,
+         str(tmp_path / "ports0"), "{servers}"],
+        capture_output=True, text=True, timeout=60)
+    assert out.returncode == 7, out.stderr
+    given, env = (tmp_path / "ports0").read_text().split(" ")
+    assert given == env == out.stdout.strip()
+    assert len(env.split(",")) == 2
+    (tmp_path / "ports0").write_text(env)
+    nothing_listens(tmp_path)
+
+
+def test_cluster_command_line_serves_until_sigterm(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "asyncps.cluster", "--ps_server", SERVER,
+         "--shards", "1", "--log_dir", str(tmp_path)],
+        stdout=subprocess.PIPE, text=True)
+    servers = proc.stdout.readline().strip()
+    host, port = servers.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10):
+        pass  # It serves.
+    proc.terminate()
+    assert proc.wait(timeout=30) == 0
+    (tmp_path / "ports0").write_text(servers)
+    nothing_listens(tmp_path)
+    assert (tmp_path / "server0.log").exists()
+
+
+def test_cluster_command_line_names_a_shard_that_cannot_start(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "asyncps.cluster", "--ps_server", SERVER,
+         "--server_flag=--no_such_flag", "--", "true"],
+        capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    assert "shard 0 exited with status 1 before serving" in out.stderr
+
+
 def test_bad_launcher_arguments_are_named(tmp_path):
     out = subprocess.run([sys.executable, "-m", "asyncps.run", "--workers",
                           "2"], capture_output=True, text=True, timeout=60)
