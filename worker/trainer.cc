@@ -214,12 +214,8 @@ StepReport Report(const Computed& c, const StepStats& stats,
       absl::ToDoubleSeconds(exchange_start - c.start - c.data_time);
   report.exchange_seconds =
       absl::ToDoubleSeconds(exchange_end - exchange_start);
-  report.dropped = stats.pushed.dropped;
   report.clock = done_clock;
-  report.staleness = stats.pushed.slices > 0
-                         ? static_cast<double>(stats.pushed.total_staleness) /
-                               static_cast<double>(stats.pushed.slices)
-                         : 0.0;
+  report.pushed = stats.pushed;
   return report;
 }
 

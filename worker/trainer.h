@@ -23,18 +23,20 @@
 
 namespace asyncps {
 
-// One training step, as the trainer saw it.
+// One training step, as the trainer saw it: its own figures beside the
+// servers' answers to its pushes, as the client library summed them (the
+// one statistics type from the wire's PushResponse to the heartbeat's
+// v1::WorkerProgress, which sums these reports).
 struct StepReport {
   int64_t samples = 0;
   double loss = 0;
   double data_seconds = 0;      // Reading the minibatches.
   double compute_seconds = 0;   // Forward and backward (and --slowdown).
   double exchange_seconds = 0;  // Waiting for the servers (or the ring).
-  int64_t dropped = 0;          // Slice gradients the servers did not apply.
   int64_t clock = 0;            // The rank's clock after the step.
-  // Versions applied between the step's pull and its push, averaged over
-  // the slices pushed (0 in allreduce).
-  double staleness = 0;
+  // Slices pushed, their staleness (versions applied between the step's
+  // pull and its push; none in allreduce) and those not applied.
+  PushStats pushed;
 };
 
 struct TrainerConfig {

@@ -116,10 +116,10 @@ WorkerMetrics::WorkerMetrics(int rank, bool evaluator)
 void WorkerMetrics::Step(const StepReport& r) {
   samples_.Increment(static_cast<double>(r.samples));
   steps_.Increment();
-  dropped_.Increment(static_cast<double>(r.dropped));
+  dropped_.Increment(static_cast<double>(r.pushed.dropped));
   loss_.Set(r.loss);
   clock_.Set(static_cast<double>(r.clock));
-  staleness_.Set(r.staleness);
+  staleness_.Set(r.pushed.MeanStaleness());
   data_.Observe(r.data_seconds);
   compute_.Observe(r.compute_seconds);
   exchange_.Observe(r.exchange_seconds);

@@ -125,8 +125,8 @@ std::function<void(const StepReport&)> HeartbeatProgress(
                                  r.compute_seconds);
     progress.set_exchange_seconds(progress.exchange_seconds() +
                                   r.exchange_seconds);
-    progress.set_dropped(progress.dropped() + r.dropped);
-    progress.set_staleness(r.staleness);
+    progress.set_dropped(progress.dropped() + r.pushed.dropped);
+    progress.set_staleness(r.pushed.MeanStaleness());
     state->window_samples += r.samples;
     const absl::Time now = absl::Now();
     if (now - state->window_start >= absl::Seconds(1)) {

@@ -116,6 +116,12 @@ struct PushStats {
   int64_t front_step = 0;
 
   void Add(const PushStats& other);
+  // total_staleness / slices (0 with no slices).
+  double MeanStaleness() const {
+    return slices > 0 ? static_cast<double>(total_staleness) /
+                            static_cast<double>(slices)
+                      : 0.0;
+  }
 };
 
 // How much a client has moved: bytes of tensor requests sent and answers
