@@ -10,6 +10,7 @@
 #include "client/admin_client.h"
 #include "client/client_impl.h"
 #include "common/cluster_spec.h"
+#include "common/optimizer.h"
 #include "common/security.h"
 #include "common/status.h"
 #include "common/wire_dtype.h"
@@ -20,6 +21,36 @@ namespace {
 absl::Duration Seconds(double s) { return absl::Seconds(s); }
 
 }  // namespace
+
+absl::StatusOr<v1::OptimizerSpec> ToSpec(const OptimizerOptions& o) {
+  v1::OptimizerSpec spec;
+  if (o.kind == "sgd") {
+    spec.set_kind(v1::OptimizerSpec::SGD);
+  } else if (o.kind == "momentum") {
+    spec.set_kind(v1::OptimizerSpec::MOMENTUM);
+    spec.set_momentum(o.momentum);
+    spec.set_nesterov(o.nesterov);
+    spec.set_dampening(o.dampening);
+  } else if (o.kind == "adam" || o.kind == "adamw") {
+    spec.set_kind(o.kind == "adam" ? v1::OptimizerSpec::ADAM
+                                   : v1::OptimizerSpec::ADAMW);
+    spec.set_beta1(o.beta1);
+    spec.set_beta2(o.beta2);
+    spec.set_epsilon(o.epsilon);
+  } else if (o.kind == "adagrad") {
+    spec.set_kind(v1::OptimizerSpec::ADAGRAD);
+    spec.set_epsilon(o.epsilon);
+    spec.set_initial_accumulator_value(o.initial_accumulator_value);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer '", o.kind, "' (want sgd, momentum, adam, adamw, adagrad)"));
+  }
+  spec.set_learning_rate(o.learning_rate);
+  spec.set_weight_decay(o.weight_decay);
+  spec.set_lr_decay(o.lr_decay);
+  RETURN_IF_ERROR(ValidateOptimizer(spec));
+  return spec;
+}
 
 void PushStats::Add(const PushStats& other) {
   slices += other.slices;

@@ -15,36 +15,6 @@
 
 namespace asyncps {
 
-absl::StatusOr<v1::OptimizerSpec> ToSpec(const OptimizerOptions& o) {
-  v1::OptimizerSpec spec;
-  if (o.kind == "sgd") {
-    spec.set_kind(v1::OptimizerSpec::SGD);
-  } else if (o.kind == "momentum") {
-    spec.set_kind(v1::OptimizerSpec::MOMENTUM);
-    spec.set_momentum(o.momentum);
-    spec.set_nesterov(o.nesterov);
-    spec.set_dampening(o.dampening);
-  } else if (o.kind == "adam" || o.kind == "adamw") {
-    spec.set_kind(o.kind == "adam" ? v1::OptimizerSpec::ADAM
-                                   : v1::OptimizerSpec::ADAMW);
-    spec.set_beta1(o.beta1);
-    spec.set_beta2(o.beta2);
-    spec.set_epsilon(o.epsilon);
-  } else if (o.kind == "adagrad") {
-    spec.set_kind(v1::OptimizerSpec::ADAGRAD);
-    spec.set_epsilon(o.epsilon);
-    spec.set_initial_accumulator_value(o.initial_accumulator_value);
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "optimizer '", o.kind, "' (want sgd, momentum, adam, adamw, adagrad)"));
-  }
-  spec.set_learning_rate(o.learning_rate);
-  spec.set_weight_decay(o.weight_decay);
-  spec.set_lr_decay(o.lr_decay);
-  RETURN_IF_ERROR(ValidateOptimizer(spec));
-  return spec;
-}
-
 // True if no element is NaN or infinite. On the hot path of every push (about a
 // third of a plain isfinite loop's time here): the exponent bits of 8 elements
 // at a time, with no branch, which the compiler turns into vector code at -O2.
