@@ -13,8 +13,9 @@
 Arrays are float32 and C-contiguous and cross without a copy; the GIL is
 released while a call waits on the network. Errors: ValueError (bad input:
 a wrong shape or dtype, NaN, a non-contiguous array), KeyError (an unknown
-tensor), ConnectionError (a server gone past retry_for), PermissionError
-(refused identity or token), RuntimeError (anything else: the message is
+tensor), ConnectionError (a server gone, or the rank held by another live
+worker, past retry_for), PermissionError (refused identity or token),
+RuntimeError (anything else: the message is
 the server's). A refused call changes no weight.
 
 asyncps.torch.DistributedOptimizer turns a PyTorch training loop into an
