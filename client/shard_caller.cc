@@ -85,6 +85,10 @@ void ShardCaller::Stamp(int shard, v1::RegisterRequest* r) const {
 void ShardCaller::Stamp(int shard, v1::HeartbeatRequest* r) const {
   r->set_secret(SecretFor(shard, r->rank()));
 }
+void ShardCaller::Stamp(int shard, v1::StoreSetRequest* r) const {
+  r->set_rank(rank_.load());
+  r->set_secret(SecretFor(shard, r->rank()));
+}
 
 std::unique_ptr<grpc::ClientContext> ShardCaller::NewContext(
     absl::Time deadline) const {
@@ -93,6 +97,9 @@ std::unique_ptr<grpc::ClientContext> ShardCaller::NewContext(
   if (!options_.security.token.empty()) {
     context->AddMetadata(kAuthorizationKey,
                          BearerValue(options_.security.token));
+  }
+  if (!options_.security.admin_token.empty()) {
+    context->AddMetadata(kAdminTokenKey, options_.security.admin_token);
   }
   return context;
 }

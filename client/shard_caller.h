@@ -184,6 +184,7 @@ class ShardCaller {
   void Stamp(int shard, v1::DeclareModelRequest* r) const;
   void Stamp(int shard, v1::RegisterRequest* r) const;
   void Stamp(int shard, v1::HeartbeatRequest* r) const;
+  void Stamp(int shard, v1::StoreSetRequest* r) const;
   template <typename Request>
   void Stamp(int, Request*) const {}
 

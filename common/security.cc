@@ -30,6 +30,29 @@ absl::StatusOr<std::string> ReadFlagFile(const std::string& flag,
 // Bearer tokens shorter than this are guessable.
 constexpr size_t kMinTokenLength = 16;
 
+// A token file's word (empty if `path` is): at least kMinTokenLength
+// printable ASCII characters, no space.
+absl::StatusOr<std::string> ReadToken(const char* flag,
+                                      const std::string& path) {
+  auto text = ReadFlagFile(flag, path);
+  if (!text.ok()) return text.status();
+  std::string token(absl::StripAsciiWhitespace(*text));
+  if (!path.empty() && token.size() < kMinTokenLength) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, "=", path, ": the token has ", token.size(),
+                     " characters, fewer than ", kMinTokenLength,
+                     " (deploy/gen_certs.sh writes a random one)"));
+  }
+  for (char c : token) {
+    if (c < 0x21 || c > 0x7e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, "=", path,
+                       ": the token must be printable ASCII, one word"));
+    }
+  }
+  return token;
+}
+
 }  // namespace
 
 absl::StatusOr<Security> LoadSecurity(const SecurityFlags& flags) {
@@ -47,21 +70,16 @@ absl::StatusOr<Security> LoadSecurity(const SecurityFlags& flags) {
   s.cert_pem = *std::move(cert);
   s.key_pem = *std::move(key);
   s.ca_pem = *std::move(ca);
-  auto token = ReadFlagFile("auth_token_file", flags.auth_token_file);
+  auto token = ReadToken("auth_token_file", flags.auth_token_file);
   if (!token.ok()) return token.status();
-  s.token = std::string(absl::StripAsciiWhitespace(*token));
-  if (!flags.auth_token_file.empty() && s.token.size() < kMinTokenLength) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--auth_token_file=", flags.auth_token_file, ": the token has ",
-        s.token.size(), " characters, fewer than ", kMinTokenLength,
-        " (deploy/gen_certs.sh writes a random one)"));
-  }
-  for (char c : s.token) {
-    if (c < 0x21 || c > 0x7e) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--auth_token_file=", flags.auth_token_file,
-                       ": the token must be printable ASCII, one word"));
-    }
+  s.token = *std::move(token);
+  auto admin = ReadToken("admin_token_file", flags.admin_token_file);
+  if (!admin.ok()) return admin.status();
+  s.admin_token = *std::move(admin);
+  if (!s.admin_token.empty() && s.admin_token == s.token) {
+    return absl::InvalidArgumentError(
+        "--admin_token_file holds the same token as --auth_token_file: the "
+        "operators' credential must be apart from the workers'");
   }
   return s;
 }

@@ -21,6 +21,7 @@ struct SecurityFlags {
   std::string tls_key;
   std::string tls_ca;
   std::string auth_token_file;
+  std::string admin_token_file;
 };
 
 // The files' contents. The token is never logged nor put in a message.
@@ -29,6 +30,10 @@ struct Security {
   std::string key_pem;
   std::string ca_pem;
   std::string token;  // Empty: calls carry none, and none is checked.
+  // The operators' credential (--admin_token_file), apart from the
+  // workers' token: a client sends it on every call; a server requires it
+  // for the calls that stop or write the job (Checkpoint). Never logged.
+  std::string admin_token;
 
   bool tls() const { return !cert_pem.empty() || !ca_pem.empty(); }
   // How a process says what protects it, once, at start ("plaintext ...").
@@ -37,11 +42,14 @@ struct Security {
 
 // Reads the files `flags` names. INVALID_ARGUMENT naming the flag for an
 // unreadable or empty file, a certificate without its key (or a key
-// without its certificate), or a token shorter than 16 characters.
+// without its certificate), a token shorter than 16 characters or not one
+// printable word, or an admin token equal to the workers' token.
 absl::StatusOr<Security> LoadSecurity(const SecurityFlags& flags);
 
 // The metadata key and value calls carry their token in.
 inline constexpr char kAuthorizationKey[] = "authorization";
+// The metadata key of the admin token (the token itself, no prefix).
+inline constexpr char kAdminTokenKey[] = "x-asyncps-admin";
 std::string BearerValue(absl::string_view token);
 
 // Whether `a` and `b` are equal, in time independent of where they differ

@@ -17,6 +17,12 @@ ABSL_FLAG(std::string, auth_token_file, "",
           "File holding the job's bearer token (one word, at least 16 "
           "characters). Servers refuse calls without it (UNAUTHENTICATED); "
           "clients send it on every call. Empty: no token.");
+ABSL_FLAG(std::string, admin_token_file, "",
+          "File holding the operators' token (apart from the workers' "
+          "--auth_token_file). ps_server: Checkpoint calls (psctl "
+          "checkpoint, pausing the job) must carry it (PERMISSION_DENIED "
+          "otherwise; with --auth_token_file but no admin token they are "
+          "refused outright). psctl: sends it. Empty: none.");
 
 namespace asyncps {
 
@@ -26,6 +32,7 @@ SecurityFlags SecurityFlagsFromCommandLine() {
   f.tls_key = absl::GetFlag(FLAGS_tls_key);
   f.tls_ca = absl::GetFlag(FLAGS_tls_ca);
   f.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  f.admin_token_file = absl::GetFlag(FLAGS_admin_token_file);
   return f;
 }
 

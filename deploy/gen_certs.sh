@@ -6,6 +6,8 @@
 #                           *.asyncps-shards, IP 127.0.0.1, and any NAME given
 #   client.pem, client.key  the workers', the evaluator's and psctl's
 #   token                   a random bearer token (--auth_token_file)
+#   admin_token             the operators' token (--admin_token_file): give
+#                           it to the shards and psctl, not to the workers
 # Keys are EC P-256; certificates last 30 days. Files that exist are kept.
 #   deploy/gen_certs.sh DIR [NAME...]
 set -euo pipefail
@@ -36,5 +38,6 @@ for extra in "$@"; do names+=",DNS:$extra"; done
 sign server "$names" serverAuth
 sign client "DNS:asyncps-client" clientAuth
 if [[ ! -f token ]]; then openssl rand -hex 32 >token; fi
+if [[ ! -f admin_token ]]; then openssl rand -hex 32 >admin_token; fi
 chmod a+r ca.pem server.pem client.pem
-echo "$(pwd): ca.pem, server.pem/.key, client.pem/.key, token"
+echo "$(pwd): ca.pem, server.pem/.key, client.pem/.key, token, admin_token"

@@ -87,9 +87,9 @@ client_tls=()
 if ((tls)); then
   deploy/gen_certs.sh "$out/certs" >/dev/null
   c="$out/certs"
-  server_tls=(--tls_cert="$c/server.pem" --tls_key="$c/server.key" --tls_ca="$c/ca.pem" --auth_token_file="$c/token")
+  server_tls=(--tls_cert="$c/server.pem" --tls_key="$c/server.key" --tls_ca="$c/ca.pem" --auth_token_file="$c/token" --admin_token_file="$c/admin_token")
   client_tls=(--tls_cert="$c/client.pem" --tls_key="$c/client.key" --tls_ca="$c/ca.pem" --auth_token_file="$c/token")
-  echo "== mutual TLS and a token (certificates in $c; psctl needs: ${client_tls[*]})"
+  echo "== mutual TLS and a token (certificates in $c; psctl needs: ${client_tls[*]}, and --admin_token_file=$c/admin_token to checkpoint)"
 fi
 
 echo "== starting $shards shards"

@@ -21,9 +21,19 @@ absl::Status KvStore::Set(const std::string& key, std::string value) {
   std::vector<HeldCalls<Wait>::Held> ready, expired;
   {
     absl::MutexLock lock(&mu_);
-    if (values_.size() >= kMaxKvKeys && !values_.contains(key)) {
-      return absl::ResourceExhaustedError("store is full");
+    const auto old = values_.find(key);
+    const size_t replaced =
+        old == values_.end() ? 0 : key.size() + old->second.size();
+    if (old == values_.end() && values_.size() >= kMaxKvKeys) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("store is full: ", kMaxKvKeys, " keys"));
     }
+    if (bytes_ - replaced + key.size() + value.size() > kMaxKvTotalBytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("store is full: ", bytes_, " of ", kMaxKvTotalBytes,
+                       " bytes held, and the value has ", value.size()));
+    }
+    bytes_ += key.size() + value.size() - replaced;
     const std::string& stored = values_[key] = std::move(value);
     // Under mu_, so a Get cannot slip between the store and the sweep.
     waiters_.Sweep(

@@ -18,7 +18,10 @@ namespace asyncps {
 
 inline constexpr size_t kMaxKvKeyBytes = 1024;
 inline constexpr size_t kMaxKvValueBytes = 1 << 20;
-inline constexpr size_t kMaxKvKeys = 100000;
+// The store holds one job's rendezvous (ring addresses, NCCL ids): a few
+// keys per ring generation. These bound what a writer can make it hold.
+inline constexpr size_t kMaxKvKeys = 65536;
+inline constexpr size_t kMaxKvTotalBytes = 64 << 20;  // Keys and values.
 inline constexpr absl::Duration kMaxKvWait = absl::Hours(1);
 
 class KvStore {
@@ -28,8 +31,8 @@ class KvStore {
   ~KvStore() { Shutdown(); }
 
   // INVALID_ARGUMENT for an empty or over-long key or a value over
-  // kMaxKvValueBytes; RESOURCE_EXHAUSTED past kMaxKvKeys. Answers the Gets
-  // waiting for `key`.
+  // kMaxKvValueBytes; RESOURCE_EXHAUSTED past kMaxKvKeys or
+  // kMaxKvTotalBytes (nothing stored). Answers the Gets waiting for `key`.
   absl::Status Set(const std::string& key, std::string value);
   // Answers `call` with the value of `key` in `*value`: at once, or
   // NOT_FOUND if it is missing and `wait` is not positive, or once it is set,
@@ -57,6 +60,7 @@ class KvStore {
   Clock* const clock_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;  // Of values_' keys and values.
   HeldCalls<Wait> waiters_;
 };
 

@@ -13,7 +13,8 @@ namespace asyncps {
 ParameterServerService::ParameterServerService(
     ShardStore* store, Membership* membership, Consistency* consistency,
     KvStore* kv, Clock* clock, int num_shards, Checkpointer* checkpointer,
-    v1::DataPlaneResponse data_plane, std::string token)
+    v1::DataPlaneResponse data_plane, std::string token,
+    std::string admin_token)
     : store_(store),
       membership_(membership),
       consistency_(consistency),
@@ -23,7 +24,8 @@ ParameterServerService::ParameterServerService(
       num_shards_(num_shards),
       start_(clock->Now()),
       data_plane_(std::move(data_plane)),
-      token_(std::move(token)) {}
+      token_(std::move(token)),
+      admin_token_(std::move(admin_token)) {}
 
 namespace {
 
@@ -58,6 +60,25 @@ bool ParameterServerService::Admit(grpc::CallbackServerContext* context,
     return false;
   }
   return true;
+}
+
+absl::Status ParameterServerService::MayAdminister(
+    const grpc::CallbackServerContext* context) const {
+  if (admin_token_.empty()) {
+    if (token_.empty()) return absl::OkStatus();  // A trusted local run.
+    return absl::PermissionDeniedError(
+        "this shard runs with --auth_token_file but no --admin_token_file: "
+        "Checkpoint is refused (the workers' token does not allow it)");
+  }
+  const auto& metadata = context->client_metadata();
+  const auto it = metadata.find(kAdminTokenKey);
+  if (it == metadata.end() ||
+      !ConstantTimeEquals(admin_token_, absl::string_view(it->second.data(),
+                                                          it->second.size()))) {
+    return absl::PermissionDeniedError(
+        "Checkpoint needs the admin token (psctl --admin_token_file)");
+  }
+  return absl::OkStatus();
 }
 
 bool ParameterServerService::Allowed(const absl::Status& s,
@@ -224,6 +245,11 @@ grpc::ServerUnaryReactor* ParameterServerService::StoreSet(
     v1::StoreSetResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!Admit(context, reactor)) return reactor;
+  // Only the job's workers write the rendezvous (rings meet through it).
+  if (!Allowed(membership_->Authorize(request->rank(), request->secret(), 0),
+               reactor)) {
+    return reactor;
+  }
   absl::Status s = kv_->Set(request->key(), request->value());
   if (!s.ok()) store_->CountRejected();
   reactor->Finish(ToGrpcStatus(s));
@@ -245,6 +271,14 @@ grpc::ServerUnaryReactor* ParameterServerService::Checkpoint(
     v1::CheckpointResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!Admit(context, reactor)) return reactor;
+  if (!Allowed(MayAdminister(context), reactor)) return reactor;
+  if (request->lease_ms() < 0 ||
+      absl::Milliseconds(request->lease_ms()) > kMaxPauseLease) {
+    reactor->Finish(ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+        "lease_ms ", request->lease_ms(), " is outside [0, ",
+        absl::ToInt64Milliseconds(kMaxPauseLease), "] (0: one minute)"))));
+    return reactor;
+  }
   if (checkpointer_ == nullptr) {
     reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                                  "this server runs without --checkpoint_dir"));

@@ -26,12 +26,14 @@ class ParameterServerService final
   // Every pointer is borrowed and must outlive this. `data_plane` is what
   // the DataPlane RPC answers (port 0: none). With a `token`, every call
   // must carry it (authorization: Bearer <token>) or is UNAUTHENTICATED
-  // before anything is read.
+  // before anything is read. Checkpoint needs `admin_token` (metadata
+  // kAdminTokenKey); with a `token` but no `admin_token` it is refused, and
+  // with neither (a trusted local run) it is open.
   ParameterServerService(ShardStore* store, Membership* membership,
                          Consistency* consistency, KvStore* kv, Clock* clock,
                          int num_shards, Checkpointer* checkpointer,
                          v1::DataPlaneResponse data_plane,
-                         std::string token = "");
+                         std::string token = "", std::string admin_token = "");
 
   grpc::ServerUnaryReactor* DeclareModel(
       grpc::CallbackServerContext* context,
@@ -88,6 +90,9 @@ class ParameterServerService final
   // Finishes the call with `s`, counted as rejected, and returns false
   // unless `s` is OK (an authorization check's answer).
   bool Allowed(const absl::Status& s, grpc::ServerUnaryReactor* reactor);
+  // PERMISSION_DENIED unless the call carries the admin token (see the
+  // constructor).
+  absl::Status MayAdminister(const grpc::CallbackServerContext* context) const;
   // Whether this declare may go on: one that would create the model must
   // come from a registered worker of the job, with its registration's
   // secret (any rank: workers start in any order, and a squatter could as
@@ -109,7 +114,12 @@ class ParameterServerService final
   const absl::Time start_;
   const v1::DataPlaneResponse data_plane_;
   const std::string token_;
+  const std::string admin_token_;
 };
+
+// The longest a Checkpoint PAUSE may hold a shard's pushes: a longer lease
+// is refused (INVALID_ARGUMENT), so no caller can stop the job at length.
+inline constexpr absl::Duration kMaxPauseLease = absl::Minutes(5);
 
 }  // namespace asyncps
 

@@ -1,7 +1,7 @@
 // The clients over a ShardCaller, against in-process shards: PsClient's
 // per-tensor wire dtypes (checked, and requests split by dtype),
-// AdminClient's stats of every shard, RendezvousClient's store and its
-// waiting.
+// AdminClient's stats of every shard, RendezvousClient's store (written by
+// the job's workers only) and its waiting.
 #include <memory>
 #include <string>
 #include <vector>
@@ -99,7 +99,14 @@ TEST(RendezvousClient, SetGetAndWaitingForAKey) {
   ASSERT_TRUE(shards.ok()) << shards.status();
   auto client = PsClient::Create(Options(*shards));
   ASSERT_TRUE(client.ok());
+  // Only a registered worker of the job writes the store; anyone reads.
   RendezvousClient a((*client)->caller()), b((*client)->caller());
+  const absl::Status stranger = a.StoreSet("ring/0", "host:666");
+  EXPECT_EQ(stranger.code(), absl::StatusCode::kPermissionDenied) << stranger;
+  EXPECT_NE(stranger.message().find("only a registered worker"),
+            std::string::npos)
+      << stranger;
+  ASSERT_TRUE((*client)->Join(0, 1).ok());
   ASSERT_TRUE(a.StoreSet("ring/0", "host:1").ok());
   auto got = b.StoreGet("ring/0", absl::Seconds(5));
   ASSERT_TRUE(got.ok()) << got.status();

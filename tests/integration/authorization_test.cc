@@ -2,8 +2,10 @@
 // registration by a secret, so another client cannot push, pull or
 // heartbeat as it, nor take its place while it lives; a flood of
 // registrations cannot grow the job; only the job's workers declare and
-// assign; a model too large or cut absurdly is refused at once. Every
-// refusal has its own status and message, and no weight moves.
+// assign and write the rendezvous store; only an operator with the admin
+// token checkpoints or pauses the job, for a bounded lease; a model too
+// large or cut absurdly is refused at once. Every refusal has its own
+// status and message, and no weight moves.
 #include <fstream>
 #include <string>
 #include <vector>
@@ -11,16 +13,20 @@
 #include "absl/strings/str_cat.h"
 #include "client/admin_client.h"
 #include "client/ps_client.h"
+#include "common/security.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_cluster.h"
+#include "tests/testing/temp_dir.h"
 
 namespace asyncps::testing {
 namespace {
 
 std::unique_ptr<PsClient> Client(const TestCluster& cluster,
                                  Transport transport = Transport::kGrpc,
-                                 absl::Duration retry_for = absl::Seconds(5)) {
+                                 absl::Duration retry_for = absl::Seconds(5),
+                                 const Security& security = {}) {
   PsClientOptions options;
+  options.security = security;
   options.servers = cluster.servers();
   options.transport = transport;
   options.rpc_timeout = absl::Seconds(10);
@@ -226,6 +232,72 @@ TEST(Roles, OnlyTheJobsWorkersDeclareAndAssign) {
   EXPECT_EQ(Weights(**cluster, spec), before);
   ASSERT_TRUE(worker->Assign({0}, sevens, 3, 1).ok());
   EXPECT_EQ(Weights(**cluster, spec), sevens);
+}
+
+// Checkpoint (a shard's file now, a job checkpoint's PAUSE, WRITE and
+// RESUME) belongs to operators: with a workers' token it needs the admin
+// token apart from it, a PAUSE lease is bounded, and a shard with a token
+// but no admin token refuses it outright.
+TEST(Roles, OnlyAnOperatorCheckpointsOrPausesTheJob) {
+  const std::string dir = FreshTempDir("admin");
+  const std::string token = dir + "/token", admin = dir + "/admin";
+  ASSERT_TRUE(WriteFile(token, "workers-token-0123456789abcdef\n"));
+  ASSERT_TRUE(WriteFile(admin, "operators-token-0123456789abcdef\n"));
+  SecurityFlags same;
+  same.auth_token_file = same.admin_token_file = token;
+  ExpectRefused(LoadSecurity(same).status(), absl::StatusCode::kInvalidArgument,
+                "apart from the workers'", "one file for both tokens");
+  SecurityFlags worker_flags, operator_flags;
+  worker_flags.auth_token_file = operator_flags.auth_token_file = token;
+  operator_flags.admin_token_file = admin;
+  auto worker_security = LoadSecurity(worker_flags);
+  auto operator_security = LoadSecurity(operator_flags);
+  ASSERT_TRUE(worker_security.ok() && operator_security.ok());
+
+  auto cluster = TestCluster::Start(
+      1, {"--auth_token_file=" + token, "--admin_token_file=" + admin,
+          "--checkpoint_dir=" + dir});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const v1::ModelSpec spec = ConstantSpec({{4, 4}}, 1, 1.0f, 0.5f, 1024);
+  auto worker = Client(**cluster, Transport::kGrpc, absl::ZeroDuration(),
+                       *worker_security);
+  ASSERT_TRUE(worker->Join(0, 1).ok());
+  ASSERT_TRUE(worker->DeclareModel(spec).ok());
+  AdminClient as_worker(worker->caller());
+  ExpectRefused(as_worker.Checkpoint(0).status(),
+                absl::StatusCode::kPermissionDenied, "needs the admin token",
+                "a worker's checkpoint");
+  ExpectRefused(as_worker.JobCheckpoint("w").status(),
+                absl::StatusCode::kPermissionDenied, "needs the admin token",
+                "a worker's job checkpoint (PAUSE)");
+  // Nothing was paused: the worker's push still applies.
+  std::vector<std::vector<float>> w = {std::vector<float>(16)};
+  std::vector<SliceVersion> versions;
+  ASSERT_TRUE(worker->Pull({0}, &w, &versions, 0, 0).ok());
+  const std::vector<std::vector<float>> ones = {std::vector<float>(16, 1.0f)};
+  PushStats pushed;
+  ASSERT_TRUE(worker->Push({0}, ones, versions, 0, 0, &pushed).ok());
+  EXPECT_EQ(pushed.dropped, 0);
+
+  auto op =
+      Client(**cluster, Transport::kGrpc, absl::Seconds(5), *operator_security);
+  AdminClient as_operator(op->caller());
+  ExpectRefused(as_operator.JobCheckpoint("long", absl::Minutes(10)).status(),
+                absl::StatusCode::kInvalidArgument, "is outside [0, 300000]",
+                "a ten-minute pause");
+  auto path = as_operator.Checkpoint(0);
+  EXPECT_TRUE(path.ok()) << path.status();
+  auto paths = as_operator.JobCheckpoint("ok");
+  EXPECT_TRUE(paths.ok()) << paths.status();
+
+  auto no_admin = TestCluster::Start(
+      1, {"--auth_token_file=" + token, "--checkpoint_dir=" + dir});
+  ASSERT_TRUE(no_admin.ok()) << no_admin.status();
+  auto op2 = Client(**no_admin, Transport::kGrpc, absl::ZeroDuration(),
+                    *operator_security);
+  ExpectRefused(AdminClient(op2->caller()).Checkpoint(0).status(),
+                absl::StatusCode::kPermissionDenied, "no --admin_token_file",
+                "a checkpoint where the shard has no admin token");
 }
 
 TEST(Limits, AModelTooLargeOrCutAbsurdlyIsRefusedAtOnce) {

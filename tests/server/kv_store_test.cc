@@ -5,6 +5,8 @@
 #include <optional>
 #include <string>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 
 namespace asyncps {
@@ -119,6 +121,39 @@ TEST_F(KvStoreTest, ShutdownAnswersWaitingAndLaterGetsUnavailable) {
   Get(&later, "a", absl::Seconds(5));
   ASSERT_TRUE(later.answer.has_value());
   EXPECT_EQ(later.answer->code(), absl::StatusCode::kUnavailable);
+}
+
+// A writer cannot make the store hold more than kMaxKvTotalBytes or
+// kMaxKvKeys: the write past either is refused and stores nothing, and
+// replacing a key counts only the difference.
+TEST_F(KvStoreTest, TotalBytesAndKeysAreBounded) {
+  const std::string mib(kMaxKvValueBytes, 'x');
+  size_t held = 0;
+  int n = 0;
+  for (; held + 8 + mib.size() <= kMaxKvTotalBytes;
+       ++n, held += 8 + mib.size()) {
+    ASSERT_TRUE(kv_.Set(absl::StrFormat("big%05d", n), mib).ok()) << n;
+  }
+  const absl::Status full = kv_.Set("big-over", mib);
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  EXPECT_NE(full.message().find("bytes held"), std::string::npos) << full;
+  Got g;
+  Get(&g, "big-over", absl::ZeroDuration());
+  EXPECT_EQ(g.answer->code(), absl::StatusCode::kNotFound);
+  // Replacing a key with a value of the same size still fits; freeing
+  // room by replacing with a small value lets a new key in.
+  EXPECT_TRUE(kv_.Set("big00000", mib).ok());
+  EXPECT_TRUE(kv_.Set("big00001", "small").ok());
+  EXPECT_TRUE(kv_.Set("big-over", mib).ok());
+
+  KvStore keys(&clock_);
+  for (size_t k = 0; k < kMaxKvKeys; ++k) {
+    ASSERT_TRUE(keys.Set(absl::StrCat(k), "").ok()) << k;
+  }
+  const absl::Status many = keys.Set("one-more", "");
+  EXPECT_EQ(many.code(), absl::StatusCode::kResourceExhausted) << many;
+  EXPECT_NE(many.message().find("keys"), std::string::npos) << many;
+  EXPECT_TRUE(keys.Set("0", "again").ok());  // Replacing needs no new key.
 }
 
 }  // namespace
