@@ -61,7 +61,11 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
 
 MetricsEndpoint::MetricsEndpoint(std::unique_ptr<httplib::Server> http,
                                  int port)
-    : http_(std::move(http)), port_(port) {}
+    : http_(std::move(http)),
+      port_(port),
+      process_(std::make_shared<ProcessMetrics>()) {
+  Register(process_);
+}
 
 MetricsEndpoint::~MetricsEndpoint() {
   http_->stop();

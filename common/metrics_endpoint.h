@@ -1,7 +1,8 @@
 // Prometheus' /metrics over HTTP for one process: GET /metrics answers the
 // text exposition format of every registered prometheus::Collectable
 // (prometheus-cpp builds and serializes the families; cpp-httplib serves
-// them on threads of its own). Thread-safe.
+// them on threads of its own), and the process's own metrics
+// (common/process_metrics.h: process_*, asyncps_build_info). Thread-safe.
 //
 // prometheus-cpp's own Exposer is not used: Debian's civetweb starts its
 // threads with 100 KiB stacks, and glibc carves a thread's static TLS out of
@@ -19,6 +20,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/process_metrics.h"
 #include "prometheus/collectable.h"
 
 namespace httplib {
@@ -55,6 +57,7 @@ class MetricsEndpoint {
   // Constant after construction
   const std::unique_ptr<httplib::Server> http_;
   const int port_;
+  const std::shared_ptr<ProcessMetrics> process_;
   std::thread serve_;
 
   mutable absl::Mutex mu_;

@@ -6,6 +6,7 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/build_info.h"
 
 namespace asyncps {
 
@@ -19,7 +20,8 @@ void InitProgramFlags(const char* program, const char* usage) {
   };
   config.contains_helpshort_flags = config.contains_help_flags;
   config.version_string = [name] {
-    return absl::StrCat(name, " (asyncps ", kAsyncpsVersion, ")\n");
+    return absl::StrCat(name, " (asyncps ", kAsyncpsVersion, ", commit ",
+                        kAsyncpsCommit, ")\n");
   };
   absl::SetFlagsUsageConfig(config);
 }

@@ -6,13 +6,10 @@
 
 namespace asyncps {
 
-// The release (python/package/__init__.py's __version__ says the same).
-inline constexpr char kAsyncpsVersion[] = "0.5.0";
-
 // Call before absl::ParseCommandLine. `program` ("ps_server") names the
 // binary: --help lists the flags of the files whose path contains it, and
 // the shared security flags; --version prints "<program> (asyncps
-// <version>)".
+// <version>, commit <commit>)" (common/build_info.h).
 void InitProgramFlags(const char* program, const char* usage);
 
 }  // namespace asyncps

@@ -227,7 +227,10 @@ std::vector<v1::WorkerInfo> Membership::Workers() const {
     info.set_incarnation(w.incarnation);
     info.set_clock(w.clock);
     info.set_seconds_since_heard(absl::ToDoubleSeconds(now - w.last_heard));
+    info.set_last_seen_timestamp_seconds(
+        absl::ToDoubleSeconds(w.last_heard - absl::UnixEpoch()));
     info.set_live(Live(w, now));
+    info.set_finished(w.left);
     info.set_host(w.host);
     *info.mutable_progress() = w.progress;
     out.push_back(std::move(info));

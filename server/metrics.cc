@@ -90,33 +90,43 @@ std::vector<MetricFamily> StatsToMetrics(const v1::StatsResponse& s) {
     MetricFamily clock = Family("asyncps_shard_worker_clock",
                                 "Steps each worker has completed.", gauge);
     MetricFamily heard =
-        Family("asyncps_shard_worker_last_seen_seconds",
-               "Seconds since each worker was last heard from.", gauge);
+        Family("asyncps_shard_worker_last_seen_timestamp_seconds",
+               "When each worker was last heard from (Unix time).", gauge);
     MetricFamily live =
         Family("asyncps_shard_worker_live", "1 if the worker is live.", gauge);
+    MetricFamily finished = Family(
+        "asyncps_shard_worker_finished",
+        "1 if the worker said it was done (it left the job cleanly).", gauge);
     for (const v1::WorkerInfo& w : s.workers()) {
       std::vector<ClientMetric::Label> labels = {
           {"rank", absl::StrCat(w.rank())}, {"host", w.host()}};
       clock.metric.push_back(Sample(gauge, w.clock(), labels));
-      heard.metric.push_back(Sample(gauge, w.seconds_since_heard(), labels));
+      heard.metric.push_back(
+          Sample(gauge, w.last_seen_timestamp_seconds(), labels));
       live.metric.push_back(Sample(gauge, w.live() ? 1 : 0, labels));
+      finished.metric.push_back(Sample(gauge, w.finished() ? 1 : 0, labels));
     }
     out.push_back(std::move(clock));
     out.push_back(std::move(heard));
     out.push_back(std::move(live));
+    out.push_back(std::move(finished));
   }
   {
-    // What each worker reported on its last heartbeat (every shard has it;
-    // query one shard, or take the max per rank).
-    MetricFamily samples =
-        Family("asyncps_worker_samples_total",
-               "Examples a worker process trained on.", counter);
-    MetricFamily rate = Family("asyncps_worker_samples_per_second",
-                               "A worker's recent training rate.", gauge);
+    // What each worker reported on its last heartbeat, as this shard heard
+    // it (every shard has it: query one shard, or take the max per rank).
+    // Named apart from the worker's own asyncps_worker_* series, so a sum
+    // over both counts nothing twice.
+    MetricFamily samples = Family(
+        "asyncps_shard_worker_samples_total",
+        "Examples a worker process trained on, as it reported.", counter);
+    MetricFamily rate =
+        Family("asyncps_shard_worker_samples_per_second",
+               "A worker's recent training rate, as it reported.", gauge);
     MetricFamily loss =
-        Family("asyncps_worker_loss", "A worker's last training loss.", gauge);
+        Family("asyncps_shard_worker_loss",
+               "A worker's last training loss, as it reported.", gauge);
     MetricFamily phases = Family(
-        "asyncps_worker_step_seconds_total",
+        "asyncps_shard_worker_step_seconds_total",
         "Seconds a worker spent per phase of its steps: data (reading "
         "minibatches), compute (forward, backward), exchange (waiting for "
         "the servers or the ring).",
@@ -167,16 +177,22 @@ std::vector<MetricFamily> StatsToMetrics(const v1::StatsResponse& s) {
   Add(&out, "asyncps_shard_checkpoints_failed_total",
       "Checkpoints that could not be written.", counter,
       s.checkpoints_failed());
-  Add(&out, "asyncps_shard_checkpoint_age_seconds",
-      "Seconds since the last checkpoint was written (-1: none yet).", gauge,
-      s.checkpoint_age_seconds());
+  Add(&out, "asyncps_shard_last_checkpoint_timestamp_seconds",
+      "When the last checkpoint was written (Unix time; 0: none yet).", gauge,
+      s.last_checkpoint_timestamp_seconds());
   Add(&out, "asyncps_shard_checkpoint_write_seconds",
       "How long the last checkpoint took to write.", gauge,
       s.checkpoint_write_seconds());
   Add(&out, "asyncps_shard_checkpoint_bytes", "Size of the last checkpoint.",
       gauge, s.checkpoint_bytes());
-  Add(&out, "asyncps_shard_uptime_seconds", "Seconds since the shard started.",
-      gauge, s.uptime_seconds());
+  Add(&out, "asyncps_shard_start_timestamp_seconds",
+      "When the shard started (Unix time).", gauge,
+      s.start_timestamp_seconds());
+  if (s.mode() == "ssp") {
+    Add(&out, "asyncps_shard_staleness_bound",
+        "ssp: --staleness, the clock gap pulls are held to.", gauge,
+        s.staleness_bound());
+  }
   {
     MetricFamily f = Family("asyncps_shard_info",
                             "The shard's identity; the value is 1.", gauge);

@@ -22,7 +22,12 @@ v1::StatsResponse CollectStats(const ShardParts& parts) {
     *r.add_workers() = std::move(w);
   }
   r.set_uptime_seconds(absl::ToDoubleSeconds(parts.clock->Now() - parts.start));
+  r.set_start_timestamp_seconds(
+      absl::ToDoubleSeconds(parts.start - absl::UnixEpoch()));
   r.set_mode(ModeName(parts.consistency->config().mode));
+  if (parts.consistency->config().mode == Mode::kSsp) {
+    r.set_staleness_bound(parts.consistency->config().staleness);
+  }
   r.set_dropped_stale(c.dropped_stale);
   r.set_dropped_late(c.dropped_late);
   r.set_steps_applied(c.steps_applied);
@@ -49,6 +54,8 @@ v1::StatsResponse CollectStats(const ShardParts& parts) {
     if (k.written > 0) {
       r.set_checkpoint_age_seconds(
           absl::ToDoubleSeconds(parts.clock->Now() - k.last));
+      r.set_last_checkpoint_timestamp_seconds(
+          absl::ToDoubleSeconds(k.last - absl::UnixEpoch()));
       r.set_checkpoint_write_seconds(absl::ToDoubleSeconds(k.took));
       r.set_checkpoint_bytes(k.bytes);
     }

@@ -228,6 +228,9 @@ def main(argv=None):
             child.wait()
         return 0 if child is None else 143
     finally:
+        # A second signal must not cut the shards' drain short.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
         shards.stop()
         for log in logs:
             log.close()

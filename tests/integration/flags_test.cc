@@ -60,13 +60,19 @@ TEST(Flags, EveryBinaryHasAVersionAndFullHelp) {
     ASSERT_TRUE(version.ok());
     auto line = (*version)->WaitForLine("asyncps", absl::Seconds(30));
     ASSERT_TRUE(line.ok()) << binary << ": " << line.status();
-    EXPECT_NE(line->find("(asyncps 0.5.0)"), std::string::npos) << *line;
+    EXPECT_NE(line->find("(asyncps 0.5.0, commit "), std::string::npos)
+        << *line;
+    // The commit Bazel stamped: 12 hex digits (maybe "-dirty"), or
+    // "unknown" outside a checkout, never empty.
+    EXPECT_EQ(line->find("commit )"), std::string::npos) << *line;
     EXPECT_EQ(ExitCode(**version, absl::Seconds(30)), 0) << binary;
     auto help = Subprocess::Start({RunfilePath(binary), "--help"});
     ASSERT_TRUE(help.ok());
     // Read through the security flags (--help lists them by file).
     auto listed = (*help)->WaitForLine("--tls_key", absl::Seconds(30));
     EXPECT_TRUE(listed.ok()) << binary << " --help lacks --tls_key";
+    EXPECT_NE((*help)->output().find("--admin_token_file"), std::string::npos)
+        << binary;
     EXPECT_NE((*help)->output().find("--auth_token_file"), std::string::npos)
         << binary;
     EXPECT_NE((*help)->output().find("Flags from"), std::string::npos);

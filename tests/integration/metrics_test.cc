@@ -142,22 +142,44 @@ TEST(Metrics, WorkersProgressShowsOnTheShard) {
   const absl::Time give_up = absl::Now() + absl::Seconds(30);
   while (absl::Now() < give_up) {
     text = Scrape(port);
-    if (LabelledValue(text, "asyncps_worker_samples_total", "rank=\"0\"") >=
-        10 * 32) {
+    if (LabelledValue(text, "asyncps_shard_worker_samples_total",
+                      "rank=\"0\"") >= 10 * 32) {
       break;
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
-  EXPECT_GE(LabelledValue(text, "asyncps_worker_samples_total", "rank=\"0\""),
-            10 * 32)
+  EXPECT_GE(
+      LabelledValue(text, "asyncps_shard_worker_samples_total", "rank=\"0\""),
+      10 * 32)
       << text;
   for (const char* phase : {"data", "compute", "exchange"}) {
-    EXPECT_GT(LabelledValue(text, "asyncps_worker_step_seconds_total",
+    EXPECT_GT(LabelledValue(text, "asyncps_shard_worker_step_seconds_total",
                             absl::StrCat("phase=\"", phase, "\"")),
               0)
         << phase;
   }
-  EXPECT_GT(LabelledValue(text, "asyncps_worker_loss", "rank=\"0\""), 0);
+  EXPECT_GT(LabelledValue(text, "asyncps_shard_worker_loss", "rank=\"0\""), 0);
+  // Each series has one owner: the shard says nothing under the worker's
+  // own names, and ages are timestamps.
+  EXPECT_EQ(text.find("\nasyncps_worker_"), std::string::npos) << text;
+  const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  const double seen = LabelledValue(
+      text, "asyncps_shard_worker_last_seen_timestamp_seconds", "rank=\"0\"");
+  EXPECT_GT(seen, now - 60);
+  EXPECT_LE(seen, now + 1);
+  EXPECT_EQ(LabelledValue(text, "asyncps_shard_worker_finished", "rank=\"0\""),
+            0);
+  // Every process's own: build and process metrics.
+  EXPECT_NE(text.find("\nasyncps_build_info{version=\"0.5.0\",commit=\""),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("commit=\"\"}"), std::string::npos) << text;
+  for (const char* series :
+       {"process_cpu_seconds_total", "process_resident_memory_bytes",
+        "process_open_fds", "process_max_fds", "process_start_time_seconds"}) {
+    EXPECT_NE(text.find(absl::StrCat("\n", series, " ")), std::string::npos)
+        << series;
+  }
 }
 
 // Polls `port`'s /metrics (at most 60 s) until `done` holds of the text;

@@ -10,9 +10,14 @@ mkdir -p "$tmp"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 pids=()
+# Last started first: the worker leaves before its shard stops (it would
+# otherwise retry the stopped shard for --retry_for).
 cleanup() {
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  local i
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    kill -TERM "${pids[i]}" 2>/dev/null || true
+    wait "${pids[i]}" 2>/dev/null || true
+  done
 }
 trap cleanup EXIT
 
@@ -23,15 +28,14 @@ socks = [socket.socket() for _ in range(3)]
 for s in socks: s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in socks])')
 
-# Created first: the server's redirection happens in the child, possibly
-# after tail below has looked for the file.
-: >"$tmp/server.out"
-"$root/server/ps_server" --host=127.0.0.1 --port=0 \
-  --metrics_port="$shard_metrics" >"$tmp/server.out" 2>"$tmp/server.log" &
+# The shards' launcher prints the servers line once the shard serves (and
+# stops it on SIGTERM).
+exec {shards_fd}< <(exec /usr/bin/python3 "$root/python/package/cluster.py" \
+  --ps_server="$root/server/ps_server" --log_dir="$tmp" \
+  --metrics_base="$shard_metrics")
 pids+=($!)
-line=$(timeout 30 tail -n +1 -f "$tmp/server.out" | grep -m1 "listening on" || true)
-[[ -n "$line" ]] || fail "the shard did not start: $(tail -3 "$tmp/server.log")"
-"$root/worker/ps_worker" --servers="${line##* }" --steps=1000000 --slowdown=3 \
+read -r servers <&"$shards_fd" || fail "the shard did not start: $(tail -3 "$tmp/server0.log")"
+"$root/worker/ps_worker" --servers="$servers" --epochs=100000 --slowdown=3 \
   --metrics_port="$worker_metrics" >"$tmp/worker.out" 2>"$tmp/worker.log" &
 pids+=($!)
 
@@ -77,6 +81,14 @@ while True:
             assert len(rules) >= 5, rules
             # The shard's own per-call metrics are there too.
             assert query('asyncps_shard_calls_total{method="PushPull"}'), "no PushPull calls"
+            # One owner per series: the shard's view of the worker is
+            # named apart, so summing the worker's own counts it once.
+            assert len(rate) == 1, rate
+            assert query("asyncps_shard_worker_samples_per_second"), "no shard view"
+            # Every process says what it was built from, and its process_*.
+            info = query("asyncps_build_info")
+            assert len(info) == 2 and all(i["metric"]["commit"] for i in info), info
+            assert len(query("process_resident_memory_bytes")) == 2
             break
     except (OSError, ValueError, KeyError):
         pass  # Prometheus is still starting.

@@ -167,6 +167,10 @@ TEST_F(ShardServerTest, CheckpointsShowInStats) {
   };
   EXPECT_EQ(stats().checkpoints_written(), 0);
   EXPECT_EQ(stats().checkpoint_age_seconds(), -1);
+  EXPECT_EQ(stats().last_checkpoint_timestamp_seconds(), 0);
+  const double before = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  EXPECT_LE(stats().start_timestamp_seconds(), before);
+  EXPECT_GT(stats().start_timestamp_seconds(), before - 60);
   v1::DeclareModelResponse declared;
   grpc::ClientContext ctx;
   ASSERT_TRUE(
@@ -177,6 +181,9 @@ TEST_F(ShardServerTest, CheckpointsShowInStats) {
   EXPECT_EQ(r.checkpoints_written(), 1);
   EXPECT_EQ(r.checkpoints_failed(), 0);
   EXPECT_GE(r.checkpoint_age_seconds(), 0);
+  EXPECT_GE(r.last_checkpoint_timestamp_seconds(), before);
+  EXPECT_LE(r.last_checkpoint_timestamp_seconds(),
+            absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
   EXPECT_GT(r.checkpoint_bytes(), 16);  // 4 floats of weights, and more.
 
   fs_.SetFailRename(true);
