@@ -2,10 +2,17 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
 
 namespace asyncps {
 namespace {
@@ -34,6 +41,43 @@ void InstallStopSignalHandlers() {
 }
 
 void WakeStopWaiter() { OnSignal(0); }
+
+int WaitForStopSignal(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) return -1;
+    pollfd p{pipe_fds[0], POLLIN, 0};
+    const int ready =
+        poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
+    if (ready > 0) return WaitForStopSignal();
+    if (ready < 0 && errno != EINTR) return WaitForStopSignal();
+  }
+}
+
+void ShutdownWithin(absl::Duration budget,
+                    const std::function<void()>& shutdown,
+                    const std::function<void(int)>& force_exit) {
+  std::thread watchdog([budget, &force_exit] {
+    const int sig = WaitForStopSignal(budget);
+    if (sig == 0) return;  // Woken: the shutdown finished.
+    if (force_exit) {
+      force_exit(sig);
+      return;
+    }
+    LOG(ERROR) << (sig > 0 ? absl::StrCat("second signal ", sig,
+                                          ": exiting now, not drained")
+                           : absl::StrCat("shutdown took over ",
+                                          absl::FormatDuration(budget),
+                                          ": exiting now, not drained"));
+    google::FlushLogFiles(google::GLOG_INFO);
+    std::fflush(nullptr);
+    _exit(1);
+  });
+  shutdown();
+  WakeStopWaiter();
+  watchdog.join();
+}
 
 int WaitForStopSignal() {
   unsigned char b = 0;

@@ -121,10 +121,15 @@ ABSL_FLAG(std::string, ready_file, "",
           "num_shards, host, port, data_port, pid. Launchers wait for it "
           "instead of reading the log; empty: none.");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
-          "On SIGTERM, how long in-flight calls may take to finish.");
+          "On SIGTERM, how long in-flight calls may take to finish. The "
+          "whole drain (with the last checkpoint) gets this plus 60 s, then "
+          "the process exits 1; a second SIGTERM or SIGINT exits at once.");
 
 namespace asyncps {
 namespace {
+
+// What the drain may take beyond --shutdown_grace (the last checkpoint).
+constexpr absl::Duration kDrainBudget = absl::Seconds(60);
 
 absl::StatusOr<ShardServerConfig> ConfigFromFlags() {
   ShardServerConfig config;
@@ -211,9 +216,14 @@ int Run() {
   std::fflush(stdout);
   const int sig = WaitForStopSignal();
   LOG(INFO) << "signal " << sig << ": draining shard " << config->shard
-            << " (health NOT_SERVING, pushes refused, last checkpoint)";
-  (*server)->Drain();
-  (*server)->Shutdown();
+            << " (health NOT_SERVING, pushes refused, last checkpoint; a "
+               "second signal exits at once)";
+  // Every held call is answered by the drain; the budget is a last guard
+  // (a call no path answers would hold gRPC's shutdown forever).
+  ShutdownWithin(config->shutdown_grace + kDrainBudget, [&server] {
+    (*server)->Drain();
+    (*server)->Shutdown();
+  });
   return 0;
 }
 
