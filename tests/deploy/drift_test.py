@@ -207,6 +207,40 @@ for d in objects:
                     fail(f"{d['metadata']['name']}: completions, parallelism "
                          f"and --num_workers={n} differ")
 
+# --- the "restricted" Pod Security level, probes, disruption, network ------
+# Our own reading of the level's rules (not the API server's admission):
+# each pod runs as non-root with the RuntimeDefault seccomp profile; each
+# container escalates nothing, drops every capability and has a read-only
+# root file system.
+for d in objects:
+    pod = d.get("spec", {}).get("template", {}).get("spec")
+    if pod is None:
+        continue
+    where = f"{d['kind']} {d['metadata']['name']}"
+    psc = pod.get("securityContext", {})
+    if psc.get("runAsNonRoot") is not True or \
+            psc.get("seccompProfile", {}).get("type") != "RuntimeDefault":
+        fail(f"{where}: the pod is not runAsNonRoot with seccomp RuntimeDefault")
+    for c in pod.get("containers", []):
+        csc = c.get("securityContext", {})
+        if csc.get("allowPrivilegeEscalation") is not False or \
+                csc.get("capabilities", {}).get("drop") != ["ALL"] or \
+                csc.get("readOnlyRootFilesystem") is not True:
+            fail(f"{where}: container {c['name']} may escalate, keeps "
+                 "capabilities or writes its root file system")
+shard_pod = statefulset["spec"]["template"]["spec"]
+if not all("startupProbe" in c for c in shard_pod["containers"]):
+    fail("the shards have no startupProbe: a long restore is killed by liveness")
+shard_labels = statefulset["spec"]["template"]["metadata"]["labels"]
+for kind in ("PodDisruptionBudget", "NetworkPolicy"):
+    found = [d for d in objects if d["kind"] == kind]
+    if not found:
+        fail(f"no {kind} for the shards")
+    for d in found:
+        selector = (d["spec"].get("selector") or d["spec"]["podSelector"])
+        if selector["matchLabels"].items() - shard_labels.items():
+            fail(f"{kind} {d['metadata']['name']} does not select the shards")
+
 # --- local_cluster.sh -------------------------------------------------------
 for script in ("deploy/local_cluster.sh",):
     text = open(os.path.join(ROOT, script)).read().replace("\\\n", " ")
