@@ -51,14 +51,34 @@ for p in "${PACKAGES[@]}"; do
     missing+=("$p")
   fi
 done
+# kubectl renders the Kubernetes overlays (kubectl kustomize); Node.js runs
+# their schema validation. Debian's kubernetes-client (1.20) and nodejs
+# (18) only where none is installed: a newer one from elsewhere would
+# conflict with them over /usr/bin/kubectl, and both serve.
+command -v kubectl >/dev/null || missing+=(kubernetes-client)
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
 
-if ((${#missing[@]} == 0)); then
-  exit 0
+if ((${#missing[@]} > 0)); then
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  echo "install_deps: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-SUDO=""
-if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
-echo "install_deps: installing ${missing[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# The Kubernetes schema validator (tools/k8s_validate: kubernetes-models from
+# npm, pinned by its package-lock.json) in ASYNCPS_NPM_DIR, reinstalled only
+# when the lock file changes.
+npm_dir=${ASYNCPS_NPM_DIR:-/opt/asyncps/k8s_validate}
+src="$(dirname "$0")/../tools/k8s_validate"
+if ! cmp -s "$src/package-lock.json" "$npm_dir/package-lock.json" ||
+  [[ ! -d "$npm_dir/node_modules/kubernetes-models" ]]; then
+  echo "install_deps: npm ci of $src into $npm_dir" >&2
+  mkdir -p "$npm_dir"
+  cp "$src/package.json" "$src/package-lock.json" "$npm_dir/"
+  # Not fatal here: only the schema test needs it, and it says so.
+  (cd "$npm_dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) ||
+    echo "install_deps: npm ci failed: tests/deploy:k8s_schema_test cannot run" >&2
+fi

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Drift between the deployment files and the binaries, checked offline.
 
-Every flag that deploy/docker-compose.yml (and its GPU override),
-deploy/k8s/*.yaml and deploy/local_cluster.sh pass to ps_server, ps_worker,
+Every flag that deploy/docker-compose.yml (and its GPU override), every
+Kubernetes overlay (deploy/k8s/overlays/*, as `kubectl kustomize` renders
+it) and deploy/local_cluster.sh pass to ps_server, ps_worker,
 psctl or the shards' launcher (python/package/cluster.py) exists in that
 program's --helpfull (the launcher's --help); the
 Kubernetes manifests parse, and their names and ports agree (the workers'
@@ -15,6 +16,7 @@ import glob
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -133,113 +135,165 @@ for label, name, servers in servers_named:
             fail(f"{label} service {name}: --servers names {server}, but "
                  f"service {host} listens on {shard_ports.get(host)}")
 
+# --- the "restricted" Pod Security level, probes, disruption, network ------
+# Our own reading of the level's rules (tests/deploy/k8s_schema_test.sh
+# checks the manifests against the API's schemas): each pod runs as
+# non-root with the RuntimeDefault seccomp profile; each container
+# escalates nothing, drops every capability and has a read-only root file
+# system.
+def check_restricted(label, objects, statefulset):
+    for d in objects:
+        pod = d.get("spec", {}).get("template", {}).get("spec")
+        if pod is None:
+            continue
+        where = f"{label} {d['kind']} {d['metadata']['name']}"
+        psc = pod.get("securityContext", {})
+        if psc.get("runAsNonRoot") is not True or \
+                psc.get("seccompProfile", {}).get("type") != "RuntimeDefault":
+            fail(f"{where}: the pod is not runAsNonRoot with seccomp "
+                 "RuntimeDefault")
+        for c in pod.get("containers", []):
+            csc = c.get("securityContext", {})
+            if csc.get("allowPrivilegeEscalation") is not False or \
+                    csc.get("capabilities", {}).get("drop") != ["ALL"] or \
+                    csc.get("readOnlyRootFilesystem") is not True:
+                fail(f"{where}: container {c['name']} may escalate, keeps "
+                     "capabilities or writes its root file system")
+    shard_pod = statefulset["spec"]["template"]["spec"]
+    if not all("startupProbe" in c for c in shard_pod["containers"]):
+        fail(f"{label}: the shards have no startupProbe: a long restore is "
+             "killed by liveness")
+    shard_labels = statefulset["spec"]["template"]["metadata"]["labels"]
+    for kind in ("PodDisruptionBudget", "NetworkPolicy"):
+        found = [d for d in objects if d["kind"] == kind]
+        if not found:
+            fail(f"{label}: no {kind} for the shards")
+        for d in found:
+            selector = (d["spec"].get("selector") or d["spec"]["podSelector"])
+            if selector["matchLabels"].items() - shard_labels.items():
+                fail(f"{label}: {kind} {d['metadata']['name']} does not "
+                     "select the shards")
+
+
 # --- Kubernetes ------------------------------------------------------------
-manifests = {}
-for path in sorted(glob.glob(os.path.join(ROOT, "deploy/k8s/*.yaml"))):
-    try:
-        manifests[os.path.basename(path)] = list(yaml.safe_load_all(open(path)))
-    except yaml.YAMLError as e:
-        fail(f"{path} does not parse: {e}")
-objects = [d for docs in manifests.values() for d in docs if d]
-for d in objects:
-    for key in ("apiVersion", "kind", "metadata"):
-        if key not in d:
-            fail(f"a {d.get('kind')} has no {key}")
-
-
+# Each overlay as `kubectl kustomize` renders it (the manifests a user
+# applies), checked alike.
 def containers(obj):
     spec = obj.get("spec", {}).get("template", {}).get("spec", {})
     return spec.get("containers", [])
 
 
-service = next(d for d in objects if d["kind"] == "Service"
-               and d["spec"].get("clusterIP") == "None")
-statefulset = next(d for d in objects if d["kind"] == "StatefulSet")
-if statefulset["spec"]["serviceName"] != service["metadata"]["name"]:
-    fail("the StatefulSet's serviceName is not the headless Service")
-if service["spec"]["selector"].items() - \
-        statefulset["spec"]["template"]["metadata"]["labels"].items():
-    fail("the headless Service does not select the shards' pods")
-service_ports = {p["port"] for p in service["spec"]["ports"]}
-replicas = statefulset["spec"]["replicas"]
-shard_port = None
-for d in objects:
-    for c in containers(d):
-        argv = list(c.get("command") or []) + list(c.get("args") or [])
-        exposed = {p["containerPort"] for p in c.get("ports", [])}
-        for binary, args in commands(argv):
-            where = f"{d['kind']} {d['metadata']['name']}"
-            check(where, binary, args)
-            metrics = value(args, "metrics_port")
-            if metrics and int(metrics) not in exposed:
-                fail(f"{where}: --metrics_port={metrics} is not a containerPort")
-            annotations = d["spec"]["template"]["metadata"].get(
-                "annotations", {})
-            if metrics and annotations.get("prometheus.io/port") != metrics:
-                fail(f"{where}: prometheus.io/port is not --metrics_port")
-            if binary == "ps_server":
-                shard_port = value(args, "port")
-                for flag in ("port", "data_port", "metrics_port"):
-                    p = int(value(args, flag))
-                    if p not in exposed or p not in service_ports:
-                        fail(f"{where}: --{flag}={p} is not exposed by the "
-                             "container and the Service")
-                if value(args, "num_shards") != str(replicas):
-                    fail(f"{where}: --num_shards is not the replica count")
-for d in objects:
-    for c in containers(d):
-        argv = list(c.get("command") or []) + list(c.get("args") or [])
-        for binary, args in commands(argv):
-            servers = value(args, "servers")
-            if binary != "ps_worker" or servers is None:
-                continue
-            want = ",".join(
-                f"{statefulset['metadata']['name']}-{i}."
-                f"{service['metadata']['name']}:{shard_port}"
-                for i in range(replicas))
-            if servers != want:
-                fail(f"{d['metadata']['name']}: --servers={servers}, want "
-                     f"{want}")
-            if d["kind"] == "Job":
-                n = value(args, "num_workers")
-                if str(d["spec"]["completions"]) != n or \
-                        str(d["spec"]["parallelism"]) != n:
-                    fail(f"{d['metadata']['name']}: completions, parallelism "
-                         f"and --num_workers={n} differ")
+def check_kubernetes(label, objects):
+    for d in objects:
+        for key in ("apiVersion", "kind", "metadata"):
+            if key not in d:
+                fail(f"{label}: a {d.get('kind')} has no {key}")
+    config = next((d.get("data", {}) for d in objects
+                   if d["kind"] == "ConfigMap"
+                   and d["metadata"]["name"] == "asyncps-job"), None)
+    if config is None:
+        fail(f"{label}: no asyncps-job ConfigMap")
+        return
 
-# --- the "restricted" Pod Security level, probes, disruption, network ------
-# Our own reading of the level's rules (not the API server's admission):
-# each pod runs as non-root with the RuntimeDefault seccomp profile; each
-# container escalates nothing, drops every capability and has a read-only
-# root file system.
-for d in objects:
-    pod = d.get("spec", {}).get("template", {}).get("spec")
-    if pod is None:
+    def resolve(v):
+        """A flag's value with the ConfigMap's $VARS filled in."""
+        for name, val in config.items():
+            v = (v or "").replace(f"${name}", str(val))
+        return v
+
+    for key, binary in (("SERVER_FLAGS", "ps_server"),
+                        ("CLIENT_FLAGS", "ps_worker"),
+                        ("WORKER_FLAGS", "ps_worker")):
+        check(f"{label} ConfigMap {key}", binary,
+              shlex.split(config.get(key, "")))
+    service = next(d for d in objects if d["kind"] == "Service"
+                   and d["spec"].get("clusterIP") == "None")
+    statefulset = next(d for d in objects if d["kind"] == "StatefulSet")
+    if statefulset["spec"]["serviceName"] != service["metadata"]["name"]:
+        fail(f"{label}: the StatefulSet's serviceName is not the headless "
+             "Service")
+    if service["spec"]["selector"].items() - \
+            statefulset["spec"]["template"]["metadata"]["labels"].items():
+        fail(f"{label}: the headless Service does not select the shards")
+    service_ports = {p["port"] for p in service["spec"]["ports"]}
+    replicas = statefulset["spec"]["replicas"]
+    if str(replicas) != config.get("NUM_SHARDS"):
+        fail(f"{label}: the StatefulSet's replicas {replicas} is not "
+             f"NUM_SHARDS {config.get('NUM_SHARDS')}")
+    shard_port = None
+    for d in objects:
+        for c in containers(d):
+            argv = list(c.get("command") or []) + list(c.get("args") or [])
+            exposed = {p["containerPort"] for p in c.get("ports", [])}
+            if argv[:2] == ["sh", "-c"] and not any(
+                    e.get("configMapRef", {}).get("name") == "asyncps-job"
+                    for e in c.get("envFrom", [])):
+                fail(f"{label} {d['metadata']['name']}: reads $VARS but has "
+                     "no envFrom asyncps-job")
+            for binary, args in commands(argv):
+                where = f"{label} {d['kind']} {d['metadata']['name']}"
+                check(where, binary, args)
+                metrics = value(args, "metrics_port")
+                if metrics and int(metrics) not in exposed:
+                    fail(f"{where}: --metrics_port={metrics} is not a "
+                         "containerPort")
+                annotations = d["spec"]["template"]["metadata"].get(
+                    "annotations", {})
+                if metrics and annotations.get("prometheus.io/port") != metrics:
+                    fail(f"{where}: prometheus.io/port is not --metrics_port")
+                if binary == "ps_server":
+                    shard_port = value(args, "port")
+                    for flag in ("port", "data_port", "metrics_port"):
+                        p = int(value(args, flag))
+                        if p not in exposed or p not in service_ports:
+                            fail(f"{where}: --{flag}={p} is not exposed by "
+                                 "the container and the Service")
+                    if resolve(value(args, "num_shards")) != str(replicas):
+                        fail(f"{where}: --num_shards is not the replica count")
+    # The workers and the evaluator build --servers from NUM_SHARDS: the
+    # StatefulSet's pods through the headless Service on the shards' port.
+    name = (f"{statefulset['metadata']['name']}-$i."
+            f"{service['metadata']['name']}:{shard_port}")
+    for d in objects:
+        for c in containers(d):
+            argv = list(c.get("command") or []) + list(c.get("args") or [])
+            for binary, args in commands(argv):
+                if binary != "ps_worker":
+                    continue
+                script = " ".join(argv)
+                if name not in script or '"$NUM_SHARDS"' not in script:
+                    fail(f"{label} {d['metadata']['name']}: --servers is not "
+                         f"built as {name} for each of NUM_SHARDS")
+                if d["kind"] == "Job":
+                    n = resolve(value(args, "num_workers"))
+                    if str(d["spec"]["completions"]) != n or \
+                            str(d["spec"]["parallelism"]) != n:
+                        fail(f"{label} {d['metadata']['name']}: completions, "
+                             f"parallelism and --num_workers={n} differ")
+    check_restricted(label, objects, statefulset)
+
+
+# kustomize does not read a kustomization.yaml that is a symbolic link
+# (Bazel's runfiles are): render a copy.
+K8S = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), "k8s")
+shutil.rmtree(K8S, ignore_errors=True)
+shutil.copytree(os.path.join(ROOT, "deploy/k8s"), K8S)
+OVERLAYS = sorted(os.listdir(os.path.join(K8S, "overlays")))
+k8s_objects = 0
+for overlay in OVERLAYS:
+    r = subprocess.run(["kubectl", "kustomize",
+                        os.path.join(K8S, "overlays", overlay)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        fail(f"kubectl kustomize overlays/{overlay}: {r.stderr.strip()}")
         continue
-    where = f"{d['kind']} {d['metadata']['name']}"
-    psc = pod.get("securityContext", {})
-    if psc.get("runAsNonRoot") is not True or \
-            psc.get("seccompProfile", {}).get("type") != "RuntimeDefault":
-        fail(f"{where}: the pod is not runAsNonRoot with seccomp RuntimeDefault")
-    for c in pod.get("containers", []):
-        csc = c.get("securityContext", {})
-        if csc.get("allowPrivilegeEscalation") is not False or \
-                csc.get("capabilities", {}).get("drop") != ["ALL"] or \
-                csc.get("readOnlyRootFilesystem") is not True:
-            fail(f"{where}: container {c['name']} may escalate, keeps "
-                 "capabilities or writes its root file system")
-shard_pod = statefulset["spec"]["template"]["spec"]
-if not all("startupProbe" in c for c in shard_pod["containers"]):
-    fail("the shards have no startupProbe: a long restore is killed by liveness")
-shard_labels = statefulset["spec"]["template"]["metadata"]["labels"]
-for kind in ("PodDisruptionBudget", "NetworkPolicy"):
-    found = [d for d in objects if d["kind"] == kind]
-    if not found:
-        fail(f"no {kind} for the shards")
-    for d in found:
-        selector = (d["spec"].get("selector") or d["spec"]["podSelector"])
-        if selector["matchLabels"].items() - shard_labels.items():
-            fail(f"{kind} {d['metadata']['name']} does not select the shards")
+    try:
+        rendered = [d for d in yaml.safe_load_all(r.stdout) if d]
+    except yaml.YAMLError as e:
+        fail(f"overlays/{overlay} does not parse: {e}")
+        continue
+    k8s_objects += len(rendered)
+    check_kubernetes(f"overlays/{overlay}", rendered)
 
 # --- local_cluster.sh -------------------------------------------------------
 for script in ("deploy/local_cluster.sh",):
@@ -262,6 +316,6 @@ for script in ("deploy/local_cluster.sh",):
 
 if failures:
     sys.exit(f"{len(failures)} drift(s)")
-print(f"PASS: {len(objects)} Kubernetes objects, "
+print(f"PASS: {k8s_objects} Kubernetes objects in {len(OVERLAYS)} overlays, "
       f"{len(plain['services'])} compose services, flags of "
       f"{', '.join(f'{b} ({len(f)})' for b, f in FLAGS.items())} checked")
