@@ -3,7 +3,7 @@
 #include <chrono>
 
 #include "absl/synchronization/notification.h"
-#include "common/grpc_credentials.h"
+#include "rpc/grpc_credentials.h"
 #include "common/random_id.h"
 
 namespace asyncps {

@@ -40,7 +40,7 @@
 #include "common/backoff.h"
 #include "common/clock.h"
 #include "common/cluster_spec.h"
-#include "common/grpc_status.h"
+#include "rpc/grpc_status.h"
 #include "common/security.h"
 #include "common/status.h"
 #include "common/timeline.h"

@@ -3,7 +3,7 @@
 // when a server is given a CA, and a bearer token every call carries.
 // Plaintext without a token stays the default for a local run.
 // docs/SECURITY.md has the threat model. Plain data: the gRPC credentials
-// are built from it at the edges (common/grpc_credentials.h).
+// are built from it at the edges (rpc/grpc_credentials.h).
 #ifndef ASYNCPS_COMMON_SECURITY_H_
 #define ASYNCPS_COMMON_SECURITY_H_
 

@@ -1,6 +1,6 @@
 // Status helpers shared by every asyncps process: the early-return macros
 // (common/status_macros.h) and Annotate. The gRPC mapping is apart
-// (common/grpc_status.h), so core code does not include gRPC.
+// (rpc/grpc_status.h), so core code does not include gRPC.
 #ifndef ASYNCPS_COMMON_STATUS_H_
 #define ASYNCPS_COMMON_STATUS_H_
 

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/time/time.h"
-#include "common/grpc_status.h"
+#include "rpc/grpc_status.h"
 #include "common/security.h"
 #include "common/status.h"
 

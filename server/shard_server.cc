@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/grpc_credentials.h"
+#include "rpc/grpc_credentials.h"
 #include "common/random_id.h"
 #include "common/status.h"
 #include "glog/logging.h"

@@ -21,7 +21,7 @@ rc=${PIPESTATUS[0]}
 # claim (-Wthread-safety -Werror) over the code the tests exercise.
 if ((${#@} == 0)); then
   echo "== thread-safety analysis (--config=clang)"
-  bazel build --config=clang //common/... //server/... //client/... \
+  bazel build --config=clang //common/... //rpc/... //server/... //client/... \
     //worker/... //tools/... 2>&1 | tail -n 20
   if ((PIPESTATUS[0] != 0)); then
     rc=1

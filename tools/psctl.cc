@@ -25,7 +25,7 @@
 #include "client/admin_client.h"
 #include "client/ps_client.h"
 #include "common/cluster_spec.h"
-#include "common/grpc_credentials.h"
+#include "rpc/grpc_credentials.h"
 #include "common/partitioner.h"
 #include "common/program_flags.h"
 #include "common/security.h"

@@ -68,7 +68,10 @@ def test_two_workers_finish_and_nothing_is_left(tmp_path, mode):
 
 
 def test_a_killed_worker_is_started_again(tmp_path):
+    # The replacement takes rank 1 once the dead one has been silent for
+    # --worker_timeout (2 s here, 10 s by default).
     out = launch(tmp_path, "--shards", "2", "--workers", "2",
+                 "--server_flag=--worker_timeout=2s",
                  script_args=("die-once",))
     assert out.returncode == 0, out.stderr
     assert "worker 1 failed (-9); starting it again (1/3)" in out.stderr

@@ -1,4 +1,4 @@
-#include "common/grpc_credentials.h"
+#include "rpc/grpc_credentials.h"
 
 namespace asyncps {
 

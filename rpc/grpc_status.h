@@ -2,8 +2,8 @@
 // same numbers), for the two places a status crosses gRPC: the server's
 // service methods and the client's calls. Core code speaks absl::Status
 // only (common/status.h).
-#ifndef ASYNCPS_COMMON_GRPC_STATUS_H_
-#define ASYNCPS_COMMON_GRPC_STATUS_H_
+#ifndef ASYNCPS_RPC_GRPC_STATUS_H_
+#define ASYNCPS_RPC_GRPC_STATUS_H_
 
 #include <grpcpp/support/status.h>
 
@@ -17,4 +17,4 @@ absl::Status FromGrpcStatus(const grpc::Status& status);
 
 }  // namespace asyncps
 
-#endif  // ASYNCPS_COMMON_GRPC_STATUS_H_
+#endif  // ASYNCPS_RPC_GRPC_STATUS_H_

@@ -1,8 +1,8 @@
 // gRPC credentials from a process's security settings (common/security.h):
 // built where a server listens or a client opens its channels, so the
 // settings themselves stay plain data.
-#ifndef ASYNCPS_COMMON_GRPC_CREDENTIALS_H_
-#define ASYNCPS_COMMON_GRPC_CREDENTIALS_H_
+#ifndef ASYNCPS_RPC_GRPC_CREDENTIALS_H_
+#define ASYNCPS_RPC_GRPC_CREDENTIALS_H_
 
 #include <memory>
 
@@ -25,4 +25,4 @@ std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
 
 }  // namespace asyncps
 
-#endif  // ASYNCPS_COMMON_GRPC_CREDENTIALS_H_
+#endif  // ASYNCPS_RPC_GRPC_CREDENTIALS_H_
