@@ -7,6 +7,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "worker/poll_until.h"
 
 namespace asyncps {
 namespace {
@@ -17,18 +19,42 @@ absl::Status CudaError(cudaError_t err, const char* what) {
 }
 
 absl::Status NcclError(ncclResult_t r, const char* what) {
-  if (r == ncclSuccess) return absl::OkStatus();
+  if (r == ncclSuccess || r == ncclInProgress) return absl::OkStatus();
   return absl::UnavailableError(
       absl::StrCat(what, ": ", ncclGetErrorString(r)));
 }
 
+// Waits until `comm`'s pending non-blocking call (init, or an enqueue that
+// answered ncclInProgress) has finished, or failed.
+absl::Status WaitForComm(ncclComm_t comm, absl::Time deadline,
+                         const char* what) {
+  return PollUntil(
+      [comm, what]() -> absl::StatusOr<bool> {
+        ncclResult_t state = ncclSuccess;
+        absl::Status s = NcclError(ncclCommGetAsyncError(comm, &state),
+                                   "ncclCommGetAsyncError");
+        if (!s.ok()) return s;
+        if (state == ncclInProgress) return false;
+        s = NcclError(state, what);
+        if (!s.ok()) return s;
+        return true;
+      },
+      deadline, what);
+}
+
+// Every communicator is non-blocking: NCCL's blocking calls never give up,
+// so a peer that died would hang this worker for good. Each wait is
+// bounded by --collective_timeout; past it (or on NCCL's own error) the
+// communicator is aborted and the call fails, as the Gloo path does, and
+// AllreduceExchange names the rank that stopped answering.
 class NcclCollective final : public Collective {
  public:
-  NcclCollective(int device, ncclComm_t comm, cudaStream_t stream)
-      : device_(device), comm_(comm), stream_(stream) {}
+  NcclCollective(int device, ncclComm_t comm, cudaStream_t stream,
+                 absl::Duration timeout)
+      : device_(device), comm_(comm), stream_(stream), timeout_(timeout) {}
   ~NcclCollective() override {
     cudaSetDevice(device_);
-    ncclCommDestroy(comm_);
+    if (!aborted_) ncclCommDestroy(comm_);
     cudaFree(buffer_);
     cudaStreamDestroy(stream_);
   }
@@ -39,6 +65,24 @@ class NcclCollective final : public Collective {
 
   absl::Status AllreduceSum(std::vector<float>* data, uint32_t tag) override {
     if (data->empty()) return absl::OkStatus();
+    if (aborted_) {
+      return absl::UnavailableError(
+          "the NCCL communicator was aborted after an earlier failure");
+    }
+    const absl::Time deadline = absl::Now() + timeout_;
+    absl::Status s = Run(data, deadline);
+    if (!s.ok() && !aborted_) {
+      // Ends the kernels waiting for a peer that will not come.
+      ncclCommAbort(comm_);
+      aborted_ = true;
+      return absl::UnavailableError(
+          absl::StrCat(s.message(), " (NCCL communicator aborted)"));
+    }
+    return s;
+  }
+
+ private:
+  absl::Status Run(std::vector<float>* data, absl::Time deadline) {
     // The exchange's thread, not the one that created the communicator.
     absl::Status s = CudaError(cudaSetDevice(device_), "cudaSetDevice");
     if (!s.ok()) return s;
@@ -55,21 +99,39 @@ class NcclCollective final : public Collective {
                                   cudaMemcpyHostToDevice, stream_),
                   "copy to GPU");
     if (!s.ok()) return s;
-    s = NcclError(ncclAllReduce(buffer_, buffer_, data->size(), ncclFloat,
-                                ncclSum, comm_, stream_),
-                  "ncclAllReduce");
+    const ncclResult_t queued = ncclAllReduce(
+        buffer_, buffer_, data->size(), ncclFloat, ncclSum, comm_, stream_);
+    s = NcclError(queued, "ncclAllReduce");
     if (!s.ok()) return s;
+    if (queued == ncclInProgress) {
+      s = WaitForComm(comm_, deadline, "ncclAllReduce (enqueue)");
+      if (!s.ok()) return s;
+    }
     s = CudaError(cudaMemcpyAsync(data->data(), buffer_, bytes,
                                   cudaMemcpyDeviceToHost, stream_),
                   "copy from GPU");
     if (!s.ok()) return s;
-    return CudaError(cudaStreamSynchronize(stream_), "all-reduce");
+    // The stream finishes once every peer has taken part; a dead one shows
+    // as the deadline passing (or as NCCL's asynchronous error).
+    return PollUntil(
+        [this]() -> absl::StatusOr<bool> {
+          const cudaError_t q = cudaStreamQuery(stream_);
+          if (q == cudaSuccess) return true;
+          if (q != cudaErrorNotReady) return CudaError(q, "all-reduce");
+          ncclResult_t state = ncclSuccess;
+          ncclCommGetAsyncError(comm_, &state);
+          absl::Status e = NcclError(state, "all-reduce");
+          if (!e.ok()) return e;
+          return false;
+        },
+        deadline, "the all-reduce");
   }
 
- private:
   const int device_;
   const ncclComm_t comm_;
   const cudaStream_t stream_;
+  const absl::Duration timeout_;
+  bool aborted_ = false;
   void* buffer_ = nullptr;
   size_t capacity_ = 0;
 };
@@ -106,15 +168,25 @@ absl::StatusOr<std::unique_ptr<Collective>> JoinNccl(
   s = CudaError(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
                 "cudaStreamCreate");
   if (!s.ok()) return s;
-  ncclComm_t comm;
-  s = NcclError(ncclCommInitRank(&comm, config.num_workers, id, config.rank),
-                "ncclCommInitRank");
+  ncclConfig_t nccl_config = NCCL_CONFIG_INITIALIZER;
+  nccl_config.blocking = 0;
+  ncclComm_t comm = nullptr;
+  s = NcclError(ncclCommInitRankConfig(&comm, config.num_workers, id,
+                                       config.rank, &nccl_config),
+                "ncclCommInitRankConfig");
+  if (s.ok()) {
+    // Every rank must join within the timeout; one that never comes would
+    // otherwise hold the others here for good.
+    s = WaitForComm(comm, absl::Now() + config.timeout,
+                    "joining the NCCL communicator");
+  }
   if (!s.ok()) {
+    if (comm != nullptr) ncclCommAbort(comm);
     cudaStreamDestroy(stream);
     return s;
   }
   return std::unique_ptr<Collective>(
-      new NcclCollective(config.cuda_device, comm, stream));
+      new NcclCollective(config.cuda_device, comm, stream, config.timeout));
 }
 
 }  // namespace asyncps
