@@ -106,16 +106,17 @@ TrainerConfig TrainerConfigFor(const WorkerConfig& config, const Dataset& data,
 
 // The trainer's on_step: each step's report summed into what the
 // heartbeats tell the shards (their metrics, psctl status) and into
-// `metrics` (may be null).
+// `metrics` (may be null); the rate over windows of `clock` (the trainer's).
 std::function<void(const StepReport&)> HeartbeatProgress(
-    MembershipClient* membership, WorkerMetrics* metrics) {
+    MembershipClient* membership, WorkerMetrics* metrics, Clock* clock) {
   struct State {
     v1::WorkerProgress progress;
-    absl::Time window_start = absl::Now();
+    absl::Time window_start;
     int64_t window_samples = 0;
   };
-  return [membership, metrics,
-          state = std::make_shared<State>()](const StepReport& r) {
+  auto state = std::make_shared<State>();
+  state->window_start = clock->Now();
+  return [membership, metrics, clock, state](const StepReport& r) {
     v1::WorkerProgress& progress = state->progress;
     if (metrics != nullptr) metrics->Step(r);
     progress.set_samples(progress.samples() + r.samples);
@@ -128,7 +129,7 @@ std::function<void(const StepReport&)> HeartbeatProgress(
     progress.set_dropped(progress.dropped() + r.pushed.dropped);
     progress.set_staleness(r.pushed.MeanStaleness());
     state->window_samples += r.samples;
-    const absl::Time now = absl::Now();
+    const absl::Time now = clock->Now();
     if (now - state->window_start >= absl::Seconds(1)) {
       progress.set_samples_per_second(
           state->window_samples /
@@ -206,7 +207,7 @@ absl::Status Train(const WorkerConfig& flags, const v1::ModelSpec& spec,
       model.LayerTensors(), [membership] { return membership->Rejoin(); });
   TrainerConfig tc = TrainerConfigFor(config, data, membership);
   tc.timeline = timeline;
-  tc.on_step = HeartbeatProgress(membership, metrics);
+  tc.on_step = HeartbeatProgress(membership, metrics, tc.clock);
   LOG(INFO) << "ps_worker rank " << config.rank << "/" << config.num_workers
             << " on " << backend->Name() << ": " << client->model_name() << ", "
             << loader.share() << " training examples, " << client->num_shards()

@@ -136,6 +136,15 @@ def test_cluster_command_line_names_a_shard_that_cannot_start(tmp_path):
     assert "shard 0 exited with status 1 before serving" in out.stderr
 
 
+def test_the_module_and_the_binaries_say_one_version():
+    # asyncps.__version__ and common/build_info.h's kAsyncpsVersion are
+    # written in two places; a release must change both.
+    out = subprocess.run([SERVER, "--version"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0
+    assert f"(asyncps {asyncps.__version__}, commit " in out.stdout, out.stdout
+
+
 def test_bad_launcher_arguments_are_named(tmp_path):
     out = subprocess.run([sys.executable, "-m", "asyncps.run", "--workers",
                           "2"], capture_output=True, text=True, timeout=60)
