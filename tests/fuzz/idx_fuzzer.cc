@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -12,6 +13,22 @@
 #include "worker/data/idx_reader.h"
 
 namespace {
+
+// The files a run reads, in a directory of this process's, removed when
+// the fuzzer exits (libFuzzer ends with exit(), which runs this).
+struct Scratch {
+  Scratch() {
+    const char* tmp = std::getenv("TMPDIR");
+    dir = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
+          "/asyncps-idx-fuzz-" + std::to_string(getpid());
+    std::filesystem::create_directories(dir);
+  }
+  ~Scratch() {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  }
+  std::string dir;
+};
 
 void Write(const std::string& path, const uint8_t* data, size_t size) {
   std::ofstream(path, std::ios::binary)
@@ -24,10 +41,8 @@ void Write(const std::string& path, const uint8_t* data, size_t size) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const size_t split = std::min<size_t>(size - 1, data[0] * 4);
-  static const std::string dir =
-      "/tmp/asyncps-idx-fuzz-" + std::to_string(getpid());
-  static const bool made = std::filesystem::create_directories(dir);
-  (void)made;
+  static Scratch scratch;
+  const std::string& dir = scratch.dir;
   Write(dir + "/images", data + 1, split);
   Write(dir + "/labels", data + 1 + split, size - 1 - split);
   (void)asyncps::ReadIdxPair(dir + "/images", dir + "/labels");
