@@ -5,7 +5,6 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 #include <string>
 #include <utility>
@@ -90,8 +89,7 @@ TEST(Flags, ServerWritesItsReadyFileOrStops) {
   auto line = (*p)->WaitForLine("listening on", absl::Seconds(30));
   ASSERT_TRUE(line.ok()) << line.status();
   // The file is in place (renamed whole) before the line is printed.
-  std::ifstream in(ready);
-  const std::string json(std::istreambuf_iterator<char>(in), {});
+  const std::string json = ReadFile(ready).value_or("");
   EXPECT_NE(json.find("\"shard\": 1, \"num_shards\": 2"), std::string::npos)
       << json;
   EXPECT_NE(json.find("\"port\": " + line->substr(line->rfind(':') + 1)),

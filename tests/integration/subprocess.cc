@@ -9,12 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <optional>
-#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -106,19 +102,6 @@ absl::StatusOr<std::string> Subprocess::WaitForLine(absl::string_view needle,
   }
 }
 
-namespace {
-
-// The file's contents, or nullopt if there is none.
-std::optional<std::string> ReadWhole(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-}  // namespace
-
 absl::StatusOr<std::string> Subprocess::WaitForFile(const std::string& path,
                                                     absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
@@ -135,7 +118,7 @@ absl::StatusOr<std::string> Subprocess::WaitForFile(const std::string& path,
       absl::StrCat("pid ", pid_, " wrote no ", path, " within ",
                    absl::FormatDuration(timeout)));
   while (true) {
-    if (auto text = ReadWhole(path)) {
+    if (auto text = ReadFile(path)) {
       result = *std::move(text);
       break;
     }
@@ -199,10 +182,7 @@ std::string RunfilePath(absl::string_view path) {
 absl::StatusOr<std::unique_ptr<Subprocess>> StartServer(
     int shard, int num_shards, int* port,
     const std::vector<std::string>& extra) {
-  static std::atomic<int> started{0};
-  const std::string ready = TempPath(
-      absl::StrCat("ready-", getpid(), "-", started.fetch_add(1), ".json"));
-  std::filesystem::remove(ready);
+  const std::string ready = UniqueTempPath("ready", ".json");
   std::vector<std::string> argv = {RunfilePath("server/ps_server"),
                                    "--host=127.0.0.1",
                                    "--port=0",

@@ -4,9 +4,7 @@
 // a path that cannot be written is a start-up error.
 #include <csignal>
 #include <cstdio>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -23,13 +21,6 @@
 
 namespace asyncps::testing {
 namespace {
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 void Write(const std::string& path, const std::string& text) {
   ASSERT_TRUE(WriteFile(path, text)) << path;
@@ -57,8 +48,8 @@ TEST(Timeline, ARunsFilesParseAndMergeIntoOneTrace) {
   // Each file is one JSON array of events, as Chrome's loader wants it.
   for (const std::string& f : files) {
     google::protobuf::ListValue events;
-    const auto parsed =
-        google::protobuf::util::JsonStringToMessage(Slurp(f), &events);
+    const auto parsed = google::protobuf::util::JsonStringToMessage(
+        ReadFile(f).value_or(""), &events);
     ASSERT_TRUE(parsed.ok()) << f << ": " << parsed.ToString();
     EXPECT_GT(events.values_size(), 30) << f;
   }
@@ -76,8 +67,8 @@ TEST(Timeline, ARunsFilesParseAndMergeIntoOneTrace) {
   EXPECT_EQ(ExitCode(**psctl), 0) << (*psctl)->output();
 
   google::protobuf::Struct trace;
-  const auto parsed =
-      google::protobuf::util::JsonStringToMessage(Slurp(merged), &trace);
+  const auto parsed = google::protobuf::util::JsonStringToMessage(
+      ReadFile(merged).value_or(""), &trace);
   ASSERT_TRUE(parsed.ok()) << parsed.ToString();
   std::set<std::string> names;
   std::set<std::pair<double, std::string>> kinds;  // (pid, category)
@@ -101,7 +92,7 @@ TEST(Timeline, ARunsFilesParseAndMergeIntoOneTrace) {
       EXPECT_TRUE(kinds.count({pid, cat})) << "pid " << pid << " " << cat;
     }
   }
-  EXPECT_EQ(Slurp(png).substr(0, 4), "\x89PNG");
+  EXPECT_EQ(ReadFile(png).value_or("").substr(0, 4), "\x89PNG");
 }
 
 TEST(Timeline, AKilledProcessesFileIsReadToItsLastWholeEvent) {

@@ -1,12 +1,8 @@
 #include "tests/integration/worker_runner.h"
 
 #include <sys/wait.h>
-#include <unistd.h>
 
-#include <atomic>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -29,10 +25,7 @@ absl::StatusOr<std::unique_ptr<Subprocess>> StartWorker(
       "--log_every=100ms",
       "--heartbeat_every=200ms",
       "--rpc_timeout=20s"};
-  static std::atomic<int> started{0};
-  const std::string result = TempPath(
-      absl::StrCat("result-", getpid(), "-", started.fetch_add(1), ".json"));
-  std::filesystem::remove(result);
+  const std::string result = UniqueTempPath("result", ".json");
   argv.push_back(absl::StrCat("--result_json=", result));
   argv.insert(argv.end(), extra.begin(), extra.end());
   return Subprocess::Start(argv, result);
@@ -46,22 +39,17 @@ absl::StatusOr<google::protobuf::Struct> Finish(Subprocess& worker,
         absl::StrCat("worker pid ", worker.pid(), " ended with ", code,
                      "; its output:\n", worker.output()));
   }
-  std::ifstream in(worker.result_file());
-  if (!in) {
+  std::optional<std::string> text = ReadFile(worker.result_file());
+  if (!text.has_value()) {
     return absl::NotFoundError(absl::StrCat(
         "worker pid ", worker.pid(), " wrote no ", worker.result_file()));
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseJson(text.str());
+  return ParseJson(*text);
 }
 
 absl::StatusOr<google::protobuf::Struct> EvaluateOnce(
     const TestCluster& cluster, const std::vector<std::string>& extra) {
-  static std::atomic<int> started{0};
-  const std::string result = TempPath(
-      absl::StrCat("eval-", getpid(), "-", started.fetch_add(1), ".json"));
-  std::filesystem::remove(result);
+  const std::string result = UniqueTempPath("eval", ".json");
   std::vector<std::string> argv = {
       RunfilePath("worker/ps_worker"),
       absl::StrCat("--servers=", cluster.ServerList()), "--role=evaluator",

@@ -1,11 +1,14 @@
 #include "tests/testing/temp_dir.h"
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -22,6 +25,22 @@ std::string FreshTempDir(absl::string_view name) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
+}
+
+std::string UniqueTempPath(absl::string_view prefix, absl::string_view suffix) {
+  static std::atomic<int> made{0};
+  const std::string path = TempPath(
+      absl::StrCat(prefix, "-", getpid(), "-", made.fetch_add(1), suffix));
+  std::filesystem::remove(path);
+  return path;
+}
+
+std::optional<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
 }
 
 bool WriteFile(const std::string& path, absl::string_view bytes) {

@@ -4,6 +4,7 @@
 #ifndef ASYNCPS_TESTS_TESTING_TEMP_DIR_H_
 #define ASYNCPS_TESTS_TESTING_TEMP_DIR_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,13 @@ std::string TempPath(absl::string_view name);
 
 // TEST_TMPDIR/<name> as an empty directory: removed first if it was there.
 std::string FreshTempDir(absl::string_view name);
+
+// A path under TEST_TMPDIR no other call in this process (nor another test
+// process) gets: "<prefix>-<pid>-<n><suffix>", nothing there.
+std::string UniqueTempPath(absl::string_view prefix, absl::string_view suffix);
+
+// The bytes of `path`, or nullopt if it cannot be opened.
+std::optional<std::string> ReadFile(const std::string& path);
 
 // Writes `bytes` to `path` (replacing it); false if it could not.
 bool WriteFile(const std::string& path, absl::string_view bytes);
