@@ -113,24 +113,36 @@ class Shard:
 class Shards:
     """The shards of one job."""
 
-    def __init__(self, binary, mode=None, log=None, ready_dir=None):
+    def __init__(self, binary, mode=None, log=None, ready_dir=None,
+                 log_dir=None):
         """Without `ready_dir` the ready files go to a temporary directory
-        that stop() and kill() remove."""
+        that stop() and kill() remove. Shard i's stderr goes to `log` (a
+        file), or with `log_dir` to log_dir/server<i>.log."""
         self.binary, self.mode, self.log = binary, mode, log
+        self.log_dir = log_dir
         self.own_dir = ready_dir is None
         self.ready_dir = ready_dir or tempfile.mkdtemp(prefix="asyncps-")
         self.shards = []
+        self._logs = []  # The files opened for log_dir.
 
     @property
     def servers(self):
         return ",".join(s.address for s in self.shards)
 
-    def start(self, n, *flags):
-        """Starts `n` shards with `flags` (and --mode, if given); returns
-        their addresses, ["host:port", ...] (`servers` joins them)."""
+    def start(self, n, *flags, metrics_base=0):
+        """Starts `n` shards with `flags` (and --mode, if given; with
+        `metrics_base` > 0, shard i serves /metrics on metrics_base + i);
+        returns their addresses, ["host:port", ...] (`servers` joins
+        them)."""
         mode = [f"--mode={self.mode}"] if self.mode else []
         for i in range(n):
-            shard = Shard(self.binary, i, n, [*mode, *flags], self.log,
+            metrics = ([f"--metrics_port={metrics_base + i}"]
+                       if metrics_base > 0 else [])
+            log = self.log
+            if self.log_dir:
+                log = open(os.path.join(self.log_dir, f"server{i}.log"), "a")
+                self._logs.append(log)
+            shard = Shard(self.binary, i, n, [*mode, *flags, *metrics], log,
                           self.ready_dir)
             self.shards.append(shard)
             shard.start()
@@ -149,14 +161,18 @@ class Shards:
     def stop(self):
         for s in self.shards:
             s.stop()
-        self._remove_dir()
+        self._release()
 
     def kill(self):
         for s in self.shards:
             s.kill()
-        self._remove_dir()
+        self._release()
 
-    def _remove_dir(self):
+    def _release(self):
+        """Closes the log files it opened; removes its own ready directory."""
+        for log in self._logs:
+            log.close()
+        self._logs = []
         if self.own_dir:
             shutil.rmtree(self.ready_dir, ignore_errors=True)
 
@@ -194,23 +210,14 @@ def _stop(signum, frame):
 
 def main(argv=None):
     args, command = _parse(sys.argv[1:] if argv is None else argv)
-    shards = Shards(args.ps_server, mode=args.mode)
-    mode = [f"--mode={args.mode}"] if args.mode else []
-    logs, child = [], None
+    shards = Shards(args.ps_server, mode=args.mode,
+                    log_dir=args.log_dir or None)
+    child = None
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _stop)
     try:
-        for i in range(args.shards):
-            flags = [*mode, *args.server_flag]
-            if args.metrics_base > 0:
-                flags.append(f"--metrics_port={args.metrics_base + i}")
-            if args.log_dir:
-                logs.append(open(os.path.join(args.log_dir,
-                                              f"server{i}.log"), "a"))
-            shards.shards.append(Shard(args.ps_server, i, args.shards, flags,
-                                       logs[-1] if logs else None,
-                                       shards.ready_dir))
-            shards.shards[-1].start()
+        shards.start(args.shards, *args.server_flag,
+                     metrics_base=args.metrics_base)
         print(shards.servers, flush=True)
         if not command:
             while True:
@@ -231,9 +238,7 @@ def main(argv=None):
         # A second signal must not cut the shards' drain short.
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_IGN)
-        shards.stop()
-        for log in logs:
-            log.close()
+        shards.stop()  # Closes the logs too.
 
 
 if __name__ == "__main__":
