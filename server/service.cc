@@ -4,9 +4,9 @@
 #include <utility>
 
 #include "absl/time/time.h"
-#include "rpc/grpc_status.h"
 #include "common/security.h"
 #include "common/status.h"
+#include "rpc/grpc_status.h"
 
 namespace asyncps {
 
@@ -37,16 +37,22 @@ absl::Time Deadline(const grpc::CallbackServerContext* context) {
   return absl::FromChrono(deadline);
 }
 
+// The call's metadata value under `key` ("" when it has none: no secret
+// is empty, so "" never matches one).
+absl::string_view Metadata(const grpc::CallbackServerContext* context,
+                           const char* key) {
+  const auto& metadata = context->client_metadata();
+  const auto it = metadata.find(key);
+  if (it == metadata.end()) return "";
+  return absl::string_view(it->second.data(), it->second.size());
+}
+
 }  // namespace
 
 bool ParameterServerService::Admit(grpc::CallbackServerContext* context,
                                    grpc::ServerUnaryReactor* reactor) {
   if (!token_.empty()) {
-    const auto& metadata = context->client_metadata();
-    const auto it = metadata.find(kAuthorizationKey);
-    if (it == metadata.end() ||
-        !TokenMatches(
-            token_, absl::string_view(it->second.data(), it->second.size()))) {
+    if (!TokenMatches(token_, Metadata(context, kAuthorizationKey))) {
       // Never says what was expected, nor echoes what came.
       reactor->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                                    "missing or wrong auth token (see "
@@ -70,11 +76,7 @@ absl::Status ParameterServerService::MayAdminister(
         "this shard runs with --auth_token_file but no --admin_token_file: "
         "Checkpoint is refused (the workers' token does not allow it)");
   }
-  const auto& metadata = context->client_metadata();
-  const auto it = metadata.find(kAdminTokenKey);
-  if (it == metadata.end() ||
-      !ConstantTimeEquals(admin_token_, absl::string_view(it->second.data(),
-                                                          it->second.size()))) {
+  if (!ConstantTimeEquals(admin_token_, Metadata(context, kAdminTokenKey))) {
     return absl::PermissionDeniedError(
         "Checkpoint needs the admin token (psctl --admin_token_file)");
   }
