@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "worker/poll_until.h"
 
 namespace asyncps {
@@ -24,22 +25,23 @@ absl::Status NcclError(ncclResult_t r, const char* what) {
       absl::StrCat(what, ": ", ncclGetErrorString(r)));
 }
 
-// Waits until `comm`'s pending non-blocking call (init, or an enqueue that
-// answered ncclInProgress) has finished, or failed.
+// Whether `comm` has no non-blocking call in flight (init, or an enqueue
+// that answered ncclInProgress); its error if one failed. `what` names the
+// call in that error.
+absl::StatusOr<bool> CommIdle(ncclComm_t comm, const char* what) {
+  ncclResult_t state = ncclSuccess;
+  RETURN_IF_ERROR(
+      NcclError(ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError"));
+  if (state == ncclInProgress) return false;
+  RETURN_IF_ERROR(NcclError(state, what));
+  return true;
+}
+
+// Waits until `comm` is idle (CommIdle), or fails at `deadline`.
 absl::Status WaitForComm(ncclComm_t comm, absl::Time deadline,
                          const char* what) {
-  return PollUntil(
-      [comm, what]() -> absl::StatusOr<bool> {
-        ncclResult_t state = ncclSuccess;
-        absl::Status s = NcclError(ncclCommGetAsyncError(comm, &state),
-                                   "ncclCommGetAsyncError");
-        if (!s.ok()) return s;
-        if (state == ncclInProgress) return false;
-        s = NcclError(state, what);
-        if (!s.ok()) return s;
-        return true;
-      },
-      deadline, what);
+  return PollUntil([comm, what] { return CommIdle(comm, what); }, deadline,
+                   what);
 }
 
 // Every communicator is non-blocking: NCCL's blocking calls never give up,
@@ -118,10 +120,9 @@ class NcclCollective final : public Collective {
           const cudaError_t q = cudaStreamQuery(stream_);
           if (q == cudaSuccess) return true;
           if (q != cudaErrorNotReady) return CudaError(q, "all-reduce");
-          ncclResult_t state = ncclSuccess;
-          ncclCommGetAsyncError(comm_, &state);
-          absl::Status e = NcclError(state, "all-reduce");
-          if (!e.ok()) return e;
+          // Not done yet: failed, if NCCL says so asynchronously.
+          absl::StatusOr<bool> idle = CommIdle(comm_, "all-reduce");
+          if (!idle.ok()) return idle.status();
           return false;
         },
         deadline, "the all-reduce");
