@@ -135,6 +135,19 @@ for label, name, servers in servers_named:
             fail(f"{label} service {name}: --servers names {server}, but "
                  f"service {host} listens on {shard_ports.get(host)}")
 
+def pod_spec(obj):
+    """The pod template's spec of a workload, or None."""
+    return obj.get("spec", {}).get("template", {}).get("spec")
+
+
+def each_container(objects):
+    """(object, container, its command line) for every workload's
+    containers."""
+    for d in objects:
+        for c in (pod_spec(d) or {}).get("containers", []):
+            yield d, c, list(c.get("command") or []) + list(c.get("args") or [])
+
+
 # --- the "restricted" Pod Security level, probes, disruption, network ------
 # Our own reading of the level's rules (tests/deploy/k8s_schema_test.sh
 # checks the manifests against the API's schemas): each pod runs as
@@ -143,7 +156,7 @@ for label, name, servers in servers_named:
 # system.
 def check_restricted(label, objects, statefulset):
     for d in objects:
-        pod = d.get("spec", {}).get("template", {}).get("spec")
+        pod = pod_spec(d)
         if pod is None:
             continue
         where = f"{label} {d['kind']} {d['metadata']['name']}"
@@ -178,11 +191,6 @@ def check_restricted(label, objects, statefulset):
 # --- Kubernetes ------------------------------------------------------------
 # Each overlay as `kubectl kustomize` renders it (the manifests a user
 # applies), checked alike.
-def containers(obj):
-    spec = obj.get("spec", {}).get("template", {}).get("spec", {})
-    return spec.get("containers", [])
-
-
 def check_kubernetes(label, objects):
     for d in objects:
         for key in ("apiVersion", "kind", "metadata"):
@@ -221,55 +229,51 @@ def check_kubernetes(label, objects):
         fail(f"{label}: the StatefulSet's replicas {replicas} is not "
              f"NUM_SHARDS {config.get('NUM_SHARDS')}")
     shard_port = None
-    for d in objects:
-        for c in containers(d):
-            argv = list(c.get("command") or []) + list(c.get("args") or [])
-            exposed = {p["containerPort"] for p in c.get("ports", [])}
-            if argv[:2] == ["sh", "-c"] and not any(
-                    e.get("configMapRef", {}).get("name") == "asyncps-job"
-                    for e in c.get("envFrom", [])):
-                fail(f"{label} {d['metadata']['name']}: reads $VARS but has "
-                     "no envFrom asyncps-job")
-            for binary, args in commands(argv):
-                where = f"{label} {d['kind']} {d['metadata']['name']}"
-                check(where, binary, args)
-                metrics = value(args, "metrics_port")
-                if metrics and int(metrics) not in exposed:
-                    fail(f"{where}: --metrics_port={metrics} is not a "
-                         "containerPort")
-                annotations = d["spec"]["template"]["metadata"].get(
-                    "annotations", {})
-                if metrics and annotations.get("prometheus.io/port") != metrics:
-                    fail(f"{where}: prometheus.io/port is not --metrics_port")
-                if binary == "ps_server":
-                    shard_port = value(args, "port")
-                    for flag in ("port", "data_port", "metrics_port"):
-                        p = int(value(args, flag))
-                        if p not in exposed or p not in service_ports:
-                            fail(f"{where}: --{flag}={p} is not exposed by "
-                                 "the container and the Service")
-                    if resolve(value(args, "num_shards")) != str(replicas):
-                        fail(f"{where}: --num_shards is not the replica count")
+    for d, c, argv in each_container(objects):
+        exposed = {p["containerPort"] for p in c.get("ports", [])}
+        if argv[:2] == ["sh", "-c"] and not any(
+                e.get("configMapRef", {}).get("name") == "asyncps-job"
+                for e in c.get("envFrom", [])):
+            fail(f"{label} {d['metadata']['name']}: reads $VARS but has "
+                 "no envFrom asyncps-job")
+        for binary, args in commands(argv):
+            where = f"{label} {d['kind']} {d['metadata']['name']}"
+            check(where, binary, args)
+            metrics = value(args, "metrics_port")
+            if metrics and int(metrics) not in exposed:
+                fail(f"{where}: --metrics_port={metrics} is not a "
+                     "containerPort")
+            annotations = d["spec"]["template"]["metadata"].get(
+                "annotations", {})
+            if metrics and annotations.get("prometheus.io/port") != metrics:
+                fail(f"{where}: prometheus.io/port is not --metrics_port")
+            if binary == "ps_server":
+                shard_port = value(args, "port")
+                for flag in ("port", "data_port", "metrics_port"):
+                    p = int(value(args, flag))
+                    if p not in exposed or p not in service_ports:
+                        fail(f"{where}: --{flag}={p} is not exposed by "
+                             "the container and the Service")
+                if resolve(value(args, "num_shards")) != str(replicas):
+                    fail(f"{where}: --num_shards is not the replica count")
     # The workers and the evaluator build --servers from NUM_SHARDS: the
     # StatefulSet's pods through the headless Service on the shards' port.
     name = (f"{statefulset['metadata']['name']}-$i."
             f"{service['metadata']['name']}:{shard_port}")
-    for d in objects:
-        for c in containers(d):
-            argv = list(c.get("command") or []) + list(c.get("args") or [])
-            for binary, args in commands(argv):
-                if binary != "ps_worker":
-                    continue
-                script = " ".join(argv)
-                if name not in script or '"$NUM_SHARDS"' not in script:
-                    fail(f"{label} {d['metadata']['name']}: --servers is not "
-                         f"built as {name} for each of NUM_SHARDS")
-                if d["kind"] == "Job":
-                    n = resolve(value(args, "num_workers"))
-                    if str(d["spec"]["completions"]) != n or \
-                            str(d["spec"]["parallelism"]) != n:
-                        fail(f"{label} {d['metadata']['name']}: completions, "
-                             f"parallelism and --num_workers={n} differ")
+    for d, c, argv in each_container(objects):
+        for binary, args in commands(argv):
+            if binary != "ps_worker":
+                continue
+            script = " ".join(argv)
+            if name not in script or '"$NUM_SHARDS"' not in script:
+                fail(f"{label} {d['metadata']['name']}: --servers is not "
+                     f"built as {name} for each of NUM_SHARDS")
+            if d["kind"] == "Job":
+                n = resolve(value(args, "num_workers"))
+                if str(d["spec"]["completions"]) != n or \
+                        str(d["spec"]["parallelism"]) != n:
+                    fail(f"{label} {d['metadata']['name']}: completions, "
+                         f"parallelism and --num_workers={n} differ")
     check_restricted(label, objects, statefulset)
 
 
