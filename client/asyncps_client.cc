@@ -136,9 +136,6 @@ absl::StatusOr<std::unique_ptr<Client::Impl>> ConnectImpl(
   files.tls_ca = options.tls_ca;
   files.auth_token_file = options.auth_token_file;
   ASSIGN_OR_RETURN(ps.security, LoadSecurity(files));
-  if (ps.security.tls()) {
-    ps.transport = Transport::kGrpc;  // The data plane has no TLS.
-  }
   ps.timeline = timeline;
   ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client, PsClient::Create(ps));
   if (options.mode.empty()) {

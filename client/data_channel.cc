@@ -8,12 +8,25 @@
 namespace asyncps {
 
 absl::StatusOr<std::unique_ptr<DataConnection>> DataConnection::Open(
-    const DataPlaneAddress& address, uint64_t max_frame_bytes,
-    absl::Time deadline) {
+    const DataPlaneAddress& address, const TlsContext* tls,
+    uint64_t max_frame_bytes, absl::Time deadline) {
   ASSIGN_OR_RETURN(Socket socket,
                    ConnectTcp(address.host, address.port, deadline));
-  std::unique_ptr<DataConnection> c(
-      new DataConnection(std::move(socket), max_frame_bytes));
+  std::unique_ptr<Stream> stream;
+  if (tls == nullptr) {
+    stream = std::make_unique<TcpStream>(socket.fd());
+  } else {
+    absl::StatusOr<std::unique_ptr<Stream>> secured =
+        tls->Connect(socket.fd(), address.host, deadline);
+    if (!secured.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("data plane at ", address.host, ":", address.port,
+                       ": ", secured.status().message()));
+    }
+    stream = *std::move(secured);
+  }
+  std::unique_ptr<DataConnection> c(new DataConnection(
+      std::move(socket), std::move(stream), max_frame_bytes));
   v1::DataHello hello;
   hello.set_token(address.token);
   RETURN_IF_ERROR(
@@ -39,7 +52,7 @@ absl::Status DataConnection::SendFrame(
   header.timeout_ms = static_cast<uint32_t>(
       std::min<int64_t>(absl::ToInt64Milliseconds(timeout), UINT32_MAX));
   absl::Status s =
-      WriteFrame(socket_.fd(), header, request, payloads, deadline);
+      WriteFrame(stream_.get(), header, request, payloads, deadline);
   broken_ = broken_ || !s.ok();
   return s;
 }
@@ -52,16 +65,16 @@ absl::Status DataConnection::ReceiveFrame(
   // a refused frame the server may close it.
   broken_ = true;
   ASSIGN_OR_RETURN(FrameHeader header,
-                   ReadHeader(socket_.fd(), max_frame_bytes_, deadline));
+                   ReadHeader(stream_.get(), max_frame_bytes_, deadline));
   if (header.op != FrameOp::kAnswer) {
     return absl::InternalError("the data plane sent a request, not an answer");
   }
   if (header.code != 0) {
     absl::Status answer;
-    RETURN_IF_ERROR(ReadError(socket_.fd(), header, deadline, &answer));
+    RETURN_IF_ERROR(ReadError(stream_.get(), header, deadline, &answer));
     return answer;
   }
-  absl::Status s = ReadBody(socket_.fd(), header, response, fields, deadline);
+  absl::Status s = ReadBody(stream_.get(), header, response, fields, deadline);
   if (s.code() == absl::StatusCode::kInvalidArgument) {
     return absl::InternalError(
         absl::StrCat("malformed answer from the data plane: ", s.message()));
@@ -93,7 +106,8 @@ absl::StatusOr<std::unique_ptr<DataConnection>> DataChannel::Take(
         "the shard serves no data plane (it runs with --data_port=-1); run "
         "the client with --transport=grpc");
   }
-  auto c = DataConnection::Open(*address, max_frame_bytes_, deadline);
+  auto c =
+      DataConnection::Open(*address, tls_.get(), max_frame_bytes_, deadline);
   if (!c.ok()) Reset();
   return c;
 }

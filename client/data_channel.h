@@ -1,5 +1,5 @@
 // DataChannel: a client's connections to one shard's data plane
-// (server/data_plane.h), pooled so that several threads may each have a
+// (server/data_plane.h), plain TCP or TLS, pooled so that several threads may each have a
 // request in flight. The shard's port and token come from its DataPlane RPC
 // when the first connection opens, and again after a connection fails (a
 // restarted shard has a new port and token). Thread-safe.
@@ -18,6 +18,8 @@
 #include "absl/time/time.h"
 #include "transport/frame.h"
 #include "transport/socket.h"
+#include "transport/stream.h"
+#include "transport/tls.h"
 
 namespace asyncps {
 
@@ -32,10 +34,12 @@ struct DataPlaneAddress {
 // Not thread-safe.
 class DataConnection {
  public:
-  // Connects and presents the token; UNAVAILABLE if either fails.
+  // Connects (with TLS if `tls` is not null: the shard's certificate must
+  // name address.host) and presents the token; UNAVAILABLE if any of it
+  // fails.
   static absl::StatusOr<std::unique_ptr<DataConnection>> Open(
-      const DataPlaneAddress& address, uint64_t max_frame_bytes,
-      absl::Time deadline);
+      const DataPlaneAddress& address, const TlsContext* tls,
+      uint64_t max_frame_bytes, absl::Time deadline);
 
   // Sends `request` as an `op` frame that tells the server to give up on it
   // after `timeout`.
@@ -56,8 +60,11 @@ class DataConnection {
   bool broken() const { return broken_; }
 
  private:
-  DataConnection(Socket socket, uint64_t max_frame_bytes)
-      : socket_(std::move(socket)), max_frame_bytes_(max_frame_bytes) {}
+  DataConnection(Socket socket, std::unique_ptr<Stream> stream,
+                 uint64_t max_frame_bytes)
+      : socket_(std::move(socket)),
+        stream_(std::move(stream)),
+        max_frame_bytes_(max_frame_bytes) {}
   absl::Status SendFrame(FrameOp op, google::protobuf::MessageLite* request,
                          const std::vector<std::string*>& payloads,
                          absl::Duration timeout, absl::Time deadline);
@@ -67,6 +74,7 @@ class DataConnection {
       absl::Time deadline);
 
   Socket socket_;
+  std::unique_ptr<Stream> stream_;  // Over socket_; destroyed before it.
   const uint64_t max_frame_bytes_;
   bool broken_ = false;
 };
@@ -77,8 +85,12 @@ class DataChannel {
   using Discover =
       std::function<absl::StatusOr<DataPlaneAddress>(absl::Time deadline)>;
 
-  DataChannel(Discover discover, uint64_t max_frame_bytes)
-      : discover_(std::move(discover)), max_frame_bytes_(max_frame_bytes) {}
+  // `tls`: the client's TLS (TlsContext::ForClient), or null for plain TCP.
+  DataChannel(Discover discover, std::shared_ptr<const TlsContext> tls,
+              uint64_t max_frame_bytes)
+      : discover_(std::move(discover)),
+        tls_(std::move(tls)),
+        max_frame_bytes_(max_frame_bytes) {}
 
   // An idle connection, or a new one. UNAVAILABLE if the shard cannot be
   // reached (callers retry); FAILED_PRECONDITION if it has no data plane.
@@ -92,6 +104,7 @@ class DataChannel {
 
  private:
   const Discover discover_;
+  const std::shared_ptr<const TlsContext> tls_;
   const uint64_t max_frame_bytes_;
 
   absl::Mutex mu_;

@@ -38,12 +38,16 @@ absl::StatusOr<std::unique_ptr<ShardCaller>> ShardCaller::Create(
   }
   if (client->options_.transport == Transport::kTcp) {
     ShardCaller* c = client.get();
+    std::shared_ptr<const TlsContext> tls;
+    if (c->options_.security.tls()) {
+      ASSIGN_OR_RETURN(tls, TlsContext::ForClient(c->options_.security));
+    }
     for (int shard = 0; shard < c->num_shards(); ++shard) {
       c->data_.push_back(std::make_unique<DataChannel>(
           [c, shard](absl::Time deadline) {
             return c->DiscoverDataPlane(shard, deadline);
           },
-          static_cast<uint64_t>(c->options_.max_message_bytes)));
+          tls, static_cast<uint64_t>(c->options_.max_message_bytes)));
     }
   }
   return client;

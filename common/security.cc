@@ -88,8 +88,8 @@ std::string Security::Describe(bool server) const {
   std::string what;
   if (!tls()) {
     what =
-        "plaintext gRPC (no --tls_cert/--tls_ca): anyone who can reach the "
-        "port can read and change the model; fine on a trusted network only";
+        "plaintext (no --tls_cert/--tls_ca): anyone who can reach the ports "
+        "can read and change the model; fine on a trusted network only";
   } else if (server) {
     what = ca_pem.empty() ? "TLS" : "mutual TLS (clients need a certificate)";
   } else {

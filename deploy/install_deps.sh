@@ -12,6 +12,7 @@ PACKAGES=(
   protobuf-compiler-grpc    # grpc_cpp_plugin
   protobuf-compiler         # protoc 3.21
   libprotobuf-dev
+  libssl-dev                # OpenSSL 3.0: TLS on the data plane
   libabsl-dev               # Abseil 20220623: flags, status, strings, sync, time
   libgoogle-glog-dev        # logging (this Abseil has no logging library)
   libgtest-dev

@@ -22,12 +22,13 @@ bool IsProtocolError(const absl::Status& s) {
 
 // Writes the answer to a request: the response, or the error.
 template <typename Response>
-absl::Status Answer(int fd, const absl::Status& status, Response* response,
-                    absl::Time deadline) {
-  if (!status.ok()) return WriteError(fd, status, deadline);
+absl::Status Answer(Stream* stream, const absl::Status& status,
+                    Response* response, absl::Time deadline) {
+  if (!status.ok()) return WriteError(stream, status, deadline);
   FrameHeader header;
   header.op = FrameOp::kAnswer;
-  return WriteFrame(fd, header, response, PayloadFields(response), deadline);
+  return WriteFrame(stream, header, response, PayloadFields(response),
+                    deadline);
 }
 
 // A hello is a token and little else.
@@ -121,8 +122,14 @@ void DataPlaneServer::AcceptLoop() {
     std::string peer = PeerHost(accepted->fd());
     if (absl::Status room = Room(peer); !room.ok()) {
       store_->CountRejected();
-      // A fresh socket's buffer takes this short answer at once.
-      WriteError(accepted->fd(), room, absl::Now()).IgnoreError();
+      if (config_.tls == nullptr) {
+        // A fresh socket's buffer takes this short answer at once.
+        TcpStream stream(accepted->fd());
+        WriteError(&stream, room, absl::Now()).IgnoreError();
+      } else {
+        // No handshake for a connection that cannot stay: it is closed.
+        LOG(WARNING) << "data plane: " << room;
+      }
       continue;
     }
     connections_.emplace_back();
@@ -133,34 +140,56 @@ void DataPlaneServer::AcceptLoop() {
   }
 }
 
-void DataPlaneServer::Serve(Connection* c) {
-  const int fd = c->socket.fd();
-  absl::Status s = Hello(fd);
-  std::vector<std::string> spare;
-  while (s.ok()) {
-    // Idle between requests for as long as the client likes; once a frame
-    // starts, the rest of it must come within frame_timeout.
-    s = WaitReadable(fd, absl::InfiniteFuture());
-    if (!s.ok()) break;
-    absl::StatusOr<FrameHeader> header = ReadHeader(
-        fd, config_.max_frame_bytes, absl::Now() + config_.frame_timeout);
-    s = header.ok() ? Handle(fd, *header, &spare) : header.status();
-  }
-  if (IsProtocolError(s)) {
+absl::StatusOr<std::unique_ptr<Stream>> DataPlaneServer::Open(int fd) {
+  if (config_.tls == nullptr) return std::make_unique<TcpStream>(fd);
+  absl::StatusOr<std::unique_ptr<Stream>> stream =
+      config_.tls->Accept(fd, absl::Now() + config_.frame_timeout);
+  if (!stream.ok()) {
+    // Not our client (no certificate, another CA's, not TLS at all), or
+    // one that left: either way the connection ends here.
     store_->CountRejected();
-    VLOG(1) << "data plane: closing a connection: " << s;
-    const absl::Time deadline = absl::Now() + absl::Seconds(1);
-    if (WriteError(fd, s, deadline).ok()) LingerClose(fd, deadline);
+    VLOG(1) << "data plane: " << stream.status();
   }
+  return stream;
+}
+
+void DataPlaneServer::Serve(Connection* c) {
+  if (absl::StatusOr<std::unique_ptr<Stream>> stream = Open(c->socket.fd());
+      stream.ok()) {
+    Converse(stream->get());
+  }
+  // The stream is gone before its socket closes.
   absl::MutexLock lock(&mu_);
   c->done = true;
   c->socket.Close();
 }
 
-absl::Status DataPlaneServer::Hello(int fd) {
+void DataPlaneServer::Converse(Stream* stream) {
+  absl::Status s = Hello(stream);
+  std::vector<std::string> spare;
+  while (s.ok()) {
+    // Idle between requests for as long as the client likes; once a frame
+    // starts, the rest of it must come within frame_timeout.
+    s = stream->WaitReadable(absl::InfiniteFuture());
+    if (!s.ok()) break;
+    absl::StatusOr<FrameHeader> header = ReadHeader(
+        stream, config_.max_frame_bytes, absl::Now() + config_.frame_timeout);
+    s = header.ok() ? Handle(stream, *header, &spare) : header.status();
+  }
+  if (IsProtocolError(s)) {
+    store_->CountRejected();
+    VLOG(1) << "data plane: closing a connection: " << s;
+    const absl::Time deadline = absl::Now() + absl::Seconds(1);
+    if (WriteError(stream, s, deadline).ok()) {
+      LingerClose(stream->fd(), deadline);
+    }
+  }
+}
+
+absl::Status DataPlaneServer::Hello(Stream* stream) {
   const absl::Time deadline = absl::Now() + config_.frame_timeout;
   ASSIGN_OR_RETURN(FrameHeader header,
-                   ReadHeader(fd, kMaxHelloBytes, deadline));
+                   ReadHeader(stream, kMaxHelloBytes, deadline));
   if (header.op != FrameOp::kHello) {
     return absl::PermissionDeniedError(
         "a data-plane connection must open with a hello carrying the "
@@ -168,18 +197,19 @@ absl::Status DataPlaneServer::Hello(int fd) {
   }
   v1::DataHello hello;
   RETURN_IF_ERROR(ReadBody(
-      fd, header, &hello, [&] { return PayloadFields(&hello); }, deadline));
+      stream, header, &hello, [&] { return PayloadFields(&hello); },
+      deadline));
   if (!ConstantTimeEquals(hello.token(), token_)) {
     return absl::PermissionDeniedError(
         "wrong data-plane token (the shard may have restarted: ask the "
         "DataPlane RPC again)");
   }
   v1::DataHello welcome;
-  return Answer(fd, absl::OkStatus(), &welcome, deadline);
+  return Answer(stream, absl::OkStatus(), &welcome, deadline);
 }
 
 absl::Status DataPlaneServer::Await(
-    int fd, const FrameHeader& header,
+    Stream* stream, const FrameHeader& header,
     const std::function<void(PendingCall)>& start) {
   // Shared with the callback, which may run on another thread and outlive
   // this frame by the time it returns from Notify.
@@ -192,7 +222,8 @@ absl::Status DataPlaneServer::Await(
   if (header.timeout_ms > 0) {
     call.deadline = clock_->Now() + absl::Milliseconds(header.timeout_ms);
   }
-  call.cancelled = [fd] { return PeerClosed(fd); };
+  // On the socket itself, not the stream: another thread may ask.
+  call.cancelled = [fd = stream->fd()] { return PeerClosed(fd); };
   call.done = [state](absl::Status s) {
     state->status = std::move(s);
     state->answered.Notify();
@@ -206,7 +237,7 @@ absl::Status DataPlaneServer::Await(
 // buffers), `run` to answer it, the buffers kept, the answer written.
 // `observer` (may be null) is told what it cost, as `method`.
 template <typename Request, typename Response, typename Run>
-absl::Status Respond(int fd, const FrameHeader& header,
+absl::Status Respond(Stream* stream, const FrameHeader& header,
                      absl::Duration frame_timeout,
                      std::vector<std::string>* spare, CallObserver* observer,
                      absl::string_view method, Run run) {
@@ -214,14 +245,15 @@ absl::Status Respond(int fd, const FrameHeader& header,
   Request request;
   Response response;
   RETURN_IF_ERROR(ReadBody(
-      fd, header, &request, [&] { return PayloadFields(&request); },
+      stream, header, &request, [&] { return PayloadFields(&request); },
       absl::Now() + frame_timeout, spare));
   const absl::Status s = run(request, &response);
   KeepSpares(PayloadFields(&request), spare);
   const int64_t sent = observer != nullptr && s.ok()
                            ? static_cast<int64_t>(response.ByteSizeLong())
                            : 0;
-  absl::Status written = Answer(fd, s, &response, absl::Now() + frame_timeout);
+  absl::Status written =
+      Answer(stream, s, &response, absl::Now() + frame_timeout);
   if (observer != nullptr) {
     observer->CallEnded("tcp", method, s.code(), absl::Now() - start,
                         static_cast<int64_t>(header.BodyBytes()), sent);
@@ -236,24 +268,24 @@ absl::Status DataPlaneServer::Authorize(int rank, uint64_t secret,
   return s;
 }
 
-absl::Status DataPlaneServer::Handle(int fd, const FrameHeader& header,
+absl::Status DataPlaneServer::Handle(Stream* stream, const FrameHeader& header,
                                      std::vector<std::string>* spare) {
   const absl::Duration t = config_.frame_timeout;
   CallObserver* const o = config_.observer;
   switch (header.op) {
     case FrameOp::kPull:
       return Respond<v1::PullRequest, v1::PullResponse>(
-          fd, header, t, spare, o, "Pull",
+          stream, header, t, spare, o, "Pull",
           [&](const auto& request, auto* response) {
             RETURN_IF_ERROR(Authorize(request.rank(), request.secret(),
                                       request.clock(), /*anyone=*/true));
-            return Await(fd, header, [&](PendingCall call) {
+            return Await(stream, header, [&](PendingCall call) {
               consistency_->Pull(request, response, std::move(call));
             });
           });
     case FrameOp::kPush:
       return Respond<v1::PushRequest, v1::PushResponse>(
-          fd, header, t, spare, o, "Push",
+          stream, header, t, spare, o, "Push",
           [&](const auto& request, auto* response) {
             RETURN_IF_ERROR(
                 Authorize(request.rank(), request.secret(), request.clock()));
@@ -261,12 +293,12 @@ absl::Status DataPlaneServer::Handle(int fd, const FrameHeader& header,
           });
     case FrameOp::kPushPull:
       return Respond<v1::PushPullRequest, v1::PushPullResponse>(
-          fd, header, t, spare, o, "PushPull",
+          stream, header, t, spare, o, "PushPull",
           [&](const auto& request, auto* response) {
             const v1::PushRequest& push = request.push();
             RETURN_IF_ERROR(
                 Authorize(push.rank(), push.secret(), push.clock()));
-            return Await(fd, header, [&](PendingCall call) {
+            return Await(stream, header, [&](PendingCall call) {
               consistency_->PushPull(request, response, std::move(call));
             });
           });

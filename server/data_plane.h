@@ -1,12 +1,14 @@
-// DataPlaneServer: a shard's Pull, Push and PushPull over plain TCP
-// (transport/frame.h), beside its gRPC service, for the tensors' bytes:
+// DataPlaneServer: a shard's Pull, Push and PushPull over TCP
+// (transport/frame.h), plain or TLS, beside its gRPC service, for the tensors' bytes:
 // no HTTP/2 framing, no protobuf copy of a payload, no hop between gRPC's
 // threads. Each connection has a thread of its own that reads a frame,
 // hands it to the same Consistency the gRPC service uses (so every rule
 // about a request is the same on both transports) and writes the answer;
 // a held pull (ssp, bsp) holds that connection's thread.
 //
-// A connection's first frame must be a DataHello carrying the shard's token
+// With TLS (DataPlaneConfig::tls) a connection starts with a handshake that
+// checks the client's certificate as the gRPC server does; then, either
+// way, its first frame must be a DataHello carrying the shard's token
 // (from the DataPlane RPC); a frame that breaks the framing is answered
 // with an error naming what was wrong and the connection closed; a request
 // the store refuses is answered with its error and the connection kept.
@@ -33,6 +35,8 @@
 #include "server/shard_store.h"
 #include "transport/frame.h"
 #include "transport/socket.h"
+#include "transport/stream.h"
+#include "transport/tls.h"
 
 namespace asyncps {
 
@@ -50,6 +54,8 @@ struct DataPlaneConfig {
   int max_connections_per_peer = 256;
   // Told what each request cost (metrics); borrowed, may be null.
   CallObserver* observer = nullptr;
+  // TLS (TlsContext::ForServer), or null for plain TCP.
+  std::shared_ptr<const TlsContext> tls;
 };
 
 class DataPlaneServer {
@@ -85,18 +91,23 @@ class DataPlaneServer {
   void AcceptLoop();
   // Serves one connection until it closes, breaks, or the server stops.
   void Serve(Connection* c);
-  absl::Status Hello(int fd);
+  // Its hello, then its requests, one after another.
+  void Converse(Stream* stream);
+  // The connection's stream over `fd`: plain, or TLS once the handshake
+  // succeeded (it is bounded by frame_timeout).
+  absl::StatusOr<std::unique_ptr<Stream>> Open(int fd);
+  absl::Status Hello(Stream* stream);
   // Reads the body of a request whose header is `header`, serves it and
   // writes the answer. An error return means the connection is unusable.
   // `spare`: the connection's payload buffers, reused frame after frame.
-  absl::Status Handle(int fd, const FrameHeader& header,
+  absl::Status Handle(Stream* stream, const FrameHeader& header,
                       std::vector<std::string>* spare);
   // Membership::Authorize for a data-plane call; a refusal is counted.
   absl::Status Authorize(int rank, uint64_t secret, int64_t clock,
                          bool anyone = false);
   // Starts a call with `start` and waits for its answer, with the deadline
   // the frame carries; the call is cancelled if the client hangs up.
-  absl::Status Await(int fd, const FrameHeader& header,
+  absl::Status Await(Stream* stream, const FrameHeader& header,
                      const std::function<void(PendingCall)>& start);
   // Joins the threads of connections that ended.
   void Reap() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

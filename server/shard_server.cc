@@ -12,6 +12,7 @@
 #include "common/random_id.h"
 #include "common/status.h"
 #include "glog/logging.h"
+#include "transport/tls.h"
 
 namespace asyncps {
 
@@ -236,11 +237,7 @@ std::string NewToken() {
 
 absl::Status ShardServer::Listen() {
   v1::DataPlaneResponse data_plane;
-  if (!config_.host.empty() && config_.data_port >= 0 &&
-      config_.security.tls()) {
-    LOG(INFO) << "no data plane: it carries no TLS, so with TLS tensors go "
-                 "over gRPC (workers choose it themselves)";
-  } else if (!config_.host.empty() && config_.data_port >= 0) {
+  if (!config_.host.empty() && config_.data_port >= 0) {
     DataPlaneConfig dc;
     dc.host = config_.host;
     dc.port = config_.data_port;
@@ -248,6 +245,12 @@ absl::Status ShardServer::Listen() {
     dc.max_connections = config_.max_data_connections;
     dc.max_connections_per_peer = config_.max_data_connections_per_client;
     dc.observer = observer();
+    if (config_.security.tls()) {
+      // The gRPC port's certificate, key and CA, so the same clients get in.
+      auto tls = TlsContext::ForServer(config_.security);
+      if (!tls.ok()) return Annotate(tls.status(), "data plane TLS");
+      dc.tls = *std::move(tls);
+    }
     auto started = DataPlaneServer::Start(dc, NewToken(), &store_, &membership_,
                                           &consistency_, env_.clock);
     if (!started.ok()) return Annotate(started.status(), "data plane");

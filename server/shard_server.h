@@ -78,8 +78,8 @@ struct ShardServerConfig {
   // Chrome trace-event file of what the shard serves (common/timeline.h);
   // empty: none.
   std::string timeline;
-  // TLS (mutual with a CA) and the bearer token every call must carry.
-  // With TLS there is no data plane (it has no TLS): tensors go over gRPC.
+  // TLS (mutual with a CA) and the bearer token every call must carry;
+  // the data plane takes the same certificate, key and CA.
   Security security;
 
   // OK, or INVALID_ARGUMENT naming the flag that is wrong.

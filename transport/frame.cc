@@ -9,7 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/tensor_bytes.h"  // Asserts a little-endian host.
-#include "transport/socket.h"
 
 namespace asyncps {
 namespace {
@@ -72,7 +71,7 @@ std::vector<std::string*> PayloadFields(v1::PushPullResponse* m) {
   return PayloadFields(m->mutable_pull());
 }
 
-absl::Status WriteFrame(int fd, FrameHeader header,
+absl::Status WriteFrame(Stream* stream, FrameHeader header,
                         google::protobuf::MessageLite* meta,
                         const std::vector<std::string*>& payloads,
                         absl::Time deadline) {
@@ -101,10 +100,10 @@ absl::Status WriteFrame(int fd, FrameHeader header,
   parts.push_back({serialized.data(), serialized.size()});
   parts.push_back({lengths.data(), lengths.size() * sizeof(uint64_t)});
   for (std::string* p : payloads) parts.push_back({p->data(), p->size()});
-  return WriteFull(fd, parts, deadline);
+  return stream->WriteFull(parts, deadline);
 }
 
-absl::Status WriteError(int fd, const absl::Status& status,
+absl::Status WriteError(Stream* stream, const absl::Status& status,
                         absl::Time deadline) {
   FrameHeader header;
   header.op = FrameOp::kAnswer;
@@ -115,13 +114,13 @@ absl::Status WriteError(int fd, const absl::Status& status,
   EncodeHeader(header, head);
   iovec parts[2] = {{head, sizeof(head)},
                     {const_cast<char*>(message.data()), message.size()}};
-  return WriteFull(fd, parts, deadline);
+  return stream->WriteFull(parts, deadline);
 }
 
-absl::StatusOr<FrameHeader> ReadHeader(int fd, uint64_t max_body_bytes,
+absl::StatusOr<FrameHeader> ReadHeader(Stream* stream, uint64_t max_body_bytes,
                                        absl::Time deadline) {
   char head[kFrameHeaderBytes];
-  RETURN_IF_ERROR(ReadFull(fd, head, sizeof(head), deadline));
+  RETURN_IF_ERROR(stream->ReadFull(head, sizeof(head), deadline));
   if (Get<uint32_t>(head) != kFrameMagic) {
     return absl::InvalidArgumentError(
         "not an asyncps data-plane frame (bad magic)");
@@ -159,12 +158,12 @@ absl::StatusOr<FrameHeader> ReadHeader(int fd, uint64_t max_body_bytes,
   return h;
 }
 
-absl::Status ReadBody(int fd, const FrameHeader& header,
+absl::Status ReadBody(Stream* stream, const FrameHeader& header,
                       google::protobuf::MessageLite* meta,
                       const std::function<std::vector<std::string*>()>& fields,
                       absl::Time deadline, std::vector<std::string>* spare) {
   std::string bytes(header.meta_bytes, '\0');
-  RETURN_IF_ERROR(ReadFull(fd, bytes.data(), bytes.size(), deadline));
+  RETURN_IF_ERROR(stream->ReadFull(bytes.data(), bytes.size(), deadline));
   if (!meta->ParseFromString(bytes)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "data-plane frame's meta (", bytes.size(), " bytes) does not parse"));
@@ -176,7 +175,7 @@ absl::Status ReadBody(int fd, const FrameHeader& header,
                      " payloads; its meta has ", payloads.size(), " tensors"));
   }
   std::vector<uint64_t> lengths(payloads.size());
-  RETURN_IF_ERROR(ReadFull(fd, reinterpret_cast<char*>(lengths.data()),
+  RETURN_IF_ERROR(stream->ReadFull(reinterpret_cast<char*>(lengths.data()),
                            lengths.size() * sizeof(uint64_t), deadline));
   uint64_t total = 0;
   bool fits = true;
@@ -199,7 +198,7 @@ absl::Status ReadBody(int fd, const FrameHeader& header,
       p->clear();
       p->resize(lengths[k]);
     }
-    RETURN_IF_ERROR(ReadFull(fd, p->data(), p->size(), deadline));
+    RETURN_IF_ERROR(stream->ReadFull(p->data(), p->size(), deadline));
   }
   return absl::OkStatus();
 }
@@ -212,21 +211,21 @@ void KeepSpares(const std::vector<std::string*>& fields,
   for (size_t k = 0; k < fields.size(); ++k) (*spare)[k].swap(*fields[k]);
 }
 
-absl::Status ReadError(int fd, const FrameHeader& header, absl::Time deadline,
+absl::Status ReadError(Stream* stream, const FrameHeader& header, absl::Time deadline,
                        absl::Status* answer) {
   std::string message(header.meta_bytes, '\0');
-  RETURN_IF_ERROR(ReadFull(fd, message.data(), message.size(), deadline));
+  RETURN_IF_ERROR(stream->ReadFull(message.data(), message.size(), deadline));
   RETURN_IF_ERROR(
-      SkipBytes(fd, header.BodyBytes() - header.meta_bytes, deadline));
+      SkipBytes(stream, header.BodyBytes() - header.meta_bytes, deadline));
   *answer = absl::Status(static_cast<absl::StatusCode>(header.code), message);
   return absl::OkStatus();
 }
 
-absl::Status SkipBytes(int fd, uint64_t n, absl::Time deadline) {
+absl::Status SkipBytes(Stream* stream, uint64_t n, absl::Time deadline) {
   char buf[64 << 10];
   while (n > 0) {
     const size_t take = static_cast<size_t>(std::min<uint64_t>(n, sizeof(buf)));
-    RETURN_IF_ERROR(ReadFull(fd, buf, take, deadline));
+    RETURN_IF_ERROR(stream->ReadFull(buf, take, deadline));
     n -= take;
   }
   return absl::OkStatus();

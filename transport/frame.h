@@ -1,5 +1,5 @@
-// The data plane's framing: how Pull, Push and PushPull travel over a plain
-// TCP connection instead of gRPC. A frame is
+// The data plane's framing: how Pull, Push and PushPull travel over a TCP
+// connection (plain or TLS: transport/stream.h) instead of gRPC. A frame is
 //
 //   header (32 bytes, little-endian)
 //   meta   (meta_bytes: the request or response protobuf, its tensor
@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "google/protobuf/message_lite.h"
 #include "proto/asyncps.pb.h"
+#include "transport/stream.h"
 
 namespace asyncps {
 
@@ -73,20 +74,20 @@ std::vector<std::string*> PayloadFields(v1::DataHello* m);
 // Writes one frame: `header` (its sizes filled in here), then `meta` with
 // `payloads` moved out of it while it is serialized (they are moved back
 // before returning, so `meta` is unchanged), then the payloads themselves.
-absl::Status WriteFrame(int fd, FrameHeader header,
+absl::Status WriteFrame(Stream* stream, FrameHeader header,
                         google::protobuf::MessageLite* meta,
                         const std::vector<std::string*>& payloads,
                         absl::Time deadline);
 
 // Writes an error answer carrying `status`'s code and message.
 // REQUIRES: !status.ok().
-absl::Status WriteError(int fd, const absl::Status& status,
+absl::Status WriteError(Stream* stream, const absl::Status& status,
                         absl::Time deadline);
 
 // Reads and checks a header: magic, version, a known op, and a body of at
 // most `max_body_bytes`. INVALID_ARGUMENT or RESOURCE_EXHAUSTED say what
 // was wrong; the connection cannot be trusted after any error.
-absl::StatusOr<FrameHeader> ReadHeader(int fd, uint64_t max_body_bytes,
+absl::StatusOr<FrameHeader> ReadHeader(Stream* stream, uint64_t max_body_bytes,
                                        absl::Time deadline);
 
 // Reads the body `header` announces into `meta` and its payload fields.
@@ -97,7 +98,7 @@ absl::StatusOr<FrameHeader> ReadHeader(int fd, uint64_t max_body_bytes,
 // matches the spare at its position is read into that one (swapped in), so a
 // connection that carries the same shapes again and again neither allocates
 // nor zeroes them. Give them back with KeepSpares.
-absl::Status ReadBody(int fd, const FrameHeader& header,
+absl::Status ReadBody(Stream* stream, const FrameHeader& header,
                       google::protobuf::MessageLite* meta,
                       const std::function<std::vector<std::string*>()>& fields,
                       absl::Time deadline,
@@ -111,11 +112,11 @@ void KeepSpares(const std::vector<std::string*>& fields,
 // Reads the body of an error answer into `*answer` (its code and
 // message); returns the transport's status.
 // REQUIRES: header.op == kAnswer and header.code != 0.
-absl::Status ReadError(int fd, const FrameHeader& header, absl::Time deadline,
+absl::Status ReadError(Stream* stream, const FrameHeader& header, absl::Time deadline,
                        absl::Status* answer);
 
 // Reads and drops `n` bytes (the rest of a frame that is refused whole).
-absl::Status SkipBytes(int fd, uint64_t n, absl::Time deadline);
+absl::Status SkipBytes(Stream* stream, uint64_t n, absl::Time deadline);
 
 }  // namespace asyncps
 

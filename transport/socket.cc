@@ -251,6 +251,10 @@ absl::Status WaitReadable(int fd, absl::Time deadline) {
   return WaitFor(fd, POLLIN, deadline);
 }
 
+absl::Status WaitWritable(int fd, absl::Time deadline) {
+  return WaitFor(fd, POLLOUT, deadline);
+}
+
 bool PeerClosed(int fd) {
   char c;
   const ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);

@@ -72,6 +72,10 @@ absl::Status WriteFull(int fd, absl::Span<const iovec> parts,
 // passed (DEADLINE_EXCEEDED).
 absl::Status WaitReadable(int fd, absl::Time deadline);
 
+// Waits until `fd` can take more bytes (or broke: the next write says so),
+// or `deadline` passed (DEADLINE_EXCEEDED).
+absl::Status WaitWritable(int fd, absl::Time deadline);
+
 // True if the peer has closed the connection (or it broke), without
 // reading anything; for a server holding a request whose caller may leave.
 bool PeerClosed(int fd);

@@ -112,9 +112,6 @@ v1::DType WorkerConfig::WireDtype() const {
 }
 
 Transport WorkerConfig::TensorTransport() const {
-  if (!security.tls_cert.empty() || !security.tls_ca.empty()) {
-    return Transport::kGrpc;
-  }
   return *ParseTransport(transport);
 }
 

@@ -73,8 +73,6 @@ struct WorkerConfig {
   absl::Status Validate() const;
 
   // Parsed values. REQUIRES: Validate().ok().
-  // --transport, except that with TLS tensors go over gRPC: the data
-  // plane carries no TLS.
   bool evaluator() const { return role == "evaluator"; }
   Mode ParsedMode() const;
   std::vector<ServerAddress> ServerList() const;

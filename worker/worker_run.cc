@@ -230,10 +230,7 @@ absl::Status LogSecurity(const WorkerConfig& config) {
   LOG(INFO) << (config.evaluator() ? std::string("evaluator")
                 : config.rank < 0  ? std::string("worker (rank to come)")
                                    : absl::StrCat("rank ", config.rank))
-            << ": " << security.Describe(/*server=*/false)
-            << (security.tls() && config.transport == "tcp"
-                    ? "; tensors over gRPC (the data plane has no TLS)"
-                    : "");
+            << ": " << security.Describe(/*server=*/false);
   return absl::OkStatus();
 }
 

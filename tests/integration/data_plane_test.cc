@@ -34,6 +34,13 @@ std::string Header(uint32_t magic, uint8_t version, uint8_t op, uint32_t meta,
   return h;
 }
 
+// A frame written on the plain socket `fd`.
+absl::Status Send(int fd, FrameHeader h, google::protobuf::MessageLite* meta,
+                  const std::vector<std::string*>& payloads = {}) {
+  TcpStream stream(fd);
+  return WriteFrame(&stream, h, meta, payloads, Soon());
+}
+
 std::string Op(FrameOp op, uint32_t meta, uint32_t payloads = 0,
                uint64_t payload_bytes = 0) {
   return Header(kFrameMagic, kFrameVersion, static_cast<uint8_t>(op), meta,
@@ -111,7 +118,7 @@ class DataPlaneTest : public ::testing::Test {
     hello.set_token(Token());
     FrameHeader h;
     h.op = FrameOp::kHello;
-    EXPECT_TRUE(WriteFrame(s->fd(), h, &hello, {}, Soon()).ok());
+    EXPECT_TRUE(Send(s->fd(), h, &hello).ok());
     EXPECT_TRUE(Answer(s->fd()).ok());
     return *std::move(s);
   }
@@ -120,14 +127,15 @@ class DataPlaneTest : public ::testing::Test {
 
   // Reads one answer: its status (OK: an empty-bodied answer was skipped).
   absl::Status Answer(int fd) {
-    auto h = ReadHeader(fd, 1 << 20, Soon());
+    TcpStream stream(fd);
+    auto h = ReadHeader(&stream, 1 << 20, Soon());
     if (!h.ok()) return h.status();
     if (h->code != 0) {
       absl::Status answer;
-      absl::Status read = ReadError(fd, *h, Soon(), &answer);
+      absl::Status read = ReadError(&stream, *h, Soon(), &answer);
       return read.ok() ? answer : read;
     }
-    return SkipBytes(fd, h->BodyBytes(), Soon());
+    return SkipBytes(&stream, h->BodyBytes(), Soon());
   }
 
   // Sends `bytes`, reads the answer, and checks that the server then
@@ -238,7 +246,7 @@ TEST_F(DataPlaneTest, NanGradientIsRefusedAndTheConnectionServesOn) {
   v1::PushRequest push = PushOf(values, secret_);
   FrameHeader h;
   h.op = FrameOp::kPush;
-  ASSERT_TRUE(WriteFrame(s.fd(), h, &push, PayloadFields(&push), Soon()).ok());
+  ASSERT_TRUE(Send(s.fd(), h, &push, PayloadFields(&push)).ok());
   absl::Status answer = Answer(s.fd());
   EXPECT_EQ(answer.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(answer.message().find("NaN at element 7"), std::string::npos)
@@ -248,7 +256,7 @@ TEST_F(DataPlaneTest, NanGradientIsRefusedAndTheConnectionServesOn) {
   *pull.add_slices() = push.gradients(0).key();
   pull.set_rank(-1);
   h.op = FrameOp::kPull;
-  ASSERT_TRUE(WriteFrame(s.fd(), h, &pull, {}, Soon()).ok());
+  ASSERT_TRUE(Send(s.fd(), h, &pull).ok());
   EXPECT_TRUE(Answer(s.fd()).ok());
   ExpectServing();
 }
@@ -372,7 +380,7 @@ TEST_F(DataPlaneTest, ConnectionsFromOneAddressAreBounded) {
     hello.set_token(Token());
     FrameHeader h;
     h.op = FrameOp::kHello;
-    ASSERT_TRUE(WriteFrame(again->fd(), h, &hello, {}, Soon()).ok());
+    ASSERT_TRUE(Send(again->fd(), h, &hello).ok());
     welcomed = Answer(again->fd());
     if (welcomed.ok()) break;
     ASSERT_EQ(welcomed.code(), absl::StatusCode::kResourceExhausted);
