@@ -19,9 +19,9 @@ absl::StatusOr<std::unique_ptr<DataConnection>> DataConnection::Open(
     absl::StatusOr<std::unique_ptr<Stream>> secured =
         tls->Connect(socket.fd(), address.host, deadline);
     if (!secured.ok()) {
-      return absl::UnavailableError(
-          absl::StrCat("data plane at ", address.host, ":", address.port,
-                       ": ", secured.status().message()));
+      return absl::UnavailableError(absl::StrCat("data plane at ", address.host,
+                                                 ":", address.port, ": ",
+                                                 secured.status().message()));
     }
     stream = *std::move(secured);
   }

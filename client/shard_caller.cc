@@ -3,8 +3,8 @@
 #include <chrono>
 
 #include "absl/synchronization/notification.h"
-#include "rpc/grpc_credentials.h"
 #include "common/random_id.h"
+#include "rpc/grpc_credentials.h"
 
 namespace asyncps {
 

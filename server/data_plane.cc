@@ -197,8 +197,7 @@ absl::Status DataPlaneServer::Hello(Stream* stream) {
   }
   v1::DataHello hello;
   RETURN_IF_ERROR(ReadBody(
-      stream, header, &hello, [&] { return PayloadFields(&hello); },
-      deadline));
+      stream, header, &hello, [&] { return PayloadFields(&hello); }, deadline));
   if (!ConstantTimeEquals(hello.token(), token_)) {
     return absl::PermissionDeniedError(
         "wrong data-plane token (the shard may have restarted: ask the "

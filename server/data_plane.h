@@ -1,7 +1,7 @@
 // DataPlaneServer: a shard's Pull, Push and PushPull over TCP
-// (transport/frame.h), plain or TLS, beside its gRPC service, for the tensors' bytes:
-// no HTTP/2 framing, no protobuf copy of a payload, no hop between gRPC's
-// threads. Each connection has a thread of its own that reads a frame,
+// (transport/frame.h), plain or TLS, beside its gRPC service, for the tensors'
+// bytes: no HTTP/2 framing, no protobuf copy of a payload, no hop between
+// gRPC's threads. Each connection has a thread of its own that reads a frame,
 // hands it to the same Consistency the gRPC service uses (so every rule
 // about a request is the same on both transports) and writes the answer;
 // a held pull (ssp, bsp) holds that connection's thread.

@@ -176,7 +176,8 @@ absl::Status ReadBody(Stream* stream, const FrameHeader& header,
   }
   std::vector<uint64_t> lengths(payloads.size());
   RETURN_IF_ERROR(stream->ReadFull(reinterpret_cast<char*>(lengths.data()),
-                           lengths.size() * sizeof(uint64_t), deadline));
+                                   lengths.size() * sizeof(uint64_t),
+                                   deadline));
   uint64_t total = 0;
   bool fits = true;
   for (uint64_t n : lengths) {
@@ -211,8 +212,8 @@ void KeepSpares(const std::vector<std::string*>& fields,
   for (size_t k = 0; k < fields.size(); ++k) (*spare)[k].swap(*fields[k]);
 }
 
-absl::Status ReadError(Stream* stream, const FrameHeader& header, absl::Time deadline,
-                       absl::Status* answer) {
+absl::Status ReadError(Stream* stream, const FrameHeader& header,
+                       absl::Time deadline, absl::Status* answer) {
   std::string message(header.meta_bytes, '\0');
   RETURN_IF_ERROR(stream->ReadFull(message.data(), message.size(), deadline));
   RETURN_IF_ERROR(

@@ -112,8 +112,8 @@ void KeepSpares(const std::vector<std::string*>& fields,
 // Reads the body of an error answer into `*answer` (its code and
 // message); returns the transport's status.
 // REQUIRES: header.op == kAnswer and header.code != 0.
-absl::Status ReadError(Stream* stream, const FrameHeader& header, absl::Time deadline,
-                       absl::Status* answer);
+absl::Status ReadError(Stream* stream, const FrameHeader& header,
+                       absl::Time deadline, absl::Status* answer);
 
 // Reads and drops `n` bytes (the rest of a frame that is refused whole).
 absl::Status SkipBytes(Stream* stream, uint64_t n, absl::Time deadline);

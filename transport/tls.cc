@@ -162,9 +162,9 @@ class TlsStream final : public Stream {
       case SSL_ERROR_ZERO_RETURN:
         return absl::UnavailableError("connection closed by the peer");
       case SSL_ERROR_SYSCALL:
-        return absl::UnavailableError(
-            absl::StrCat("TLS ", what, ": ",
-                         errno != 0 ? std::strerror(errno) : "connection lost"));
+        return absl::UnavailableError(absl::StrCat(
+            "TLS ", what, ": ",
+            errno != 0 ? std::strerror(errno) : "connection lost"));
       default:
         return absl::UnavailableError(
             absl::StrCat("TLS ", what, ": ", OpenSslError("failed")));
@@ -239,9 +239,9 @@ absl::Status UseCertificate(SSL_CTX* ctx, const Security& security) {
       PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
   if (key == nullptr || SSL_CTX_use_PrivateKey(ctx, key.get()) != 1 ||
       SSL_CTX_check_private_key(ctx) != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--tls_key is not the private key of --tls_cert: ",
-        OpenSslError("unreadable")));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls_key is not the private key of --tls_cert: ",
+                     OpenSslError("unreadable")));
   }
   return absl::OkStatus();
 }
@@ -279,8 +279,7 @@ bool IsIpAddress(const std::string& host) {
 
 // Runs a handshake (`step` is SSL_accept or SSL_connect) to its end.
 absl::StatusOr<std::unique_ptr<Stream>> Handshake(
-    std::unique_ptr<TlsStream> stream, int (*step)(SSL*),
-    absl::Time deadline) {
+    std::unique_ptr<TlsStream> stream, int (*step)(SSL*), absl::Time deadline) {
   SSL* ssl = stream->ssl();
   while (true) {
     ERR_clear_error();
@@ -309,9 +308,8 @@ absl::StatusOr<std::shared_ptr<const TlsContext>> TlsContext::ForServer(
   RETURN_IF_ERROR(UseCertificate(ctx.get(), security));
   if (!security.ca_pem.empty()) {
     RETURN_IF_ERROR(TrustCa(ctx.get(), security.ca_pem));
-    SSL_CTX_set_verify(ctx.get(),
-                       SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
-                       nullptr);
+    SSL_CTX_set_verify(
+        ctx.get(), SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
   }
   return std::shared_ptr<const TlsContext>(new TlsContext(ctx.release()));
 }

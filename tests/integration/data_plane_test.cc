@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/local_shards.h"
 #include "tests/integration/test_cluster.h"
+#include "tests/testing/certs.h"
 #include "transport/frame.h"
 #include "transport/socket.h"
 
@@ -73,6 +74,7 @@ class DataPlaneTest : public ::testing::Test {
 
   void Start(ShardServerConfig config) {
     config.host = "127.0.0.1";
+    config.security = server_security_;
     auto server = ShardServer::Start(config);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
@@ -93,6 +95,7 @@ class DataPlaneTest : public ::testing::Test {
     options.servers = {ServerAddress{"127.0.0.1", server_->port()}};
     options.transport = transport;
     options.wire_dtype = dtype;
+    options.security = client_security_;
     options.retry_for = absl::Seconds(10);
     options.backoff_initial = absl::Milliseconds(5);
     auto client = PsClient::Create(options);
@@ -172,6 +175,9 @@ class DataPlaneTest : public ::testing::Test {
   }
 
   const v1::ModelSpec spec_ = ConstantSpec({{4, 3}}, 1, 1.0f, 0.5f, 1024);
+  // Empty: plaintext.
+  Security server_security_;
+  Security client_security_;
   std::unique_ptr<ShardServer> server_;
   std::unique_ptr<PsClient> grpc_;
   static constexpr int kJobSize = 64;
@@ -208,6 +214,46 @@ TEST_F(DataPlaneTest, GivesExactlyTheWeightsGrpcGives) {
     EXPECT_EQ(over_tcp, over_grpc) << v1::DType_Name(dtype);
     EXPECT_NE(over_tcp[5], 1.0f);
   }
+}
+
+// The same shard with mutual TLS: its data plane takes the gRPC port's
+// certificate, key and CA.
+class TlsDataPlaneTest : public DataPlaneTest {
+ protected:
+  void SetUp() override {
+    const std::string certs = MakeCerts("certs");
+    server_security_ = LoadCerts(certs, "server");
+    client_security_ = LoadCerts(certs, "client");
+    DataPlaneTest::SetUp();
+  }
+};
+
+TEST_F(TlsDataPlaneTest, GivesExactlyTheWeightsGrpcGives) {
+  Start(ShardServerConfig());
+  std::vector<float> over_grpc = Train(Client(Transport::kGrpc).get());
+  Start(ShardServerConfig());
+  EXPECT_NE(server_->data_port(), 0) << "no data plane with TLS";
+  std::vector<float> over_tcp = Train(Client(Transport::kTcp).get());
+  EXPECT_EQ(over_tcp, over_grpc);
+  EXPECT_NE(over_tcp[5], 1.0f);
+}
+
+// A plaintext peer that somehow has the port and the token (from the
+// DataPlane RPC) gets no further than the handshake: nothing moves.
+TEST_F(TlsDataPlaneTest, PlaintextConnectionIsRefusedAndNothingMoves) {
+  auto s = ConnectTcp("127.0.0.1", server_->data_port(), Soon());
+  ASSERT_TRUE(s.ok()) << s.status();
+  v1::DataHello hello;
+  hello.set_token(Token());
+  FrameHeader h;
+  h.op = FrameOp::kHello;
+  ASSERT_TRUE(Send(s->fd(), h, &hello).ok());
+  v1::PushRequest push = PushOf(std::vector<float>(12, 9.0f), secret_);
+  h.op = FrameOp::kPush;
+  Send(s->fd(), h, &push, PayloadFields(&push)).IgnoreError();
+  EXPECT_EQ(Answer(s->fd()).code(), absl::StatusCode::kUnavailable)
+      << "the shard should close the connection unanswered";
+  ExpectServing();
 }
 
 TEST_F(DataPlaneTest, FindsARestartedShardAgain) {

@@ -1,8 +1,9 @@
 // A secured cluster for real: certificates from deploy/gen_certs.sh, a
-// shard with mutual TLS and a token, a worker that trains through it, and
-// clients that are turned away: without a certificate, with another CA's,
-// in plaintext (UNAVAILABLE: no handshake), with a wrong token
-// (UNAUTHENTICATED). The weights do not change for any of them.
+// shard with mutual TLS and a token, a worker that trains through it (its
+// tensors over the TLS data plane), and clients that are turned away on
+// either transport: without a certificate, with another CA's, in plaintext
+// (UNAVAILABLE: no handshake), with a wrong token (UNAUTHENTICATED). The
+// weights do not change for any of them.
 #include "common/security.h"
 
 #include <cstdlib>
@@ -16,19 +17,11 @@
 #include "tests/integration/subprocess.h"
 #include "tests/integration/test_cluster.h"
 #include "tests/integration/worker_runner.h"
+#include "tests/testing/certs.h"
 #include "tests/testing/temp_dir.h"
 
 namespace asyncps::testing {
 namespace {
-
-// Makes a CA, certificates and a token in TEST_TMPDIR/<name>.
-std::string MakeCerts(const std::string& name) {
-  const std::string dir = TempPath(name);
-  const std::string cmd = absl::StrCat(
-      "bash ", RunfilePath("deploy/gen_certs.sh"), " ", dir, " >/dev/null");
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  return dir;
-}
 
 std::vector<std::string> Flags(const std::string& dir, const std::string& who,
                                bool token = true) {
@@ -40,14 +33,16 @@ std::vector<std::string> Flags(const std::string& dir, const std::string& who,
   return f;
 }
 
-// A client of `cluster` with these files (empty: not given).
+// A client of `cluster` with these files (empty: not given), its tensors
+// over `transport`.
 std::unique_ptr<PsClient> Client(const TestCluster& cluster,
-                                 const SecurityFlags& files) {
+                                 const SecurityFlags& files,
+                                 Transport transport = Transport::kTcp) {
   auto security = LoadSecurity(files);
   EXPECT_TRUE(security.ok()) << security.status();
   PsClientOptions options;
   options.servers = cluster.servers();
-  options.transport = Transport::kGrpc;
+  options.transport = transport;
   options.security = *security;
   options.rpc_timeout = absl::Seconds(5);
   options.retry_for = absl::Seconds(1);
@@ -113,16 +108,19 @@ TEST(Security, MutualTlsAndATokenLetTheJobInAndNoOneElse) {
         Case{"plaintext", plaintext, absl::StatusCode::kUnavailable},
         Case{"a wrong token", wrong_token, absl::StatusCode::kUnauthenticated},
         Case{"no token", no_token, absl::StatusCode::kUnauthenticated}}) {
-    auto intruder = Client(**cluster, c.files);
-    ASSERT_TRUE(intruder->UseModel(trusted->spec()).ok());
-    auto stats = AdminClient(intruder->caller()).StatsAll();
-    EXPECT_EQ(stats.status().code(), c.code)
-        << c.what << ": " << stats.status();
-    std::vector<std::vector<float>> grads = before;
-    for (auto& g : grads) std::fill(g.begin(), g.end(), 1.0f);
-    std::vector<SliceVersion> versions(trusted->partition().slices().size());
-    absl::Status pushed = intruder->Push(all, grads, versions, -1, 0, nullptr);
-    EXPECT_EQ(pushed.code(), c.code) << c.what << ": " << pushed;
+    for (Transport transport : {Transport::kTcp, Transport::kGrpc}) {
+      auto intruder = Client(**cluster, c.files, transport);
+      ASSERT_TRUE(intruder->UseModel(trusted->spec()).ok());
+      auto stats = AdminClient(intruder->caller()).StatsAll();
+      EXPECT_EQ(stats.status().code(), c.code)
+          << c.what << ": " << stats.status();
+      std::vector<std::vector<float>> grads = before;
+      for (auto& g : grads) std::fill(g.begin(), g.end(), 1.0f);
+      std::vector<SliceVersion> versions(trusted->partition().slices().size());
+      absl::Status pushed =
+          intruder->Push(all, grads, versions, -1, 0, nullptr);
+      EXPECT_EQ(pushed.code(), c.code) << c.what << ": " << pushed;
+    }
   }
   EXPECT_EQ(weights(), before) << "a refused client changed the weights";
 

@@ -171,14 +171,6 @@ int Subprocess::Wait(absl::Duration timeout) {
   return reaped_ ? exit_status_ : -1;
 }
 
-std::string RunfilePath(absl::string_view path) {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  const char* workspace = std::getenv("TEST_WORKSPACE");
-  if (srcdir == nullptr) return std::string(path);
-  return absl::StrCat(srcdir, "/", workspace ? workspace : "asyncps", "/",
-                      path);
-}
-
 absl::StatusOr<std::unique_ptr<Subprocess>> StartServer(
     int shard, int num_shards, int* port,
     const std::vector<std::string>& extra) {

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "google/protobuf/struct.pb.h"
+#include "tests/testing/temp_dir.h"  // RunfilePath
 
 namespace asyncps::testing {
 
@@ -60,9 +61,6 @@ class Subprocess {
   std::string buffer_;  // Read but not yet returned as a line.
   std::string output_;
 };
-
-// The path of a binary in this test's runfiles, e.g. "server/ps_server".
-std::string RunfilePath(absl::string_view path);
 
 // Starts a ps_server on 127.0.0.1 with a kernel-chosen port and returns it
 // with `*port` set, read from its --ready_file once it serves. `extra`

@@ -15,6 +15,14 @@
 
 namespace asyncps::testing {
 
+std::string RunfilePath(absl::string_view path) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* workspace = std::getenv("TEST_WORKSPACE");
+  if (srcdir == nullptr) return std::string(path);
+  return absl::StrCat(srcdir, "/", workspace ? workspace : "asyncps", "/",
+                      path);
+}
+
 std::string TempPath(absl::string_view name) {
   const char* dir = std::getenv("TEST_TMPDIR");
   return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);

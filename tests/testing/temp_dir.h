@@ -1,5 +1,5 @@
-// Files for tests, with std::filesystem rather than a shell: paths under
-// Bazel's TEST_TMPDIR (/tmp outside Bazel), fresh directories, and the
+// Files for tests, with std::filesystem rather than a shell: runfiles, paths
+// under Bazel's TEST_TMPDIR (/tmp outside Bazel), fresh directories, and the
 // files a test writes (plain or gzip).
 #ifndef ASYNCPS_TESTS_TESTING_TEMP_DIR_H_
 #define ASYNCPS_TESTS_TESTING_TEMP_DIR_H_
@@ -11,6 +11,9 @@
 #include "absl/strings/string_view.h"
 
 namespace asyncps::testing {
+
+// The path of a file in this test's runfiles, e.g. "server/ps_server".
+std::string RunfilePath(absl::string_view path);
 
 // TEST_TMPDIR/<name> (nothing made).
 std::string TempPath(absl::string_view name);
