@@ -18,6 +18,7 @@
 #include "client/ps_client.h"
 #include "common/cluster_spec.h"
 #include "common/large_buffers.h"
+#include "common/security_flags.h"
 #include "common/tensor_bytes.h"
 #include "common/wire_dtype.h"
 
@@ -137,6 +138,13 @@ int Run() {
   options.servers = *servers;
   options.wire_dtype = *wire;
   options.transport = *transport;
+  // --tls_cert, --tls_key, --tls_ca, --auth_token_file: as the workers.
+  auto security = LoadSecurity(SecurityFlagsFromCommandLine());
+  if (!security.ok()) {
+    std::fprintf(stderr, "%s\n", security.status().ToString().c_str());
+    return 2;
+  }
+  options.security = *std::move(security);
   const int clients = absl::GetFlag(FLAGS_clients);
   std::vector<std::unique_ptr<PsClient>> conns;
   for (int c = 0; c < clients; ++c) {
@@ -170,10 +178,11 @@ int Run() {
   const double moved = per_round * rounds;
   const double copy_rate = MemcpyRate(bytes);
   std::printf(
-      "ps_bench op=%s wire=%s transport=%s clients=%d shards=%zu bytes=%lld "
-      "rounds_per_s=%.1f gb_per_s=%.3f\n",
+      "ps_bench op=%s wire=%s transport=%s%s clients=%d shards=%zu "
+      "bytes=%lld rounds_per_s=%.1f gb_per_s=%.3f\n",
       op.c_str(), absl::GetFlag(FLAGS_wire_dtype).c_str(),
-      absl::GetFlag(FLAGS_transport).c_str(), clients, servers->size(),
+      absl::GetFlag(FLAGS_transport).c_str(),
+      options.security.tls() ? "+tls" : "", clients, servers->size(),
       static_cast<long long>(bytes), rounds / secs, moved / secs / 1e9);
   std::printf(
       "ceiling: memcpy of the same bytes %.2f GB/s on one core; ratio %.4f\n",
