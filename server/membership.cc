@@ -268,6 +268,16 @@ int Membership::Expected() const {
   return expected_;
 }
 
+bool Membership::AllFinished() const {
+  absl::MutexLock lock(&mu_);
+  if (expected_ <= 0) return false;
+  for (int rank = 0; rank < expected_; ++rank) {
+    const auto it = workers_.find(rank);
+    if (it == workers_.end() || !it->second.left) return false;
+  }
+  return true;
+}
+
 int Membership::Registered() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int>(workers_.size());

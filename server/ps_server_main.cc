@@ -125,8 +125,37 @@ ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
           "whole drain (with the last checkpoint) gets this plus 60 s, then "
           "the process exits 1; a second SIGTERM or SIGINT exits at once.");
 
+ABSL_FLAG(bool, exit_when_done, false,
+          "Once every worker of the job (--num_workers, or the count the "
+          "workers registered with) has finished, serve reads for "
+          "--done_linger (the evaluator's final score, psctl export), then "
+          "drain (the last checkpoint) and exit 0, as a batch job's task "
+          "does. A SIGTERM during the linger drains at once.");
+ABSL_FLAG(absl::Duration, done_linger, absl::Seconds(30),
+          "--exit_when_done: how long the finished job's model stays "
+          "readable before the shard exits.");
+
 namespace asyncps {
 namespace {
+
+// Waits for SIGTERM or SIGINT, or with --exit_when_done for the job to be
+// done and the linger to pass; returns the signal, or 0 for the job's end.
+int WaitForStopOrDone(const ShardServer& server, int shard) {
+  if (!absl::GetFlag(FLAGS_exit_when_done)) return WaitForStopSignal();
+  int sig;
+  // Membership changes on calls; a second's delay in noticing is nothing
+  // beside the linger.
+  while ((sig = WaitForStopSignal(absl::Seconds(1))) < 0) {
+    if (server.JobDone()) break;
+  }
+  if (sig >= 0) return sig;
+  const absl::Duration linger = absl::GetFlag(FLAGS_done_linger);
+  LOG(INFO) << "shard " << shard << ": every worker of the job finished; "
+            << "serving reads for " << linger << " (--done_linger), then "
+            << "exiting";
+  sig = WaitForStopSignal(linger);
+  return sig < 0 ? 0 : sig;
+}
 
 // What the drain may take beyond --shutdown_grace (the last checkpoint).
 constexpr absl::Duration kDrainBudget = absl::Seconds(60);
@@ -214,8 +243,10 @@ int Run() {
   std::printf("ps_server shard %d/%d listening on %s:%d\n", config->shard,
               config->num_shards, config->host.c_str(), (*server)->port());
   std::fflush(stdout);
-  const int sig = WaitForStopSignal();
-  LOG(INFO) << "signal " << sig << ": draining shard " << config->shard
+  const int sig = WaitForStopOrDone(**server, config->shard);
+  LOG(INFO) << (sig == 0 ? std::string("the job is done")
+                         : absl::StrCat("signal ", sig))
+            << ": draining shard " << config->shard
             << " (health NOT_SERVING, pushes refused, last checkpoint; a "
                "second signal exits at once)";
   // Every held call is answered by the drain; the budget is a last guard

@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "rpc/grpc_credentials.h"
 #include "common/random_id.h"
 #include "common/status.h"
 #include "glog/logging.h"
+#include "rpc/grpc_credentials.h"
 #include "transport/tls.h"
 
 namespace asyncps {

@@ -103,6 +103,8 @@ class ShardServer {
   // connections present (what the DataPlane RPC answers).
   int data_port() const;
   std::string data_token() const;
+  // Every worker of the job has finished (Membership::AllFinished).
+  bool JobDone() const { return membership_.AllFinished(); }
   // A channel to this server that bypasses the network.
   std::shared_ptr<grpc::Channel> InProcessChannel();
   // The first half of Shutdown: the gRPC health service answers NOT_SERVING,

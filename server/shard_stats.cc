@@ -34,6 +34,7 @@ v1::StatsResponse CollectStats(const ShardParts& parts) {
   r.set_steps_short(c.steps_short);
   r.set_held_pulls(parts.consistency->held_pulls());
   r.set_live_workers(parts.membership->LiveCount());
+  r.set_job_done(parts.membership->AllFinished());
   r.set_max_clock_gap(parts.membership->MaxClockGap());
   r.set_incarnation(parts.store->incarnation());
   r.set_dropped_restarted(c.dropped_restarted);

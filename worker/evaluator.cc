@@ -71,16 +71,20 @@ absl::Status AppendCurveRow(const std::string& path, const Evaluation& e) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Evaluation> RunEvaluator(Client* client, Mlp* model,
-                                        const Dataset& test,
-                                        absl::Duration every,
-                                        const std::string& curve,
-                                        absl::Notification* stop,
-                                        WorkerMetrics* metrics) {
+absl::StatusOr<Evaluation> RunEvaluator(
+    Client* client, Mlp* model, const Dataset& test, absl::Duration every,
+    const std::string& curve, absl::Notification* stop, WorkerMetrics* metrics,
+    const JobDone& done) {
   const absl::Time start = absl::Now();
   while (true) {
     // Sleeping until the next period or a stop request, whichever first.
-    const bool stopping = stop->WaitForNotificationWithTimeout(every);
+    bool stopping = stop->WaitForNotificationWithTimeout(every);
+    if (!stopping && done) {
+      // Asked before the pull: once the job is done no push follows, so
+      // what the pull gets is the final model.
+      absl::StatusOr<bool> finished = done();
+      stopping = finished.ok() && *finished;
+    }
     auto evaluated = EvaluateOnce(client, model, test, start);
     if (!evaluated.ok() && !stopping &&
         (evaluated.status().code() == absl::StatusCode::kFailedPrecondition ||
@@ -121,8 +125,8 @@ absl::Status WriteResult(const std::string& path, const Evaluation& e) {
 
 absl::Status RunEvaluatorRole(const WorkerConfig& config, Client* client,
                               Backend* backend, Dataset* test,
-                              absl::Notification* stop,
-                              WorkerMetrics* metrics) {
+                              absl::Notification* stop, WorkerMetrics* metrics,
+                              const JobDone& done) {
   // The evaluator scores whatever model the workers declared.
   RETURN_IF_ERROR(client->Attach());
   v1::ModelSpec spec;
@@ -139,9 +143,10 @@ absl::Status RunEvaluatorRole(const WorkerConfig& config, Client* client,
   }
   Mlp model(backend, layers, kEvalBatch);
   if (!config.eval_once) {
-    ASSIGN_OR_RETURN(const Evaluation e,
-                     RunEvaluator(client, &model, *test, config.eval_every,
-                                  config.curve, stop, metrics));
+    ASSIGN_OR_RETURN(
+        const Evaluation e,
+        RunEvaluator(client, &model, *test, config.eval_every, config.curve,
+                     stop, metrics, config.until_done ? done : nullptr));
     return WriteResult(config.result_json, e);
   }
   ASSIGN_OR_RETURN(const Evaluation e,

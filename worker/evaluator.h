@@ -33,26 +33,31 @@ absl::StatusOr<Evaluation> EvaluateOnce(Client* client, Mlp* model,
 // writing the header first if the file is new or empty.
 absl::Status AppendCurveRow(const std::string& path, const Evaluation& e);
 
-// Evaluates every `every` until `stop` is notified, then once more (the
-// final figure, returned). Prints each evaluation; appends to `curve` if
-// not empty. `metrics` (may be null) is told each evaluation.
-absl::StatusOr<Evaluation> RunEvaluator(Client* client, Mlp* model,
-                                        const Dataset& test,
-                                        absl::Duration every,
-                                        const std::string& curve,
-                                        absl::Notification* stop,
-                                        WorkerMetrics* metrics = nullptr);
+// Whether every worker of the job has finished (the shards' Stats say so),
+// for --until_done.
+using JobDone = std::function<absl::StatusOr<bool>()>;
+
+// Evaluates every `every` until `stop` is notified, or until `done` (if
+// given) says the job is done before a pull; then once more (the final
+// figure, returned). Prints each evaluation; appends to `curve` if not
+// empty. `metrics` (may be null) is told each evaluation.
+absl::StatusOr<Evaluation> RunEvaluator(
+    Client* client, Mlp* model, const Dataset& test, absl::Duration every,
+    const std::string& curve, absl::Notification* stop,
+    WorkerMetrics* metrics = nullptr, const JobDone& done = nullptr);
 
 // ps_worker --role=evaluator: adopts the model the workers declared (waiting
 // for one), then scores `test` once (--eval_once, printing one line) or
-// every --eval_every until `stop`; writes the last evaluation to
+// every --eval_every until `stop` (or, with --until_done, until `done` says
+// the job is done: then the final model); writes the last evaluation to
 // --result_json (JSON: role, seconds, updates, test_loss, accuracy) if
 // given. Pointers are borrowed; `test` may be cut to --max_test_examples.
 // REQUIRES: config.Validate().ok().
 absl::Status RunEvaluatorRole(const WorkerConfig& config, Client* client,
                               Backend* backend, Dataset* test,
                               absl::Notification* stop,
-                              WorkerMetrics* metrics = nullptr);
+                              WorkerMetrics* metrics = nullptr,
+                              const JobDone& done = nullptr);
 
 }  // namespace asyncps
 

@@ -86,6 +86,11 @@ ABSL_FLAG(absl::Duration, log_every, absl::Seconds(5),
 ABSL_FLAG(absl::Duration, eval_every, absl::Seconds(5),
           "Evaluator: period between evaluations.");
 ABSL_FLAG(bool, eval_once, false, "Evaluator: score once and exit.");
+ABSL_FLAG(bool, until_done, false,
+          "Evaluator: once every worker of the job has finished (the shards "
+          "say so), score the final model and exit 0: a batch job's "
+          "evaluator (ps_server --exit_when_done keeps the model readable "
+          "for --done_linger).");
 ABSL_FLAG(std::string, curve, "", "Evaluator: CSV file to append rows to.");
 ABSL_FLAG(int, blas_threads, 1, "OpenBLAS threads (CPU backend).");
 ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(30),
@@ -161,6 +166,7 @@ WorkerConfig ConfigFromFlags() {
   c.log_every = absl::GetFlag(FLAGS_log_every);
   c.eval_every = absl::GetFlag(FLAGS_eval_every);
   c.eval_once = absl::GetFlag(FLAGS_eval_once);
+  c.until_done = absl::GetFlag(FLAGS_until_done);
   c.curve = absl::GetFlag(FLAGS_curve);
   c.blas_threads = absl::GetFlag(FLAGS_blas_threads);
   c.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);

@@ -44,6 +44,10 @@ absl::Status WorkerConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("--role=", role, " (want worker or evaluator)"));
   }
+  if (until_done && (role != "evaluator" || eval_once)) {
+    return absl::InvalidArgumentError(
+        "--until_done is for --role=evaluator without --eval_once");
+  }
   RETURN_IF_ERROR(ParseMode(mode).status());
   if (!(slowdown >= 1.0)) {
     return absl::InvalidArgumentError("--slowdown must be >= 1");

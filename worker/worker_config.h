@@ -53,6 +53,9 @@ struct WorkerConfig {
   absl::Duration log_every = absl::Seconds(5);
   absl::Duration eval_every = absl::Seconds(5);
   bool eval_once = false;
+  // Evaluator: score the final model once every worker has finished, then
+  // exit (the shards' Stats say when).
+  bool until_done = false;
   std::string curve;
   int blas_threads = 1;
   absl::Duration rpc_timeout = absl::Seconds(30);

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "asyncps/client.h"
+#include "client/admin_client.h"
 #include "client/membership_client.h"
 #include "client/ps_client.h"
 #include "client/worker_client.h"
@@ -321,8 +322,18 @@ absl::Status RunWorker(const WorkerConfig& config, std::atomic<bool>* stop,
     ~StopFirst() { endpoint->reset(); }
   } stop_first{&endpoint};
   if (config.evaluator()) {
+    // Done when every shard says every worker has finished.
+    JobDone done = [ps = worker.ps]() -> absl::StatusOr<bool> {
+      if (ps == nullptr) return false;  // No shards to ask.
+      ASSIGN_OR_RETURN(const std::vector<v1::StatsResponse> stats,
+                       AdminClient(ps->caller()).StatsAll());
+      for (const v1::StatsResponse& s : stats) {
+        if (!s.job_done()) return false;
+      }
+      return !stats.empty();
+    };
     return RunEvaluatorRole(config, client, backend.get(), &data, stopped,
-                            eval_metrics.get());
+                            eval_metrics.get(), done);
   }
   return Train(config,
                MlpSpec(layers, config.Optimizer(), config.seed,

@@ -28,6 +28,7 @@
 #include "proto/asyncps.grpc.pb.h"
 #include "tests/integration/test_cluster.h"
 #include "tests/integration/worker_runner.h"
+#include "tests/testing/temp_dir.h"
 
 namespace asyncps::testing {
 namespace {
@@ -132,6 +133,63 @@ TEST(Shutdown, SigtermAfterHostileTrafficDrainsWithinTheBudget) {
   EXPECT_EQ(held_answers.load(), 4);
   for (int fd : sockets) {
     if (fd >= 0) close(fd);
+  }
+}
+
+// A batch job that ends by itself: ps_server --exit_when_done and
+// ps_worker --role=evaluator --until_done. Once both workers finish, the
+// evaluator scores the final model (the weights the shards then hold) and
+// exits 0; each shard serves reads for its linger, writes its last
+// checkpoint and exits 0.
+TEST(Shutdown, JobEndsWhenEveryWorkerHasFinished) {
+  const std::string checkpoints = FreshTempDir("done_checkpoints");
+  auto cluster = TestCluster::Start(
+      2, {"--exit_when_done", "--done_linger=5s", "--num_workers=2",
+          "--checkpoint_dir=" + checkpoints, "--checkpoint_every=1h"});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto evaluator = StartEvaluator(
+      **cluster,
+      {"--until_done", "--eval_every=100ms", "--max_test_examples=500"});
+  ASSERT_TRUE(evaluator.ok()) << evaluator.status();
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto w = StartWorker(**cluster, rank, 2, {"--steps=30"});
+    ASSERT_TRUE(w.ok()) << w.status();
+    workers.push_back(*std::move(w));
+  }
+  for (auto& w : workers) ASSERT_TRUE(Finish(*w).ok());
+  auto score = Finish(**evaluator, absl::Seconds(60));
+  ASSERT_TRUE(score.ok()) << score.status();
+
+  // Within the linger the model is still there to read: the evaluator's
+  // last score was of these weights.
+  PsClientOptions options;
+  options.servers = (*cluster)->servers();
+  auto reader = PsClient::Create(options);
+  ASSERT_TRUE(reader.ok());
+  ASSERT_TRUE((*reader)->FetchModel().ok());
+  std::vector<int> all;
+  std::vector<std::vector<float>> weights;
+  for (int t = 0; t < (*reader)->spec().tensors_size(); ++t) {
+    all.push_back(t);
+    weights.emplace_back((*reader)->partition().tensor_elements(t));
+  }
+  std::vector<SliceVersion> versions;
+  ASSERT_TRUE((*reader)->Pull(all, &weights, &versions, -1, 0).ok());
+  double sum = 0;
+  for (const SliceVersion& v : versions) sum += v.version;
+  EXPECT_DOUBLE_EQ(Number(*score, "updates"), sum / versions.size())
+      << "the evaluator's last score was not of the final model";
+  EXPECT_GT(Number(*score, "updates"), 0);
+
+  for (int shard = 0; shard < 2; ++shard) {
+    EXPECT_EQ(ExitCode((*cluster)->process(shard), absl::Seconds(60)), 0)
+        << (*cluster)->process(shard).output();
+    EXPECT_EQ(
+        ListFiles(checkpoints, absl::StrCat("shard-", shard, "-"), ".ckpt")
+            .size(),
+        1u)
+        << "shard " << shard << " wrote no final checkpoint";
   }
 }
 

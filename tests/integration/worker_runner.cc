@@ -47,15 +47,22 @@ absl::StatusOr<google::protobuf::Struct> Finish(Subprocess& worker,
   return ParseJson(*text);
 }
 
-absl::StatusOr<google::protobuf::Struct> EvaluateOnce(
+absl::StatusOr<std::unique_ptr<Subprocess>> StartEvaluator(
     const TestCluster& cluster, const std::vector<std::string>& extra) {
   const std::string result = UniqueTempPath("eval", ".json");
   std::vector<std::string> argv = {
       RunfilePath("worker/ps_worker"),
       absl::StrCat("--servers=", cluster.ServerList()), "--role=evaluator",
-      "--eval_once", absl::StrCat("--result_json=", result)};
+      absl::StrCat("--result_json=", result)};
   argv.insert(argv.end(), extra.begin(), extra.end());
-  auto eval = Subprocess::Start(argv, result);
+  return Subprocess::Start(argv, result);
+}
+
+absl::StatusOr<google::protobuf::Struct> EvaluateOnce(
+    const TestCluster& cluster, const std::vector<std::string>& extra) {
+  std::vector<std::string> flags = {"--eval_once"};
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  auto eval = StartEvaluator(cluster, flags);
   if (!eval.ok()) return eval.status();
   return Finish(**eval, absl::Seconds(60));
 }

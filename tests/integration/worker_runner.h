@@ -24,6 +24,11 @@ absl::StatusOr<std::unique_ptr<Subprocess>> StartWorker(
 absl::StatusOr<google::protobuf::Struct> Finish(
     Subprocess& worker, absl::Duration timeout = absl::Seconds(120));
 
+// Starts `ps_worker --role=evaluator` with a --result_json of its own plus
+// `extra` against `cluster` (Finish returns its result).
+absl::StatusOr<std::unique_ptr<Subprocess>> StartEvaluator(
+    const TestCluster& cluster, const std::vector<std::string>& extra);
+
 // Runs `ps_worker --role=evaluator --eval_once` plus `extra` against
 // `cluster` and returns its --result_json (updates, test_loss, accuracy).
 absl::StatusOr<google::protobuf::Struct> EvaluateOnce(

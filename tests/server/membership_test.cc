@@ -98,6 +98,37 @@ TEST(Membership, LeavingWorkerStopsBeingLiveAtOnce) {
   EXPECT_EQ(m.LiveCount(), 2);
 }
 
+// The job is done (ps_server --exit_when_done) only once every rank it
+// expects has left cleanly: not when some have, not when one fell silent,
+// not once a finished rank registers again.
+TEST(Membership, JobIsDoneWhenEveryExpectedRankHasLeft) {
+  ManualClock clock;
+  Membership m(&clock, absl::Seconds(30));
+  EXPECT_FALSE(m.AllFinished()) << "no job yet";
+  auto leave = [&](int rank, const v1::RegisterResponse& r) {
+    v1::HeartbeatRequest bye;
+    bye.set_rank(rank);
+    bye.set_incarnation(r.incarnation());
+    bye.set_leaving(true);
+    bye.set_secret(r.secret());
+    ASSERT_TRUE(m.Heartbeat(bye).ok());
+  };
+  auto a = m.Register(Join(0, 3));
+  ASSERT_TRUE(a.ok());
+  leave(0, *a);
+  EXPECT_FALSE(m.AllFinished()) << "ranks 1 and 2 never came";
+  auto b = m.Register(Join(1, 3));
+  auto c = m.Register(Join(2, 3));
+  ASSERT_TRUE(b.ok() && c.ok());
+  leave(1, *b);
+  clock.Advance(absl::Seconds(60));  // Rank 2 falls silent: not finished.
+  EXPECT_FALSE(m.AllFinished());
+  leave(2, *c);
+  EXPECT_TRUE(m.AllFinished());
+  ASSERT_TRUE(m.Register(Join(1, 3)).ok());  // A rank back at work.
+  EXPECT_FALSE(m.AllFinished());
+}
+
 TEST(Membership, UnknownRankAndBadRankRefused) {
   ManualClock clock;
   Membership m(&clock, absl::Seconds(2));

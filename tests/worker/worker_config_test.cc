@@ -54,6 +54,11 @@ TEST(WorkerConfig, BadFlagsAreRefusedNamingThem) {
       {[](WorkerConfig* c) { c->rank = 2, c->num_workers = 2; }, "--rank=2"},
       {[](WorkerConfig* c) { c->num_workers = 0; }, "--num_workers=0"},
       {[](WorkerConfig* c) { c->slowdown = 0.5; }, "--slowdown"},
+      {[](WorkerConfig* c) { c->until_done = true; }, "--until_done"},
+      {[](WorkerConfig* c) {
+         c->role = "evaluator", c->until_done = c->eval_once = true;
+       },
+       "--until_done"},
       {[](WorkerConfig* c) { c->batch_size = 0; }, "--batch_size"},
       {[](WorkerConfig* c) { c->batch_size = 1 << 20; }, "--batch_size"},
       {[](WorkerConfig* c) { c->accumulate = 0; }, "--accumulate"},
