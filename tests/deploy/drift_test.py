@@ -7,8 +7,10 @@ it) and deploy/local_cluster.sh pass to ps_server, ps_worker,
 psctl or the shards' launcher (python/package/cluster.py) exists in that
 program's --helpfull (the launcher's --help); the
 Kubernetes manifests parse, and their names and ports agree (the workers'
---servers name the StatefulSet's pods through its headless Service, on the
-port the shards listen on, which the Service and the containers expose);
+--servers name the shard Job's pods through its headless Service, on the
+port the shards listen on, which the Service and the containers expose;
+the counts agree with the ConfigMap's; every workload is a Job that ends
+when the workers do);
 the compose services the workers name exist and listen there; and
 `docker-compose config -q` accepts the compose files.
 """
@@ -70,16 +72,14 @@ def commands(argv):
         for line in argv[2:]:
             out += commands(shlex.split(line))
         return out
-    for i, word in enumerate(argv):
+    def binary(word):
         name = os.path.basename(word.strip('"'))
-        if name in BINARIES:
-            rest = []
-            for arg in argv[i + 1:]:
-                if os.path.basename(arg.strip('"')) in BINARIES:
-                    break
-                rest.append(arg)
-            out.append((name, rest))
-            break
+        return name if name in BINARIES else None
+
+    # Each binary's arguments run to the next binary ("a ... && exec b ...").
+    starts = [i for i, word in enumerate(argv) if binary(word)]
+    for i, end in zip(starts, starts[1:] + [len(argv)]):
+        out.append((binary(argv[i]), argv[i + 1:end]))
     return out
 
 
@@ -154,7 +154,7 @@ def each_container(objects):
 # non-root with the RuntimeDefault seccomp profile; each container
 # escalates nothing, drops every capability and has a read-only root file
 # system.
-def check_restricted(label, objects, statefulset):
+def check_restricted(label, objects, shards):
     for d in objects:
         pod = pod_spec(d)
         if pod is None:
@@ -172,11 +172,11 @@ def check_restricted(label, objects, statefulset):
                     csc.get("readOnlyRootFilesystem") is not True:
                 fail(f"{where}: container {c['name']} may escalate, keeps "
                      "capabilities or writes its root file system")
-    shard_pod = statefulset["spec"]["template"]["spec"]
+    shard_pod = shards["spec"]["template"]["spec"]
     if not all("startupProbe" in c for c in shard_pod["containers"]):
         fail(f"{label}: the shards have no startupProbe: a long restore is "
              "killed by liveness")
-    shard_labels = statefulset["spec"]["template"]["metadata"]["labels"]
+    shard_labels = shards["spec"]["template"]["metadata"]["labels"]
     for kind in ("PodDisruptionBudget", "NetworkPolicy"):
         found = [d for d in objects if d["kind"] == kind]
         if not found:
@@ -216,18 +216,35 @@ def check_kubernetes(label, objects):
               shlex.split(config.get(key, "")))
     service = next(d for d in objects if d["kind"] == "Service"
                    and d["spec"].get("clusterIP") == "None")
-    statefulset = next(d for d in objects if d["kind"] == "StatefulSet")
-    if statefulset["spec"]["serviceName"] != service["metadata"]["name"]:
-        fail(f"{label}: the StatefulSet's serviceName is not the headless "
-             "Service")
+    # The job ends: every workload is a Job (nothing that restarts forever).
+    for d in objects:
+        pod = pod_spec(d)
+        if pod is None:
+            continue
+        if d["kind"] != "Job" or pod.get("restartPolicy") not in (
+                "OnFailure", "Never"):
+            fail(f"{label} {d['kind']} {d['metadata']['name']}: not a Job "
+                 "that ends (the job must end when the workers finish)")
+    shards = next(d for d, c, argv in each_container(objects)
+                  if any(b == "ps_server" for b, _ in commands(argv)))
+    if pod_spec(shards).get("subdomain") != service["metadata"]["name"] or \
+            shards["spec"].get("completionMode") != "Indexed":
+        fail(f"{label}: the shards are not an Indexed Job in the headless "
+             "Service's subdomain")
     if service["spec"]["selector"].items() - \
-            statefulset["spec"]["template"]["metadata"]["labels"].items():
+            shards["spec"]["template"]["metadata"]["labels"].items():
         fail(f"{label}: the headless Service does not select the shards")
     service_ports = {p["port"] for p in service["spec"]["ports"]}
-    replicas = statefulset["spec"]["replicas"]
-    if str(replicas) != config.get("NUM_SHARDS"):
-        fail(f"{label}: the StatefulSet's replicas {replicas} is not "
-             f"NUM_SHARDS {config.get('NUM_SHARDS')}")
+    replicas = shards["spec"]["completions"]
+    if str(replicas) != config.get("NUM_SHARDS") or \
+            shards["spec"]["parallelism"] != replicas:
+        fail(f"{label}: the shard Job's completions {replicas} and "
+             f"parallelism are not NUM_SHARDS {config.get('NUM_SHARDS')}")
+    for d in objects:
+        if d["kind"] == "PodDisruptionBudget" and \
+                d["spec"].get("minAvailable") != int(replicas) - 1:
+            fail(f"{label}: the shards' PodDisruptionBudget is not "
+                 "minAvailable NUM_SHARDS - 1")
     shard_port = None
     for d, c, argv in each_container(objects):
         exposed = {p["containerPort"] for p in c.get("ports", [])}
@@ -256,9 +273,11 @@ def check_kubernetes(label, objects):
                              "the container and the Service")
                 if resolve(value(args, "num_shards")) != str(replicas):
                     fail(f"{where}: --num_shards is not the replica count")
+                if "exit_when_done" not in " ".join(args):
+                    fail(f"{where}: the shards do not --exit_when_done")
     # The workers and the evaluator build --servers from NUM_SHARDS: the
-    # StatefulSet's pods through the headless Service on the shards' port.
-    name = (f"{statefulset['metadata']['name']}-$i."
+    # shard Job's pods through the headless Service on the shards' port.
+    name = (f"{shards['metadata']['name']}-$i."
             f"{service['metadata']['name']}:{shard_port}")
     for d, c, argv in each_container(objects):
         for binary, args in commands(argv):
@@ -268,13 +287,17 @@ def check_kubernetes(label, objects):
             if name not in script or '"$NUM_SHARDS"' not in script:
                 fail(f"{label} {d['metadata']['name']}: --servers is not "
                      f"built as {name} for each of NUM_SHARDS")
-            if d["kind"] == "Job":
+            if value(args, "role") == "evaluator":
+                if "--until_done" not in args:
+                    fail(f"{label} {d['metadata']['name']}: the evaluator "
+                         "does not end with the job (--until_done)")
+            else:
                 n = resolve(value(args, "num_workers"))
                 if str(d["spec"]["completions"]) != n or \
                         str(d["spec"]["parallelism"]) != n:
                     fail(f"{label} {d['metadata']['name']}: completions, "
                          f"parallelism and --num_workers={n} differ")
-    check_restricted(label, objects, statefulset)
+    check_restricted(label, objects, shards)
 
 
 # kustomize does not read a kustomization.yaml that is a symbolic link
@@ -284,6 +307,7 @@ shutil.rmtree(K8S, ignore_errors=True)
 shutil.copytree(os.path.join(ROOT, "deploy/k8s"), K8S)
 OVERLAYS = sorted(os.listdir(os.path.join(K8S, "overlays")))
 k8s_objects = 0
+workloads = []  # Every overlay's objects.
 for overlay in OVERLAYS:
     r = subprocess.run(["kubectl", "kustomize",
                         os.path.join(K8S, "overlays", overlay)],
@@ -297,7 +321,31 @@ for overlay in OVERLAYS:
         fail(f"overlays/{overlay} does not parse: {e}")
         continue
     k8s_objects += len(rendered)
+    workloads += rendered
     check_kubernetes(f"overlays/{overlay}", rendered)
+
+# --- monitoring (deploy/k8s/monitoring) -------------------------------------
+# The PodMonitor finds every pod of the job on a port each container names
+# "metrics"; the PrometheusRule carries deploy/alerts.yml's rules unchanged.
+r = subprocess.run(["kubectl", "kustomize", os.path.join(K8S, "monitoring")],
+                   capture_output=True, text=True)
+if r.returncode != 0:
+    fail(f"kubectl kustomize monitoring: {r.stderr.strip()}")
+else:
+    monitoring = {d["kind"]: d for d in yaml.safe_load_all(r.stdout) if d}
+    pod_monitor = monitoring["PodMonitor"]
+    wanted = pod_monitor["spec"]["selector"]["matchLabels"]
+    ports = {e["port"] for e in pod_monitor["spec"]["podMetricsEndpoints"]}
+    for d, c, argv in each_container(workloads):
+        labels = d["spec"]["template"]["metadata"]["labels"]
+        named = {p.get("name") for p in c.get("ports", [])}
+        if wanted.items() - labels.items() or not ports <= named:
+            fail(f"monitoring: the PodMonitor does not scrape "
+                 f"{d['metadata']['name']} (labels {wanted}, ports {ports})")
+    alerts = yaml.safe_load(open(os.path.join(ROOT, "deploy/alerts.yml")))
+    if monitoring["PrometheusRule"]["spec"]["groups"] != alerts["groups"]:
+        fail("monitoring/prometheus-rule.yaml's rules are not "
+             "deploy/alerts.yml's")
 
 # --- local_cluster.sh -------------------------------------------------------
 for script in ("deploy/local_cluster.sh",):

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Every Kubernetes overlay (deploy/k8s/overlays/*), as `kubectl kustomize`
-# renders it, against the Kubernetes API's own schemas (kubernetes-models
+# Every Kubernetes overlay (deploy/k8s/overlays/*) and the monitoring
+# kustomization (deploy/k8s/monitoring: the Prometheus operator's
+# PodMonitor and PrometheusRule), as `kubectl kustomize` renders them,
+# against the Kubernetes API's own schemas (kubernetes-models
 # from npm, tools/k8s_validate; deploy/install_deps.sh installs it); and
 # the validator itself refuses a deliberately broken manifest
 # (tests/deploy/k8s_broken.yaml), naming each fault.
@@ -20,7 +22,7 @@ json.dump([d for d in yaml.safe_load_all(sys.stdin) if d], open(sys.argv[1], "w"
 # kustomize does not read a kustomization.yaml that is a symbolic link
 # (Bazel's runfiles are): render a copy.
 rm -rf "$work" && mkdir -p "$work" && cp -rL "$root/deploy/k8s" "$work/k8s"
-for dir in "$work"/k8s/overlays/*/; do
+for dir in "$work"/k8s/overlays/*/ "$work"/k8s/monitoring/; do
   overlay=$(basename "$dir")
   kubectl kustomize "$dir" 2>"$work/$overlay.err" | to_json "$work/$overlay.json" ||
     fail "kubectl kustomize overlays/$overlay: $(cat "$work/$overlay.err")"
@@ -37,7 +39,8 @@ cat "$work/broken.out"
 for fault in "spec/replicas must be integer" "containerPort must be integer" \
   "capabilities/drop must be array" "spec/containers must be array" \
   "broken-no-selector: data/spec must have required property selector" \
-  "no schema for apps/v1 StatefulSett"; do
+  "no schema for apps/v1 StatefulSett" \
+  "broken-podmonitor: data/spec/podMetricsEndpoints must be array"; do
   grep -qF "$fault" "$work/broken.out" || fail "the validator did not name: $fault"
 done
 echo PASS

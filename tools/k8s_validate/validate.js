@@ -1,6 +1,8 @@
 // Validates Kubernetes objects against the API's OpenAPI schemas, through
-// kubernetes-models (each kind's schema compiled with ajv): types, required
-// fields, enums, formats. It does not refuse fields the schema lacks (the
+// kubernetes-models (each kind's schema compiled with ajv), and the
+// Prometheus operator's (monitoring.coreos.com: PodMonitor, PrometheusRule)
+// through @kubernetes-models/prometheus-operator: types, required fields,
+// enums, formats. It does not refuse fields the schema lacks (the
 // API's schemas allow them; the server drops them), which the drift test's
 // own checks cover for the fields asyncps relies on.
 //
@@ -12,9 +14,13 @@ const fs = require("fs");
 const pathlib = require("path");
 
 function modelFor(apiVersion, kind) {
-  // "apps/v1" -> kubernetes-models/apps/v1/Kind; core "v1" -> v1/Kind.
+  // "apps/v1" -> kubernetes-models/apps/v1/Kind; core "v1" -> v1/Kind;
+  // the operator's group from its own package.
+  const pkg = apiVersion.startsWith("monitoring.coreos.com/")
+    ? "@kubernetes-models/prometheus-operator"
+    : "kubernetes-models";
   try {
-    return require(`kubernetes-models/${apiVersion}/${kind}`)[kind];
+    return require(`${pkg}/${apiVersion}/${kind}`)[kind];
   } catch (e) {
     return null;
   }
