@@ -3,7 +3,11 @@
 # in plaintext, then with mutual TLS over the data plane, then with TLS over
 # gRPC (how a secured cluster moved its tensors before the data plane had
 # TLS), REPS times in turn, each line with its ratio to the plaintext run
-# just before it.
+# just before it; and the CPU's ceiling for TLS in the same rep: with the
+# client and the shards on this machine's cores, every byte is encrypted
+# once and decrypted once on top of what plaintext costs, so at best
+#   1 / (1 / plaintext + 2 / (cores x AES-256-GCM rate of one core))
+# (the rate from `openssl speed`, the cipher TLS 1.3 picks first).
 #   tools/tls_bench.sh [REPS] [ps_bench flags...]     e.g. 3 --clients=2
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,8 +38,14 @@ for ((r = 1; r <= reps; r++)); do
   plain=$(run "" --transport=tcp "$@")
   data_tls=$(run "$(tls server)" --transport=tcp $(tls client) "$@")
   grpc_tls=$(run "$(tls server)" --transport=grpc $(tls client) "$@")
-  python3 -c "import sys; p, d, g = map(float, sys.argv[1:]); \
+  # k bytes per second, 16 KiB blocks (a TLS record).
+  aes=$(openssl speed -evp aes-256-gcm -seconds 2 -bytes 16384 2>/dev/null |
+    awk '/^AES-256-GCM/ {sub(/k$/, "", $2); print $2 * 1000}')
+  python3 -c "import sys; p, d, g, aes, cores = map(float, sys.argv[1:]); \
+ceiling = 1 / (1 / p + 2 / (cores * aes / 1e9)); \
 print(f'rep $r: plaintext {p:.3f} GB/s; data plane + TLS {d:.3f} GB/s = \
-{d / p:.2f}x plaintext; gRPC + TLS {g:.3f} GB/s = {g / p:.2f}x')" \
-    "$plain" "$data_tls" "$grpc_tls"
+{d / p:.2f}x plaintext, {d / ceiling:.2f}x the CPU ceiling for TLS \
+({ceiling:.2f} GB/s = {ceiling / p:.2f}x plaintext: AES-256-GCM \
+{aes / 1e9:.2f} GB/s a core, {cores:.0f} cores); gRPC + TLS {g:.3f} GB/s \
+= {g / p:.2f}x')" "$plain" "$data_tls" "$grpc_tls" "$aes" "$(nproc)"
 done
