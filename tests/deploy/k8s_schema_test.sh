@@ -5,7 +5,8 @@
 # against the Kubernetes API's own schemas (kubernetes-models
 # from npm, tools/k8s_validate; deploy/install_deps.sh installs it); and
 # the validator itself refuses a deliberately broken manifest
-# (tests/deploy/k8s_broken.yaml), naming each fault.
+# (tests/deploy/k8s_broken.yaml), naming each fault, fields the API's types
+# lack included.
 set -euo pipefail
 root="$TEST_SRCDIR/$TEST_WORKSPACE"
 work="$TEST_TMPDIR/k8s"
@@ -40,7 +41,9 @@ for fault in "spec/replicas must be integer" "containerPort must be integer" \
   "capabilities/drop must be array" "spec/containers must be array" \
   "broken-no-selector: data/spec must have required property selector" \
   "no schema for apps/v1 StatefulSett" \
-  "broken-podmonitor: data/spec/podMetricsEndpoints must be array"; do
+  "broken-podmonitor: data/spec/podMetricsEndpoints must be array" \
+  "'restartPolcy' does not exist in type" \
+  "'imagePullPolicey' does not exist in type"; do
   grep -qF "$fault" "$work/broken.out" || fail "the validator did not name: $fault"
 done
 echo PASS
