@@ -11,7 +11,6 @@
 #include "common/status_macros.h"
 
 namespace asyncps {
-namespace {
 
 bool ValidName(absl::string_view name) {
   if (name.empty() || name.size() > 256) return false;
@@ -24,7 +23,7 @@ bool ValidName(absl::string_view name) {
   return true;
 }
 
-}  // namespace
+namespace {}  // namespace
 
 absl::StatusOr<Partition> ValidateAndPartition(const v1::ModelSpec& spec) {
   // Partition::Create checks the shape of the spec (tensors, shards, slice

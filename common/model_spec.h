@@ -5,12 +5,17 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "common/partitioner.h"
 #include "proto/asyncps.pb.h"
 
 namespace asyncps {
 
 // Largest model a shard accepts, in payload bytes over all tensors.
+// Whether `name` may name a tensor or an embedding table: 1-256
+// characters of [A-Za-z0-9_./-].
+bool ValidName(absl::string_view name);
+
 inline constexpr uint64_t kMaxModelBytes = uint64_t{64} << 30;
 
 // OK, or INVALID_ARGUMENT naming the first problem: an empty or duplicate

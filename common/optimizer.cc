@@ -157,22 +157,29 @@ absl::Status ValidateOptimizer(const v1::OptimizerSpec& spec) {
   }
 }
 
-OptimizerSlots::OptimizerSlots(const v1::OptimizerSpec& spec, size_t n) {
+int OptimizerSlotCount(const v1::OptimizerSpec& spec) {
   switch (spec.kind()) {
     case v1::OptimizerSpec::MOMENTUM:
-      slot1_.assign(n, 0.0f);
-      break;
+    case v1::OptimizerSpec::ADAGRAD:
+      return 1;
     case v1::OptimizerSpec::ADAM:
     case v1::OptimizerSpec::ADAMW:
-      slot1_.assign(n, 0.0f);
-      slot2_.assign(n, 0.0f);
-      break;
-    case v1::OptimizerSpec::ADAGRAD:
-      slot1_.assign(n, spec.initial_accumulator_value());
-      break;
+      return 2;
     default:
-      break;
+      return 0;
   }
+}
+
+float InitialSlot1(const v1::OptimizerSpec& spec) {
+  return spec.kind() == v1::OptimizerSpec::ADAGRAD
+             ? spec.initial_accumulator_value()
+             : 0.0f;
+}
+
+OptimizerSlots::OptimizerSlots(const v1::OptimizerSpec& spec, size_t n) {
+  const int slots = OptimizerSlotCount(spec);
+  if (slots >= 1) slot1_.assign(n, InitialSlot1(spec));
+  if (slots >= 2) slot2_.assign(n, 0.0f);
 }
 
 bool OptimizerSlots::Restore(std::vector<float> slot1, std::vector<float> slot2,
@@ -187,37 +194,42 @@ bool OptimizerSlots::Restore(std::vector<float> slot1, std::vector<float> slot2,
   return true;
 }
 
-void OptimizerSlots::Apply(const v1::OptimizerSpec& spec, float lr_scale,
-                           absl::Span<const float> g, absl::Span<float> w) {
+void ApplyOptimizer(const v1::OptimizerSpec& spec, float lr_scale,
+                    int64_t* steps, absl::Span<const float> g,
+                    absl::Span<float> slot1, absl::Span<float> slot2,
+                    absl::Span<float> w) {
   const float lr = spec.learning_rate() * lr_scale /
-                   (1.0f + spec.lr_decay() * static_cast<float>(steps_));
-  const bool first = steps_ == 0;
-  ++steps_;
+                   (1.0f + spec.lr_decay() * static_cast<float>(*steps));
+  const bool first = *steps == 0;
+  const int64_t step = ++*steps;
   switch (spec.kind()) {
     case v1::OptimizerSpec::SGD:
       SgdStep(lr, spec.weight_decay(), g, w);
       break;
     case v1::OptimizerSpec::MOMENTUM:
       MomentumStep(lr, spec.momentum(), spec.nesterov(), spec.weight_decay(), g,
-                   absl::MakeSpan(slot1_), w, spec.dampening(), first);
+                   slot1, w, spec.dampening(), first);
       break;
     case v1::OptimizerSpec::ADAMW:
       AdamWStep(lr, spec.beta1(), spec.beta2(), spec.epsilon(),
-                spec.weight_decay(), steps_, g, absl::MakeSpan(slot1_),
-                absl::MakeSpan(slot2_), w);
+                spec.weight_decay(), step, g, slot1, slot2, w);
       break;
     case v1::OptimizerSpec::ADAM:
       AdamStep(lr, spec.beta1(), spec.beta2(), spec.epsilon(),
-               spec.weight_decay(), steps_, g, absl::MakeSpan(slot1_),
-               absl::MakeSpan(slot2_), w);
+               spec.weight_decay(), step, g, slot1, slot2, w);
       break;
     case v1::OptimizerSpec::ADAGRAD:
-      AdagradStep(lr, spec.epsilon(), spec.weight_decay(), g,
-                  absl::MakeSpan(slot1_), w);
+      AdagradStep(lr, spec.epsilon(), spec.weight_decay(), g, slot1, w);
       break;
     default:
       break;
   }
+}
+
+void OptimizerSlots::Apply(const v1::OptimizerSpec& spec, float lr_scale,
+                           absl::Span<const float> g, absl::Span<float> w) {
+  ApplyOptimizer(spec, lr_scale, &steps_, g, absl::MakeSpan(slot1_),
+                 absl::MakeSpan(slot2_), w);
 }
 
 }  // namespace asyncps

@@ -46,6 +46,23 @@ void AdagradStep(float lr, float epsilon, float weight_decay,
 // ...).
 absl::Status ValidateOptimizer(const v1::OptimizerSpec& spec);
 
+// What a kind keeps per weight beyond the weight itself: 0, 1 (momentum's
+// velocity, Adam's m, AdaGrad's accumulator) or 2 slots (Adam's v), and the
+// first slot's starting value (AdaGrad's initial accumulator; 0 otherwise).
+int OptimizerSlotCount(const v1::OptimizerSpec& spec);
+float InitialSlot1(const v1::OptimizerSpec& spec);
+
+// One update of `g` to `w`, the learning rate multiplied by `lr_scale`,
+// with the state held elsewhere: `slot1` and `slot2` as the kind needs them
+// (each of w's size, or empty), `*steps` the updates applied before (then
+// one more). OptimizerSlots::Apply for a slice; an embedding table's rows
+// (server/embedding_table.h) each keep their own.
+// REQUIRES: ValidateOptimizer(spec).ok(); g.size() == w.size().
+void ApplyOptimizer(const v1::OptimizerSpec& spec, float lr_scale,
+                    int64_t* steps, absl::Span<const float> g,
+                    absl::Span<float> slot1, absl::Span<float> slot2,
+                    absl::Span<float> w);
+
 // The optimizer state of one slice: what the kind needs beyond the weights.
 class OptimizerSlots {
  public:

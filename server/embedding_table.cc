@@ -1,0 +1,241 @@
+#include "server/embedding_table.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/initializer.h"
+#include "common/model_spec.h"
+#include "common/optimizer.h"
+#include "common/status_macros.h"
+
+namespace asyncps {
+namespace {
+
+// The distinct ids of a request in first-seen order, and where each of the
+// request's ids falls among them.
+struct Distinct {
+  std::vector<int64_t> ids;
+  std::vector<uint32_t> of;  // of[k]: ids[k]'s index in `ids`.
+};
+
+Distinct Dedupe(absl::Span<const int64_t> ids) {
+  Distinct d;
+  d.of.reserve(ids.size());
+  absl::flat_hash_map<int64_t, uint32_t> seen;
+  seen.reserve(ids.size());
+  for (int64_t id : ids) {
+    auto [it, fresh] =
+        seen.try_emplace(id, static_cast<uint32_t>(d.ids.size()));
+    if (fresh) d.ids.push_back(id);
+    d.of.push_back(it->second);
+  }
+  return d;
+}
+
+// Room for the request's new rows: more distinct ids than the table may
+// hold would evict rows of the request itself.
+absl::Status CheckRoom(const std::string& name, size_t distinct,
+                       uint64_t capacity) {
+  if (distinct > capacity) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(distinct, " distinct ids in one call to embedding '", name,
+                     "', which keeps at most ", capacity,
+                     " rows a shard (max_rows_per_shard)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int RowShard(int64_t id, int num_shards) {
+  return static_cast<int>(Mix64(static_cast<uint64_t>(id)) %
+                          static_cast<uint64_t>(num_shards));
+}
+
+absl::Status ValidateEmbedding(const v1::EmbeddingSpec& spec) {
+  if (!ValidName(spec.name())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("embedding name '", spec.name().substr(0, 64),
+                     "' (want 1-256 characters of [A-Za-z0-9_./-])"));
+  }
+  const std::string where = absl::StrCat("embedding '", spec.name(), "': ");
+  if (spec.dim() < 1 || spec.dim() > 65536) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "dim ", spec.dim(), " is not in [1, 65536]"));
+  }
+  if (spec.num_rows() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, "num_rows ", spec.num_rows(), " is negative (0: unbounded)"));
+  }
+  if (spec.max_rows_per_shard() < 0 ||
+      spec.max_rows_per_shard() > kMaxRowsPerShard) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "max_rows_per_shard ", spec.max_rows_per_shard(),
+                     " is not in [0, ", kMaxRowsPerShard, "]"));
+  }
+  RETURN_IF_ERROR(ValidateInitializer(spec.init(), spec.name()));
+  absl::Status optimizer = ValidateOptimizer(spec.optimizer());
+  if (!optimizer.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, optimizer.message()));
+  }
+  return absl::OkStatus();
+}
+
+EmbeddingTable::EmbeddingTable(const v1::EmbeddingSpec& spec)
+    : spec_(spec),
+      dim_(static_cast<size_t>(spec.dim())),
+      slots_(OptimizerSlotCount(spec.optimizer())),
+      capacity_(static_cast<uint64_t>(spec.max_rows_per_shard() > 0
+                                          ? spec.max_rows_per_shard()
+                                          : kMaxRowsPerShard)) {}
+
+absl::Status EmbeddingTable::CheckIds(absl::Span<const int64_t> ids) const {
+  if (ids.size() > kMaxRowsPerCall) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(ids.size(), " ids in one call to embedding '",
+                     spec_.name(), "'; at most ", kMaxRowsPerCall));
+  }
+  if (spec_.num_rows() > 0) {
+    for (int64_t id : ids) {
+      if (id < 0 || id >= spec_.num_rows()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("id ", id, " is outside embedding '", spec_.name(),
+                         "' of ", spec_.num_rows(), " rows"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void EmbeddingTable::Unlink(uint32_t slot) {
+  const uint32_t p = prev_[slot], n = next_[slot];
+  (p == kNone ? oldest_ : next_[p]) = n;
+  (n == kNone ? newest_ : prev_[n]) = p;
+  prev_[slot] = next_[slot] = kNone;
+}
+
+void EmbeddingTable::LinkLast(uint32_t slot) {
+  prev_[slot] = newest_;
+  next_[slot] = kNone;
+  (newest_ == kNone ? oldest_ : next_[newest_]) = slot;
+  newest_ = slot;
+}
+
+uint32_t EmbeddingTable::Touch(int64_t id) {
+  if (auto it = index_.find(id); it != index_.end()) {
+    Unlink(it->second);
+    LinkLast(it->second);
+    return it->second;
+  }
+  uint32_t slot;
+  if (ids_.size() < capacity_) {
+    slot = static_cast<uint32_t>(ids_.size());
+    ids_.push_back(id);
+    weights_.resize(weights_.size() + dim_);
+    if (slots_ >= 1) slot1_.resize(slot1_.size() + dim_);
+    if (slots_ >= 2) slot2_.resize(slot2_.size() + dim_);
+    steps_.push_back(0);
+    prev_.push_back(kNone);
+    next_.push_back(kNone);
+  } else {
+    slot = oldest_;  // The least recently used row gives way.
+    Unlink(slot);
+    index_.erase(ids_[slot]);
+    ids_[slot] = id;
+    ++evicted_;
+  }
+  index_[id] = slot;
+  LinkLast(slot);
+  const size_t at = size_t{slot} * dim_;
+  // Element j of row `id` is element id * dim + j of the table's stream.
+  FillInitial(spec_.init(), spec_.seed(), spec_.name(),
+              static_cast<uint64_t>(id) * dim_,
+              absl::MakeSpan(&weights_[at], dim_));
+  if (slots_ >= 1) {
+    std::fill_n(&slot1_[at], dim_, InitialSlot1(spec_.optimizer()));
+  }
+  if (slots_ >= 2) std::fill_n(&slot2_[at], dim_, 0.0f);
+  steps_[slot] = 0;
+  return slot;
+}
+
+absl::Status EmbeddingTable::Pull(absl::Span<const int64_t> ids,
+                                  absl::Span<float> rows) {
+  if (rows.size() != ids.size() * dim_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a pull of ", ids.size(), " rows of embedding '", spec_.name(),
+        "' (dim ", dim_, ") into ", rows.size(), " floats"));
+  }
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckIds(ids));
+  const Distinct d = Dedupe(ids);
+  RETURN_IF_ERROR(CheckRoom(spec_.name(), d.ids.size(), capacity_));
+  std::vector<uint32_t> slot(d.ids.size());
+  for (size_t i = 0; i < d.ids.size(); ++i) slot[i] = Touch(d.ids[i]);
+  for (size_t k = 0; k < ids.size(); ++k) {
+    std::copy_n(&weights_[size_t{slot[d.of[k]]} * dim_], dim_, &rows[k * dim_]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingTable::Push(absl::Span<const int64_t> ids,
+                                  absl::Span<const float> grads,
+                                  float lr_scale) {
+  if (grads.size() != ids.size() * dim_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a push of ", grads.size(), " floats for ", ids.size(),
+        " rows of embedding '", spec_.name(), "' (dim ", dim_, ")"));
+  }
+  for (size_t e = 0; e < grads.size(); ++e) {
+    if (!std::isfinite(grads[e])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradient of row ", ids[e / dim_], " of embedding '", spec_.name(),
+          "' is ", grads[e], " at element ", e % dim_));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckIds(ids));
+  const Distinct d = Dedupe(ids);
+  RETURN_IF_ERROR(CheckRoom(spec_.name(), d.ids.size(), capacity_));
+  // A repeated id's gradients are summed before its one update.
+  std::vector<float> summed;
+  absl::Span<const float> g = grads;
+  if (d.ids.size() < ids.size()) {
+    summed.assign(d.ids.size() * dim_, 0.0f);
+    for (size_t k = 0; k < ids.size(); ++k) {
+      float* to = &summed[size_t{d.of[k]} * dim_];
+      const float* from = &grads[k * dim_];
+      for (size_t j = 0; j < dim_; ++j) to[j] += from[j];
+    }
+    g = summed;
+  }
+  for (size_t i = 0; i < d.ids.size(); ++i) {
+    const size_t at = size_t{Touch(d.ids[i])} * dim_;
+    const absl::Span<float> none;
+    ApplyOptimizer(spec_.optimizer(), lr_scale, &steps_[at / dim_],
+                   g.subspan(i * dim_, dim_),
+                   slots_ >= 1 ? absl::MakeSpan(&slot1_[at], dim_) : none,
+                   slots_ >= 2 ? absl::MakeSpan(&slot2_[at], dim_) : none,
+                   absl::MakeSpan(&weights_[at], dim_));
+  }
+  return absl::OkStatus();
+}
+
+int64_t EmbeddingTable::rows() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(index_.size());
+}
+
+int64_t EmbeddingTable::evicted() const {
+  absl::MutexLock lock(&mu_);
+  return evicted_;
+}
+
+int64_t EmbeddingTable::steps(int64_t id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = index_.find(id);
+  return it == index_.end() ? 0 : steps_[it->second];
+}
+
+}  // namespace asyncps

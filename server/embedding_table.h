@@ -1,0 +1,108 @@
+// EmbeddingTable: one shard's part of a sparse embedding table
+// (v1::EmbeddingSpec, docs/SPARSE.md): the rows whose ids hash to this shard
+// (RowShard), each with its own optimizer state and step count. Rows are
+// made on first touch from the initializer (the same values on every shard
+// and at every restart), pulled by id in the caller's order, and pushed by
+// id: the gradients of a repeated id are summed, then the optimizer is
+// applied once to each distinct row and to no other (Adam is "lazy": a
+// row not pushed is not decayed). With max_rows_per_shard, a new row takes
+// the place of the least recently used (pulled or pushed) one.
+//
+// Every request is checked whole before anything changes: an id outside a
+// bounded table, a buffer of the wrong size, a NaN or infinite gradient or
+// too many ids are refused with a status naming what was wrong, and no row
+// moves. The table's RPCs and clients are not built yet (#25).
+// Thread-safe.
+#ifndef ASYNCPS_SERVER_EMBEDDING_TABLE_H_
+#define ASYNCPS_SERVER_EMBEDDING_TABLE_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "proto/asyncps.pb.h"
+
+namespace asyncps {
+
+// The most ids one Pull or Push may carry.
+inline constexpr size_t kMaxRowsPerCall = size_t{1} << 20;
+// The most rows one shard may hold of one table.
+inline constexpr int64_t kMaxRowsPerShard = int64_t{1} << 31;
+
+// Which of `num_shards` shards holds row `id` (of every table): a 64-bit
+// mix of the id, so consecutive ids and skewed (Zipf) id streams spread
+// their distinct ids evenly. REQUIRES: num_shards >= 1.
+int RowShard(int64_t id, int num_shards);
+
+// INVALID_ARGUMENT naming the field if `spec` is unusable (name, dim,
+// num_rows, max_rows_per_shard, initializer, optimizer).
+absl::Status ValidateEmbedding(const v1::EmbeddingSpec& spec);
+
+class EmbeddingTable {
+ public:
+  // REQUIRES: ValidateEmbedding(spec).ok().
+  explicit EmbeddingTable(const v1::EmbeddingSpec& spec);
+  EmbeddingTable(const EmbeddingTable&) = delete;
+  EmbeddingTable& operator=(const EmbeddingTable&) = delete;
+
+  const v1::EmbeddingSpec& spec() const { return spec_; }
+
+  // Copies the rows of `ids` into `rows` (ids.size() x dim, in the ids'
+  // order). INVALID_ARGUMENT for an id outside [0, num_rows) of a bounded
+  // table or `rows` of another size; RESOURCE_EXHAUSTED for more than
+  // kMaxRowsPerCall ids, or more distinct new ids than the table may hold.
+  absl::Status Pull(absl::Span<const int64_t> ids, absl::Span<float> rows);
+
+  // Applies `grads` (ids.size() x dim, row k for ids[k]) with the learning
+  // rate times `lr_scale`. Errors as for Pull, and INVALID_ARGUMENT naming
+  // the id and element of a gradient that is not finite.
+  absl::Status Push(absl::Span<const int64_t> ids,
+                    absl::Span<const float> grads, float lr_scale = 1.0f);
+
+  // Rows held now, and rows evicted to make room since the start.
+  int64_t rows() const;
+  int64_t evicted() const;
+  // The step count of row `id` (0 if not held), for tests and checkpoints.
+  int64_t steps(int64_t id) const;
+
+ private:
+  static constexpr uint32_t kNone = ~uint32_t{0};
+
+  // The checks both calls share.
+  absl::Status CheckIds(absl::Span<const int64_t> ids) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The slot of `id`, made (and initialized) if new, and marked most
+  // recently used. REQUIRES: CheckIds passed for it.
+  uint32_t Touch(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Unlink(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LinkLast(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Constant after construction.
+  const v1::EmbeddingSpec spec_;
+  const size_t dim_;
+  const int slots_;  // Optimizer slots per weight (0, 1 or 2).
+  const uint64_t capacity_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<int64_t, uint32_t> index_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> ids_ ABSL_GUARDED_BY(mu_);  // By slot.
+  // By slot, dim_ each.
+  std::vector<float> weights_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> slot1_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> slot2_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> steps_ ABSL_GUARDED_BY(mu_);  // By slot.
+  // Least recently used first: a list through the slots.
+  std::vector<uint32_t> prev_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint32_t> next_ ABSL_GUARDED_BY(mu_);
+  uint32_t oldest_ ABSL_GUARDED_BY(mu_) = kNone;
+  uint32_t newest_ ABSL_GUARDED_BY(mu_) = kNone;
+  int64_t evicted_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_EMBEDDING_TABLE_H_
