@@ -93,6 +93,18 @@ void ShardCaller::Stamp(int shard, v1::StoreSetRequest* r) const {
   r->set_rank(rank_.load());
   r->set_secret(SecretFor(shard, r->rank()));
 }
+void ShardCaller::Stamp(int shard, v1::DeclareEmbeddingRequest* r) const {
+  r->set_rank(rank_.load());
+  r->set_secret(SecretFor(shard, r->rank()));
+}
+void ShardCaller::Stamp(int shard, v1::PullRowsRequest* r) const {
+  r->set_rank(rank_.load());
+  r->set_secret(SecretFor(shard, r->rank()));
+}
+void ShardCaller::Stamp(int shard, v1::PushRowsRequest* r) const {
+  r->set_rank(rank_.load());
+  r->set_secret(SecretFor(shard, r->rank()));
+}
 
 std::unique_ptr<grpc::ClientContext> ShardCaller::NewContext(
     absl::Time deadline) const {

@@ -40,11 +40,11 @@
 #include "common/backoff.h"
 #include "common/clock.h"
 #include "common/cluster_spec.h"
-#include "rpc/grpc_status.h"
 #include "common/security.h"
 #include "common/status.h"
 #include "common/timeline.h"
 #include "proto/asyncps.grpc.pb.h"
+#include "rpc/grpc_status.h"
 
 // The callback-API call of one ParameterServer method, for CallAll.
 #define ASYNCPS_RPC(Method)                                               \
@@ -185,6 +185,9 @@ class ShardCaller {
   void Stamp(int shard, v1::RegisterRequest* r) const;
   void Stamp(int shard, v1::HeartbeatRequest* r) const;
   void Stamp(int shard, v1::StoreSetRequest* r) const;
+  void Stamp(int shard, v1::DeclareEmbeddingRequest* r) const;
+  void Stamp(int shard, v1::PullRowsRequest* r) const;
+  void Stamp(int shard, v1::PushRowsRequest* r) const;
   template <typename Request>
   void Stamp(int, Request*) const {}
 

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "common/initializer.h"  // Mix64
 #include "common/status_macros.h"
 
 namespace asyncps {
@@ -132,6 +133,11 @@ std::vector<uint64_t> Partition::ShardBytes() const {
   for (const SliceInfo& s : slices_)
     bytes[s.shard] += s.count * DTypeSize(v1::DTYPE_F32);
   return bytes;
+}
+
+int RowShard(int64_t id, int num_shards) {
+  return static_cast<int>(Mix64(static_cast<uint64_t>(id)) %
+                          static_cast<uint64_t>(num_shards));
 }
 
 }  // namespace asyncps

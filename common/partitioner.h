@@ -71,6 +71,12 @@ class Partition {
   std::vector<uint64_t> tensor_elements_;
 };
 
+// Which of `num_shards` shards holds row `id` of an embedding table (every
+// table alike): a 64-bit mix of the id, so consecutive ids and skewed
+// (Zipf) id streams spread their distinct ids evenly.
+// REQUIRES: num_shards >= 1.
+int RowShard(int64_t id, int num_shards);
+
 // Bytes per element of `dtype`, or 0 if it is not a known dtype.
 size_t DTypeSize(int dtype);
 

@@ -48,11 +48,6 @@ absl::Status CheckRoom(const std::string& name, size_t distinct,
 
 }  // namespace
 
-int RowShard(int64_t id, int num_shards) {
-  return static_cast<int>(Mix64(static_cast<uint64_t>(id)) %
-                          static_cast<uint64_t>(num_shards));
-}
-
 absl::Status ValidateEmbedding(const v1::EmbeddingSpec& spec) {
   if (!ValidName(spec.name())) {
     return absl::InvalidArgumentError(
@@ -236,6 +231,45 @@ int64_t EmbeddingTable::steps(int64_t id) const {
   absl::MutexLock lock(&mu_);
   auto it = index_.find(id);
   return it == index_.end() ? 0 : steps_[it->second];
+}
+
+absl::Status EmbeddingTables::Declare(const v1::EmbeddingSpec& spec,
+                                      const absl::Status& may_create) {
+  RETURN_IF_ERROR(ValidateEmbedding(spec));
+  absl::MutexLock lock(&mu_);
+  auto it = tables_.find(spec.name());
+  if (it != tables_.end()) {
+    if (it->second->spec().SerializeAsString() != spec.SerializeAsString()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "embedding '", spec.name(), "' is declared with another spec (",
+          it->second->spec().ShortDebugString(), ")"));
+    }
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(may_create);
+  if (tables_.size() >= kMaxTables) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "a shard holds at most ", kMaxTables, " embedding tables"));
+  }
+  tables_.emplace(spec.name(), std::make_unique<EmbeddingTable>(spec));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<EmbeddingTable*> EmbeddingTables::Find(
+    const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = tables_.find(name);
+  if (it == tables_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("no embedding '", name.substr(0, 64),
+                     "' on this shard (DeclareEmbedding first)"));
+  }
+  return it->second.get();
+}
+
+size_t EmbeddingTables::size() const {
+  absl::MutexLock lock(&mu_);
+  return tables_.size();
 }
 
 }  // namespace asyncps

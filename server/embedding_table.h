@@ -11,19 +11,20 @@
 // Every request is checked whole before anything changes: an id outside a
 // bounded table, a buffer of the wrong size, a NaN or infinite gradient or
 // too many ids are refused with a status naming what was wrong, and no row
-// moves. The table's RPCs and clients are not built yet (#25).
-// Thread-safe.
+// moves. Thread-safe.
 #ifndef ASYNCPS_SERVER_EMBEDDING_TABLE_H_
 #define ASYNCPS_SERVER_EMBEDDING_TABLE_H_
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "common/partitioner.h"  // RowShard
 #include "proto/asyncps.pb.h"
 
 namespace asyncps {
@@ -32,11 +33,6 @@ namespace asyncps {
 inline constexpr size_t kMaxRowsPerCall = size_t{1} << 20;
 // The most rows one shard may hold of one table.
 inline constexpr int64_t kMaxRowsPerShard = int64_t{1} << 31;
-
-// Which of `num_shards` shards holds row `id` (of every table): a 64-bit
-// mix of the id, so consecutive ids and skewed (Zipf) id streams spread
-// their distinct ids evenly. REQUIRES: num_shards >= 1.
-int RowShard(int64_t id, int num_shards);
 
 // INVALID_ARGUMENT naming the field if `spec` is unusable (name, dim,
 // num_rows, max_rows_per_shard, initializer, optimizer).
@@ -101,6 +97,30 @@ class EmbeddingTable {
   uint32_t oldest_ ABSL_GUARDED_BY(mu_) = kNone;
   uint32_t newest_ ABSL_GUARDED_BY(mu_) = kNone;
   int64_t evicted_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Every embedding table of a shard, by name (DeclareEmbedding, PullRows,
+// PushRows). Tables are never removed. Thread-safe.
+class EmbeddingTables {
+ public:
+  // The most tables a shard holds.
+  static constexpr size_t kMaxTables = 256;
+
+  // OK if `spec` is the very spec declared under its name before, or new
+  // and `may_create` is OK (the table is made; else that status);
+  // FAILED_PRECONDITION if another spec has the name; INVALID_ARGUMENT as
+  // ValidateEmbedding says; RESOURCE_EXHAUSTED beyond kMaxTables.
+  absl::Status Declare(const v1::EmbeddingSpec& spec,
+                       const absl::Status& may_create = absl::OkStatus());
+  // The table named `name` (valid as long as this object), or NOT_FOUND
+  // saying to declare it.
+  absl::StatusOr<EmbeddingTable*> Find(const std::string& name) const;
+  size_t size() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<EmbeddingTable>> tables_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace asyncps

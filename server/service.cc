@@ -13,13 +13,14 @@ namespace asyncps {
 ParameterServerService::ParameterServerService(
     ShardStore* store, Membership* membership, Consistency* consistency,
     KvStore* kv, Clock* clock, int num_shards, Checkpointer* checkpointer,
-    v1::DataPlaneResponse data_plane, std::string token,
-    std::string admin_token)
+    EmbeddingTables* tables, v1::DataPlaneResponse data_plane,
+    std::string token, std::string admin_token)
     : store_(store),
       membership_(membership),
       consistency_(consistency),
       kv_(kv),
       checkpointer_(checkpointer),
+      tables_(tables),
       clock_(clock),
       num_shards_(num_shards),
       start_(clock->Now()),

@@ -12,6 +12,7 @@
 #include "proto/asyncps.grpc.pb.h"
 #include "server/checkpoint.h"
 #include "server/consistency.h"
+#include "server/embedding_table.h"
 #include "server/held_calls.h"
 #include "server/kv_store.h"
 #include "server/membership.h"
@@ -32,6 +33,7 @@ class ParameterServerService final
   ParameterServerService(ShardStore* store, Membership* membership,
                          Consistency* consistency, KvStore* kv, Clock* clock,
                          int num_shards, Checkpointer* checkpointer,
+                         EmbeddingTables* tables,
                          v1::DataPlaneResponse data_plane,
                          std::string token = "", std::string admin_token = "");
 
@@ -57,6 +59,17 @@ class ParameterServerService final
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const v1::RegisterRequest* request,
                                      v1::RegisterResponse* response) override;
+  // Sparse rows (service_rows.cc).
+  grpc::ServerUnaryReactor* DeclareEmbedding(
+      grpc::CallbackServerContext* context,
+      const v1::DeclareEmbeddingRequest* request,
+      v1::DeclareEmbeddingResponse* response) override;
+  grpc::ServerUnaryReactor* PullRows(grpc::CallbackServerContext* context,
+                                     const v1::PullRowsRequest* request,
+                                     v1::PullRowsResponse* response) override;
+  grpc::ServerUnaryReactor* PushRows(grpc::CallbackServerContext* context,
+                                     const v1::PushRowsRequest* request,
+                                     v1::PushRowsResponse* response) override;
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
                                       const v1::HeartbeatRequest* request,
                                       v1::HeartbeatResponse* response) override;
@@ -109,6 +122,7 @@ class ParameterServerService final
   Consistency* const consistency_;
   KvStore* const kv_;
   Checkpointer* const checkpointer_;  // Null without --checkpoint_dir.
+  EmbeddingTables* const tables_;
   Clock* const clock_;
   const int num_shards_;
   const absl::Time start_;

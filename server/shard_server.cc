@@ -260,7 +260,7 @@ absl::Status ShardServer::Listen() {
   }
   service_ = std::make_unique<ParameterServerService>(
       &store_, &membership_, &consistency_, &kv_, env_.clock,
-      config_.num_shards, checkpointer_.get(), std::move(data_plane),
+      config_.num_shards, checkpointer_.get(), &tables_, std::move(data_plane),
       config_.security.token, config_.security.admin_token);
   // The standard grpc.health.v1 service (SERVING once this returns: the
   // checkpoint is restored) and server reflection, for gRPC's own tools.

@@ -28,6 +28,7 @@
 #include "server/checkpoint.h"
 #include "server/consistency.h"
 #include "server/data_plane.h"
+#include "server/embedding_table.h"
 #include "server/kv_store.h"
 #include "server/membership.h"
 #include "server/metrics.h"
@@ -146,6 +147,7 @@ class ShardServer {
   Membership membership_;
   Consistency consistency_;
   KvStore kv_;
+  EmbeddingTables tables_;  // Sparse rows; not checkpointed yet (#25).
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<DataPlaneServer> data_plane_;
   std::unique_ptr<ParameterServerService> service_;

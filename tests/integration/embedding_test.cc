@@ -1,0 +1,166 @@
+// Sparse embedding tables through two real shards over gRPC
+// (client/embedding_client.h, server/service_rows.cc): rows and updates are
+// exactly a single local table's fed the same calls (ids routed to their
+// shards and back in the caller's order, repeated ids summed), for SGD and
+// AdaGrad; bad requests, strangers and mis-routed ids are refused with
+// nothing changed.
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "client/embedding_client.h"
+#include "client/ps_client.h"
+#include "gtest/gtest.h"
+#include "proto/asyncps.grpc.pb.h"
+#include "server/embedding_table.h"
+#include "tests/integration/local_shards.h"
+
+namespace asyncps::testing {
+namespace {
+
+v1::EmbeddingSpec Spec(const std::string& name, v1::OptimizerSpec::Kind kind,
+                       int64_t num_rows) {
+  v1::EmbeddingSpec s;
+  s.set_name(name);
+  s.set_dim(8);
+  s.set_num_rows(num_rows);
+  s.set_seed(11);
+  s.mutable_init()->set_kind(v1::Initializer::NORMAL);
+  s.mutable_init()->set_stddev(0.1f);
+  s.mutable_optimizer()->set_kind(kind);
+  s.mutable_optimizer()->set_learning_rate(0.05f);
+  s.mutable_optimizer()->set_epsilon(1e-6f);
+  s.mutable_optimizer()->set_initial_accumulator_value(0.1f);
+  return s;
+}
+
+class EmbeddingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto shards = StartLocalShards(2);
+    ASSERT_TRUE(shards.ok()) << shards.status();
+    shards_ = *std::move(shards);
+    worker_ = Client(/*rank=*/0);
+    rows_ = std::make_unique<EmbeddingClient>(worker_->caller());
+  }
+
+  // A client of the shards; joined as `rank` unless it is -1 (a reader).
+  std::unique_ptr<PsClient> Client(int rank) {
+    PsClientOptions options;
+    options.servers = shards_.addresses;
+    options.transport = Transport::kGrpc;
+    options.retry_for = absl::Seconds(5);
+    auto client = PsClient::Create(options);
+    EXPECT_TRUE(client.ok());
+    if (rank >= 0) EXPECT_TRUE((*client)->Join(rank, 2).ok());
+    return *std::move(client);
+  }
+
+  std::vector<float> Pull(EmbeddingClient* c, const std::string& table,
+                          const std::vector<int64_t>& ids) {
+    std::vector<float> out(ids.size() * 8);
+    absl::Status s = c->PullRows(table, ids, absl::MakeSpan(out));
+    EXPECT_TRUE(s.ok()) << s;
+    return out;
+  }
+
+  LocalShards shards_;
+  std::unique_ptr<PsClient> worker_;
+  std::unique_ptr<EmbeddingClient> rows_;
+};
+
+// The same calls on the shards and on one local table give the same rows.
+TEST_F(EmbeddingTest, RowsAreExactlyALocalTablesForSgdAndAdagrad) {
+  for (auto [name, kind, num_rows] :
+       {std::tuple{"clicks", v1::OptimizerSpec::SGD, int64_t{0}},
+        std::tuple{"items", v1::OptimizerSpec::ADAGRAD, int64_t{5000}}}) {
+    const v1::EmbeddingSpec spec = Spec(name, kind, num_rows);
+    ASSERT_TRUE(rows_->Declare(spec).ok());
+    ASSERT_TRUE(rows_->Declare(spec).ok()) << "declaring is idempotent";
+    EmbeddingTable reference(spec);
+    std::mt19937_64 random(5);
+    std::uniform_int_distribution<int64_t> id(0, 200);  // Many repeats.
+    std::normal_distribution<float> grad(0, 1);
+    for (int round = 0; round < 5; ++round) {
+      std::vector<int64_t> ids(64);
+      for (int64_t& i : ids) i = num_rows > 0 ? id(random) : id(random) << 40;
+      std::vector<float> g(ids.size() * 8);
+      for (float& x : g) x = grad(random);
+      std::vector<float> want(ids.size() * 8);
+      ASSERT_TRUE(reference.Pull(ids, absl::MakeSpan(want)).ok());
+      EXPECT_EQ(Pull(rows_.get(), name, ids), want) << name << " " << round;
+      ASSERT_TRUE(rows_->PushRows(name, ids, g).ok());
+      // The client sums repeats before sending, the reference table as it
+      // applies: the same sums, added in the same order.
+      ASSERT_TRUE(reference.Push(ids, g).ok());
+    }
+    std::vector<int64_t> all;
+    for (int64_t i = 0; i <= 200; ++i)
+      all.push_back(num_rows > 0 ? i : i << 40);
+    std::vector<float> want(all.size() * 8);
+    ASSERT_TRUE(reference.Pull(all, absl::MakeSpan(want)).ok());
+    const std::vector<float> got = Pull(rows_.get(), name, all);
+    for (size_t k = 0; k < got.size(); ++k) {
+      ASSERT_NEAR(got[k], want[k], 1e-6) << name << " element " << k;
+    }
+  }
+}
+
+TEST_F(EmbeddingTest, BadRequestsAndStrangersChangeNoRow) {
+  const v1::EmbeddingSpec spec = Spec("items", v1::OptimizerSpec::ADAGRAD, 100);
+  ASSERT_TRUE(rows_->Declare(spec).ok());
+  const std::vector<int64_t> ids = {1, 2, 3, 50, 99};
+  const std::vector<float> before = Pull(rows_.get(), "items", ids);
+  std::vector<float> g(ids.size() * 8, 1.0f);
+
+  std::vector<int64_t> outside = {1, 100};
+  EXPECT_EQ(
+      rows_->PushRows("items", outside, std::vector<float>(16, 1.0f)).code(),
+      absl::StatusCode::kInvalidArgument);
+  std::vector<float> nan = g;
+  nan[13] = std::nanf("");
+  absl::Status s = rows_->PushRows("items", ids, nan);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("is nan at element 5"), std::string::npos) << s;
+  EXPECT_EQ(rows_->PushRows("nope", ids, g).code(),
+            absl::StatusCode::kNotFound);
+  v1::EmbeddingSpec other = spec;
+  other.set_dim(16);
+  EXPECT_EQ(rows_->Declare(other).code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  // A reader may declare a table that is there and pull its rows, but
+  // neither make a table nor push.
+  auto reader = Client(-1);
+  EmbeddingClient stranger(reader->caller());
+  EXPECT_EQ(stranger.Declare(Spec("mine", v1::OptimizerSpec::SGD, 0)).code(),
+            absl::StatusCode::kPermissionDenied);
+  ASSERT_TRUE(stranger.Declare(spec).ok());
+  EXPECT_EQ(Pull(&stranger, "items", ids), before);
+  EXPECT_EQ(stranger.PushRows("items", ids, g).code(),
+            absl::StatusCode::kPermissionDenied);
+
+  // A raw call to the wrong shard is refused: ids live where RowShard says.
+  int64_t foreign = 0;
+  while (RowShard(foreign, 2) == 0) ++foreign;
+  auto stub = v1::ParameterServer::NewStub(grpc::CreateChannel(
+      shards_.addresses[0].ToString(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  v1::PullRowsRequest request;
+  request.set_table("items");
+  request.set_rank(-1);
+  request.set_ids(std::string(reinterpret_cast<const char*>(&foreign), 8));
+  v1::PullRowsResponse response;
+  grpc::Status status = stub->PullRows(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("belongs to shard 1"),
+            std::string::npos)
+      << status.error_message();
+
+  EXPECT_EQ(Pull(rows_.get(), "items", ids), before) << "a refused call "
+                                                        "moved a row";
+}
+
+}  // namespace
+}  // namespace asyncps::testing
