@@ -183,6 +183,34 @@ absl::Status Client::PushPull(const std::vector<std::string>& names,
   return absl::OkStatus();
 }
 void Client::EndStep() { impl_->EndStep(); }
+
+absl::Status Client::DeclareEmbedding(const std::string& name,
+                                      const EmbeddingOptions& options) {
+  v1::EmbeddingSpec spec;
+  spec.set_name(name);
+  spec.set_dim(options.dim);
+  spec.set_num_rows(options.num_rows);
+  spec.set_max_rows_per_shard(options.max_rows_per_shard);
+  spec.set_seed(options.seed);
+  if (options.init_stddev > 0) {
+    spec.mutable_init()->set_kind(v1::Initializer::NORMAL);
+    spec.mutable_init()->set_stddev(options.init_stddev);
+  } else {
+    spec.mutable_init()->set_kind(v1::Initializer::ZEROS);
+  }
+  ASSIGN_OR_RETURN(*spec.mutable_optimizer(), ToSpec(options.optimizer));
+  return impl_->embeddings()->Declare(spec);
+}
+absl::Status Client::PullRows(const std::string& name,
+                              absl::Span<const int64_t> ids,
+                              absl::Span<float> rows) {
+  return impl_->embeddings()->PullRows(name, ids, rows);
+}
+absl::Status Client::PushRows(const std::string& name,
+                              absl::Span<const int64_t> ids,
+                              absl::Span<const float> grads) {
+  return impl_->embeddings()->PushRows(name, ids, grads);
+}
 absl::Status Client::PullOptimizerState(const std::vector<std::string>& names,
                                         std::vector<OptimizerState>* state) {
   return impl_->PullOptimizerState(names, state);

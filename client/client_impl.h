@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "asyncps/client.h"
+#include "client/embedding_client.h"
 #include "client/membership_client.h"
 #include "client/ps_client.h"
 #include "common/mode.h"
@@ -43,6 +44,7 @@ class Client::Impl {
   Impl(std::unique_ptr<PsClient> ps, Mode mode, int num_workers,
        int64_t slice_bytes)
       : ps_(std::move(ps)),
+        embeddings_(ps_->caller()),
         mode_(mode),
         num_workers_(num_workers),
         slice_bytes_(slice_bytes) {}
@@ -138,6 +140,7 @@ class Client::Impl {
     return {t.sent_bytes, t.received_bytes, t.retries};
   }
   PsClient* ps() const { return ps_.get(); }
+  EmbeddingClient* embeddings() { return &embeddings_; }
   MembershipClient* membership() const { return membership_.get(); }
 
   std::vector<TensorSpec> tensors() const;
@@ -183,6 +186,7 @@ class Client::Impl {
                     const std::vector<SliceVersion>& versions);
 
   const std::unique_ptr<PsClient> ps_;
+  EmbeddingClient embeddings_;  // Over ps_'s caller.
   const Mode mode_;
   const int num_workers_;
   const int64_t slice_bytes_;

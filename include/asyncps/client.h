@@ -65,6 +65,23 @@ struct OptimizerOptions {
   float initial_accumulator_value = 0.0f;  // adagrad.
 };
 
+// A sparse embedding table (docs/SPARSE.md): rows of `dim` floats by a
+// 64-bit id, spread over the shards by the id, pulled and pushed a batch's
+// rows at a time.
+struct EmbeddingOptions {
+  int64_t dim = 0;
+  // Ids in [0, num_rows); 0: unbounded (any 64-bit id, e.g. hashed
+  // features).
+  int64_t num_rows = 0;
+  OptimizerOptions optimizer;  // Applied row by row; adam is "lazy".
+  // Each row's first values: N(0, init_stddev^2) (0: zeros).
+  float init_stddev = 0.01f;
+  // The most rows a shard keeps; a new row past it takes the place of the
+  // least recently used one (0: no limit).
+  int64_t max_rows_per_shard = 0;
+  uint64_t seed = 0;
+};
+
 struct ClientOptions {
   std::vector<std::string> servers;  // "host:port" of shard 0, 1, ...
   int rank = -1;                     // -1: the servers assign one.
@@ -349,6 +366,24 @@ class Client {
   // The versions of the weights last pulled without CallOptions::into.
   Snapshot latest() const;
   TrafficStats traffic() const;
+
+  // Sparse embedding tables. DeclareEmbedding is idempotent (other options
+  // under the name: FAILED_PRECONDITION); making a table is a worker's
+  // call, and a reader may declare one that exists, to pull its rows.
+  // PullRows writes the rows of `ids` into `rows` (ids.size() x dim, in the
+  // ids' order); PushRows applies `grads` (ids.size() x dim; a repeated
+  // id's rows are summed into one update of the row). Every mode applies
+  // row gradients on arrival (no ssp clocks or bsp steps for rows yet);
+  // rows travel over gRPC; they are not checkpointed yet. NOT_FOUND for a
+  // table this client has not declared; INVALID_ARGUMENT for an id outside
+  // a bounded table, a buffer of the wrong size or a non-finite gradient,
+  // with no row changed.
+  absl::Status DeclareEmbedding(const std::string& name,
+                                const EmbeddingOptions& options);
+  absl::Status PullRows(const std::string& name, absl::Span<const int64_t> ids,
+                        absl::Span<float> rows);
+  absl::Status PushRows(const std::string& name, absl::Span<const int64_t> ids,
+                        absl::Span<const float> grads);
 
   // Tells the servers this worker is done (ssp and bsp stop waiting for
   // it). Idempotent; the destructor calls it.

@@ -66,6 +66,26 @@ copy. reader=True joins no job: it may attach and pull (an evaluator).)")
            "this worker's copy (arrays: every tensor) and pulls every tensor "
            "afresh into them. False if no shard had lost it.")
       .def("end_step", &PyClient::EndStep, "Completes the step in progress.")
+      .def("declare_embedding", &PyClient::DeclareEmbedding, py::arg("name"),
+           py::arg("dim"), py::arg("num_rows") = py::none(),
+           py::arg("optimizer") = "adagrad", py::arg("lr") = 0.01f,
+           py::arg("eps") = 1e-10f, py::arg("beta1") = 0.9f,
+           py::arg("beta2") = 0.999f, py::arg("weight_decay") = 0.0f,
+           py::arg("initial_accumulator_value") = 0.0f,
+           py::arg("init_stddev") = 0.01f, py::arg("max_rows_per_shard") = 0,
+           py::arg("seed") = 0,
+           "Declares a sparse embedding table of `dim`-wide rows: ids in "
+           "[0, num_rows), or any int64 id if num_rows is None (hashed "
+           "features). Rows start N(0, init_stddev^2); the optimizer "
+           "(sgd, adagrad, adam: lazy, per-row steps) is applied row by "
+           "row. Idempotent; a reader may declare a table that exists.")
+      .def("pull_rows", &PyClient::PullRows, py::arg("name"), py::arg("ids"),
+           "The rows of int64 `ids`: a new float32 array (len(ids), dim), "
+           "in the ids' order.")
+      .def("push_rows", &PyClient::PushRows, py::arg("name"), py::arg("ids"),
+           py::arg("grads"),
+           "Pushes float32 row gradients (len(ids), dim); a repeated id's "
+           "rows are summed into one update.")
       .def("pull_state", &PyClient::PullState, py::arg("names") = py::none(),
            "The optimizer state on the servers: {name: {slot1, slot2, "
            "steps}} (a slot None where the optimizer keeps none).")

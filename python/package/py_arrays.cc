@@ -75,4 +75,83 @@ void PyClient::Gradients(py::dict grads, std::vector<std::string>* names,
   for (const py::array& a : *keep) views->push_back(ConstView(a));
 }
 
+namespace {
+
+// `ids` as a C-contiguous int64 array (converted if it is not one).
+py::array_t<int64_t, py::array::c_style> Ids(py::object ids) {
+  py::array_t<int64_t, py::array::c_style> a =
+      py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(
+          ids);
+  if (!a || a.ndim() != 1) {
+    throw py::value_error("ids: want a 1-D array of int64 ids");
+  }
+  return a;
+}
+
+}  // namespace
+
+void PyClient::DeclareEmbedding(
+    const std::string& name, int64_t dim, py::object num_rows,
+    const std::string& optimizer, float lr, float eps, float beta1, float beta2,
+    float weight_decay, float initial_accumulator_value, float init_stddev,
+    int64_t max_rows_per_shard, uint64_t seed) {
+  EmbeddingOptions o;
+  o.dim = dim;
+  o.num_rows = num_rows.is_none() ? 0 : num_rows.cast<int64_t>();
+  if (!num_rows.is_none() && o.num_rows <= 0) {
+    throw py::value_error(absl::StrCat("embedding '", name, "': num_rows ",
+                                       o.num_rows, " (None: unbounded)"));
+  }
+  o.optimizer.kind = optimizer;
+  o.optimizer.learning_rate = lr;
+  o.optimizer.epsilon = eps;
+  o.optimizer.beta1 = beta1;
+  o.optimizer.beta2 = beta2;
+  o.optimizer.weight_decay = weight_decay;
+  o.optimizer.initial_accumulator_value = initial_accumulator_value;
+  o.init_stddev = init_stddev;
+  o.max_rows_per_shard = max_rows_per_shard;
+  o.seed = seed;
+  absl::Status s;
+  {
+    py::gil_scoped_release release;
+    s = client_->DeclareEmbedding(name, o);
+  }
+  Raise(s);
+  dims_[name] = dim;
+}
+
+py::array PyClient::PullRows(const std::string& name, py::object ids) {
+  auto it = dims_.find(name);
+  if (it == dims_.end()) {
+    Raise(absl::NotFoundError(
+        absl::StrCat("embedding '", name, "': declare_embedding it first")));
+  }
+  auto a = Ids(ids);
+  py::array_t<float> rows({static_cast<py::ssize_t>(a.size()),
+                           static_cast<py::ssize_t>(it->second)});
+  absl::Span<const int64_t> view(a.data(), static_cast<size_t>(a.size()));
+  absl::Span<float> out(rows.mutable_data(), static_cast<size_t>(rows.size()));
+  absl::Status s;
+  {
+    py::gil_scoped_release release;
+    s = client_->PullRows(name, view, out);
+  }
+  Raise(s);
+  return rows;
+}
+
+void PyClient::PushRows(const std::string& name, py::object ids,
+                        py::object grads) {
+  auto a = Ids(ids);
+  py::array g = Checked(name, grads, /*write=*/false);
+  absl::Span<const int64_t> view(a.data(), static_cast<size_t>(a.size()));
+  absl::Status s;
+  {
+    py::gil_scoped_release release;
+    s = client_->PushRows(name, view, ConstView(g));
+  }
+  Raise(s);
+}
+
 }  // namespace asyncps

@@ -77,6 +77,18 @@ class PyClient {
 
   void EndStep() { client_->EndStep(); }
 
+  // Sparse embedding tables (asyncps.Client.declare_embedding, pull_rows,
+  // push_rows): ids are int64 arrays (or anything numpy makes one of),
+  // rows and gradients float32 (len(ids), dim).
+  void DeclareEmbedding(const std::string& name, int64_t dim,
+                        py::object num_rows, const std::string& optimizer,
+                        float lr, float eps, float beta1, float beta2,
+                        float weight_decay, float initial_accumulator_value,
+                        float init_stddev, int64_t max_rows_per_shard,
+                        uint64_t seed);
+  py::array PullRows(const std::string& name, py::object ids);
+  void PushRows(const std::string& name, py::object ids, py::object grads);
+
   // {name: {"slot1": array or None, "slot2": ..., "steps": int}}.
   py::dict PullState(py::object names);
 
@@ -108,6 +120,8 @@ class PyClient {
   bool Recover(py::dict arrays);
 
  private:
+  // Row widths of the embedding tables this client declared.
+  absl::flat_hash_map<std::string, int64_t> dims_;
   // `hyper` ({name: {...}}) for each of `names`, or ValueError.
   std::vector<OptimizerOptions> HyperFor(const std::vector<std::string>& names,
                                          py::object hyper) const;

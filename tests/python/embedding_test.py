@@ -1,0 +1,82 @@
+"""Sparse embedding tables from Python (asyncps.Client.declare_embedding,
+pull_rows, push_rows) against two real ps_server processes: rows follow a
+numpy AdaGrad step for step (repeated ids summed), unbounded tables take
+any int64 id, a reader may pull, and every bad input raises with no row
+moved."""
+
+import numpy as np
+import pytest
+
+import asyncps
+
+
+def client(servers, **kw):
+    kw.setdefault("retry_for", 5.0)
+    return asyncps.Client(servers, **kw)
+
+
+def test_rows_follow_numpy_adagrad_with_repeated_ids_summed(shards):
+    servers = shards.start(2)
+    with client(servers, rank=0, num_workers=1) as c:
+        c.declare_embedding("items", 4, num_rows=1000, optimizer="adagrad",
+                            lr=0.1, initial_accumulator_value=0.1, seed=3)
+        ids = np.array([3, 7, 3, 999, 500], dtype=np.int64)
+        w = c.pull_rows("items", ids)
+        assert w.shape == (5, 4) and w.dtype == np.float32
+        np.testing.assert_array_equal(w[0], w[2])
+        rows = {i: w[k].astype(np.float64) for k, i in enumerate(ids)}
+        acc = {i: np.full(4, 0.1) for i in rows}
+        rng = np.random.default_rng(0)
+        for _ in range(3):
+            g = rng.standard_normal((5, 4)).astype(np.float32)
+            c.push_rows("items", ids, g)
+            summed = {}
+            for k, i in enumerate(ids):
+                summed[i] = summed.get(i, 0) + g[k].astype(np.float64)
+            for i, gi in summed.items():
+                acc[i] += gi * gi
+                rows[i] -= 0.1 * gi / (np.sqrt(acc[i]) + 1e-10)
+        got = c.pull_rows("items", [500, 3, 7, 999])
+        want = np.stack([rows[i] for i in (500, 3, 7, 999)])
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+        # A reader declares the table that is there and pulls the same rows.
+        with client(servers, reader=True) as r:
+            r.declare_embedding("items", 4, num_rows=1000,
+                                optimizer="adagrad", lr=0.1,
+                                initial_accumulator_value=0.1, seed=3)
+            np.testing.assert_array_equal(r.pull_rows("items", [3, 7]),
+                                          got[1:3])
+            with pytest.raises(PermissionError):
+                r.push_rows("items", [3], np.ones((1, 4), np.float32))
+
+
+def test_unbounded_ids_and_bad_input(shards):
+    servers = shards.start(2)
+    with client(servers, rank=0, num_workers=1) as c:
+        c.declare_embedding("hashed", 8, optimizer="sgd", lr=1.0)
+        ids = [2**62 + 5, -17, 0, 2**40]
+        before = c.pull_rows("hashed", ids)
+        g = np.ones((4, 8), np.float32)
+        c.push_rows("hashed", ids, g)
+        np.testing.assert_allclose(c.pull_rows("hashed", ids), before - 1.0,
+                                   rtol=0, atol=1e-6)
+
+        c.declare_embedding("bounded", 8, num_rows=10, optimizer="sgd")
+        kept = c.pull_rows("bounded", range(10))
+        nan = np.ones((2, 8), np.float32)
+        nan[1, 3] = np.nan
+        for call, error in [
+                (lambda: c.push_rows("bounded", [1, 10], g[:2]), ValueError),
+                (lambda: c.push_rows("bounded", [1, 2], nan), ValueError),
+                (lambda: c.push_rows("bounded", [1, 2], g), ValueError),
+                (lambda: c.push_rows("bounded", [1, 2],
+                                     g[:2].astype(np.float64)), ValueError),
+                (lambda: c.pull_rows("bounded", [[1, 2]]), ValueError),
+                (lambda: c.pull_rows("nope", [1]), KeyError),
+                (lambda: c.declare_embedding("bounded", 9, num_rows=10),
+                 RuntimeError)]:
+            with pytest.raises(error):
+                call()
+        np.testing.assert_array_equal(c.pull_rows("bounded", range(10)),
+                                      kept)
