@@ -61,8 +61,9 @@ sanitized() {
 if ((${#@} == 0)); then
   echo "== AddressSanitizer + UndefinedBehaviorSanitizer (--config=asan)"
   asan_tests=(//tests/common/... //tests/server/... //tests/worker/...
-    //tests/client/...)
-  for t in checkpoint data_plane exactly_once ps_exchange push_pull validation; do
+    //tests/client/... //tests/transport/...)
+  for t in checkpoint data_plane embedding exactly_once ps_exchange push_pull \
+    validation; do
     asan_tests+=("//tests/integration:${t}_test")
   done
   sanitized asan ASAN+UBSAN --config=asan "${asan_tests[@]}"
@@ -79,8 +80,8 @@ if ((${#@} == 0)); then
     tsan_options=halt_on_error=1:second_deadlock_stack=1
     tsan_options+=:suppressions=$PWD/tests/tsan/suppressions.txt
     tsan_tests=(//tests/tsan:mutex_canary_test)
-    for t in checkpoint concurrency consistency kv_store membership \
-      recovery_rules shard_store; do
+    for t in checkpoint concurrency consistency embedding_table kv_store \
+      membership recovery_rules shard_store; do
       tsan_tests+=("//tests/server:${t}_test")
     done
     sanitized tsan TSAN --config=tsan --test_env=LD_LIBRARY_PATH="$absl_tsan" \
