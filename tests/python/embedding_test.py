@@ -1,8 +1,10 @@
 """Sparse embedding tables from Python (asyncps.Client.declare_embedding,
-pull_rows, push_rows) against two real ps_server processes: rows follow a
-numpy AdaGrad step for step (repeated ids summed), unbounded tables take
-any int64 id, a reader may pull, and every bad input raises with no row
-moved."""
+pull_rows, push_rows; asyncps.torch.Embedding and EmbeddingBag) against
+real ps_server processes: rows follow a numpy AdaGrad step for step
+(repeated ids summed), unbounded tables take any int64 id, a reader may
+pull, every bad input raises with no row moved, and the PyTorch module
+trains exactly as a dense torch.nn.Embedding with the same optimizer (SGD
+and Adagrad) beside a DistributedOptimizer for the dense part."""
 
 import numpy as np
 import pytest
@@ -80,3 +82,85 @@ def test_unbounded_ids_and_bad_input(shards):
                 call()
         np.testing.assert_array_equal(c.pull_rows("bounded", range(10)),
                                       kept)
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adagrad"])
+def test_torch_embedding_matches_a_dense_pytorch_embedding(shards, kind):
+    torch = pytest.importorskip("torch")
+    import torch.nn as nn
+    import torch.nn.functional as F
+    import asyncps.torch
+
+    servers = shards.start(2, "--mode=bsp")
+    client = asyncps.Client(servers, rank=0, num_workers=1, mode="bsp",
+                            retry_for=5.0)
+    torch.manual_seed(1)
+
+    class Model(nn.Module):
+        def __init__(self, emb):
+            super().__init__()
+            self.emb, self.fc = emb, nn.Linear(4, 3)
+
+        def forward(self, ids):
+            return self.fc(self.emb(ids).mean(1))
+
+    emb = asyncps.torch.Embedding(50, 4, client=client, name="tokens",
+                                  optimizer=kind, lr=0.3, init_stddev=0.5)
+    model = Model(emb)
+    assert [n for n, _ in model.named_parameters()] == ["fc.weight", "fc.bias"]
+    reference = Model(nn.Embedding(50, 4))
+    initial = emb.rows(range(50))
+    with torch.no_grad():
+        reference.emb.weight.copy_(initial)
+        reference.fc.load_state_dict(model.fc.state_dict())
+    opt = asyncps.torch.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1), client,
+        named_parameters=model.named_parameters())
+    optim = {"sgd": torch.optim.SGD, "adagrad": torch.optim.Adagrad}[kind]
+    ref_opts = [optim(reference.emb.parameters(), lr=0.3),
+                torch.optim.SGD(reference.fc.parameters(), lr=0.1)]
+    g = torch.Generator().manual_seed(2)
+    for _ in range(6):
+        ids = torch.randint(0, 12, (8, 3), generator=g)  # Repeats in a batch.
+        y = torch.randint(0, 3, (8,), generator=g)
+        opt.zero_grad()
+        F.cross_entropy(model(ids), y).backward()
+        opt.step()
+        for o in ref_opts:
+            o.zero_grad()
+        F.cross_entropy(reference(ids), y).backward()
+        for o in ref_opts:
+            o.step()
+    opt.pull()
+    np.testing.assert_allclose(emb.rows(range(50)).numpy(),
+                               reference.emb.weight.detach().numpy(),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(model.fc.weight.detach().numpy(),
+                               reference.fc.weight.detach().numpy(),
+                               rtol=1e-5, atol=1e-6)
+    # Rows no batch touched (ids >= 12) did not move; touched ones did.
+    after = emb.rows(range(50))
+    torch.testing.assert_close(after[12:], initial[12:], rtol=0, atol=0)
+    assert not torch.allclose(after[:12], initial[:12], atol=1e-3)
+    opt.close()
+
+
+def test_embedding_bag_pools_and_pushes_each_rows_share(shards):
+    torch = pytest.importorskip("torch")
+    import asyncps.torch
+
+    servers = shards.start(1)
+    client = asyncps.Client(servers, rank=0, num_workers=1, retry_for=5.0)
+    bag = asyncps.torch.EmbeddingBag(None, 2, client=client, name="bag",
+                                     mode="mean", optimizer="sgd", lr=1.0)
+    ids = torch.tensor([[7, 7, 9]])
+    before = bag.rows([7, 9])
+    out = bag(ids)
+    torch.testing.assert_close(out[0], (2 * before[0] + before[1]) / 3)
+    out.sum().backward()
+    # d(mean)/d(row) = 1/3 per occurrence: row 7 twice, row 9 once.
+    torch.testing.assert_close(bag.rows([7, 9]),
+                               before - torch.tensor([[2 / 3], [1 / 3]]))
+    with pytest.raises(ValueError):
+        asyncps.torch.EmbeddingBag(None, 2, client=client, name="bag",
+                                   mode="max")
