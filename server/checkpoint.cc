@@ -189,6 +189,7 @@ Checkpointer::Checkpointer(ShardStore* store, FileSystem* fs, std::string dir,
 absl::StatusOr<std::string> Checkpointer::Write() {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(v1::ShardCheckpoint snapshot, store_->Snapshot());
+  if (tables_ != nullptr) tables_->Save(&snapshot);
   const absl::Time now = clock_->Now();
   snapshot.set_unix_micros(absl::ToUnixMicros(now));
   const std::string path =
@@ -203,6 +204,7 @@ absl::StatusOr<std::string> Checkpointer::WriteJob(const std::string& tag) {
   RETURN_IF_ERROR(CheckJobTag(tag));
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(v1::ShardCheckpoint snapshot, store_->Snapshot());
+  if (tables_ != nullptr) tables_->Save(&snapshot);
   snapshot.set_unix_micros(absl::ToUnixMicros(clock_->Now()));
   const std::string path = JobCheckpointPath(dir_, tag, shard_);
   RETURN_IF_ERROR(WriteAndRecord(path, snapshot));

@@ -16,6 +16,7 @@
 #include "common/file_system.h"
 #include "common/timeline.h"
 #include "proto/checkpoint.pb.h"
+#include "server/embedding_table.h"
 #include "server/shard_store.h"
 
 namespace asyncps {
@@ -72,6 +73,9 @@ class Checkpointer {
   // Each write is a span on `timeline` (borrowed, may be null) from now.
   // REQUIRES: no write in progress.
   void set_timeline(Timeline* timeline) { timeline_ = timeline; }
+  // Each checkpoint holds these tables' rows too (borrowed, may be null).
+  // REQUIRES: no write in progress.
+  void set_embeddings(const EmbeddingTables* tables) { tables_ = tables; }
 
   // What was written so far.
   struct Record {
@@ -97,6 +101,7 @@ class Checkpointer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Timeline* timeline_ = nullptr;
+  const EmbeddingTables* tables_ = nullptr;
   mutable absl::Mutex mu_;
   absl::Time last_ ABSL_GUARDED_BY(mu_);
   Record record_ ABSL_GUARDED_BY(mu_);

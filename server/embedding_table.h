@@ -26,6 +26,7 @@
 #include "absl/types/span.h"
 #include "common/partitioner.h"  // RowShard
 #include "proto/asyncps.pb.h"
+#include "proto/checkpoint.pb.h"
 
 namespace asyncps {
 
@@ -58,6 +59,13 @@ class EmbeddingTable {
   // the id and element of a gradient that is not finite.
   absl::Status Push(absl::Span<const int64_t> ids,
                     absl::Span<const float> grads, float lr_scale = 1.0f);
+
+  // The table as a checkpoint holds it, and a table made from one (its
+  // spec checked, its rows' sizes, ids and bounds too: DATA_LOSS saying
+  // what is wrong).
+  void Save(v1::EmbeddingCheckpoint* out) const;
+  static absl::StatusOr<std::unique_ptr<EmbeddingTable>> Load(
+      const v1::EmbeddingCheckpoint& in);
 
   // Rows held now, and rows evicted to make room since the start.
   int64_t rows() const;
@@ -116,6 +124,11 @@ class EmbeddingTables {
   // saying to declare it.
   absl::StatusOr<EmbeddingTable*> Find(const std::string& name) const;
   size_t size() const;
+
+  // Every table into `checkpoint`, and every table of one (replacing
+  // those held; on error none is replaced).
+  void Save(v1::ShardCheckpoint* checkpoint) const;
+  absl::Status Restore(const v1::ShardCheckpoint& checkpoint);
 
  private:
   mutable absl::Mutex mu_;

@@ -198,9 +198,15 @@ absl::Status ShardServer::Restore() {
         Annotate(store_.Restore(*newest),
                  absl::StrCat("cannot restore the newest checkpoint in ",
                               config_.checkpoint_dir)));
+    RETURN_IF_ERROR(
+        Annotate(tables_.Restore(*newest),
+                 absl::StrCat("cannot restore the embedding tables of the "
+                              "newest checkpoint in ",
+                              config_.checkpoint_dir)));
     LOG(INFO) << "restored model '" << newest->spec().name() << "' from "
               << config_.checkpoint_dir << " (" << newest->slices_size()
-              << " slices, taken at "
+              << " slices, " << newest->embeddings_size()
+              << " embedding tables, taken at "
               << absl::FormatTime(absl::FromUnixMicros(newest->unix_micros()))
               << ")";
   } else if (newest.status().code() != absl::StatusCode::kNotFound) {
@@ -210,6 +216,7 @@ absl::Status ShardServer::Restore() {
       &store_, env_.fs, config_.checkpoint_dir, config_.shard,
       config_.checkpoint_keep, config_.checkpoint_every, env_.clock);
   checkpointer_->set_timeline(timeline_.get());
+  checkpointer_->set_embeddings(&tables_);
   return absl::OkStatus();
 }
 

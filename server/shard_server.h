@@ -147,7 +147,7 @@ class ShardServer {
   Membership membership_;
   Consistency consistency_;
   KvStore kv_;
-  EmbeddingTables tables_;  // Sparse rows; not checkpointed yet (#25).
+  EmbeddingTables tables_;  // Sparse rows, checkpointed with the model.
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<DataPlaneServer> data_plane_;
   std::unique_ptr<ParameterServerService> service_;

@@ -217,6 +217,60 @@ TEST(EmbeddingTable, BadSpecsNameTheField) {
   }
 }
 
+// A checkpoint holds every row with its optimizer state and step count, in
+// least-recently-used order: the loaded table answers, updates and evicts
+// exactly as the saved one.
+TEST(EmbeddingTable, ACheckpointRestoresRowsStateAndEvictionOrder) {
+  EmbeddingTable saved(Spec(v1::OptimizerSpec::ADAM, 0, /*max_rows=*/4));
+  Rows(&saved, {10, 20, 30});
+  ASSERT_TRUE(saved.Push({20, 10}, std::vector<float>(8, 0.5f)).ok());
+  ASSERT_TRUE(saved.Push({20}, {1, 2, 3, 4}).ok());
+  Rows(&saved, {30});  // Oldest now: 10, then 20, then 30.
+  v1::EmbeddingCheckpoint checkpoint;
+  saved.Save(&checkpoint);
+  auto loaded = EmbeddingTable::Load(checkpoint);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  for (EmbeddingTable* t : {&saved, loaded->get()}) {
+    ASSERT_TRUE(t->Push({20, 30}, std::vector<float>(8, -1.0f)).ok());
+    Rows(t, {40, 50});  // Full at 4: evicts 10.
+  }
+  EXPECT_EQ((*loaded)->steps(20), 3);
+  EXPECT_EQ((*loaded)->evicted(), saved.evicted());
+  EXPECT_EQ((*loaded)->rows(), 4);
+  EXPECT_EQ((*loaded)->steps(10), 0) << "10 was the least recently used";
+  EXPECT_EQ(Rows(loaded->get(), {20, 30, 40, 50}),
+            Rows(&saved, {20, 30, 40, 50}));
+}
+
+TEST(EmbeddingTable, ACorruptCheckpointIsRefusedNamingTheFault) {
+  EmbeddingTable t(Spec(v1::OptimizerSpec::ADAGRAD, /*num_rows=*/100));
+  Rows(&t, {1, 2});
+  v1::EmbeddingCheckpoint good;
+  t.Save(&good);
+  std::vector<std::pair<v1::EmbeddingCheckpoint, std::string>> cases;
+  cases.emplace_back(good, "weights holds");
+  cases.back().first.mutable_weights()->pop_back();
+  cases.emplace_back(good, "slot1 holds");
+  cases.back().first.clear_slot1();
+  cases.emplace_back(good, "appears twice");
+  const int64_t twice[2] = {1, 1};
+  cases.back().first.set_ids(
+      std::string(reinterpret_cast<const char*>(twice), sizeof(twice)));
+  cases.emplace_back(good, "is outside");
+  const int64_t outside[2] = {1, 100};
+  cases.back().first.set_ids(
+      std::string(reinterpret_cast<const char*>(outside), sizeof(outside)));
+  cases.emplace_back(good, "dim 0");
+  cases.back().first.mutable_spec()->set_dim(0);
+  for (const auto& [checkpoint, says] : cases) {
+    auto loaded = EmbeddingTable::Load(checkpoint);
+    ASSERT_FALSE(loaded.ok()) << says;
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(loaded.status().message().find(says), std::string::npos)
+        << loaded.status();
+  }
+}
+
 // Distinct ids spread evenly over the shards, for consecutive ids and for a
 // Zipf-distributed stream (hashed features' popularity).
 TEST(EmbeddingTable, IdsSpreadEvenlyOverShards) {
