@@ -172,6 +172,7 @@ absl::Status EmbeddingTable::Pull(absl::Span<const int64_t> ids,
   for (size_t k = 0; k < ids.size(); ++k) {
     std::copy_n(&weights_[size_t{slot[d.of[k]]} * dim_], dim_, &rows[k * dim_]);
   }
+  pulled_ += static_cast<int64_t>(ids.size());
   return absl::OkStatus();
 }
 
@@ -215,6 +216,7 @@ absl::Status EmbeddingTable::Push(absl::Span<const int64_t> ids,
                    slots_ >= 2 ? absl::MakeSpan(&slot2_[at], dim_) : none,
                    absl::MakeSpan(&weights_[at], dim_));
   }
+  pushed_ += static_cast<int64_t>(d.ids.size());
   return absl::OkStatus();
 }
 
@@ -316,6 +318,18 @@ absl::StatusOr<std::unique_ptr<EmbeddingTable>> EmbeddingTable::Load(
   return table;
 }
 
+v1::EmbeddingStats EmbeddingTable::Stats() const {
+  absl::MutexLock lock(&mu_);
+  v1::EmbeddingStats s;
+  s.set_name(spec_.name());
+  s.set_dim(spec_.dim());
+  s.set_rows(static_cast<int64_t>(index_.size()));
+  s.set_evicted(evicted_);
+  s.set_rows_pulled(pulled_);
+  s.set_rows_pushed(pushed_);
+  return s;
+}
+
 int64_t EmbeddingTable::rows() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int64_t>(index_.size());
@@ -369,6 +383,17 @@ absl::StatusOr<EmbeddingTable*> EmbeddingTables::Find(
 size_t EmbeddingTables::size() const {
   absl::MutexLock lock(&mu_);
   return tables_.size();
+}
+
+std::vector<v1::EmbeddingStats> EmbeddingTables::Stats() const {
+  std::vector<v1::EmbeddingStats> out;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, table] : tables_) out.push_back(table->Stats());
+  }
+  std::sort(out.begin(), out.end(),
+            [](const auto& a, const auto& b) { return a.name() < b.name(); });
+  return out;
 }
 
 void EmbeddingTables::Save(v1::ShardCheckpoint* checkpoint) const {

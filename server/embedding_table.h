@@ -67,6 +67,10 @@ class EmbeddingTable {
   static absl::StatusOr<std::unique_ptr<EmbeddingTable>> Load(
       const v1::EmbeddingCheckpoint& in);
 
+  // Rows held, evicted, pulled (ids answered) and pushed (row updates)
+  // since the start; counts only, for Stats and metrics.
+  v1::EmbeddingStats Stats() const;
+
   // Rows held now, and rows evicted to make room since the start.
   int64_t rows() const;
   int64_t evicted() const;
@@ -105,6 +109,8 @@ class EmbeddingTable {
   uint32_t oldest_ ABSL_GUARDED_BY(mu_) = kNone;
   uint32_t newest_ ABSL_GUARDED_BY(mu_) = kNone;
   int64_t evicted_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t pulled_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t pushed_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // Every embedding table of a shard, by name (DeclareEmbedding, PullRows,
@@ -128,6 +134,8 @@ class EmbeddingTables {
   // Every table into `checkpoint`, and every table of one (replacing
   // those held; on error none is replaced).
   void Save(v1::ShardCheckpoint* checkpoint) const;
+  // Each table's Stats, by name.
+  std::vector<v1::EmbeddingStats> Stats() const;
   absl::Status Restore(const v1::ShardCheckpoint& checkpoint);
 
  private:

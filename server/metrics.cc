@@ -205,6 +205,30 @@ std::vector<MetricFamily> StatsToMetrics(const v1::StatsResponse& s) {
                 {"incarnation", absl::StrCat(absl::Hex(s.incarnation()))}}));
     out.push_back(std::move(f));
   }
+  if (s.embeddings_size() > 0) {
+    // This shard's part of each embedding table, by its name.
+    MetricFamily rows = Family("asyncps_shard_embedding_rows",
+                               "Rows of the table this shard holds.", gauge);
+    MetricFamily evicted =
+        Family("asyncps_shard_embedding_evicted_rows_total",
+               "Rows that gave way to new ones (max_rows_per_shard).", counter);
+    MetricFamily pulled = Family("asyncps_shard_embedding_rows_pulled_total",
+                                 "Row ids answered.", counter);
+    MetricFamily pushed =
+        Family("asyncps_shard_embedding_rows_pushed_total",
+               "Row updates applied (a push's repeats summed first).", counter);
+    for (const v1::EmbeddingStats& e : s.embeddings()) {
+      const std::vector<ClientMetric::Label> table = {{"table", e.name()}};
+      rows.metric.push_back(Sample(gauge, e.rows(), table));
+      evicted.metric.push_back(Sample(counter, e.evicted(), table));
+      pulled.metric.push_back(Sample(counter, e.rows_pulled(), table));
+      pushed.metric.push_back(Sample(counter, e.rows_pushed(), table));
+    }
+    out.push_back(std::move(rows));
+    out.push_back(std::move(evicted));
+    out.push_back(std::move(pulled));
+    out.push_back(std::move(pushed));
+  }
   return out;
 }
 

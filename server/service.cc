@@ -111,6 +111,7 @@ ShardParts ParameterServerService::Parts() const {
   parts.consistency = consistency_;
   parts.clock = clock_;
   parts.checkpointer = checkpointer_;
+  parts.tables = tables_;
   parts.num_shards = num_shards_;
   parts.start = start_;
   return parts;

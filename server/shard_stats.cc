@@ -35,6 +35,11 @@ v1::StatsResponse CollectStats(const ShardParts& parts) {
   r.set_held_pulls(parts.consistency->held_pulls());
   r.set_live_workers(parts.membership->LiveCount());
   r.set_job_done(parts.membership->AllFinished());
+  if (parts.tables != nullptr) {
+    for (v1::EmbeddingStats& e : parts.tables->Stats()) {
+      *r.add_embeddings() = std::move(e);
+    }
+  }
   r.set_max_clock_gap(parts.membership->MaxClockGap());
   r.set_incarnation(parts.store->incarnation());
   r.set_dropped_restarted(c.dropped_restarted);

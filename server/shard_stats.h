@@ -8,6 +8,7 @@
 #include "proto/asyncps.pb.h"
 #include "server/checkpoint.h"
 #include "server/consistency.h"
+#include "server/embedding_table.h"
 #include "server/membership.h"
 #include "server/shard_store.h"
 
@@ -20,6 +21,7 @@ struct ShardParts {
   Consistency* consistency = nullptr;
   Clock* clock = nullptr;
   const Checkpointer* checkpointer = nullptr;  // Null: no checkpoints.
+  const EmbeddingTables* tables = nullptr;     // Null: none.
   int num_shards = 1;
   absl::Time start;  // When the shard started (uptime).
 };

@@ -25,12 +25,12 @@
 #include "client/admin_client.h"
 #include "client/ps_client.h"
 #include "common/cluster_spec.h"
-#include "rpc/grpc_credentials.h"
 #include "common/partitioner.h"
 #include "common/program_flags.h"
 #include "common/security.h"
 #include "common/security_flags.h"
 #include "proto/health.grpc.pb.h"
+#include "rpc/grpc_credentials.h"
 #include "tools/npz_writer.h"
 #include "tools/timeline_merge.h"
 
@@ -118,6 +118,30 @@ void PrintStatus(const std::vector<v1::StatsResponse>& stats,
         p.staleness(), w.live() ? "yes" : "NO", w.seconds_since_heard(),
         p.samples_per_second(), p.loss(), share(p.data_seconds()),
         share(p.compute_seconds()), share(p.exchange_seconds()));
+  }
+  // Embedding tables, summed over the shards (each holds the ids RowShard
+  // gives it).
+  std::map<std::string, v1::EmbeddingStats> tables;
+  for (const auto& r : stats) {
+    for (const auto& e : r.embeddings()) {
+      v1::EmbeddingStats& t = tables[e.name()];
+      t.set_dim(e.dim());
+      t.set_rows(t.rows() + e.rows());
+      t.set_evicted(t.evicted() + e.evicted());
+      t.set_rows_pulled(t.rows_pulled() + e.rows_pulled());
+      t.set_rows_pushed(t.rows_pushed() + e.rows_pushed());
+    }
+  }
+  if (tables.empty()) return;
+  std::printf("%-20s %6s %12s %12s %14s %14s\n", "embedding", "dim", "rows",
+              "evicted", "rows pulled", "rows pushed");
+  for (const auto& [name, t] : tables) {
+    std::printf("%-20s %6lld %12lld %12lld %14lld %14lld\n", name.c_str(),
+                static_cast<long long>(t.dim()),
+                static_cast<long long>(t.rows()),
+                static_cast<long long>(t.evicted()),
+                static_cast<long long>(t.rows_pulled()),
+                static_cast<long long>(t.rows_pushed()));
   }
 }
 

@@ -9,11 +9,13 @@
 #include <random>
 #include <vector>
 
+#include "client/admin_client.h"
 #include "client/embedding_client.h"
 #include "client/ps_client.h"
 #include "gtest/gtest.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "server/embedding_table.h"
+#include "server/metrics.h"
 #include "tests/integration/local_shards.h"
 
 namespace asyncps::testing {
@@ -105,6 +107,32 @@ TEST_F(EmbeddingTest, RowsAreExactlyALocalTablesForSgdAndAdagrad) {
       ASSERT_NEAR(got[k], want[k], 1e-6) << name << " element " << k;
     }
   }
+
+  // Each shard says what it holds (Stats, and /metrics from them): the
+  // 201 rows of each table between the two, every pull's and push's rows.
+  auto stats = AdminClient(worker_->caller()).StatsAll();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  int64_t rows = 0, pulled = 0;
+  for (const v1::StatsResponse& s : *stats) {
+    ASSERT_EQ(s.embeddings_size(), 2);
+    EXPECT_EQ(s.embeddings(0).name(), "clicks");
+    EXPECT_GT(s.embeddings(0).rows(), 50) << "ids not spread over shards";
+    rows += s.embeddings(0).rows();
+    pulled += s.embeddings(0).rows_pulled();
+    EXPECT_GT(s.embeddings(0).rows_pushed(), 0);
+  }
+  EXPECT_EQ(rows, 201);
+  EXPECT_GT(pulled, 201);
+  bool exported = false;
+  for (const auto& family : StatsToMetrics((*stats)[0])) {
+    if (family.name != "asyncps_shard_embedding_rows") continue;
+    exported = true;
+    ASSERT_EQ(family.metric.size(), 2u);
+    EXPECT_EQ(family.metric[0].label[0].value, "clicks");
+    EXPECT_EQ(family.metric[0].gauge.value,
+              static_cast<double>((*stats)[0].embeddings(0).rows()));
+  }
+  EXPECT_TRUE(exported);
 }
 
 TEST_F(EmbeddingTest, BadRequestsAndStrangersChangeNoRow) {
