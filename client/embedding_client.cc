@@ -117,8 +117,9 @@ absl::Status EmbeddingClient::PullRows(const std::string& table,
     c.request.set_ids(Bytes(routes.ids_of[s].data(),
                             routes.ids_of[s].size() * sizeof(int64_t)));
   }
-  RETURN_IF_ERROR(caller_->CallAll(&calls, ASYNCPS_RPC(PullRows), "PullRows",
-                                   /*idempotent=*/true));
+  RETURN_IF_ERROR(caller_->Exchange(&calls, FrameOp::kPullRows,
+                                    ASYNCPS_RPC(PullRows), "PullRows",
+                                    /*idempotent=*/true));
   for (const auto& c : calls) {
     const std::string& got = c.response.rows();
     const size_t n = routes.ids_of[c.shard].size();
@@ -168,7 +169,8 @@ absl::Status EmbeddingClient::PushRows(const std::string& table,
     c.request.set_ids(Bytes(routes.ids_of[s].data(), n * sizeof(int64_t)));
     c.request.set_grads(Bytes(summed.data(), summed.size() * sizeof(float)));
   }
-  return caller_->CallAll(&calls, ASYNCPS_RPC(PushRows), "PushRows");
+  return caller_->Exchange(&calls, FrameOp::kPushRows, ASYNCPS_RPC(PushRows),
+                           "PushRows");
 }
 
 }  // namespace asyncps

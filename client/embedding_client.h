@@ -2,7 +2,8 @@
 // declare a table on every shard, pull the rows of a batch's ids and push
 // their gradients. Each id goes to the shard RowShard names; a call to
 // several shards goes out at once, through a ShardCaller (client/
-// shard_caller.h: deadlines, retries, the rank's secret), over gRPC.
+// shard_caller.h: deadlines, retries, the rank's secret), over the
+// client's transport (the data plane, or gRPC).
 // A push is checked whole here (ids of a bounded table, finite gradients)
 // before any shard gets its part, so a bad push changes no row on any
 // shard; a shard that fails mid-call can still leave the others' parts

@@ -252,6 +252,8 @@ absl::Status ShardServer::Listen() {
     dc.max_connections = config_.max_data_connections;
     dc.max_connections_per_peer = config_.max_data_connections_per_client;
     dc.observer = observer();
+    dc.tables = &tables_;
+    dc.num_shards = config_.num_shards;
     if (config_.security.tls()) {
       // The gRPC port's certificate, key and CA, so the same clients get in.
       auto tls = TlsContext::ForServer(config_.security);

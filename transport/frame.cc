@@ -50,6 +50,19 @@ void AddSliceData(google::protobuf::RepeatedPtrField<v1::SliceData>* slices,
 std::vector<std::string*> PayloadFields(v1::PullRequest*) { return {}; }
 std::vector<std::string*> PayloadFields(v1::PushResponse*) { return {}; }
 std::vector<std::string*> PayloadFields(v1::DataHello*) { return {}; }
+std::vector<std::string*> PayloadFields(v1::PushRowsResponse*) { return {}; }
+
+std::vector<std::string*> PayloadFields(v1::PullRowsRequest* m) {
+  return {m->mutable_ids()};
+}
+
+std::vector<std::string*> PayloadFields(v1::PullRowsResponse* m) {
+  return {m->mutable_rows()};
+}
+
+std::vector<std::string*> PayloadFields(v1::PushRowsRequest* m) {
+  return {m->mutable_ids(), m->mutable_grads()};
+}
 
 std::vector<std::string*> PayloadFields(v1::PullResponse* m) {
   std::vector<std::string*> out;
@@ -132,7 +145,7 @@ absl::StatusOr<FrameHeader> ReadHeader(Stream* stream, uint64_t max_body_bytes,
   }
   const uint8_t op = Get<uint8_t>(head + 5);
   if (op < static_cast<uint8_t>(FrameOp::kHello) ||
-      op > static_cast<uint8_t>(FrameOp::kAnswer)) {
+      op > static_cast<uint8_t>(kLastFrameOp)) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown data-plane op ", op));
   }

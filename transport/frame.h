@@ -40,8 +40,12 @@ enum class FrameOp : uint8_t {
   kPull = 2,
   kPush = 3,
   kPushPull = 4,
-  kAnswer = 5,  // The answer to the frame before it.
+  kAnswer = 5,    // The answer to the frame before it.
+  kPullRows = 6,  // Sparse rows (docs/SPARSE.md).
+  kPushRows = 7,
 };
+// The highest op a frame may carry.
+inline constexpr FrameOp kLastFrameOp = FrameOp::kPushRows;
 
 struct FrameHeader {
   FrameOp op = FrameOp::kAnswer;
@@ -70,6 +74,10 @@ std::vector<std::string*> PayloadFields(v1::PushResponse* m);
 std::vector<std::string*> PayloadFields(v1::PushPullRequest* m);
 std::vector<std::string*> PayloadFields(v1::PushPullResponse* m);
 std::vector<std::string*> PayloadFields(v1::DataHello* m);
+std::vector<std::string*> PayloadFields(v1::PullRowsRequest* m);
+std::vector<std::string*> PayloadFields(v1::PullRowsResponse* m);
+std::vector<std::string*> PayloadFields(v1::PushRowsRequest* m);
+std::vector<std::string*> PayloadFields(v1::PushRowsResponse* m);
 
 // Writes one frame: `header` (its sizes filled in here), then `meta` with
 // `payloads` moved out of it while it is serialized (they are moved back

@@ -374,7 +374,8 @@ class Client {
   // ids' order); PushRows applies `grads` (ids.size() x dim; a repeated
   // id's rows are summed into one update of the row). Every mode applies
   // row gradients on arrival (no ssp clocks or bsp steps for rows yet);
-  // rows travel over gRPC; they are not checkpointed yet. NOT_FOUND for a
+  // rows travel over the client's transport and are checkpointed with the
+  // model. NOT_FOUND for a
   // table this client has not declared; INVALID_ARGUMENT for an id outside
   // a bounded table, a buffer of the wrong size or a non-finite gradient,
   // with no row changed.

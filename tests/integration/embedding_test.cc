@@ -48,10 +48,11 @@ class EmbeddingTest : public ::testing::Test {
   }
 
   // A client of the shards; joined as `rank` unless it is -1 (a reader).
-  std::unique_ptr<PsClient> Client(int rank) {
+  std::unique_ptr<PsClient> Client(int rank,
+                                   Transport transport = Transport::kTcp) {
     PsClientOptions options;
     options.servers = shards_.addresses;
-    options.transport = Transport::kGrpc;
+    options.transport = transport;
     options.retry_for = absl::Seconds(5);
     auto client = PsClient::Create(options);
     EXPECT_TRUE(client.ok());
@@ -72,14 +73,21 @@ class EmbeddingTest : public ::testing::Test {
   std::unique_ptr<EmbeddingClient> rows_;
 };
 
-// The same calls on the shards and on one local table give the same rows.
+// The same calls on the shards and on one local table give the same rows,
+// over the data plane (rows_) and over gRPC (a second worker's client).
 TEST_F(EmbeddingTest, RowsAreExactlyALocalTablesForSgdAndAdagrad) {
-  for (auto [name, kind, num_rows] :
-       {std::tuple{"clicks", v1::OptimizerSpec::SGD, int64_t{0}},
-        std::tuple{"items", v1::OptimizerSpec::ADAGRAD, int64_t{5000}}}) {
+  auto grpc_worker = Client(/*rank=*/1, Transport::kGrpc);
+  EmbeddingClient over_grpc(grpc_worker->caller());
+  for (auto [name, kind, num_rows, client] :
+       {std::tuple{"clicks", v1::OptimizerSpec::SGD, int64_t{0}, rows_.get()},
+        std::tuple{"items", v1::OptimizerSpec::ADAGRAD, int64_t{5000},
+                   rows_.get()},
+        std::tuple{"grpc_items", v1::OptimizerSpec::ADAGRAD, int64_t{5000},
+                   &over_grpc}}) {
+    EmbeddingClient* const rows = client;
     const v1::EmbeddingSpec spec = Spec(name, kind, num_rows);
-    ASSERT_TRUE(rows_->Declare(spec).ok());
-    ASSERT_TRUE(rows_->Declare(spec).ok()) << "declaring is idempotent";
+    ASSERT_TRUE(rows->Declare(spec).ok());
+    ASSERT_TRUE(rows->Declare(spec).ok()) << "declaring is idempotent";
     EmbeddingTable reference(spec);
     std::mt19937_64 random(5);
     std::uniform_int_distribution<int64_t> id(0, 200);  // Many repeats.
@@ -91,8 +99,8 @@ TEST_F(EmbeddingTest, RowsAreExactlyALocalTablesForSgdAndAdagrad) {
       for (float& x : g) x = grad(random);
       std::vector<float> want(ids.size() * 8);
       ASSERT_TRUE(reference.Pull(ids, absl::MakeSpan(want)).ok());
-      EXPECT_EQ(Pull(rows_.get(), name, ids), want) << name << " " << round;
-      ASSERT_TRUE(rows_->PushRows(name, ids, g).ok());
+      EXPECT_EQ(Pull(rows, name, ids), want) << name << " " << round;
+      ASSERT_TRUE(rows->PushRows(name, ids, g).ok());
       // The client sums repeats before sending, the reference table as it
       // applies: the same sums, added in the same order.
       ASSERT_TRUE(reference.Push(ids, g).ok());
@@ -102,7 +110,7 @@ TEST_F(EmbeddingTest, RowsAreExactlyALocalTablesForSgdAndAdagrad) {
       all.push_back(num_rows > 0 ? i : i << 40);
     std::vector<float> want(all.size() * 8);
     ASSERT_TRUE(reference.Pull(all, absl::MakeSpan(want)).ok());
-    const std::vector<float> got = Pull(rows_.get(), name, all);
+    const std::vector<float> got = Pull(rows, name, all);
     for (size_t k = 0; k < got.size(); ++k) {
       ASSERT_NEAR(got[k], want[k], 1e-6) << name << " element " << k;
     }
@@ -114,7 +122,7 @@ TEST_F(EmbeddingTest, RowsAreExactlyALocalTablesForSgdAndAdagrad) {
   ASSERT_TRUE(stats.ok()) << stats.status();
   int64_t rows = 0, pulled = 0;
   for (const v1::StatsResponse& s : *stats) {
-    ASSERT_EQ(s.embeddings_size(), 2);
+    ASSERT_EQ(s.embeddings_size(), 3);
     EXPECT_EQ(s.embeddings(0).name(), "clicks");
     EXPECT_GT(s.embeddings(0).rows(), 50) << "ids not spread over shards";
     rows += s.embeddings(0).rows();
@@ -127,7 +135,7 @@ TEST_F(EmbeddingTest, RowsAreExactlyALocalTablesForSgdAndAdagrad) {
   for (const auto& family : StatsToMetrics((*stats)[0])) {
     if (family.name != "asyncps_shard_embedding_rows") continue;
     exported = true;
-    ASSERT_EQ(family.metric.size(), 2u);
+    ASSERT_EQ(family.metric.size(), 3u);
     EXPECT_EQ(family.metric[0].label[0].value, "clicks");
     EXPECT_EQ(family.metric[0].gauge.value,
               static_cast<double>((*stats)[0].embeddings(0).rows()));
