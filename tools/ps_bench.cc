@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/time/clock.h"
+#include "client/embedding_client.h"
 #include "client/ps_client.h"
 #include "common/cluster_spec.h"
 #include "common/large_buffers.h"
@@ -30,8 +32,11 @@ ABSL_FLAG(int64_t, model_bytes, 940584,
 ABSL_FLAG(int, tensors, 6, "Tensors the model is split into.");
 ABSL_FLAG(double, seconds, 5, "How long to measure.");
 ABSL_FLAG(std::string, op, "pull+push",
-          "What one round is: pull, push, pushpull (the fused call), or "
-          "pull+push (two calls).");
+          "What one round is: pull, push, pushpull (the fused call), "
+          "pull+push (two calls), or rows (PullRows then PushRows of "
+          "--row_ids distinct ids of an embedding table of --row_dim).");
+ABSL_FLAG(int, row_ids, 4096, "--op=rows: distinct ids per round.");
+ABSL_FLAG(int, row_dim, 32, "--op=rows: the table's row width.");
 ABSL_FLAG(std::string, wire_dtype, "f32", "f32, bf16 or f16 on the wire.");
 ABSL_FLAG(std::string, transport, "tcp",
           "tcp (the shards' data planes) or grpc (the gRPC service).");
@@ -74,6 +79,37 @@ double MemcpyRate(int64_t bytes) {
          absl::ToDoubleSeconds(absl::Now() - c0);
 }
 
+// --op=rows on one client: rounds of PullRows then PushRows of the same
+// --row_ids distinct random ids (hashed features: spread over every shard)
+// until
+// `length` has passed; false if a call failed.
+bool RunRows(PsClient* client, int c, absl::Time start, absl::Duration length,
+             std::atomic<int64_t>* rounds) {
+  EmbeddingClient rows(client->caller());
+  v1::EmbeddingSpec spec;
+  spec.set_name("ps_bench_rows");
+  spec.set_dim(absl::GetFlag(FLAGS_row_dim));
+  spec.mutable_init()->set_kind(v1::Initializer::ZEROS);
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(1e-6f);
+  absl::Status s = rows.Declare(spec);
+  std::mt19937_64 random(static_cast<uint64_t>(c) + 1);
+  const size_t n = static_cast<size_t>(absl::GetFlag(FLAGS_row_ids));
+  std::vector<int64_t> ids(n);
+  std::vector<float> w(n * static_cast<size_t>(spec.dim()));
+  std::vector<float> g(w.size(), 1e-3f);
+  // The same ids each round (a working set; repeats across clients are
+  // rare), so the table does not grow without bound.
+  for (int64_t& id : ids) id = static_cast<int64_t>(random() >> 1);
+  while (s.ok() && absl::Now() - start < length) {
+    s = rows.PullRows(spec.name(), ids, absl::MakeSpan(w));
+    if (s.ok()) s = rows.PushRows(spec.name(), ids, g);
+    if (s.ok()) rounds->fetch_add(1);
+  }
+  if (!s.ok()) std::fprintf(stderr, "%s\n", s.ToString().c_str());
+  return s.ok();
+}
+
 // Every client runs `op` rounds on its own thread for --seconds from
 // `start`; returns the rounds done, or -1 if a call failed.
 int64_t RunClients(const std::string& op,
@@ -85,6 +121,14 @@ int64_t RunClients(const std::string& op,
   const absl::Duration length = absl::Seconds(absl::GetFlag(FLAGS_seconds));
   std::vector<std::thread> threads;
   for (int c = 0; c < static_cast<int>(conns.size()); ++c) {
+    if (op == "rows") {
+      threads.emplace_back([&, c] {
+        if (!RunRows(conns[c].get(), c, start, length, &rounds)) {
+          failed = true;
+        }
+      });
+      continue;
+    }
     threads.emplace_back([&, c] {
       std::vector<std::vector<float>> w, g;
       for (size_t n : sizes) {
@@ -130,7 +174,8 @@ int Run() {
   auto wire = ParseWireDtype(absl::GetFlag(FLAGS_wire_dtype));
   auto transport = ParseTransport(absl::GetFlag(FLAGS_transport));
   if (!wire.ok() || !transport.ok() ||
-      (op != "pull" && op != "push" && op != "pushpull" && op != "pull+push")) {
+      (op != "pull" && op != "push" && op != "pushpull" && op != "pull+push" &&
+       op != "rows")) {
     std::fprintf(stderr, "ps_bench: bad --op, --wire_dtype or --transport\n");
     return 2;
   }
@@ -166,6 +211,11 @@ int Run() {
     tensors[t] = t;
     sizes.push_back(conns[0]->partition().tensor_elements(t));
     bytes += static_cast<int64_t>(sizes.back() * kF32Bytes);
+  }
+  if (op == "rows") {
+    // The rows' bytes one way (ids not counted), as the model's for dense.
+    bytes = int64_t{absl::GetFlag(FLAGS_row_ids)} *
+            absl::GetFlag(FLAGS_row_dim) * static_cast<int64_t>(kF32Bytes);
   }
 
   const absl::Time start = absl::Now();
