@@ -238,7 +238,8 @@ absl::StatusOr<std::vector<T>> ValuesOf(const std::string& bytes, size_t n,
                                             " bytes, want ", n * sizeof(T)));
   }
   std::vector<T> v(n);
-  std::memcpy(v.data(), bytes.data(), bytes.size());
+  // memcpy of nothing into an empty vector's null data() is undefined.
+  if (n > 0) std::memcpy(v.data(), bytes.data(), bytes.size());
   return v;
 }
 

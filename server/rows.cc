@@ -24,7 +24,7 @@ absl::StatusOr<std::vector<int64_t>> Ids(const std::string& bytes, int shard,
                      " ids in one call; at most ", kMaxRowsPerCall));
   }
   std::vector<int64_t> ids(bytes.size() / sizeof(int64_t));
-  std::memcpy(ids.data(), bytes.data(), bytes.size());
+  if (!ids.empty()) std::memcpy(ids.data(), bytes.data(), bytes.size());
   for (int64_t id : ids) {
     if (RowShard(id, num_shards) != shard) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -62,7 +62,7 @@ absl::Status ServePushRows(EmbeddingTables* tables, int shard, int num_shards,
         "gradients of ", bytes.size(), " bytes: not a whole number of f32s"));
   }
   std::vector<float> grads(bytes.size() / sizeof(float));
-  std::memcpy(grads.data(), bytes.data(), bytes.size());
+  if (!grads.empty()) std::memcpy(grads.data(), bytes.data(), bytes.size());
   return table->Push(ids, grads);
 }
 
