@@ -23,12 +23,15 @@ json.dump([d for d in yaml.safe_load_all(sys.stdin) if d], open(sys.argv[1], "w"
 # kustomize does not read a kustomization.yaml that is a symbolic link
 # (Bazel's runfiles are): render a copy.
 rm -rf "$work" && mkdir -p "$work" && cp -rL "$root/deploy/k8s" "$work/k8s"
+rendered=()
 for dir in "$work"/k8s/overlays/*/ "$work"/k8s/monitoring/; do
   overlay=$(basename "$dir")
   kubectl kustomize "$dir" 2>"$work/$overlay.err" | to_json "$work/$overlay.json" ||
     fail "kubectl kustomize overlays/$overlay: $(cat "$work/$overlay.err")"
-  node "$validate" "$work/$overlay.json" || fail "overlays/$overlay is not valid"
+  rendered+=("$work/$overlay.json")
 done
+# One run over every render (the lines name each file's objects).
+node "$validate" "${rendered[@]}" || fail "a render is not valid (INVALID above)"
 
 # The broken manifest must be refused, each fault named.
 to_json "$work/broken.json" <"$root/tests/deploy/k8s_broken.yaml"

@@ -22,20 +22,17 @@ targets=(request checkpoint idx)
 bazel build --config=fuzz $(printf ' //tests/fuzz:%s_fuzzer' "${targets[@]}") \
   >"$out/build.log" 2>&1
 bin=$(bazel info --config=fuzz bazel-bin 2>/dev/null)/tests/fuzz
-status=0
-for t in "${targets[@]}"; do
-  f="$bin/${t}_fuzzer"
+# One target: the seeds, each once; then new inputs for $seconds. Prints
+# its line; returns non-zero if it failed.
+fuzz() {
+  local t=$1 f="$bin/${1}_fuzzer" work="$out/$1-corpus" log="$out/$1.log"
   if [[ ! -x "$f" ]]; then
     echo "//tests/fuzz:${t}_fuzzer FAILED TO BUILD"
     cat "$out/build.log"
-    status=1
-    continue
+    return 1
   fi
-  work="$out/$t-corpus"
   rm -rf "$work"
   cp -r "tests/fuzz/corpus/$t" "$work"
-  log="$out/$t.log"
-  # The seeds, each once; then new inputs for $seconds.
   if "$f" -runs=0 "tests/fuzz/corpus/$t" >"$log" 2>&1 &&
     "$f" "$work" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
       -malloc_limit_mb=2048 -artifact_prefix="$out/$t-" -print_final_stats=1 \
@@ -44,9 +41,22 @@ for t in "${targets[@]}"; do
     cov=$(grep -o "cov: [0-9]*" "$log" | tail -1)
     echo "//tests/fuzz:${t}_fuzzer PASSED (${runs:-?} inputs in ${seconds}s, $cov)"
   else
-    status=1
     echo "//tests/fuzz:${t}_fuzzer FAILED: $(grep -m1 -E "ERROR: (libFuzzer|AddressSanitizer|UndefinedBehavior)|runtime error|SUMMARY" "$log")"
     grep -E "SUMMARY|Test unit written|#[0-9]+ 0x" "$log" | head -n 12
+    return 1
   fi
+}
+
+# The targets run at once (each libFuzzer process is single-threaded, so
+# one at a time would leave a core idle); their lines print in order.
+pids=()
+for t in "${targets[@]}"; do
+  fuzz "$t" >"$out/$t.line" &
+  pids+=($!)
+done
+status=0
+for k in "${!targets[@]}"; do
+  wait "${pids[$k]}" || status=1
+  cat "$out/${targets[$k]}.line"
 done
 exit $status

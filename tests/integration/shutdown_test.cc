@@ -144,7 +144,7 @@ TEST(Shutdown, SigtermAfterHostileTrafficDrainsWithinTheBudget) {
 TEST(Shutdown, JobEndsWhenEveryWorkerHasFinished) {
   const std::string checkpoints = FreshTempDir("done_checkpoints");
   auto cluster = TestCluster::Start(
-      2, {"--exit_when_done", "--done_linger=5s", "--num_workers=2",
+      2, {"--exit_when_done", "--done_linger=2s", "--num_workers=2",
           "--checkpoint_dir=" + checkpoints, "--checkpoint_every=1h"});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto evaluator = StartEvaluator(

@@ -80,36 +80,38 @@ function unknownFields(objects) {
   return found;
 }
 
+// Every file's objects, checked together (one TypeScript program).
 let bad = 0;
+const known = [];
+const verdicts = [];
 for (const file of process.argv.slice(2)) {
-  const objects = JSON.parse(fs.readFileSync(file, "utf8"));
-  const known = [];
-  const verdicts = objects.map((obj) => {
+  for (const obj of JSON.parse(fs.readFileSync(file, "utf8"))) {
     const name = `${pathlib.basename(file)}: ${obj.kind} ` +
       `${obj.metadata && obj.metadata.name}`;
     const Model = obj.apiVersion && obj.kind &&
       modelFor(obj.apiVersion, obj.kind);
     if (!Model) {
-      return { name, error: `no schema for ${obj.apiVersion} ${obj.kind}` };
+      verdicts.push({ name, error: `no schema for ${obj.apiVersion} ${obj.kind}` });
+      continue;
     }
     known.push(obj);
     try {
       new Model(obj).validate();
-      return { name, obj };
+      verdicts.push({ name, obj });
     } catch (e) {
-      return { name, obj, error: e.message };
+      verdicts.push({ name, obj, error: e.message });
     }
-  });
-  const strict = unknownFields(known);
-  for (const v of verdicts) {
-    const extra = v.obj ? strict[known.indexOf(v.obj)] : [];
-    const errors = [v.error, ...extra].filter(Boolean);
-    if (errors.length === 0) {
-      console.log(`valid ${v.name}`);
-    } else {
-      console.log(`INVALID ${v.name}: ${errors.join("; ")}`);
-      bad++;
-    }
+  }
+}
+const strict = unknownFields(known);
+for (const v of verdicts) {
+  const extra = v.obj ? strict[known.indexOf(v.obj)] : [];
+  const errors = [v.error, ...extra].filter(Boolean);
+  if (errors.length === 0) {
+    console.log(`valid ${v.name}`);
+  } else {
+    console.log(`INVALID ${v.name}: ${errors.join("; ")}`);
+    bad++;
   }
 }
 process.exit(bad > 0 ? 1 : 0);
