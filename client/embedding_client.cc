@@ -1,10 +1,10 @@
 #include "client/embedding_client.h"
 
-#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/model_spec.h"  // CheckRows
 #include "common/partitioner.h"
 #include "common/status_macros.h"
 
@@ -71,36 +71,13 @@ absl::StatusOr<v1::EmbeddingSpec> EmbeddingClient::Spec(
   return it->second;
 }
 
-absl::Status EmbeddingClient::Check(const v1::EmbeddingSpec& spec,
-                                    absl::Span<const int64_t> ids,
-                                    absl::Span<const float> grads) {
-  if (spec.num_rows() > 0) {
-    for (int64_t id : ids) {
-      if (id < 0 || id >= spec.num_rows()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("id ", id, " is outside embedding '", spec.name(),
-                         "' of ", spec.num_rows(), " rows"));
-      }
-    }
-  }
-  const size_t d = static_cast<size_t>(spec.dim());
-  for (size_t e = 0; e < grads.size(); ++e) {
-    if (!std::isfinite(grads[e])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("gradient of row ", ids[e / d], " of embedding '",
-                       spec.name(), "' is ", grads[e], " at element ", e % d));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status EmbeddingClient::PullRows(const std::string& table,
                                        absl::Span<const int64_t> ids,
                                        absl::Span<float> rows) {
   ASSIGN_OR_RETURN(const v1::EmbeddingSpec spec, Spec(table));
   const int64_t dim = spec.dim();
   const size_t d = static_cast<size_t>(dim);
-  RETURN_IF_ERROR(Check(spec, ids, {}));
+  RETURN_IF_ERROR(CheckRows(spec, ids));
   if (rows.size() != ids.size() * d) {
     return absl::InvalidArgumentError(
         absl::StrCat("PullRows: ", ids.size(), " ids of dim ", dim, " into ",
@@ -149,7 +126,7 @@ absl::Status EmbeddingClient::PushRows(const std::string& table,
         absl::StrCat("PushRows: ", ids.size(), " ids of dim ", dim, " and ",
                      grads.size(), " gradient floats"));
   }
-  RETURN_IF_ERROR(Check(spec, ids, grads));
+  RETURN_IF_ERROR(CheckRows(spec, ids, grads));
   // Each shard gets its ids once, their gradients summed here (the shard
   // would sum them too; this sends fewer bytes).
   const Routes routes = Route(ids, caller_->num_shards());

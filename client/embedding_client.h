@@ -51,11 +51,6 @@ class EmbeddingClient {
  private:
   // The table's spec, from Declare.
   absl::StatusOr<v1::EmbeddingSpec> Spec(const std::string& table) const;
-  // The checks every shard would make of `ids` (and `grads`, if given), so
-  // that none gets a part of a call another refuses.
-  static absl::Status Check(const v1::EmbeddingSpec& spec,
-                            absl::Span<const int64_t> ids,
-                            absl::Span<const float> grads);
 
   ShardCaller* const caller_;
   mutable absl::Mutex mu_;

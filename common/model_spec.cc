@@ -2,6 +2,8 @@
 
 #include <google/protobuf/util/message_differencer.h>
 
+#include <cmath>
+
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -23,7 +25,28 @@ bool ValidName(absl::string_view name) {
   return true;
 }
 
-namespace {}  // namespace
+absl::Status CheckRows(const v1::EmbeddingSpec& spec,
+                       absl::Span<const int64_t> ids,
+                       absl::Span<const float> grads) {
+  if (spec.num_rows() > 0) {
+    for (int64_t id : ids) {
+      if (id < 0 || id >= spec.num_rows()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("id ", id, " is outside embedding '", spec.name(),
+                         "' of ", spec.num_rows(), " rows"));
+      }
+    }
+  }
+  const size_t d = static_cast<size_t>(spec.dim());
+  for (size_t e = 0; e < grads.size(); ++e) {
+    if (!std::isfinite(grads[e])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gradient of row ", ids[e / d], " of embedding '",
+                       spec.name(), "' is ", grads[e], " at element ", e % d));
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<Partition> ValidateAndPartition(const v1::ModelSpec& spec) {
   // Partition::Create checks the shape of the spec (tensors, shards, slice

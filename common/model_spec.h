@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "common/partitioner.h"
 #include "proto/asyncps.pb.h"
 
@@ -15,6 +16,15 @@ namespace asyncps {
 // Whether `name` may name a tensor or an embedding table: 1-256
 // characters of [A-Za-z0-9_./-].
 bool ValidName(absl::string_view name);
+
+// What every holder of an embedding table (the shard, and the client
+// before it sends a push's parts to several shards) checks of a request's
+// rows: each id inside a bounded table, and every gradient (if given)
+// finite. INVALID_ARGUMENT naming the id, and the element.
+// REQUIRES: grads empty or ids.size() * spec.dim() of them.
+absl::Status CheckRows(const v1::EmbeddingSpec& spec,
+                       absl::Span<const int64_t> ids,
+                       absl::Span<const float> grads = {});
 
 inline constexpr uint64_t kMaxModelBytes = uint64_t{64} << 30;
 

@@ -1,7 +1,6 @@
 #include "server/embedding_table.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -86,22 +85,14 @@ EmbeddingTable::EmbeddingTable(const v1::EmbeddingSpec& spec)
                                           ? spec.max_rows_per_shard()
                                           : kMaxRowsPerShard)) {}
 
-absl::Status EmbeddingTable::CheckIds(absl::Span<const int64_t> ids) const {
+absl::Status EmbeddingTable::CheckIds(absl::Span<const int64_t> ids,
+                                      absl::Span<const float> grads) const {
   if (ids.size() > kMaxRowsPerCall) {
     return absl::ResourceExhaustedError(
         absl::StrCat(ids.size(), " ids in one call to embedding '",
                      spec_.name(), "'; at most ", kMaxRowsPerCall));
   }
-  if (spec_.num_rows() > 0) {
-    for (int64_t id : ids) {
-      if (id < 0 || id >= spec_.num_rows()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("id ", id, " is outside embedding '", spec_.name(),
-                         "' of ", spec_.num_rows(), " rows"));
-      }
-    }
-  }
-  return absl::OkStatus();
+  return CheckRows(spec_, ids, grads);
 }
 
 void EmbeddingTable::Unlink(uint32_t slot) {
@@ -163,8 +154,8 @@ absl::Status EmbeddingTable::Pull(absl::Span<const int64_t> ids,
         "a pull of ", ids.size(), " rows of embedding '", spec_.name(),
         "' (dim ", dim_, ") into ", rows.size(), " floats"));
   }
-  absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(CheckIds(ids));
+  absl::MutexLock lock(&mu_);
   const Distinct d = Dedupe(ids);
   RETURN_IF_ERROR(CheckRoom(spec_.name(), d.ids.size(), capacity_));
   std::vector<uint32_t> slot(d.ids.size());
@@ -184,15 +175,8 @@ absl::Status EmbeddingTable::Push(absl::Span<const int64_t> ids,
         "a push of ", grads.size(), " floats for ", ids.size(),
         " rows of embedding '", spec_.name(), "' (dim ", dim_, ")"));
   }
-  for (size_t e = 0; e < grads.size(); ++e) {
-    if (!std::isfinite(grads[e])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "gradient of row ", ids[e / dim_], " of embedding '", spec_.name(),
-          "' is ", grads[e], " at element ", e % dim_));
-    }
-  }
+  RETURN_IF_ERROR(CheckIds(ids, grads));
   absl::MutexLock lock(&mu_);
-  RETURN_IF_ERROR(CheckIds(ids));
   const Distinct d = Dedupe(ids);
   RETURN_IF_ERROR(CheckRoom(spec_.name(), d.ids.size(), capacity_));
   // A repeated id's gradients are summed before its one update.

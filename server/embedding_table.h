@@ -80,9 +80,10 @@ class EmbeddingTable {
  private:
   static constexpr uint32_t kNone = ~uint32_t{0};
 
-  // The checks both calls share.
-  absl::Status CheckIds(absl::Span<const int64_t> ids) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The checks both calls share (of `grads` too, for a push): the call's
+  // size, then CheckRows.
+  absl::Status CheckIds(absl::Span<const int64_t> ids,
+                        absl::Span<const float> grads = {}) const;
   // The slot of `id`, made (and initialized) if new, and marked most
   // recently used. REQUIRES: CheckIds passed for it.
   uint32_t Touch(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
