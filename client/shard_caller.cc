@@ -80,8 +80,7 @@ void ShardCaller::Stamp(int shard, v1::AssignRequest* r) const {
   r->set_secret(SecretFor(shard, r->rank()));
 }
 void ShardCaller::Stamp(int shard, v1::DeclareModelRequest* r) const {
-  r->set_rank(rank_.load());
-  r->set_secret(SecretFor(shard, r->rank()));
+  StampAsThisRank(shard, r);
 }
 void ShardCaller::Stamp(int shard, v1::RegisterRequest* r) const {
   r->set_secret(SecretFor(shard, r->rank()));
@@ -90,20 +89,16 @@ void ShardCaller::Stamp(int shard, v1::HeartbeatRequest* r) const {
   r->set_secret(SecretFor(shard, r->rank()));
 }
 void ShardCaller::Stamp(int shard, v1::StoreSetRequest* r) const {
-  r->set_rank(rank_.load());
-  r->set_secret(SecretFor(shard, r->rank()));
+  StampAsThisRank(shard, r);
 }
 void ShardCaller::Stamp(int shard, v1::DeclareEmbeddingRequest* r) const {
-  r->set_rank(rank_.load());
-  r->set_secret(SecretFor(shard, r->rank()));
+  StampAsThisRank(shard, r);
 }
 void ShardCaller::Stamp(int shard, v1::PullRowsRequest* r) const {
-  r->set_rank(rank_.load());
-  r->set_secret(SecretFor(shard, r->rank()));
+  StampAsThisRank(shard, r);
 }
 void ShardCaller::Stamp(int shard, v1::PushRowsRequest* r) const {
-  r->set_rank(rank_.load());
-  r->set_secret(SecretFor(shard, r->rank()));
+  StampAsThisRank(shard, r);
 }
 
 std::unique_ptr<grpc::ClientContext> ShardCaller::NewContext(

@@ -190,6 +190,13 @@ class ShardCaller {
   void Stamp(int shard, v1::PushRowsRequest* r) const;
   template <typename Request>
   void Stamp(int, Request*) const {}
+  // Requests that act as whatever rank this client registered as (-1:
+  // none): that rank and its secret.
+  template <typename Request>
+  void StampAsThisRank(int shard, Request* r) const {
+    r->set_rank(rank_.load());
+    r->set_secret(SecretFor(shard, r->rank()));
+  }
 
   // A context for one call: `deadline`, and the token if there is one.
   std::unique_ptr<grpc::ClientContext> NewContext(absl::Time deadline) const;
