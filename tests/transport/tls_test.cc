@@ -35,7 +35,8 @@ std::shared_ptr<const TlsContext> Client(const Security& security) {
   return tls.ok() ? *tls : nullptr;
 }
 
-// Both ends of one loopback connection, and each side's handshake.
+// Both ends of one loopback connection, and each side's handshake (once
+// Connect ran them).
 struct Connection {
   Socket listener;
   Socket client_socket;
@@ -44,11 +45,8 @@ struct Connection {
   absl::StatusOr<std::unique_ptr<Stream>> server = absl::UnknownError("");
 };
 
-// Connects over loopback and runs both handshakes at once (the client's
-// names `host`).
-std::unique_ptr<Connection> Connect(const TlsContext& server,
-                                    const TlsContext& client,
-                                    const std::string& host = "127.0.0.1") {
+// A plain TCP connection over loopback, no handshake yet.
+std::unique_ptr<Connection> Sockets() {
   auto c = std::make_unique<Connection>();
   int port = 0;
   auto listener = ListenTcp("127.0.0.1", 0, &port);
@@ -60,6 +58,15 @@ std::unique_ptr<Connection> Connect(const TlsContext& server,
   auto accepted = AcceptTcp(c->listener.fd());
   EXPECT_TRUE(accepted.ok()) << accepted.status();
   c->server_socket = *std::move(accepted);
+  return c;
+}
+
+// Connects over loopback and runs both handshakes at once (the client's
+// names `host`).
+std::unique_ptr<Connection> Connect(const TlsContext& server,
+                                    const TlsContext& client,
+                                    const std::string& host = "127.0.0.1") {
+  std::unique_ptr<Connection> c = Sockets();
   std::thread accept(
       [&] { c->server = server.Accept(c->server_socket.fd(), Soon()); });
   c->client = client.Connect(c->client_socket.fd(), host, Soon());
@@ -215,21 +222,15 @@ TEST_F(TlsTest, ServerWithoutCaTakesClientsWithoutCertificates) {
 
 TEST_F(TlsTest, PlaintextPeerIsRefused) {
   auto server = Server(LoadCerts(certs(), "server"));
-  int port = 0;
-  auto listener = ListenTcp("127.0.0.1", 0, &port);
-  ASSERT_TRUE(listener.ok());
-  auto client = ConnectTcp("127.0.0.1", port, Soon());
-  ASSERT_TRUE(client.ok());
-  auto accepted = AcceptTcp(listener->fd());
-  ASSERT_TRUE(accepted.ok());
+  auto c = Sockets();
   // A plaintext client's hello frame.
-  TcpStream plain(client->fd());
+  TcpStream plain(c->client_socket.fd());
   v1::DataHello hello;
   hello.set_token("0123456789abcdef");
   FrameHeader h;
   h.op = FrameOp::kHello;
   ASSERT_TRUE(WriteFrame(&plain, h, &hello, {}, Soon()).ok());
-  auto stream = server->Accept(accepted->fd(), Soon());
+  auto stream = server->Accept(c->server_socket.fd(), Soon());
   ASSERT_FALSE(stream.ok());
   EXPECT_EQ(stream.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(stream.status().message().find("TLS handshake"), std::string::npos)
@@ -238,15 +239,9 @@ TEST_F(TlsTest, PlaintextPeerIsRefused) {
 
 TEST_F(TlsTest, SilentPeerMeetsTheDeadline) {
   auto server = Server(LoadCerts(certs(), "server"));
-  int port = 0;
-  auto listener = ListenTcp("127.0.0.1", 0, &port);
-  ASSERT_TRUE(listener.ok());
-  auto client = ConnectTcp("127.0.0.1", port, Soon());
-  ASSERT_TRUE(client.ok());
-  auto accepted = AcceptTcp(listener->fd());
-  ASSERT_TRUE(accepted.ok());
-  auto stream =
-      server->Accept(accepted->fd(), absl::Now() + absl::Milliseconds(200));
+  auto c = Sockets();
+  auto stream = server->Accept(c->server_socket.fd(),
+                               absl::Now() + absl::Milliseconds(200));
   EXPECT_EQ(stream.status().code(), absl::StatusCode::kDeadlineExceeded)
       << stream.status();
 }
