@@ -56,7 +56,9 @@ class EmbeddingTest : public ::testing::Test {
     options.retry_for = absl::Seconds(5);
     auto client = PsClient::Create(options);
     EXPECT_TRUE(client.ok());
-    if (rank >= 0) EXPECT_TRUE((*client)->Join(rank, 2).ok());
+    if (rank >= 0) {
+      EXPECT_TRUE((*client)->Join(rank, 2).ok());
+    }
     return *std::move(client);
   }
 
