@@ -76,6 +76,33 @@ double TimeGemm(Backend* b, const GemmShape& s, int reps) {
   return absl::ToDoubleSeconds(absl::Now() - t0) / reps;
 }
 
+// Seconds per step of the step's copies alone: every tensor's weights up
+// from pageable host memory and its gradient back down, through the backend
+// as Mlp::SetWeights and Mlp::TrainStep do them.
+double TimeCopies(Backend* b, const std::vector<size_t>& sizes, int reps) {
+  std::vector<std::vector<float>> host;
+  std::vector<DeviceArray<float>> dev;
+  for (size_t n : sizes) {
+    host.emplace_back(n, 0.5f);
+    dev.emplace_back(b, n);
+  }
+  auto once = [&] {
+    for (size_t t = 0; t < sizes.size(); ++t) dev[t].Upload(host[t]);
+    std::vector<int64_t> tickets;
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      tickets.push_back(b->DownloadAsync(dev[t].data(), host[t].data(),
+                                         sizes[t] * sizeof(float)));
+    }
+    for (int64_t ticket : tickets) b->WaitDownload(ticket);
+  };
+  once();
+  b->Synchronize();
+  const absl::Time t0 = absl::Now();
+  for (int i = 0; i < reps; ++i) once();
+  b->Synchronize();
+  return absl::ToDoubleSeconds(absl::Now() - t0) / reps;
+}
+
 // The same model's steps through the servers (--servers), as ps_worker
 // trains through the public client library; prints the share of the step
 // spent waiting on them. 0, or the exit status of a failure.
@@ -193,6 +220,15 @@ int Run() {
         "  GEMMs: %.2f TFLOP/s in the step; bare GEMMs of the same shapes "
         "%.2f TFLOP/s; ratio %.2f\n",
         flops / step_s / 1e12, flops / ceiling_s / 1e12, ceiling_s / step_s);
+    size_t bytes = 0;
+    for (size_t n : model.TensorSizes()) bytes += n * sizeof(float);
+    const double copies_s = TimeCopies(b, model.TensorSizes(), steps);
+    std::printf(
+        "  copies: weights up and gradients down alone %.3f ms/step (%.1f "
+        "GB/s, both ways together); bare GEMMs + copies %.3f ms = %.2f of the "
+        "step\n",
+        copies_s * 1e3, 2 * bytes / copies_s / 1e9,
+        (ceiling_s + copies_s) * 1e3, (ceiling_s + copies_s) / step_s);
 
     if (absl::GetFlag(FLAGS_servers).empty()) continue;
     if (int failed = ThroughServers(*layers, batch, steps, &model, &w, x, y)) {

@@ -4,15 +4,22 @@
 # GPU benchmark in fp32, tf32 and bf16, and Fashion-MNIST training through
 # two shards with the workers on the GPU and, for comparison, on the CPU.
 # Results go to $OUT (or out/gpu/results), seven files.
+#
+#   tools/gpu_device_run.sh [tests] [bench] [train] [sanitizer]  (default: all)
 set -uo pipefail
+parts=" ${*:-tests bench train sanitizer} "
+want() { [[ "$parts" == *" $1 "* ]]; }
 cd "$(dirname "$0")/.."
 out="${OUT:-out/gpu/results}"
 mkdir -p "$out"
-if [[ ! -d out/gpu/bin ]]; then tar -C out/gpu -xJf out/gpu/bundle.tar.xz; fi
-export LD_LIBRARY_PATH="$PWD/out/gpu/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Unpacked outside out/gpu, which must stay small enough to travel.
+pack=$(mktemp -d /tmp/asyncps_gpu.XXXXXX)
+trap 'rm -rf "$pack"' EXIT
+tar -C "$pack" -xJf out/gpu/bundle.tar.xz
+export LD_LIBRARY_PATH="$pack/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # The CUDA libraries the pack leaves out (cuBLAS, the runtime, NCCL) from
 # wherever this machine keeps them, when not in the toolkit's folder.
-for lib in $(ldd out/gpu/bin/* | awk '/not found/ {print $1}' | sort -u); do
+for lib in $(ldd $pack/bin/* | awk '/not found/ {print $1}' | sort -u); do
   found=$(find / -xdev -name "$lib" -print -quit 2>/dev/null)
   if [[ -n "$found" ]]; then
     LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$found")"
@@ -25,23 +32,23 @@ done
     --format=csv
   nproc
 } 2>&1 | tee "$out/gpu.txt"
-{
-  timeout 120 out/gpu/bin/cuda_backend_test 2>&1
+want tests && {
+  timeout 120 $pack/bin/cuda_backend_test 2>&1
   echo "cuda_backend_test exit $?"
-  timeout 60 out/gpu/bin/gpu_metrics_test 2>&1
+  timeout 60 $pack/bin/gpu_metrics_test 2>&1
   echo "gpu_metrics_test exit $?"
 } >"$out/tests.txt"
-grep -E "PASSED|FAILED|SKIPPED|exit" "$out/tests.txt"
-for p in fp32 tf32 bf16; do
-  BIN=out/gpu/bin timeout 80 tools/gpu_bench.sh --device=cuda:0 \
+want tests && grep -E "PASSED|FAILED|SKIPPED|exit|tensor" "$out/tests.txt"
+want bench && for p in fp32 tf32 bf16; do
+  BIN=$pack/bin timeout 80 tools/gpu_bench.sh --device=cuda:0 \
     --precision=$p --steps=20 2>&1 | tee "$out/gpu_bench_$p.txt"
 done
-{
+want train && {
   for run in "cuda:0 fp32 f32" "cuda:0 bf16 f32" "cuda:0 bf16 bf16" \
     "cpu fp32 f32"; do
     read -r device precision wire <<<"$run"
     echo "== 2 workers on $device, $precision, wire $wire, 3 epochs, batch 128"
-    BIN=out/gpu/bin DATA=out/gpu/data timeout 60 tools/gpu_train.sh \
+    BIN=$pack/bin DATA=out/gpu/data timeout 60 tools/gpu_train.sh \
       --workers=2 --device="$device" --precision="$precision" --epochs=3 \
       --wire_dtype="$wire" --batch_size=128 --blas_threads=4 --lr=0.05 \
       --seed=7 2>&1
@@ -49,12 +56,13 @@ done
   done
 } | tee "$out/train.txt"
 # Last, as it may not work on every machine: the kernels under memcheck.
-{
+want sanitizer && {
   sanitizer=$(command -v compute-sanitizer ||
     ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
   if [[ -n "$sanitizer" ]]; then
     timeout 90 "$sanitizer" --tool memcheck --error-exitcode 3 \
-      out/gpu/bin/cuda_backend_test --gtest_brief=1 2>&1 | tail -n 25
+      $pack/bin/cuda_backend_test --gtest_brief=1 2>&1 | tail -n 25
     echo "compute-sanitizer memcheck exit ${PIPESTATUS[0]}"
   fi
 } 2>&1 | tee "$out/sanitizer.txt"
+exit 0
