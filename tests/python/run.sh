@@ -7,6 +7,7 @@ root=$PWD
 export PYTHONPATH=$root/python
 export ASYNCPS_PS_SERVER=$root/server/ps_server
 export ASYNCPS_PSCTL=$root/tools/psctl
+export ASYNCPS_CTR_EXPERIMENT=$root/tools/ctr_experiment.py
 export ASYNCPS_EXAMPLE=$root/python/examples/fashion_cnn.py
 export ASYNCPS_MINIMAL=$root/python/examples/minimal.py
 export ASYNCPS_README=$root/README.md
@@ -16,4 +17,4 @@ cd "$TEST_TMPDIR"
 exec /usr/bin/python3 -m pytest -q -p no:cacheprovider \
   "$root/tests/python/client_test.py" "$root/tests/python/torch_test.py" \
   "$root/tests/python/optim_test.py" "$root/tests/python/launcher_test.py" \
-  "$root/tests/python/embedding_test.py"
+  "$root/tests/python/embedding_test.py" "$root/tests/python/ctr_test.py"
