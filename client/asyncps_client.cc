@@ -211,6 +211,13 @@ absl::Status Client::PushRows(const std::string& name,
                               absl::Span<const float> grads) {
   return impl_->embeddings()->PushRows(name, ids, grads);
 }
+absl::Status Client::PushPullRows(const std::string& name,
+                                  absl::Span<const int64_t> ids,
+                                  absl::Span<const float> grads,
+                                  absl::Span<const int64_t> pull_ids,
+                                  absl::Span<float> rows) {
+  return impl_->embeddings()->PushPullRows(name, ids, grads, pull_ids, rows);
+}
 absl::Status Client::PullOptimizerState(const std::vector<std::string>& names,
                                         std::vector<OptimizerState>* state) {
   return impl_->PullOptimizerState(names, state);

@@ -1,6 +1,7 @@
 #include "client/embedding_client.h"
 
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -39,6 +40,24 @@ Routes Route(absl::Span<const int64_t> ids, int num_shards) {
 
 std::string Bytes(const void* data, size_t n) {
   return std::string(static_cast<const char*>(data), n);
+}
+
+// Each row of shard `shard`'s answer `got` into its places in `rows`.
+absl::Status Scatter(const char* what, int shard, const std::string& got,
+                     const Routes& routes, size_t d, absl::Span<float> rows) {
+  const size_t n = routes.ids_of[shard].size();
+  if (got.size() != n * d * sizeof(float)) {
+    return absl::InternalError(
+        absl::StrCat(what, ": shard ", shard, " answered ", got.size(),
+                     " bytes for ", n, " rows of dim ", d));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t k : routes.from[shard][i]) {
+      std::memcpy(&rows[k * d], got.data() + i * d * sizeof(float),
+                  d * sizeof(float));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -94,23 +113,13 @@ absl::Status EmbeddingClient::PullRows(const std::string& table,
     c.request.set_ids(Bytes(routes.ids_of[s].data(),
                             routes.ids_of[s].size() * sizeof(int64_t)));
   }
-  RETURN_IF_ERROR(caller_->Exchange(&calls, FrameOp::kPullRows,
-                                    ASYNCPS_RPC(PullRows), "PullRows",
-                                    /*idempotent=*/true));
+  RETURN_IF_ERROR(Redeclaring(spec, [&] {
+    return caller_->Exchange(&calls, FrameOp::kPullRows, ASYNCPS_RPC(PullRows),
+                             "PullRows", /*idempotent=*/true);
+  }));
   for (const auto& c : calls) {
-    const std::string& got = c.response.rows();
-    const size_t n = routes.ids_of[c.shard].size();
-    if (got.size() != n * d * sizeof(float)) {
-      return absl::InternalError(
-          absl::StrCat("PullRows: shard ", c.shard, " answered ", got.size(),
-                       " bytes for ", n, " rows of dim ", dim));
-    }
-    for (size_t i = 0; i < n; ++i) {
-      for (size_t k : routes.from[c.shard][i]) {
-        std::memcpy(&rows[k * d], got.data() + i * d * sizeof(float),
-                    d * sizeof(float));
-      }
-    }
+    RETURN_IF_ERROR(
+        Scatter("PullRows", c.shard, c.response.rows(), routes, d, rows));
   }
   return absl::OkStatus();
 }
@@ -118,6 +127,14 @@ absl::Status EmbeddingClient::PullRows(const std::string& table,
 absl::Status EmbeddingClient::PushRows(const std::string& table,
                                        absl::Span<const int64_t> ids,
                                        absl::Span<const float> grads) {
+  return PushPullRows(table, ids, grads, {}, {});
+}
+
+absl::Status EmbeddingClient::PushPullRows(const std::string& table,
+                                           absl::Span<const int64_t> ids,
+                                           absl::Span<const float> grads,
+                                           absl::Span<const int64_t> pull_ids,
+                                           absl::Span<float> rows) {
   ASSIGN_OR_RETURN(const v1::EmbeddingSpec spec, Spec(table));
   const int64_t dim = spec.dim();
   const size_t d = static_cast<size_t>(dim);
@@ -126,28 +143,99 @@ absl::Status EmbeddingClient::PushRows(const std::string& table,
         absl::StrCat("PushRows: ", ids.size(), " ids of dim ", dim, " and ",
                      grads.size(), " gradient floats"));
   }
+  if (rows.size() != pull_ids.size() * d) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PushPullRows: ", pull_ids.size(), " ids to pull of dim ",
+                     dim, " into ", rows.size(), " floats"));
+  }
   RETURN_IF_ERROR(CheckRows(spec, ids, grads));
+  RETURN_IF_ERROR(CheckRows(spec, pull_ids));
   // Each shard gets its ids once, their gradients summed here (the shard
-  // would sum them too; this sends fewer bytes).
-  const Routes routes = Route(ids, caller_->num_shards());
+  // would sum them too; this sends fewer bytes), and the ids to pull.
+  const int num_shards = caller_->num_shards();
+  const Routes push = Route(ids, num_shards);
+  const Routes pull = Route(pull_ids, num_shards);
   std::vector<ShardCall<v1::PushRowsRequest, v1::PushRowsResponse>> calls;
-  for (int s = 0; s < caller_->num_shards(); ++s) {
-    const size_t n = routes.ids_of[s].size();
-    if (n == 0) continue;
+  for (int s = 0; s < num_shards; ++s) {
+    const size_t n = push.ids_of[s].size();
+    if (n == 0 && pull.ids_of[s].empty()) continue;
     std::vector<float> summed(n * d, 0.0f);
     for (size_t i = 0; i < n; ++i) {
-      for (size_t k : routes.from[s][i]) {
+      for (size_t k : push.from[s][i]) {
         for (size_t j = 0; j < d; ++j) summed[i * d + j] += grads[k * d + j];
       }
     }
     auto& c = calls.emplace_back();
     c.shard = s;
     c.request.set_table(table);
-    c.request.set_ids(Bytes(routes.ids_of[s].data(), n * sizeof(int64_t)));
+    c.request.set_ids(Bytes(push.ids_of[s].data(), n * sizeof(int64_t)));
     c.request.set_grads(Bytes(summed.data(), summed.size() * sizeof(float)));
+    c.request.set_pull_ids(
+        Bytes(pull.ids_of[s].data(), pull.ids_of[s].size() * sizeof(int64_t)));
+    // Exactly-once: a retry (here or in the caller) carries the same pair.
+    c.request.set_client_id(caller_->client_id());
+    c.request.set_sequence(caller_->NextSequence());
   }
-  return caller_->Exchange(&calls, FrameOp::kPushRows, ASYNCPS_RPC(PushRows),
-                           "PushRows");
+  RETURN_IF_ERROR(Redeclaring(spec, [&] {
+    return caller_->Exchange(&calls, FrameOp::kPushRows, ASYNCPS_RPC(PushRows),
+                             "PushRows");
+  }));
+  for (const auto& c : calls) {
+    if (pull.ids_of[c.shard].empty()) continue;
+    RETURN_IF_ERROR(
+        Scatter("PushPullRows", c.shard, c.response.rows(), pull, d, rows));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingClient::Redeclaring(
+    const v1::EmbeddingSpec& spec, const std::function<absl::Status()>& call) {
+  absl::Status s = call();
+  if (!absl::IsNotFound(s)) return s;
+  // A shard restarted without a checkpoint holds no table: declare it again
+  // everywhere (idempotent) and send the same requests again (the same
+  // sequence numbers: a shard that applied a push answers from its ledger).
+  RETURN_IF_ERROR(Declare(spec));
+  redeclared_.fetch_add(1);
+  return call();
+}
+
+absl::Status EmbeddingClient::ReadAll(const std::string& table,
+                                      std::vector<int64_t>* ids,
+                                      std::vector<float>* rows) {
+  constexpr int64_t kPage = 65536;
+  for (int s = 0; s < caller_->num_shards(); ++s) {
+    v1::ReadRowsRequest request;
+    request.set_table(table);
+    request.set_max_rows(kPage);
+    for (int64_t start = 0; start >= 0;) {
+      request.set_start(start);
+      ASSIGN_OR_RETURN(const v1::ReadRowsResponse page,
+                       caller_->CallOne<v1::ReadRowsResponse>(
+                           s, request, ASYNCPS_RPC(ReadRows), "ReadRows",
+                           /*idempotent=*/true));
+      const std::string& id_bytes = page.ids();
+      const size_t n = id_bytes.size() / sizeof(int64_t);
+      if (id_bytes.size() % sizeof(int64_t) != 0 ||
+          (n == 0 ? !page.rows().empty()
+                  : page.rows().size() % (n * sizeof(float)) != 0)) {
+        return absl::InternalError(
+            absl::StrCat("ReadRows: shard ", s, " answered ", id_bytes.size(),
+                         " bytes of ids and ", page.rows().size(), " of rows"));
+      }
+      const size_t old = ids->size();
+      ids->resize(old + n);
+      if (n > 0) std::memcpy(&(*ids)[old], id_bytes.data(), id_bytes.size());
+      const size_t floats = page.rows().size() / sizeof(float);
+      const size_t old_rows = rows->size();
+      rows->resize(old_rows + floats);
+      if (floats > 0) {
+        std::memcpy(&(*rows)[old_rows], page.rows().data(), page.rows().size());
+      }
+      start = page.next();
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace asyncps

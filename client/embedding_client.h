@@ -7,13 +7,20 @@
 // A push is checked whole here (ids of a bounded table, finite gradients)
 // before any shard gets its part, so a bad push changes no row on any
 // shard; a shard that fails mid-call can still leave the others' parts
-// applied, as for dense pushes. Pushes of rows are not exactly-once yet: a
-// push retried after its answer was lost may apply twice. Thread-safe.
+// applied, as for dense pushes. Pushes are exactly-once (each shard's
+// request carries this client's id and a sequence number; a retry gets
+// the first answer). A shard that answers NOT_FOUND for a table (it was
+// restarted without a checkpoint) gets the table declared again and the
+// same requests once more: its rows start again from their initial
+// values. Thread-safe.
 #ifndef ASYNCPS_CLIENT_EMBEDDING_CLIENT_H_
 #define ASYNCPS_CLIENT_EMBEDDING_CLIENT_H_
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -47,12 +54,36 @@ class EmbeddingClient {
   // infinite gradient refused with nothing changed.
   absl::Status PushRows(const std::string& table, absl::Span<const int64_t> ids,
                         absl::Span<const float> grads);
+  // PushRows, then the rows of `pull_ids` (e.g. the next batch's) into
+  // `rows` (pull_ids.size() x dim), in one round trip to each shard; the
+  // rows are read after this push is applied on their shard.
+  absl::Status PushPullRows(const std::string& table,
+                            absl::Span<const int64_t> ids,
+                            absl::Span<const float> grads,
+                            absl::Span<const int64_t> pull_ids,
+                            absl::Span<float> rows);
+
+  // Every row of `table` the shards hold (in no particular order), its id
+  // into `ids` and its values into `rows` (ids->size() x dim), read a page
+  // at a time without waiting for any step (psctl export). Needs no
+  // Declare. NOT_FOUND if a shard has no such table.
+  absl::Status ReadAll(const std::string& table, std::vector<int64_t>* ids,
+                       std::vector<float>* rows);
+
+  // Times a table was declared again after a shard had lost it.
+  int64_t redeclared() const { return redeclared_.load(); }
 
  private:
+  // Runs `call`; if a shard answers NOT_FOUND (it lost its tables),
+  // declares `spec` again and runs `call` once more.
+  absl::Status Redeclaring(const v1::EmbeddingSpec& spec,
+                           const std::function<absl::Status()>& call);
+
   // The table's spec, from Declare.
   absl::StatusOr<v1::EmbeddingSpec> Spec(const std::string& table) const;
 
   ShardCaller* const caller_;
+  std::atomic<int64_t> redeclared_{0};
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, v1::EmbeddingSpec> specs_
       ABSL_GUARDED_BY(mu_);

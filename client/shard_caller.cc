@@ -100,6 +100,9 @@ void ShardCaller::Stamp(int shard, v1::PullRowsRequest* r) const {
 void ShardCaller::Stamp(int shard, v1::PushRowsRequest* r) const {
   StampAsThisRank(shard, r);
 }
+void ShardCaller::Stamp(int shard, v1::ReadRowsRequest* r) const {
+  StampAsThisRank(shard, r);
+}
 
 std::unique_ptr<grpc::ClientContext> ShardCaller::NewContext(
     absl::Time deadline) const {

@@ -188,6 +188,7 @@ class ShardCaller {
   void Stamp(int shard, v1::DeclareEmbeddingRequest* r) const;
   void Stamp(int shard, v1::PullRowsRequest* r) const;
   void Stamp(int shard, v1::PushRowsRequest* r) const;
+  void Stamp(int shard, v1::ReadRowsRequest* r) const;
   template <typename Request>
   void Stamp(int, Request*) const {}
   // Requests that act as whatever rank this client registered as (-1:

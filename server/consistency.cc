@@ -263,23 +263,13 @@ absl::Status Consistency::Push(const v1::PushRequest& request,
   }
   RETURN_IF_ERROR(CheckServing());
   RETURN_IF_ERROR(CheckPaused(request));
-  switch (ledger_.Begin(request, response)) {
-    case PushLedger::Verdict::kAnswered:
-      store_->CountDuplicatePush();
-      return absl::OkStatus();
-    case PushLedger::Verdict::kBusy:
-      return absl::UnavailableError(
-          absl::StrCat("push ", request.sequence(),
-                       " of this client is still being applied; ask again"));
-    case PushLedger::Verdict::kTooOld:
-      store_->CountRejected();
-      return absl::FailedPreconditionError(absl::StrCat(
-          "push ", request.sequence(), " is older than the last ",
-          PushLedger::kWindow,
-          " pushes of this client this shard remembers; not applied"));
-    case PushLedger::Verdict::kApply:
-      break;
+  const PushLedger::Verdict verdict = ledger_.Begin(request, response);
+  if (verdict == PushLedger::Verdict::kAnswered) {
+    store_->CountDuplicatePush();
+    return absl::OkStatus();
   }
+  if (verdict == PushLedger::Verdict::kTooOld) store_->CountRejected();
+  RETURN_IF_ERROR(PushLedger::Refusal(verdict, request));
   PushPolicy policy;
   policy.mode = config_.mode;
   policy.stale = config_.stale;

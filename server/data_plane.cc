@@ -328,11 +328,12 @@ absl::Status DataPlaneServer::Handle(Stream* stream, const FrameHeader& header,
     case FrameOp::kPushRows:
       return Respond<v1::PushRowsRequest, v1::PushRowsResponse>(
           stream, header, t, spare, o, "PushRows",
-          [&](const auto& request, auto*) {
+          [&](const auto& request, auto* response) {
             RETURN_IF_ERROR(Authorize(request.rank(), request.secret(), 0));
             return Rows(
                 [&](EmbeddingTables* tables, int shard, int num_shards) {
-                  return ServePushRows(tables, shard, num_shards, request);
+                  return ServePushRows(tables, shard, num_shards, request,
+                                       response);
                 });
           });
     default:

@@ -303,6 +303,22 @@ absl::StatusOr<std::unique_ptr<EmbeddingTable>> EmbeddingTable::Load(
   return table;
 }
 
+int64_t EmbeddingTable::Read(int64_t start, int64_t max_rows,
+                             std::vector<int64_t>* ids,
+                             std::vector<float>* rows) const {
+  absl::MutexLock lock(&mu_);
+  // Every slot below ids_.size() holds a row (an evicted row's slot is
+  // taken by the new one).
+  const int64_t held = static_cast<int64_t>(ids_.size());
+  const int64_t end = std::min(held, std::max<int64_t>(start, 0) + max_rows);
+  for (int64_t slot = std::max<int64_t>(start, 0); slot < end; ++slot) {
+    ids->push_back(ids_[slot]);
+    rows->insert(rows->end(), weights_.begin() + slot * dim_,
+                 weights_.begin() + (slot + 1) * dim_);
+  }
+  return end < held ? end : -1;
+}
+
 v1::EmbeddingStats EmbeddingTable::Stats() const {
   absl::MutexLock lock(&mu_);
   v1::EmbeddingStats s;
@@ -312,6 +328,9 @@ v1::EmbeddingStats EmbeddingTable::Stats() const {
   s.set_evicted(evicted_);
   s.set_rows_pulled(pulled_);
   s.set_rows_pushed(pushed_);
+  s.set_bytes_received(bytes_received_.load());
+  s.set_bytes_sent(bytes_sent_.load());
+  s.set_duplicate_pushes(duplicates_.load());
   return s;
 }
 

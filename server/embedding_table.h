@@ -15,6 +15,7 @@
 #ifndef ASYNCPS_SERVER_EMBEDDING_TABLE_H_
 #define ASYNCPS_SERVER_EMBEDDING_TABLE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -27,6 +28,7 @@
 #include "common/partitioner.h"  // RowShard
 #include "proto/asyncps.pb.h"
 #include "proto/checkpoint.pb.h"
+#include "server/push_ledger.h"
 
 namespace asyncps {
 
@@ -60,6 +62,12 @@ class EmbeddingTable {
   absl::Status Push(absl::Span<const int64_t> ids,
                     absl::Span<const float> grads, float lr_scale = 1.0f);
 
+  // Up to `max_rows` held rows from position `start` of the shard's own
+  // order, their ids and values appended to `ids` and `rows`; returns the
+  // next page's start, or -1 after the last.
+  int64_t Read(int64_t start, int64_t max_rows, std::vector<int64_t>* ids,
+               std::vector<float>* rows) const;
+
   // The table as a checkpoint holds it, and a table made from one (its
   // spec checked, its rows' sizes, ids and bounds too: DATA_LOSS saying
   // what is wrong).
@@ -67,9 +75,17 @@ class EmbeddingTable {
   static absl::StatusOr<std::unique_ptr<EmbeddingTable>> Load(
       const v1::EmbeddingCheckpoint& in);
 
-  // Rows held, evicted, pulled (ids answered) and pushed (row updates)
-  // since the start; counts only, for Stats and metrics.
+  // Rows held, evicted, pulled (ids answered) and pushed (row updates),
+  // the bytes of calls and retries answered since the start; counts only,
+  // for Stats and metrics.
   v1::EmbeddingStats Stats() const;
+  // Counts a call's bytes of ids and rows (server/rows.cc), and a retried
+  // push answered from the ledger.
+  void CountBytes(size_t received, size_t sent) {
+    bytes_received_.fetch_add(static_cast<int64_t>(received));
+    bytes_sent_.fetch_add(static_cast<int64_t>(sent));
+  }
+  void CountDuplicatePush() { duplicates_.fetch_add(1); }
 
   // Rows held now, and rows evicted to make room since the start.
   int64_t rows() const;
@@ -112,6 +128,9 @@ class EmbeddingTable {
   int64_t evicted_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pulled_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pushed_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<int64_t> bytes_received_{0};
+  std::atomic<int64_t> bytes_sent_{0};
+  std::atomic<int64_t> duplicates_{0};
 };
 
 // Every embedding table of a shard, by name (DeclareEmbedding, PullRows,
@@ -139,7 +158,11 @@ class EmbeddingTables {
   std::vector<v1::EmbeddingStats> Stats() const;
   absl::Status Restore(const v1::ShardCheckpoint& checkpoint);
 
+  // What makes pushes of rows exactly-once (server/rows.cc).
+  RowsLedger& ledger() { return ledger_; }
+
  private:
+  RowsLedger ledger_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<EmbeddingTable>> tables_
       ABSL_GUARDED_BY(mu_);

@@ -205,29 +205,42 @@ std::vector<MetricFamily> StatsToMetrics(const v1::StatsResponse& s) {
                 {"incarnation", absl::StrCat(absl::Hex(s.incarnation()))}}));
     out.push_back(std::move(f));
   }
-  if (s.embeddings_size() > 0) {
-    // This shard's part of each embedding table, by its name.
-    MetricFamily rows = Family("asyncps_shard_embedding_rows",
-                               "Rows of the table this shard holds.", gauge);
-    MetricFamily evicted =
-        Family("asyncps_shard_embedding_evicted_rows_total",
-               "Rows that gave way to new ones (max_rows_per_shard).", counter);
-    MetricFamily pulled = Family("asyncps_shard_embedding_rows_pulled_total",
-                                 "Row ids answered.", counter);
-    MetricFamily pushed =
-        Family("asyncps_shard_embedding_rows_pushed_total",
-               "Row updates applied (a push's repeats summed first).", counter);
+  // This shard's part of each embedding table, by its name.
+  struct TableMetric {
+    const char* name;
+    const char* help;
+    int64_t (v1::EmbeddingStats::*value)() const;
+  };
+  static constexpr TableMetric kTableMetrics[] = {
+      {"asyncps_shard_embedding_rows", "Rows of the table this shard holds.",
+       &v1::EmbeddingStats::rows},
+      {"asyncps_shard_embedding_evicted_rows_total",
+       "Rows that gave way to new ones (max_rows_per_shard).",
+       &v1::EmbeddingStats::evicted},
+      {"asyncps_shard_embedding_rows_pulled_total", "Row ids answered.",
+       &v1::EmbeddingStats::rows_pulled},
+      {"asyncps_shard_embedding_rows_pushed_total",
+       "Row updates applied (a push's repeats summed first).",
+       &v1::EmbeddingStats::rows_pushed},
+      {"asyncps_shard_embedding_received_bytes_total",
+       "Bytes of ids and gradients received by row calls.",
+       &v1::EmbeddingStats::bytes_received},
+      {"asyncps_shard_embedding_sent_bytes_total",
+       "Bytes of rows sent by row calls.", &v1::EmbeddingStats::bytes_sent},
+      {"asyncps_shard_embedding_duplicate_pushes_total",
+       "Retried pushes of rows answered from the ledger, not applied again.",
+       &v1::EmbeddingStats::duplicate_pushes},
+  };
+  for (const TableMetric& m : kTableMetrics) {
+    if (s.embeddings_size() == 0) break;
+    // The first is a gauge (rows held now), the rest count since the start.
+    const auto type = &m == &kTableMetrics[0] ? gauge : counter;
+    MetricFamily f = Family(m.name, m.help, type);
     for (const v1::EmbeddingStats& e : s.embeddings()) {
-      const std::vector<ClientMetric::Label> table = {{"table", e.name()}};
-      rows.metric.push_back(Sample(gauge, e.rows(), table));
-      evicted.metric.push_back(Sample(counter, e.evicted(), table));
-      pulled.metric.push_back(Sample(counter, e.rows_pulled(), table));
-      pushed.metric.push_back(Sample(counter, e.rows_pushed(), table));
+      f.metric.push_back(Sample(type, static_cast<double>((e.*m.value)()),
+                                {{"table", e.name()}}));
     }
-    out.push_back(std::move(rows));
-    out.push_back(std::move(evicted));
-    out.push_back(std::move(pulled));
-    out.push_back(std::move(pushed));
+    out.push_back(std::move(f));
   }
   return out;
 }

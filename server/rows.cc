@@ -35,35 +35,93 @@ absl::StatusOr<std::vector<int64_t>> Ids(const std::string& bytes, int shard,
   return ids;
 }
 
+// The rows of `ids_bytes` (this shard's ids) into `out`.
+absl::Status PullInto(EmbeddingTable* table, const std::string& ids_bytes,
+                      int shard, int num_shards, std::string* out) {
+  ASSIGN_OR_RETURN(const std::vector<int64_t> ids,
+                   Ids(ids_bytes, shard, num_shards));
+  std::vector<float> rows(ids.size() *
+                          static_cast<size_t>(table->spec().dim()));
+  RETURN_IF_ERROR(table->Pull(ids, absl::MakeSpan(rows)));
+  out->assign(reinterpret_cast<const char*>(rows.data()),
+              rows.size() * sizeof(float));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ServePullRows(EmbeddingTables* tables, int shard, int num_shards,
                            const v1::PullRowsRequest& request,
                            v1::PullRowsResponse* response) {
   ASSIGN_OR_RETURN(EmbeddingTable * table, tables->Find(request.table()));
-  ASSIGN_OR_RETURN(const std::vector<int64_t> ids,
-                   Ids(request.ids(), shard, num_shards));
-  std::vector<float> rows(ids.size() *
-                          static_cast<size_t>(table->spec().dim()));
-  RETURN_IF_ERROR(table->Pull(ids, absl::MakeSpan(rows)));
-  response->set_rows(reinterpret_cast<const char*>(rows.data()),
-                     rows.size() * sizeof(float));
+  RETURN_IF_ERROR(PullInto(table, request.ids(), shard, num_shards,
+                           response->mutable_rows()));
+  table->CountBytes(request.ids().size(), response->rows().size());
   return absl::OkStatus();
 }
 
 absl::Status ServePushRows(EmbeddingTables* tables, int shard, int num_shards,
-                           const v1::PushRowsRequest& request) {
+                           const v1::PushRowsRequest& request,
+                           v1::PushRowsResponse* response) {
   ASSIGN_OR_RETURN(EmbeddingTable * table, tables->Find(request.table()));
-  ASSIGN_OR_RETURN(const std::vector<int64_t> ids,
-                   Ids(request.ids(), shard, num_shards));
-  const std::string& bytes = request.grads();
-  if (bytes.size() % sizeof(float) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gradients of ", bytes.size(), " bytes: not a whole number of f32s"));
+  RowsLedger& ledger = tables->ledger();
+  const RowsLedger::Verdict verdict = ledger.Begin(request, response);
+  if (verdict == RowsLedger::Verdict::kAnswered) {
+    table->CountDuplicatePush();
+    return absl::OkStatus();
   }
-  std::vector<float> grads(bytes.size() / sizeof(float));
-  if (!grads.empty()) std::memcpy(grads.data(), bytes.data(), bytes.size());
-  return table->Push(ids, grads);
+  RETURN_IF_ERROR(RowsLedger::Refusal(verdict, request));
+  bool applied = false;
+  absl::Status s = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(const std::vector<int64_t> ids,
+                     Ids(request.ids(), shard, num_shards));
+    // The pull's ids are checked before the push changes anything.
+    if (!request.pull_ids().empty()) {
+      RETURN_IF_ERROR(Ids(request.pull_ids(), shard, num_shards).status());
+    }
+    const std::string& bytes = request.grads();
+    if (bytes.size() % sizeof(float) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradients of ", bytes.size(), " bytes: not a whole number of f32s"));
+    }
+    std::vector<float> grads(bytes.size() / sizeof(float));
+    if (!grads.empty()) std::memcpy(grads.data(), bytes.data(), bytes.size());
+    RETURN_IF_ERROR(table->Push(ids, grads));
+    applied = true;
+    if (request.pull_ids().empty()) return absl::OkStatus();
+    return PullInto(table, request.pull_ids(), shard, num_shards,
+                    response->mutable_rows());
+  }();
+  // A push that was applied is recorded as such even if its pull failed
+  // (new ids past the row limit), so a retry is not applied again: the
+  // retry then gets an answer without rows, which the client refuses.
+  ledger.Finish(request, applied ? absl::OkStatus() : s, *response);
+  table->CountBytes(
+      request.ids().size() + request.grads().size() + request.pull_ids().size(),
+      response->rows().size());
+  return s;
+}
+
+absl::Status ServeReadRows(EmbeddingTables* tables,
+                           const v1::ReadRowsRequest& request,
+                           v1::ReadRowsResponse* response) {
+  ASSIGN_OR_RETURN(EmbeddingTable * table, tables->Find(request.table()));
+  if (request.start() < 0 || request.max_rows() < 1 ||
+      request.max_rows() > 65536) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ReadRows: start ", request.start(), ", max_rows ", request.max_rows(),
+        " (want start >= 0, max_rows in "
+        "[1, 65536])"));
+  }
+  std::vector<int64_t> ids;
+  std::vector<float> rows;
+  response->set_next(
+      table->Read(request.start(), request.max_rows(), &ids, &rows));
+  response->set_ids(reinterpret_cast<const char*>(ids.data()),
+                    ids.size() * sizeof(int64_t));
+  response->set_rows(reinterpret_cast<const char*>(rows.data()),
+                     rows.size() * sizeof(float));
+  return absl::OkStatus();
 }
 
 }  // namespace asyncps

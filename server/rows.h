@@ -16,8 +16,17 @@ namespace asyncps {
 absl::Status ServePullRows(EmbeddingTables* tables, int shard, int num_shards,
                            const v1::PullRowsRequest& request,
                            v1::PullRowsResponse* response);
+// Pushes once per (client_id, sequence) (tables->ledger(): a retry gets
+// the first answer), then pulls request.pull_ids into response->rows.
 absl::Status ServePushRows(EmbeddingTables* tables, int shard, int num_shards,
-                           const v1::PushRowsRequest& request);
+                           const v1::PushRowsRequest& request,
+                           v1::PushRowsResponse* response);
+
+// A page of the table's rows (ReadRowsRequest); INVALID_ARGUMENT for a
+// start below 0 or max_rows outside [1, 65536].
+absl::Status ServeReadRows(EmbeddingTables* tables,
+                           const v1::ReadRowsRequest& request,
+                           v1::ReadRowsResponse* response);
 
 }  // namespace asyncps
 

@@ -70,6 +70,9 @@ class ParameterServerService final
   grpc::ServerUnaryReactor* PushRows(grpc::CallbackServerContext* context,
                                      const v1::PushRowsRequest* request,
                                      v1::PushRowsResponse* response) override;
+  grpc::ServerUnaryReactor* ReadRows(grpc::CallbackServerContext* context,
+                                     const v1::ReadRowsRequest* request,
+                                     v1::ReadRowsResponse* response) override;
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
                                       const v1::HeartbeatRequest* request,
                                       v1::HeartbeatResponse* response) override;

@@ -54,8 +54,26 @@ grpc::ServerUnaryReactor* ParameterServerService::PushRows(
                reactor)) {
     return reactor;
   }
-  if (!Allowed(ServePushRows(tables_, store_->shard(), num_shards_, *request),
+  if (!Allowed(ServePushRows(tables_, store_->shard(), num_shards_, *request,
+                             response),
                reactor)) {
+    return reactor;
+  }
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::ReadRows(
+    grpc::CallbackServerContext* context, const v1::ReadRowsRequest* request,
+    v1::ReadRowsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!Admit(context, reactor)) return reactor;
+  if (!Allowed(membership_->Authorize(request->rank(), request->secret(), 0,
+                                      /*anyone=*/true),
+               reactor)) {
+    return reactor;
+  }
+  if (!Allowed(ServeReadRows(tables_, *request, response), reactor)) {
     return reactor;
   }
   reactor->Finish(grpc::Status::OK);

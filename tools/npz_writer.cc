@@ -25,11 +25,17 @@ constexpr uint64_t kZipLimit = uint64_t{0xffffffff};
 
 std::string NpyBytes(const std::vector<int64_t>& shape,
                      absl::Span<const float> values) {
+  return NpyBytes(shape, "<f4", values.data(), values.size() * sizeof(float));
+}
+
+std::string NpyBytes(const std::vector<int64_t>& shape, const char* descr,
+                     const void* data, size_t bytes) {
   std::string dims;
   for (int64_t d : shape) absl::StrAppend(&dims, d, ",");
   if (shape.size() > 1) dims.pop_back();  // (a,) for one dimension only.
-  std::string header = absl::StrCat(
-      "{'descr': '<f4', 'fortran_order': False, 'shape': (", dims, "), }");
+  std::string header =
+      absl::StrCat("{'descr': '", descr,
+                   "', 'fortran_order': False, 'shape': (", dims, "), }");
   // Magic (6), version (2), header length (2), header ending in '\n', the
   // whole a multiple of 64 bytes.
   const size_t unpadded = 10 + header.size() + 1;
@@ -38,15 +44,29 @@ std::string NpyBytes(const std::vector<int64_t>& shape,
   std::string out("\x93NUMPY\x01\x00", 8);
   Put16(&out, static_cast<uint16_t>(header.size()));
   out += header;
-  // Little-endian float32 (this machine's order; Debian's amd64 and arm64).
-  out.append(reinterpret_cast<const char*>(values.data()),
-             values.size() * sizeof(float));
+  // Little-endian (this machine's order; Debian's amd64 and arm64).
+  out.append(static_cast<const char*>(data), bytes);
   return out;
 }
 
 absl::Status NpzWriter::Add(const std::string& name,
                             const std::vector<int64_t>& shape,
                             absl::Span<const float> values) {
+  return AddArray(name, shape, "<f4", values.data(), values.size(),
+                  sizeof(float));
+}
+
+absl::Status NpzWriter::Add(const std::string& name,
+                            const std::vector<int64_t>& shape,
+                            absl::Span<const int64_t> values) {
+  return AddArray(name, shape, "<i8", values.data(), values.size(),
+                  sizeof(int64_t));
+}
+
+absl::Status NpzWriter::AddArray(const std::string& name,
+                                 const std::vector<int64_t>& shape,
+                                 const char* descr, const void* values,
+                                 size_t count, size_t element_bytes) {
   if (name.empty()) return absl::InvalidArgumentError("npz: an empty name");
   uint64_t elements = 1;
   for (int64_t d : shape) {
@@ -56,10 +76,9 @@ absl::Status NpzWriter::Add(const std::string& name,
     }
     elements *= static_cast<uint64_t>(d);
   }
-  if (elements != values.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("npz: '", name, "' has ", values.size(),
-                     " values for a shape of ", elements));
+  if (elements != count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "npz: '", name, "' has ", count, " values for a shape of ", elements));
   }
   if (entries_.size() >= 0xffff) {
     return absl::InvalidArgumentError(
@@ -72,7 +91,8 @@ absl::Status NpzWriter::Add(const std::string& name,
           absl::StrCat("npz: '", name, "' added twice"));
     }
   }
-  const std::string data = NpyBytes(shape, values);
+  const std::string data =
+      NpyBytes(shape, descr, values, count * element_bytes);
   if (body_.size() + 30 + file.size() + data.size() +
           (entries_.size() + 1) * (46 + file.size()) + 22 >
       kZipLimit) {

@@ -21,10 +21,18 @@ class NpzWriter {
   // zip64 here).
   absl::Status Add(const std::string& name, const std::vector<int64_t>& shape,
                    absl::Span<const float> values);
+  // The same for an int64 array (e.g. an embedding table's ids).
+  absl::Status Add(const std::string& name, const std::vector<int64_t>& shape,
+                   absl::Span<const int64_t> values);
   // The whole archive.
   std::string Finish() const;
 
  private:
+  // `count` elements of `element_bytes` each, of numpy dtype `descr`.
+  absl::Status AddArray(const std::string& name,
+                        const std::vector<int64_t>& shape, const char* descr,
+                        const void* values, size_t count, size_t element_bytes);
+
   struct Entry {
     std::string name;  // In the archive.
     uint32_t crc = 0;
@@ -35,9 +43,12 @@ class NpzWriter {
   std::string body_;  // Local headers and data so far.
 };
 
-// The .npy bytes (format 1.0) of a float32 array of `shape`.
+// The .npy bytes (format 1.0) of a float32 array of `shape`, and of
+// `bytes` of any numpy dtype `descr` ("<f4", "<i8").
 std::string NpyBytes(const std::vector<int64_t>& shape,
                      absl::Span<const float> values);
+std::string NpyBytes(const std::vector<int64_t>& shape, const char* descr,
+                     const void* data, size_t bytes);
 
 }  // namespace asyncps
 

@@ -23,12 +23,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "client/admin_client.h"
+#include "client/embedding_client.h"
 #include "client/ps_client.h"
 #include "common/cluster_spec.h"
 #include "common/partitioner.h"
 #include "common/program_flags.h"
 #include "common/security.h"
 #include "common/security_flags.h"
+#include "common/status_macros.h"
 #include "proto/health.grpc.pb.h"
 #include "rpc/grpc_credentials.h"
 #include "tools/npz_writer.h"
@@ -130,18 +132,22 @@ void PrintStatus(const std::vector<v1::StatsResponse>& stats,
       t.set_evicted(t.evicted() + e.evicted());
       t.set_rows_pulled(t.rows_pulled() + e.rows_pulled());
       t.set_rows_pushed(t.rows_pushed() + e.rows_pushed());
+      t.set_bytes_received(t.bytes_received() + e.bytes_received());
+      t.set_bytes_sent(t.bytes_sent() + e.bytes_sent());
     }
   }
   if (tables.empty()) return;
-  std::printf("%-20s %6s %12s %12s %14s %14s\n", "embedding", "dim", "rows",
-              "evicted", "rows pulled", "rows pushed");
+  std::printf("%-20s %6s %12s %12s %14s %14s %10s %10s\n", "embedding", "dim",
+              "rows", "evicted", "rows pulled", "rows pushed", "MB in",
+              "MB out");
   for (const auto& [name, t] : tables) {
-    std::printf("%-20s %6lld %12lld %12lld %14lld %14lld\n", name.c_str(),
-                static_cast<long long>(t.dim()),
+    std::printf("%-20s %6lld %12lld %12lld %14lld %14lld %10.1f %10.1f\n",
+                name.c_str(), static_cast<long long>(t.dim()),
                 static_cast<long long>(t.rows()),
                 static_cast<long long>(t.evicted()),
                 static_cast<long long>(t.rows_pulled()),
-                static_cast<long long>(t.rows_pushed()));
+                static_cast<long long>(t.rows_pushed()),
+                t.bytes_received() / 1e6, t.bytes_sent() / 1e6);
   }
 }
 
@@ -198,10 +204,55 @@ int TimelineCommand(const std::vector<std::string>& files) {
   return 0;
 }
 
+// The dense model's tensors into `npz`, by name (a reader's pull: no step
+// waits for it). FAILED_PRECONDITION if no model has been declared.
+absl::Status ExportModel(PsClient* client, NpzWriter* npz) {
+  RETURN_IF_ERROR(client->FetchModel());
+  const v1::ModelSpec& spec = client->spec();
+  std::vector<int> all(spec.tensors_size());
+  std::vector<std::vector<float>> values(spec.tensors_size());
+  for (int t = 0; t < spec.tensors_size(); ++t) {
+    all[t] = t;
+    ASSIGN_OR_RETURN(const uint64_t n, NumElements(spec.tensors(t)));
+    values[t].resize(n);
+  }
+  std::vector<SliceVersion> versions;
+  RETURN_IF_ERROR(client->Pull(all, &values, &versions, -1, 0));
+  for (int t = 0; t < spec.tensors_size(); ++t) {
+    const v1::TensorSpec& tensor = spec.tensors(t);
+    std::vector<int64_t> shape(tensor.shape().begin(), tensor.shape().end());
+    RETURN_IF_ERROR(npz->Add(tensor.name(), shape, values[t]));
+  }
+  return absl::OkStatus();
+}
+
+// Each embedding table the shards hold into `npz`: NAME (rows x dim,
+// float32) and NAME.ids (int64), row k of NAME being id NAME.ids[k].
+absl::StatusOr<int> ExportTables(PsClient* client, AdminClient* admin,
+                                 NpzWriter* npz) {
+  ASSIGN_OR_RETURN(const std::vector<v1::StatsResponse> stats,
+                   admin->StatsAll());
+  std::map<std::string, int64_t> dims;  // Every shard holds every table.
+  for (const auto& r : stats) {
+    for (const auto& e : r.embeddings()) dims[e.name()] = e.dim();
+  }
+  EmbeddingClient tables(client->caller());
+  for (const auto& [name, dim] : dims) {
+    std::vector<int64_t> ids;
+    std::vector<float> rows;
+    RETURN_IF_ERROR(tables.ReadAll(name, &ids, &rows));
+    const int64_t n = static_cast<int64_t>(ids.size());
+    RETURN_IF_ERROR(npz->Add(name, {n, dim}, rows));
+    RETURN_IF_ERROR(npz->Add(name + ".ids", {n}, ids));
+  }
+  return static_cast<int>(dims.size());
+}
+
 // psctl export --format=npz --out=FILE: every tensor of the running
-// model, by name, as the servers hold it now (a reader's pull: no step
-// waits for it). Written to FILE.tmp, then renamed.
-int ExportCommand(PsClient* client) {
+// model and every row of each embedding table, by name, as the servers
+// hold them now (a reader's reads: no step waits for them). Written to
+// FILE.tmp, then renamed.
+int ExportCommand(PsClient* client, AdminClient* admin) {
   const std::string format = absl::GetFlag(FLAGS_format);
   const std::string out = absl::GetFlag(FLAGS_out);
   if (format != "npz") {
@@ -213,35 +264,23 @@ int ExportCommand(PsClient* client) {
     std::fprintf(stderr, "psctl export: --out=FILE is required\n");
     return 2;
   }
-  if (absl::Status s = client->FetchModel(); !s.ok()) {
-    std::fprintf(stderr, "psctl export: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  const v1::ModelSpec& spec = client->spec();
-  std::vector<int> all(spec.tensors_size());
-  std::vector<std::vector<float>> values(spec.tensors_size());
-  for (int t = 0; t < spec.tensors_size(); ++t) {
-    all[t] = t;
-    absl::StatusOr<uint64_t> n = NumElements(spec.tensors(t));
-    if (!n.ok()) {
-      std::fprintf(stderr, "psctl export: %s\n", n.status().ToString().c_str());
-      return 1;
-    }
-    values[t].resize(*n);
-  }
-  std::vector<SliceVersion> versions;
-  if (absl::Status s = client->Pull(all, &values, &versions, -1, 0); !s.ok()) {
-    std::fprintf(stderr, "psctl export: %s\n", s.ToString().c_str());
-    return 1;
-  }
   NpzWriter npz;
-  for (int t = 0; t < spec.tensors_size(); ++t) {
-    const v1::TensorSpec& tensor = spec.tensors(t);
-    std::vector<int64_t> shape(tensor.shape().begin(), tensor.shape().end());
-    if (absl::Status s = npz.Add(tensor.name(), shape, values[t]); !s.ok()) {
-      std::fprintf(stderr, "psctl export: %s\n", s.ToString().c_str());
-      return 1;
-    }
+  // A job of embedding tables alone declares no dense model.
+  absl::Status dense = ExportModel(client, &npz);
+  if (!dense.ok() && !absl::IsFailedPrecondition(dense)) {
+    std::fprintf(stderr, "psctl export: %s\n", dense.ToString().c_str());
+    return 1;
+  }
+  absl::StatusOr<int> tables = ExportTables(client, admin, &npz);
+  if (!tables.ok()) {
+    std::fprintf(stderr, "psctl export: %s\n",
+                 tables.status().ToString().c_str());
+    return 1;
+  }
+  if (!dense.ok() && *tables == 0) {
+    std::fprintf(stderr, "psctl export: %s, and no embedding table\n",
+                 dense.ToString().c_str());
+    return 1;
   }
   const std::string bytes = npz.Finish();
   const std::string tmp = out + ".tmp";
@@ -256,9 +295,12 @@ int ExportCommand(PsClient* client) {
     std::remove(tmp.c_str());
     return 1;
   }
-  std::printf("exported model '%s': %d tensors, %zu bytes, to %s\n",
-              spec.name().c_str(), spec.tensors_size(), bytes.size(),
-              out.c_str());
+  std::printf(
+      "exported model '%s': %d tensors, %d embedding tables, %zu "
+      "bytes, to %s\n",
+      dense.ok() ? client->spec().name().c_str() : "",
+      dense.ok() ? client->spec().tensors_size() : 0, *tables, bytes.size(),
+      out.c_str());
   return 0;
 }
 
@@ -420,7 +462,7 @@ int Run(const std::string& command) {
   }
   AdminClient admin((*client)->caller());
   if (command == "health") return HealthCommand(*servers, *security);
-  if (command == "export") return ExportCommand(client->get());
+  if (command == "export") return ExportCommand(client->get(), &admin);
   if (command == "checkpoint") return CheckpointCommand(&admin);
   if (command == "status") return StatusCommand(&admin);
   return StatsCommand(command, &admin);

@@ -50,7 +50,6 @@ void AddSliceData(google::protobuf::RepeatedPtrField<v1::SliceData>* slices,
 std::vector<std::string*> PayloadFields(v1::PullRequest*) { return {}; }
 std::vector<std::string*> PayloadFields(v1::PushResponse*) { return {}; }
 std::vector<std::string*> PayloadFields(v1::DataHello*) { return {}; }
-std::vector<std::string*> PayloadFields(v1::PushRowsResponse*) { return {}; }
 
 std::vector<std::string*> PayloadFields(v1::PullRowsRequest* m) {
   return {m->mutable_ids()};
@@ -61,7 +60,11 @@ std::vector<std::string*> PayloadFields(v1::PullRowsResponse* m) {
 }
 
 std::vector<std::string*> PayloadFields(v1::PushRowsRequest* m) {
-  return {m->mutable_ids(), m->mutable_grads()};
+  return {m->mutable_ids(), m->mutable_grads(), m->mutable_pull_ids()};
+}
+
+std::vector<std::string*> PayloadFields(v1::PushRowsResponse* m) {
+  return {m->mutable_rows()};
 }
 
 std::vector<std::string*> PayloadFields(v1::PullResponse* m) {

@@ -372,7 +372,11 @@ class Client {
   // call, and a reader may declare one that exists, to pull its rows.
   // PullRows writes the rows of `ids` into `rows` (ids.size() x dim, in the
   // ids' order); PushRows applies `grads` (ids.size() x dim; a repeated
-  // id's rows are summed into one update of the row). Every mode applies
+  // id's rows are summed into one update of the row), once even if
+  // retried; PushPullRows pushes, then pulls the rows of `pull_ids` into
+  // `rows` in the same round trip to each shard. A shard restarted
+  // without a checkpoint gets the table declared again (its rows start
+  // again from their initial values). Every mode applies
   // row gradients on arrival (no ssp clocks or bsp steps for rows yet);
   // rows travel over the client's transport and are checkpointed with the
   // model. NOT_FOUND for a
@@ -385,6 +389,11 @@ class Client {
                         absl::Span<float> rows);
   absl::Status PushRows(const std::string& name, absl::Span<const int64_t> ids,
                         absl::Span<const float> grads);
+  absl::Status PushPullRows(const std::string& name,
+                            absl::Span<const int64_t> ids,
+                            absl::Span<const float> grads,
+                            absl::Span<const int64_t> pull_ids,
+                            absl::Span<float> rows);
 
   // Tells the servers this worker is done (ssp and bsp stop waiting for
   // it). Idempotent; the destructor calls it.

@@ -86,6 +86,10 @@ copy. reader=True joins no job: it may attach and pull (an evaluator).)")
            py::arg("grads"),
            "Pushes float32 row gradients (len(ids), dim); a repeated id's "
            "rows are summed into one update.")
+      .def("push_pull_rows", &PyClient::PushPullRows, py::arg("name"),
+           py::arg("ids"), py::arg("grads"), py::arg("pull_ids"),
+           "push_rows, then the rows of `pull_ids` (e.g. the next batch's) "
+           "as pull_rows gives them, in one round trip to each shard.")
       .def("pull_state", &PyClient::PullState, py::arg("names") = py::none(),
            "The optimizer state on the servers: {name: {slot1, slot2, "
            "steps}} (a slot None where the optimizer keeps none).")

@@ -121,15 +121,19 @@ void PyClient::DeclareEmbedding(
   dims_[name] = dim;
 }
 
-py::array PyClient::PullRows(const std::string& name, py::object ids) {
+py::array_t<float> PyClient::RowsFor(const std::string& name,
+                                     py::ssize_t n) const {
   auto it = dims_.find(name);
   if (it == dims_.end()) {
     Raise(absl::NotFoundError(
         absl::StrCat("embedding '", name, "': declare_embedding it first")));
   }
+  return py::array_t<float>({n, static_cast<py::ssize_t>(it->second)});
+}
+
+py::array PyClient::PullRows(const std::string& name, py::object ids) {
   auto a = Ids(ids);
-  py::array_t<float> rows({static_cast<py::ssize_t>(a.size()),
-                           static_cast<py::ssize_t>(it->second)});
+  py::array_t<float> rows = RowsFor(name, a.size());
   absl::Span<const int64_t> view(a.data(), static_cast<size_t>(a.size()));
   absl::Span<float> out(rows.mutable_data(), static_cast<size_t>(rows.size()));
   absl::Status s;
@@ -152,6 +156,24 @@ void PyClient::PushRows(const std::string& name, py::object ids,
     s = client_->PushRows(name, view, ConstView(g));
   }
   Raise(s);
+}
+
+py::array PyClient::PushPullRows(const std::string& name, py::object ids,
+                                 py::object grads, py::object pull_ids) {
+  auto a = Ids(ids);
+  py::array g = Checked(name, grads, /*write=*/false);
+  auto p = Ids(pull_ids);
+  py::array_t<float> rows = RowsFor(name, p.size());
+  absl::Span<const int64_t> push_view(a.data(), static_cast<size_t>(a.size()));
+  absl::Span<const int64_t> pull_view(p.data(), static_cast<size_t>(p.size()));
+  absl::Span<float> out(rows.mutable_data(), static_cast<size_t>(rows.size()));
+  absl::Status s;
+  {
+    py::gil_scoped_release release;
+    s = client_->PushPullRows(name, push_view, ConstView(g), pull_view, out);
+  }
+  Raise(s);
+  return rows;
 }
 
 }  // namespace asyncps

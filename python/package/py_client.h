@@ -88,6 +88,8 @@ class PyClient {
                         uint64_t seed);
   py::array PullRows(const std::string& name, py::object ids);
   void PushRows(const std::string& name, py::object ids, py::object grads);
+  py::array PushPullRows(const std::string& name, py::object ids,
+                         py::object grads, py::object pull_ids);
 
   // {name: {"slot1": array or None, "slot2": ..., "steps": int}}.
   py::dict PullState(py::object names);
@@ -120,6 +122,9 @@ class PyClient {
   bool Recover(py::dict arrays);
 
  private:
+  // A new float32 array of n rows of table `name`'s width (KeyError-like
+  // NOT_FOUND if this client has not declared it).
+  py::array_t<float> RowsFor(const std::string& name, py::ssize_t n) const;
   // Row widths of the embedding tables this client declared.
   absl::flat_hash_map<std::string, int64_t> dims_;
   // `hyper` ({name: {...}}) for each of `names`, or ValueError.
