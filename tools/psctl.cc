@@ -205,7 +205,7 @@ int TimelineCommand(const std::vector<std::string>& files) {
 }
 
 // The dense model's tensors into `npz`, by name (a reader's pull: no step
-// waits for it). FAILED_PRECONDITION if no model has been declared.
+// waits for it).
 absl::Status ExportModel(PsClient* client, NpzWriter* npz) {
   RETURN_IF_ERROR(client->FetchModel());
   const v1::ModelSpec& spec = client->spec();
@@ -228,10 +228,9 @@ absl::Status ExportModel(PsClient* client, NpzWriter* npz) {
 
 // Each embedding table the shards hold into `npz`: NAME (rows x dim,
 // float32) and NAME.ids (int64), row k of NAME being id NAME.ids[k].
-absl::StatusOr<int> ExportTables(PsClient* client, AdminClient* admin,
+absl::StatusOr<int> ExportTables(PsClient* client,
+                                 const std::vector<v1::StatsResponse>& stats,
                                  NpzWriter* npz) {
-  ASSIGN_OR_RETURN(const std::vector<v1::StatsResponse> stats,
-                   admin->StatsAll());
   std::map<std::string, int64_t> dims;  // Every shard holds every table.
   for (const auto& r : stats) {
     for (const auto& e : r.embeddings()) dims[e.name()] = e.dim();
@@ -264,22 +263,30 @@ int ExportCommand(PsClient* client, AdminClient* admin) {
     std::fprintf(stderr, "psctl export: --out=FILE is required\n");
     return 2;
   }
-  NpzWriter npz;
-  // A job of embedding tables alone declares no dense model.
-  absl::Status dense = ExportModel(client, &npz);
-  if (!dense.ok() && !absl::IsFailedPrecondition(dense)) {
-    std::fprintf(stderr, "psctl export: %s\n", dense.ToString().c_str());
+  absl::StatusOr<std::vector<v1::StatsResponse>> stats = admin->StatsAll();
+  if (!stats.ok()) {
+    std::fprintf(stderr, "psctl export: %s\n",
+                 stats.status().ToString().c_str());
     return 1;
   }
-  absl::StatusOr<int> tables = ExportTables(client, admin, &npz);
+  // A job of embedding tables alone declares no dense model.
+  const bool dense = (*stats)[0].model_declared();
+  NpzWriter npz;
+  if (absl::Status s = dense ? ExportModel(client, &npz) : absl::OkStatus();
+      !s.ok()) {
+    std::fprintf(stderr, "psctl export: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  absl::StatusOr<int> tables = ExportTables(client, *stats, &npz);
   if (!tables.ok()) {
     std::fprintf(stderr, "psctl export: %s\n",
                  tables.status().ToString().c_str());
     return 1;
   }
-  if (!dense.ok() && *tables == 0) {
-    std::fprintf(stderr, "psctl export: %s, and no embedding table\n",
-                 dense.ToString().c_str());
+  if (!dense && *tables == 0) {
+    std::fprintf(stderr,
+                 "psctl export: the shards hold no model and no embedding "
+                 "table yet\n");
     return 1;
   }
   const std::string bytes = npz.Finish();
@@ -298,8 +305,8 @@ int ExportCommand(PsClient* client, AdminClient* admin) {
   std::printf(
       "exported model '%s': %d tensors, %d embedding tables, %zu "
       "bytes, to %s\n",
-      dense.ok() ? client->spec().name().c_str() : "",
-      dense.ok() ? client->spec().tensors_size() : 0, *tables, bytes.size(),
+      dense ? client->spec().name().c_str() : "",
+      dense ? client->spec().tensors_size() : 0, *tables, bytes.size(),
       out.c_str());
   return 0;
 }

@@ -4,7 +4,13 @@ real ps_server processes: rows follow a numpy AdaGrad step for step
 (repeated ids summed), unbounded tables take any int64 id, a reader may
 pull, every bad input raises with no row moved, and the PyTorch module
 trains exactly as a dense torch.nn.Embedding with the same optimizer (SGD
-and Adagrad) beside a DistributedOptimizer for the dense part."""
+and Adagrad) beside a DistributedOptimizer for the dense part; the fused
+push_pull_rows is a push then a pull, a shard restarted without a
+checkpoint gets the table declared again, and psctl export writes each
+table's ids and rows."""
+
+import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -164,3 +170,65 @@ def test_embedding_bag_pools_and_pushes_each_rows_share(shards):
     with pytest.raises(ValueError):
         asyncps.torch.EmbeddingBag(None, 2, client=client, name="bag",
                                    mode="max")
+
+
+def test_push_pull_rows_is_a_push_then_a_pull(shards):
+    servers = shards.start(2)
+    with client(servers, rank=0, num_workers=1) as c:
+        c.declare_embedding("items", 3, num_rows=100, optimizer="sgd", lr=1.0)
+        ids = np.array([1, 2, 3, 1], dtype=np.int64)
+        before = c.pull_rows("items", np.arange(100, dtype=np.int64))
+        grads = np.ones((4, 3), dtype=np.float32)
+        pull = np.array([1, 50, 3], dtype=np.int64)
+        rows = c.push_pull_rows("items", ids, grads, pull)
+        want = before.copy()
+        np.add.at(want, ids, -grads)  # Repeats summed, lr 1.
+        np.testing.assert_array_equal(rows, want[pull])
+        np.testing.assert_array_equal(
+            c.pull_rows("items", np.arange(100, dtype=np.int64)), want)
+        # A bad pull id refuses the whole call: nothing is pushed.
+        with pytest.raises(ValueError):
+            c.push_pull_rows("items", ids, grads, np.array([100]))
+        np.testing.assert_array_equal(
+            c.pull_rows("items", np.arange(100, dtype=np.int64)), want)
+
+
+def test_a_shard_restarted_without_checkpoint_gets_the_table_again(shards):
+    servers = shards.start(2)
+    with client(servers, rank=0, num_workers=1, retry_for=20.0) as c:
+        c.declare_embedding("items", 2, num_rows=1000, optimizer="sgd",
+                            lr=1.0)
+        ids = np.arange(1000, dtype=np.int64)
+        initial = c.pull_rows("items", ids)
+        c.push_rows("items", ids, np.ones((1000, 2), dtype=np.float32))
+        shards.restart(1)  # SIGKILL; no checkpoint: its rows are gone.
+        rows = c.pull_rows("items", ids)  # Declared again, then pulled.
+        moved = np.all(rows == initial - 1, axis=1)
+        fresh = np.all(rows == initial, axis=1)
+        # Shard 0's rows kept their update, shard 1's start again.
+        assert moved.any() and fresh.any() and np.all(moved | fresh)
+        c.push_rows("items", ids, np.ones((1000, 2), dtype=np.float32))
+        np.testing.assert_array_equal(c.pull_rows("items", ids), rows - 1)
+
+
+def test_psctl_export_writes_each_tables_ids_and_rows(shards, tmp_path):
+    servers = shards.start(2)
+    with client(servers, rank=0, num_workers=1) as c:
+        # A job of tables alone: no dense model is declared.
+        c.declare_embedding("users", 4, num_rows=None, optimizer="adagrad",
+                            lr=0.1)
+        ids = np.array([5, -7, 1 << 40, 12], dtype=np.int64)
+        c.push_rows("users", ids, np.ones((4, 4), dtype=np.float32))
+        want = c.pull_rows("users", ids)
+        out = tmp_path / "model.npz"
+        done = subprocess.run(
+            [os.environ["ASYNCPS_PSCTL"], f"--servers={','.join(servers)}",
+             "export", f"--out={out}"], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert "1 embedding tables" in done.stdout
+        with np.load(out) as npz:
+            got_ids, got_rows = npz["users.ids"], npz["users"]
+        assert got_ids.dtype == np.int64 and got_rows.shape == (4, 4)
+        order = np.argsort(got_ids)
+        np.testing.assert_array_equal(got_ids[order], np.sort(ids))
+        np.testing.assert_array_equal(got_rows[order], want[np.argsort(ids)])
