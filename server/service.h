@@ -8,6 +8,8 @@
 #ifndef ASYNCPS_SERVER_SERVICE_H_
 #define ASYNCPS_SERVER_SERVICE_H_
 
+#include <functional>
+
 #include "common/clock.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "server/checkpoint.h"
@@ -106,6 +108,12 @@ class ParameterServerService final
   // Finishes the call with `s`, counted as rejected, and returns false
   // unless `s` is OK (an authorization check's answer).
   bool Allowed(const absl::Status& s, grpc::ServerUnaryReactor* reactor);
+  // A row call (service_rows.cc): admitted, authorized, served, answered;
+  // the first failure is the answer.
+  grpc::ServerUnaryReactor* RowCall(
+      grpc::CallbackServerContext* context,
+      const std::function<absl::Status()>& authorize,
+      const std::function<absl::Status()>& serve);
   // PERMISSION_DENIED unless the call carries the admin token (see the
   // constructor).
   absl::Status MayAdminister(const grpc::CallbackServerContext* context) const;
