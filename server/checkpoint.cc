@@ -186,10 +186,27 @@ Checkpointer::Checkpointer(ShardStore* store, FileSystem* fs, std::string dir,
       clock_(clock),
       last_(clock->Now()) {}
 
+bool Checkpointer::HasState() const {
+  return store_->declared() || (tables_ != nullptr && tables_->size() > 0);
+}
+
+absl::StatusOr<v1::ShardCheckpoint> Checkpointer::Take() const {
+  v1::ShardCheckpoint snapshot;
+  if (store_->declared()) {
+    ASSIGN_OR_RETURN(snapshot, store_->Snapshot());
+  } else if (HasState()) {
+    snapshot.set_shard(shard_);  // Tables alone: no spec, no slices.
+  } else {
+    return absl::FailedPreconditionError(
+        "no model and no embedding table to checkpoint");
+  }
+  if (tables_ != nullptr) tables_->Save(&snapshot);
+  return snapshot;
+}
+
 absl::StatusOr<std::string> Checkpointer::Write() {
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(v1::ShardCheckpoint snapshot, store_->Snapshot());
-  if (tables_ != nullptr) tables_->Save(&snapshot);
+  ASSIGN_OR_RETURN(v1::ShardCheckpoint snapshot, Take());
   const absl::Time now = clock_->Now();
   snapshot.set_unix_micros(absl::ToUnixMicros(now));
   const std::string path =
@@ -203,8 +220,7 @@ absl::StatusOr<std::string> Checkpointer::Write() {
 absl::StatusOr<std::string> Checkpointer::WriteJob(const std::string& tag) {
   RETURN_IF_ERROR(CheckJobTag(tag));
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(v1::ShardCheckpoint snapshot, store_->Snapshot());
-  if (tables_ != nullptr) tables_->Save(&snapshot);
+  ASSIGN_OR_RETURN(v1::ShardCheckpoint snapshot, Take());
   snapshot.set_unix_micros(absl::ToUnixMicros(clock_->Now()));
   const std::string path = JobCheckpointPath(dir_, tag, shard_);
   RETURN_IF_ERROR(WriteAndRecord(path, snapshot));
@@ -240,7 +256,7 @@ void Checkpointer::MaybeWrite(absl::Time now) {
     if (every_ <= absl::ZeroDuration() || now - last_ < every_) return;
     last_ = now;  // Also when there is no model yet: try again next period.
   }
-  if (store_->declared()) Write().IgnoreError();
+  if (HasState()) Write().IgnoreError();
 }
 
 }  // namespace asyncps

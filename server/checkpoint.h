@@ -67,8 +67,12 @@ class Checkpointer {
   absl::StatusOr<std::string> Write();
   // Writes job checkpoint `tag` of this shard; returns its path.
   absl::StatusOr<std::string> WriteJob(const std::string& tag);
-  // Writes one if `every` has passed since the last (and a model exists).
+  // Writes one if `every` has passed since the last (and there is
+  // something to write).
   void MaybeWrite(absl::Time now);
+  // Whether a checkpoint would hold anything: a model, or an embedding
+  // table (a job of tables alone writes checkpoints without a model).
+  bool HasState() const;
 
   // Each write is a span on `timeline` (borrowed, may be null) from now.
   // REQUIRES: no write in progress.
@@ -95,6 +99,9 @@ class Checkpointer {
   const int keep_;
   const absl::Duration every_;
   Clock* const clock_;
+  // The shard's state now: the model's slices (if declared) and every
+  // table's rows. FAILED_PRECONDITION if there is neither.
+  absl::StatusOr<v1::ShardCheckpoint> Take() const;
   // Writes `snapshot` to `path` and keeps its record.
   absl::Status WriteAndRecord(const std::string& path,
                               const v1::ShardCheckpoint& snapshot)

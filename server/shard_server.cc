@@ -194,10 +194,13 @@ absl::Status ShardServer::Restore() {
     LOG(WARNING) << "skipping checkpoint: " << why;
   }
   if (newest.ok()) {
-    RETURN_IF_ERROR(
-        Annotate(store_.Restore(*newest),
-                 absl::StrCat("cannot restore the newest checkpoint in ",
-                              config_.checkpoint_dir)));
+    // A checkpoint of tables alone has no model to restore.
+    if (newest->has_spec()) {
+      RETURN_IF_ERROR(
+          Annotate(store_.Restore(*newest),
+                   absl::StrCat("cannot restore the newest checkpoint in ",
+                                config_.checkpoint_dir)));
+    }
     RETURN_IF_ERROR(
         Annotate(tables_.Restore(*newest),
                  absl::StrCat("cannot restore the embedding tables of the "
@@ -352,7 +355,8 @@ void ShardServer::Drain() {
   consistency_.Shutdown();
   kv_.Shutdown();
   if (data_plane_ != nullptr) data_plane_->Shutdown();
-  if (ticker_.joinable() && checkpointer_ != nullptr && store_.declared()) {
+  if (ticker_.joinable() && checkpointer_ != nullptr &&
+      checkpointer_->HasState()) {
     auto path = checkpointer_->Write();
     if (path.ok()) {
       LOG(INFO) << "final checkpoint " << *path;

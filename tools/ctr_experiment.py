@@ -14,8 +14,9 @@ MLP (lr 0.01). --workers processes (default 2), each one CPU thread, batch
 --batch each, all stopping after --samples examples in total:
 
   async       asyncps, the table as asyncps.torch.Embedding (only the rows a
-              batch touches travel), the MLP through DistributedOptimizer,
-              2 shards, mode async
+              batch touches travel; each push brings the next batch's rows
+              back, --prefetch 0: forward pulls them), the MLP through
+              DistributedOptimizer, 2 shards, mode async
   bsp         the same, mode bsp (the MLP in lock step; rows are applied as
               they arrive in every mode, docs/SPARSE.md)
   ddp_dense   PyTorch DDP (gloo), torch.nn.Embedding with dense gradients:
@@ -154,6 +155,10 @@ def worker(rank, args, config, port, servers, out):
         for o in opts:
             o.zero_grad()
         loss = loss_fn(model(torch.from_numpy(ids)), torch.from_numpy(labels))
+        if client is not None and args.prefetch and step + 1 < steps:
+            # The next batch's rows come back with this batch's push.
+            table.prefetch(
+                data.batch((step + 1) * args.workers + rank, args.batch)[0])
         loss.backward()
         for o in opts:
             o.step()
@@ -283,6 +288,9 @@ def main():
     p.add_argument("--test", type=int, default=20_000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--configs", default=",".join(CONFIGS))
+    p.add_argument("--prefetch", type=int, default=1,
+                   help="asyncps: 1, each push brings the next batch's rows "
+                        "back (Embedding.prefetch); 0, forward pulls them")
     p.add_argument("--ps_server", default=os.environ.get(
         "ASYNCPS_PS_SERVER", "bazel-bin/server/ps_server"))
     p.add_argument("--out", default="")

@@ -46,6 +46,7 @@ import concurrent.futures
 import contextlib
 import time
 
+import numpy as np
 import torch
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -621,16 +622,24 @@ class _Rows(torch.autograd.Function):
     @staticmethod
     def forward(ctx, ids, anchor, table):
         flat = ids.detach().reshape(-1).to("cpu", torch.int64).numpy()
-        rows = torch.from_numpy(table.client.pull_rows(table.name, flat))
+        rows = table._take_prefetched(flat)
+        if rows is None:
+            rows = table.client.pull_rows(table.name, flat)
         ctx.table, ctx.flat = table, flat
-        return rows.view(*ids.shape, table.embedding_dim).to(anchor.device)
+        return torch.from_numpy(rows).view(
+            *ids.shape, table.embedding_dim).to(anchor.device)
 
     @staticmethod
     def backward(ctx, grad):
         table = ctx.table
         g = grad.detach().reshape(-1, table.embedding_dim).to(
             "cpu", torch.float32).contiguous().numpy()
-        table.client.push_rows(table.name, ctx.flat, g)
+        if table._next is None:
+            table.client.push_rows(table.name, ctx.flat, g)
+        else:  # The next batch's rows come back with this push.
+            table._prefetched = (table._next, table.client.push_pull_rows(
+                table.name, ctx.flat, g, table._next))
+            table._next = None
         return None, None, None
 
 
@@ -667,6 +676,26 @@ class Embedding(torch.nn.Module):
         # Autograd calls backward only for an output that needs a gradient:
         # an empty tensor that does (not a Parameter: no optimizer sees it).
         self._anchor = torch.empty(0, requires_grad=True)
+        self._next = None         # prefetch(): ids the next push fetches.
+        self._prefetched = None   # (ids, rows) that push fetched.
+
+    def prefetch(self, ids):
+        """Says which ids the next forward will look up (e.g. the next
+        batch's), so the next backward's push brings their rows back in the
+        same round trip (push_pull_rows) instead of forward pulling them.
+        The rows are read just after this push is applied, so in async
+        training they may miss other workers' pushes that land between that
+        and the next forward (as a pull at any moment may). A forward with
+        other ids pulls as usual."""
+        self._next = torch.as_tensor(ids).reshape(-1).to(
+            "cpu", torch.int64).numpy().copy()
+
+    def _take_prefetched(self, flat):
+        """The prefetched rows if `flat` is what was prefetched, else None."""
+        got, self._prefetched = self._prefetched, None
+        if got is not None and np.array_equal(got[0], flat):
+            return got[1]
+        return None
 
     def forward(self, ids):
         anchor = self._anchor if self._anchor.device == ids.device else \

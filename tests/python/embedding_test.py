@@ -6,8 +6,9 @@ pull, every bad input raises with no row moved, and the PyTorch module
 trains exactly as a dense torch.nn.Embedding with the same optimizer (SGD
 and Adagrad) beside a DistributedOptimizer for the dense part; the fused
 push_pull_rows is a push then a pull, a shard restarted without a
-checkpoint gets the table declared again, and psctl export writes each
-table's ids and rows."""
+checkpoint gets the table declared again, a job of tables alone
+checkpoints and restores them, and psctl export writes each table's ids
+and rows."""
 
 import os
 import subprocess
@@ -232,3 +233,68 @@ def test_psctl_export_writes_each_tables_ids_and_rows(shards, tmp_path):
         order = np.argsort(got_ids)
         np.testing.assert_array_equal(got_ids[order], np.sort(ids))
         np.testing.assert_array_equal(got_rows[order], want[np.argsort(ids)])
+
+
+def test_a_job_of_tables_alone_checkpoints_and_restores(shards, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    servers = shards.start(2, f"--checkpoint_dir={ckpt}",
+                           "--checkpoint_every=0")
+    with client(servers, rank=0, num_workers=1, retry_for=20.0) as c:
+        c.declare_embedding("users", 3, num_rows=None, optimizer="adagrad",
+                            lr=0.5)
+        ids = np.arange(40, dtype=np.int64) * 1009
+        c.push_rows("users", ids, np.ones((40, 3), dtype=np.float32))
+        rows = c.pull_rows("users", ids)
+        for shard in shards.shards:  # SIGTERM: the last checkpoint...
+            shard.stop()
+        assert sorted(p.name[:8] for p in ckpt.iterdir()) == [
+            "shard-0-", "shard-1-"]
+        for shard in shards.shards:  # ...is restored, with no model.
+            shard.start()
+        np.testing.assert_array_equal(c.pull_rows("users", ids), rows)
+        # AdaGrad's accumulators came back too: a second step of 1s moves
+        # each row by lr / sqrt(2), not lr / sqrt(1) as a lost one would.
+        c.push_rows("users", ids, np.ones((40, 3), dtype=np.float32))
+        np.testing.assert_allclose(c.pull_rows("users", ids),
+                                   rows - 0.5 / np.sqrt(2.0), rtol=1e-5)
+
+
+def test_prefetch_brings_the_next_rows_with_the_push(shards):
+    import torch
+    import asyncps.torch
+
+    servers = shards.start(2)
+    c = asyncps.Client(servers, rank=0, num_workers=1, retry_for=5.0)
+    # Rows start at 0 in both (a row's initial values depend on the name).
+    plain = asyncps.torch.Embedding(100, 3, client=c, name="plain",
+                                    optimizer="sgd", lr=0.1, init_stddev=0.0)
+    fetched = asyncps.torch.Embedding(100, 3, client=c, name="fetched",
+                                      optimizer="sgd", lr=0.1,
+                                      init_stddev=0.0)
+    g = torch.Generator().manual_seed(3)
+    batches = [torch.randint(0, 20, (4, 2), generator=g) for _ in range(6)]
+    pulls = 0
+    pull_rows = c.pull_rows
+
+    def counting(name, ids):
+        nonlocal pulls
+        pulls += name == "fetched"
+        return pull_rows(name, ids)
+
+    c.pull_rows = counting
+    for k, ids in enumerate(batches):
+        (plain(ids) - 1).pow(2).sum().backward()
+        out = fetched(ids)
+        if k + 1 < len(batches):
+            fetched.prefetch(batches[k + 1])
+        (out - 1).pow(2).sum().backward()  # Depends on the rows read.
+    assert pulls == 1  # The first batch's; the rest came with pushes.
+    every = torch.arange(100)
+    torch.testing.assert_close(fetched.rows(every), plain.rows(every))
+    assert plain.rows(every).abs().sum() > 0
+    # Other ids than those prefetched: forward pulls them.
+    fetched.prefetch([1, 2])
+    fetched(torch.tensor([5, 6])).sum().backward()
+    out = fetched(torch.tensor([7]))
+    assert pulls == 4 and out.shape == (1, 3)
