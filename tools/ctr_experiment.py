@@ -14,8 +14,8 @@ MLP (lr 0.01). --workers processes (default 2), each one CPU thread, batch
 --batch each, all stopping after --samples examples in total:
 
   async       asyncps, the table as asyncps.torch.Embedding (only the rows a
-              batch touches travel; each push brings the next batch's rows
-              back, --prefetch 0: forward pulls them), the MLP through
+              batch touches travel; forward pulls them, or with --prefetch 1
+              each push brings the next batch's rows back), the MLP through
               DistributedOptimizer, 2 shards, mode async
   bsp         the same, mode bsp (the MLP in lock step; rows are applied as
               they arrive in every mode, docs/SPARSE.md)
@@ -149,16 +149,21 @@ def worker(rank, args, config, port, servers, out):
         dist.barrier()
     start_bytes = loopback_bytes()
     t = time.perf_counter()
-    for step in range(steps):
+    def batch(step):
         # Worker r takes batches r, r + W, r + 2W, ... of the stream.
-        ids, labels = data.batch(step * args.workers + rank, args.batch)
+        return data.batch(step * args.workers + rank, args.batch)
+
+    upcoming = batch(0)
+    for step in range(steps):
+        ids, labels = upcoming
+        if step + 1 < steps:
+            upcoming = batch(step + 1)
         for o in opts:
             o.zero_grad()
         loss = loss_fn(model(torch.from_numpy(ids)), torch.from_numpy(labels))
         if client is not None and args.prefetch and step + 1 < steps:
             # The next batch's rows come back with this batch's push.
-            table.prefetch(
-                data.batch((step + 1) * args.workers + rank, args.batch)[0])
+            table.prefetch(upcoming[0])
         loss.backward()
         for o in opts:
             o.step()
@@ -288,9 +293,10 @@ def main():
     p.add_argument("--test", type=int, default=20_000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--configs", default=",".join(CONFIGS))
-    p.add_argument("--prefetch", type=int, default=1,
+    p.add_argument("--prefetch", type=int, default=0,
                    help="asyncps: 1, each push brings the next batch's rows "
-                        "back (Embedding.prefetch); 0, forward pulls them")
+                        "back (Embedding.prefetch); 0, forward pulls them "
+                        "(on loopback 0 is faster: docs/SPARSE.md)")
     p.add_argument("--ps_server", default=os.environ.get(
         "ASYNCPS_PS_SERVER", "bazel-bin/server/ps_server"))
     p.add_argument("--out", default="")
