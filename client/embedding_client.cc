@@ -196,7 +196,6 @@ absl::Status EmbeddingClient::Redeclaring(
   // everywhere (idempotent) and send the same requests again (the same
   // sequence numbers: a shard that applied a push answers from its ledger).
   RETURN_IF_ERROR(Declare(spec));
-  redeclared_.fetch_add(1);
   return call();
 }
 

@@ -16,7 +16,6 @@
 #ifndef ASYNCPS_CLIENT_EMBEDDING_CLIENT_H_
 #define ASYNCPS_CLIENT_EMBEDDING_CLIENT_H_
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -70,9 +69,6 @@ class EmbeddingClient {
   absl::Status ReadAll(const std::string& table, std::vector<int64_t>* ids,
                        std::vector<float>* rows);
 
-  // Times a table was declared again after a shard had lost it.
-  int64_t redeclared() const { return redeclared_.load(); }
-
  private:
   // Runs `call`; if a shard answers NOT_FOUND (it lost its tables),
   // declares `spec` again and runs `call` once more.
@@ -83,7 +79,6 @@ class EmbeddingClient {
   absl::StatusOr<v1::EmbeddingSpec> Spec(const std::string& table) const;
 
   ShardCaller* const caller_;
-  std::atomic<int64_t> redeclared_{0};
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, v1::EmbeddingSpec> specs_
       ABSL_GUARDED_BY(mu_);
