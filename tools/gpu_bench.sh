@@ -8,15 +8,8 @@
 # there with the shared libraries `ldd` lists and set LD_LIBRARY_PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [[ -z "${BIN:-}" ]]; then
-  deploy/install_deps.sh
-  config=()
-  if [[ -x /usr/local/cuda/bin/nvcc ]]; then config=(--config=cuda); fi
-  bazel build "${config[@]}" //server:ps_server //tools:gpu_bench
-  BIN=$(mktemp -d /tmp/gpu_bench.XXXXXX)
-  cp bazel-bin/server/ps_server bazel-bin/tools/gpu_bench "$BIN/"
-  bazel shutdown
-fi
+source tools/gpu_binaries.sh
+gpu_binaries gpu_bench //server:ps_server //tools:gpu_bench
 models="784,256,128,10;4096,4096,4096,10"
 args=()
 for a in "$@"; do

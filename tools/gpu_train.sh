@@ -12,15 +12,8 @@
 # folder with the IDX files (default: ps_worker's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [[ -z "${BIN:-}" ]]; then
-  deploy/install_deps.sh
-  config=()
-  if [[ -x /usr/local/cuda/bin/nvcc ]]; then config=(--config=cuda); fi
-  bazel build "${config[@]}" //server:ps_server //worker:ps_worker
-  BIN=$(mktemp -d /tmp/gpu_train.XXXXXX)
-  cp bazel-bin/server/ps_server bazel-bin/worker/ps_worker "$BIN/"
-  bazel shutdown
-fi
+source tools/gpu_binaries.sh
+gpu_binaries gpu_train //server:ps_server //worker:ps_worker
 workers=2
 args=()
 for a in "$@"; do
