@@ -44,7 +44,7 @@ class Client::Impl {
   Impl(std::unique_ptr<PsClient> ps, Mode mode, int num_workers,
        int64_t slice_bytes)
       : ps_(std::move(ps)),
-        embeddings_(ps_->caller()),
+        embeddings_(ps_->caller(), {mode, [this] { return clock(); }}),
         mode_(mode),
         num_workers_(num_workers),
         slice_bytes_(slice_bytes) {}

@@ -104,12 +104,12 @@ absl::Status EmbeddingClient::PullRows(const std::string& table,
   }
   const Routes routes = Route(ids, caller_->num_shards());
   std::vector<ShardCall<v1::PullRowsRequest, v1::PullRowsResponse>> calls;
-  std::vector<int> shard_of;
   for (int s = 0; s < caller_->num_shards(); ++s) {
-    if (routes.ids_of[s].empty()) continue;
+    if (routes.ids_of[s].empty() && !every_shard()) continue;
     auto& c = calls.emplace_back();
     c.shard = s;
     c.request.set_table(table);
+    c.request.set_clock(clock());
     c.request.set_ids(Bytes(routes.ids_of[s].data(),
                             routes.ids_of[s].size() * sizeof(int64_t)));
   }
@@ -127,7 +127,7 @@ absl::Status EmbeddingClient::PullRows(const std::string& table,
 absl::Status EmbeddingClient::PushRows(const std::string& table,
                                        absl::Span<const int64_t> ids,
                                        absl::Span<const float> grads) {
-  return PushPullRows(table, ids, grads, {}, {});
+  return Push(table, ids, grads, {}, {}, /*fused=*/false);
 }
 
 absl::Status EmbeddingClient::PushPullRows(const std::string& table,
@@ -135,6 +135,14 @@ absl::Status EmbeddingClient::PushPullRows(const std::string& table,
                                            absl::Span<const float> grads,
                                            absl::Span<const int64_t> pull_ids,
                                            absl::Span<float> rows) {
+  return Push(table, ids, grads, pull_ids, rows, /*fused=*/true);
+}
+
+absl::Status EmbeddingClient::Push(const std::string& table,
+                                   absl::Span<const int64_t> ids,
+                                   absl::Span<const float> grads,
+                                   absl::Span<const int64_t> pull_ids,
+                                   absl::Span<float> rows, bool fused) {
   ASSIGN_OR_RETURN(const v1::EmbeddingSpec spec, Spec(table));
   const int64_t dim = spec.dim();
   const size_t d = static_cast<size_t>(dim);
@@ -158,7 +166,7 @@ absl::Status EmbeddingClient::PushPullRows(const std::string& table,
   std::vector<ShardCall<v1::PushRowsRequest, v1::PushRowsResponse>> calls;
   for (int s = 0; s < num_shards; ++s) {
     const size_t n = push.ids_of[s].size();
-    if (n == 0 && pull.ids_of[s].empty()) continue;
+    if (n == 0 && pull.ids_of[s].empty() && !every_shard()) continue;
     std::vector<float> summed(n * d, 0.0f);
     for (size_t i = 0; i < n; ++i) {
       for (size_t k : push.from[s][i]) {
@@ -172,6 +180,8 @@ absl::Status EmbeddingClient::PushPullRows(const std::string& table,
     c.request.set_grads(Bytes(summed.data(), summed.size() * sizeof(float)));
     c.request.set_pull_ids(
         Bytes(pull.ids_of[s].data(), pull.ids_of[s].size() * sizeof(int64_t)));
+    c.request.set_clock(clock() + 1);
+    c.request.set_fused(fused);
     // Exactly-once: a retry (here or in the caller) carries the same pair.
     c.request.set_client_id(caller_->client_id());
     c.request.set_sequence(caller_->NextSequence());
@@ -181,7 +191,7 @@ absl::Status EmbeddingClient::PushPullRows(const std::string& table,
                              "PushRows");
   }));
   for (const auto& c : calls) {
-    if (pull.ids_of[c.shard].empty()) continue;
+    if (!fused) continue;
     RETURN_IF_ERROR(
         Scatter("PushPullRows", c.shard, c.response.rows(), pull, d, rows));
   }

@@ -12,13 +12,18 @@
 // the first answer). A shard that answers NOT_FOUND for a table (it was
 // restarted without a checkpoint) gets the table declared again and the
 // same requests once more: its rows start again from their initial
-// values. Thread-safe.
+// values. The worker's mode and clock go with each call (docs/SPARSE.md
+// "Consistency"): pulls carry its clock, pushes the step they are of (the
+// clock + 1), as dense calls do; in bsp every shard gets each pull and
+// push, empty where the call has no ids for it, so each shard's table
+// sees every rank's step. Thread-safe.
 #ifndef ASYNCPS_CLIENT_EMBEDDING_CLIENT_H_
 #define ASYNCPS_CLIENT_EMBEDDING_CLIENT_H_
 
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -26,14 +31,24 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "client/shard_caller.h"
+#include "common/mode.h"
 #include "proto/asyncps.pb.h"
 
 namespace asyncps {
 
 class EmbeddingClient {
  public:
+  // The worker's steps, as the rows' calls tell them to the shards.
+  struct Steps {
+    Mode mode = Mode::kAsync;
+    std::function<int64_t()> clock;  // Empty: always 0.
+  };
+
   // `caller` is borrowed and must outlive this client.
+  // Without `steps`: async, at clock 0 (a reader's calls).
   explicit EmbeddingClient(ShardCaller* caller) : caller_(caller) {}
+  EmbeddingClient(ShardCaller* caller, Steps steps)
+      : caller_(caller), steps_(std::move(steps)) {}
 
   // Declares `spec` on every shard (idempotent). Making a table is a
   // registered worker's call (PERMISSION_DENIED for others); anyone in the
@@ -75,10 +90,21 @@ class EmbeddingClient {
   absl::Status Redeclaring(const v1::EmbeddingSpec& spec,
                            const std::function<absl::Status()>& call);
 
+  // PushRows, and (`fused`) PushPullRows.
+  absl::Status Push(const std::string& table, absl::Span<const int64_t> ids,
+                    absl::Span<const float> grads,
+                    absl::Span<const int64_t> pull_ids, absl::Span<float> rows,
+                    bool fused);
+
   // The table's spec, from Declare.
   absl::StatusOr<v1::EmbeddingSpec> Spec(const std::string& table) const;
 
+  int64_t clock() const { return steps_.clock ? steps_.clock() : 0; }
+  // bsp: every shard gets each call.
+  bool every_shard() const { return steps_.mode == Mode::kBsp; }
+
   ShardCaller* const caller_;
+  const Steps steps_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, v1::EmbeddingSpec> specs_
       ABSL_GUARDED_BY(mu_);

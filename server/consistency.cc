@@ -45,10 +45,19 @@ absl::Status ConsistencyConfig::Validate() const {
 }
 
 Consistency::Consistency(ConsistencyConfig config, ShardStore* store,
-                         Membership* membership, Clock* clock)
-    : config_(config), store_(store), membership_(membership), clock_(clock) {}
+                         Membership* membership, Clock* clock,
+                         EmbeddingTables* tables, int num_shards)
+    : config_(config),
+      store_(store),
+      membership_(membership),
+      clock_(clock),
+      tables_(tables),
+      num_shards_(num_shards) {}
 
-void Consistency::Shutdown() { waiters_.Close(); }
+void Consistency::Shutdown() {
+  waiters_.Close();
+  row_waiters_.Close();
+}
 
 bool Consistency::Joining() const {
   if (membership_->Registered() >= membership_->Expected()) return false;
@@ -71,17 +80,20 @@ int Consistency::Quorum(int live) const {
 
 bool Consistency::Ready(const Wait& w) const {
   switch (config_.mode) {
-    case Mode::kSsp: {
-      // Until every worker the job expects has registered once, the ones
-      // still to come count as being at clock 0 (as bsp waits for them).
-      const int64_t slowest = Joining() ? 0 : membership_->MinLiveClock();
-      return w.request->clock() - slowest <= config_.staleness;
-    }
+    case Mode::kSsp:
+      return SspReady(w.request->clock());
     case Mode::kBsp:
       return store_->StepApplied(w.slices, w.request->clock());
     default:
       return true;
   }
+}
+
+bool Consistency::SspReady(int64_t clock) const {
+  // Until every worker the job expects has registered once, the ones still
+  // to come count as being at clock 0 (as bsp waits for them).
+  const int64_t slowest = Joining() ? 0 : membership_->MinLiveClock();
+  return clock - slowest <= config_.staleness;
 }
 
 bool Consistency::MustPushAgain(const Wait& w) const {

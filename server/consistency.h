@@ -7,7 +7,10 @@
 // clock 0; bsp: until the puller's step is applied). Tick(),
 // which the server calls on a period, re-checks held pulls, applies bsp steps
 // whose stragglers died or missed --step_deadline, and logs workers that go
-// silent or come back. No gRPC here: held pulls are PendingCalls.
+// silent or come back. The embedding tables' rows follow the same mode
+// (consistency_rows.cc): ssp holds a row pull as a dense one, bsp adds a
+// row push to its table's step and holds a row pull until the step before
+// it is applied. No gRPC here: held pulls are PendingCalls.
 // Thread-safe.
 #ifndef ASYNCPS_SERVER_CONSISTENCY_H_
 #define ASYNCPS_SERVER_CONSISTENCY_H_
@@ -27,6 +30,7 @@
 #include "server/held_calls.h"
 #include "server/membership.h"
 #include "server/push_ledger.h"
+#include "server/rows.h"
 #include "server/shard_store.h"
 
 namespace asyncps {
@@ -65,9 +69,12 @@ struct ConsistencyConfig {
 
 class Consistency {
  public:
-  // `store`, `membership`, `clock` are borrowed and must outlive this.
+  // `store`, `membership`, `clock` and `tables` (may be null: no rows
+  // served) are borrowed and must outlive this. `num_shards`: the job's,
+  // for the rows' RowShard.
   Consistency(ConsistencyConfig config, ShardStore* store,
-              Membership* membership, Clock* clock);
+              Membership* membership, Clock* clock,
+              EmbeddingTables* tables = nullptr, int num_shards = 1);
   ~Consistency() { Shutdown(); }
 
   // Answers `call` with `request`'s weights in `*response` now, or holds it
@@ -83,6 +90,18 @@ class Consistency {
   // `request` and `response` must stay valid until the call is answered.
   void PushPull(const v1::PushPullRequest& request,
                 v1::PushPullResponse* response, PendingCall call);
+  // Answers `call` with the rows of `request.ids()` now, or holds it: ssp
+  // as Pull; bsp until the table's step `request.clock()` is applied here.
+  // A reader's (rank -1) is never held. Bad ids are refused at once.
+  // `request` and `response` must stay valid until the call is answered.
+  void PullRows(const v1::PullRowsRequest& request,
+                v1::PullRowsResponse* response, PendingCall call);
+  // Pushes the rows (ServePushRows: once per client id and sequence; bsp:
+  // into the table's step `request.clock()`), then, with pull_ids, pulls
+  // them as PullRows at the push's clock into response->rows (held in ssp
+  // and bsp). Bad pull ids are refused before anything is pushed.
+  void PushRows(const v1::PushRowsRequest& request,
+                v1::PushRowsResponse* response, PendingCall call);
   // Declares the model (ShardStore::Declare). With `recover` and a model
   // created by this call, the shard lost its weights at a restart: pulls
   // and pushes are answered UNAVAILABLE until a worker's copy has come
@@ -161,17 +180,40 @@ class Consistency {
   // `stuck`, if given, gets the ranks with a pull still held.
   Oldest Recheck(absl::flat_hash_set<int>* stuck = nullptr);
 
+  // A held pull of rows.
+  struct RowWait {
+    const v1::PullRowsRequest* request;
+    std::string* rows;  // Where the answer goes.
+    RowPull pull;
+    absl::Time since;
+  };
+  // ssp: true if a pull at `clock` may go now.
+  bool SspReady(int64_t clock) const;
+  bool RowReady(const RowWait& w) const;
+  // Answers held row pulls that may go or expired; ranks still held into
+  // `stuck` (if given).
+  void RecheckRows(absl::Time now, absl::flat_hash_set<int>* stuck);
+  // bsp: the tables' pending steps applied past --step_deadline or healed,
+  // as AdvanceSteps does the slices'.
+  void AdvanceRowSteps(int quorum, const std::vector<int>& live_ranks,
+                       const absl::flat_hash_set<int>& stuck, absl::Time now);
+  // FAILED_PRECONDITION when this shard serves no tables.
+  absl::Status CheckTables() const;
+
   // Constant after construction.
   const ConsistencyConfig config_;
   ShardStore* const store_;
   Membership* const membership_;
   Clock* const clock_;
+  EmbeddingTables* const tables_;
+  const int num_shards_;
 
   std::atomic<int64_t> held_total_{0};
   std::atomic<int64_t> pushes_seen_{0};     // For lose_every_nth_answer.
   std::atomic<bool> awaiting_fast_{false};  // awaiting_, read without a lock.
   PushLedger ledger_;
   HeldCalls<Wait> waiters_;
+  HeldCalls<RowWait> row_waiters_;
 
   std::atomic<bool> paused_fast_{false};
   absl::Mutex stall_mu_;

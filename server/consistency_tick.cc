@@ -46,6 +46,7 @@ Consistency::Oldest Consistency::Recheck(absl::flat_hash_set<int>* stuck) {
               "far behind"
             : "pull held past its deadline: the step was not applied"));
   }
+  RecheckRows(now, stuck);
   return oldest;
 }
 
@@ -82,21 +83,25 @@ void Consistency::AdvanceSteps() {
   const int live = membership_->LiveCount();
   const absl::Time now = clock_->Now();
   store_->CompletePendingSteps(Quorum(live), live, config_.step_deadline, now);
-  if (config_.heal_after <= absl::ZeroDuration()) return;
   absl::flat_hash_set<int> stuck;
-  Recheck(&stuck);
   std::vector<int> live_ranks;
-  for (const v1::WorkerInfo& w : membership_->Workers()) {
-    if (w.live()) live_ranks.push_back(w.rank());
+  if (config_.heal_after > absl::ZeroDuration()) {
+    Recheck(&stuck);
+    for (const v1::WorkerInfo& w : membership_->Workers()) {
+      if (w.live()) live_ranks.push_back(w.rank());
+    }
+    std::vector<std::string> healed;
+    store_->HealPendingSteps(live_ranks, stuck, config_.heal_after, now,
+                             &healed);
+    for (const std::string& h : healed) {
+      LOG(WARNING) << "shard " << store_->shard() << ": applied " << h
+                   << ": its gradient had not come after "
+                   << absl::FormatDuration(config_.heal_after)
+                   << " and every rank missing from it is waiting for the "
+                      "step";
+    }
   }
-  std::vector<std::string> healed;
-  store_->HealPendingSteps(live_ranks, stuck, config_.heal_after, now, &healed);
-  for (const std::string& h : healed) {
-    LOG(WARNING) << "shard " << store_->shard() << ": applied " << h
-                 << ": its gradient had not come after "
-                 << absl::FormatDuration(config_.heal_after)
-                 << " and every rank missing from it is waiting for the step";
-  }
+  AdvanceRowSteps(Quorum(live), live_ranks, stuck, now);
 }
 
 void Consistency::DiagnoseStall(const Oldest& oldest) {

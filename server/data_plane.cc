@@ -7,7 +7,6 @@
 #include "common/security.h"
 #include "common/status.h"
 #include "glog/logging.h"
-#include "server/rows.h"
 
 namespace asyncps {
 namespace {
@@ -261,17 +260,6 @@ absl::Status Respond(Stream* stream, const FrameHeader& header,
   return written;
 }
 
-absl::Status DataPlaneServer::Rows(
-    const std::function<absl::Status(EmbeddingTables*, int, int)>& serve) {
-  if (config_.tables == nullptr) {
-    return absl::FailedPreconditionError(
-        "this data plane serves no embedding tables");
-  }
-  absl::Status s = serve(config_.tables, store_->shard(), config_.num_shards);
-  if (!s.ok()) store_->CountRejected();
-  return s;
-}
-
 absl::Status DataPlaneServer::Authorize(int rank, uint64_t secret,
                                         int64_t clock, bool anyone) {
   absl::Status s = membership_->Authorize(rank, secret, clock, anyone);
@@ -317,24 +305,21 @@ absl::Status DataPlaneServer::Handle(Stream* stream, const FrameHeader& header,
       return Respond<v1::PullRowsRequest, v1::PullRowsResponse>(
           stream, header, t, spare, o, "PullRows",
           [&](const auto& request, auto* response) {
-            RETURN_IF_ERROR(Authorize(request.rank(), request.secret(), 0,
-                                      /*anyone=*/true));
-            return Rows(
-                [&](EmbeddingTables* tables, int shard, int num_shards) {
-                  return ServePullRows(tables, shard, num_shards, request,
-                                       response);
-                });
+            RETURN_IF_ERROR(Authorize(request.rank(), request.secret(),
+                                      request.clock(), /*anyone=*/true));
+            return Await(stream, header, [&](PendingCall call) {
+              consistency_->PullRows(request, response, std::move(call));
+            });
           });
     case FrameOp::kPushRows:
       return Respond<v1::PushRowsRequest, v1::PushRowsResponse>(
           stream, header, t, spare, o, "PushRows",
           [&](const auto& request, auto* response) {
-            RETURN_IF_ERROR(Authorize(request.rank(), request.secret(), 0));
-            return Rows(
-                [&](EmbeddingTables* tables, int shard, int num_shards) {
-                  return ServePushRows(tables, shard, num_shards, request,
-                                       response);
-                });
+            RETURN_IF_ERROR(
+                Authorize(request.rank(), request.secret(), request.clock()));
+            return Await(stream, header, [&](PendingCall call) {
+              consistency_->PushRows(request, response, std::move(call));
+            });
           });
     default:
       return absl::InvalidArgumentError(absl::StrCat(

@@ -30,7 +30,6 @@
 #include "common/clock.h"
 #include "server/call_observer.h"
 #include "server/consistency.h"
-#include "server/embedding_table.h"
 #include "server/held_calls.h"
 #include "server/membership.h"
 #include "server/shard_store.h"
@@ -57,10 +56,6 @@ struct DataPlaneConfig {
   CallObserver* observer = nullptr;
   // TLS (TlsContext::ForServer), or null for plain TCP.
   std::shared_ptr<const TlsContext> tls;
-  // The shard's embedding tables, for PullRows and PushRows frames, and
-  // the job's shard count (RowShard); borrowed, null: none.
-  EmbeddingTables* tables = nullptr;
-  int num_shards = 1;
 };
 
 class DataPlaneServer {
@@ -107,9 +102,6 @@ class DataPlaneServer {
   // `spare`: the connection's payload buffers, reused frame after frame.
   absl::Status Handle(Stream* stream, const FrameHeader& header,
                       std::vector<std::string>* spare);
-  // A row call, served with the shard's tables (a refusal counted).
-  absl::Status Rows(
-      const std::function<absl::Status(EmbeddingTables*, int, int)>& serve);
   // Membership::Authorize for a data-plane call; a refusal is counted.
   absl::Status Authorize(int rank, uint64_t secret, int64_t clock,
                          bool anyone = false);

@@ -191,17 +191,132 @@ absl::Status EmbeddingTable::Push(absl::Span<const int64_t> ids,
     }
     g = summed;
   }
-  for (size_t i = 0; i < d.ids.size(); ++i) {
-    const size_t at = size_t{Touch(d.ids[i])} * dim_;
+  ApplyLocked(d.ids, g, lr_scale);
+  return absl::OkStatus();
+}
+
+void EmbeddingTable::ApplyLocked(absl::Span<const int64_t> ids,
+                                 absl::Span<const float> grads,
+                                 float lr_scale) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const size_t at = size_t{Touch(ids[i])} * dim_;
     const absl::Span<float> none;
     ApplyOptimizer(spec_.optimizer(), lr_scale, &steps_[at / dim_],
-                   g.subspan(i * dim_, dim_),
+                   grads.subspan(i * dim_, dim_),
                    slots_ >= 1 ? absl::MakeSpan(&slot1_[at], dim_) : none,
                    slots_ >= 2 ? absl::MakeSpan(&slot2_[at], dim_) : none,
                    absl::MakeSpan(&weights_[at], dim_));
   }
-  pushed_ += static_cast<int64_t>(d.ids.size());
+  pushed_ += static_cast<int64_t>(ids.size());
+}
+
+absl::Status EmbeddingTable::AddToStep(int rank, int64_t clock,
+                                       absl::Span<const int64_t> ids,
+                                       absl::Span<const float> grads,
+                                       int quorum, absl::Time now,
+                                       bool* applied) {
+  if (applied != nullptr) *applied = false;
+  if (grads.size() != ids.size() * dim_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a push of ", grads.size(), " floats for ", ids.size(),
+        " rows of embedding '", spec_.name(), "' (dim ", dim_, ")"));
+  }
+  RETURN_IF_ERROR(CheckIds(ids, grads));
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckRoom(spec_.name(), ids.size(), capacity_));
+  if (!steps_known_) {
+    steps_known_ = true;
+    applied_step_ = clock - 1;
+    ClearStepLocked();
+  } else if (clock > applied_step_ + 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "bsp step ", clock, " of embedding '", spec_.name(),
+        "' pushed before step ", applied_step_ + 1,
+        " was applied on this shard (a bsp worker pulls the table from every "
+        "shard each step before it pushes the next)"));
+  }
+  if (clock <= applied_step_ ||
+      std::find(step_ranks_.begin(), step_ranks_.end(), rank) !=
+          step_ranks_.end()) {
+    return absl::OkStatus();  // Late, or sent twice: dropped.
+  }
+  if (step_ranks_.empty()) step_first_ = now;
+  step_ranks_.push_back(rank);
+  for (size_t k = 0; k < ids.size(); ++k) {
+    auto [it, fresh] = step_index_.try_emplace(
+        ids[k], static_cast<uint32_t>(step_ids_.size()));
+    if (fresh) {
+      step_ids_.push_back(ids[k]);
+      step_sum_.resize(step_sum_.size() + dim_, 0.0f);
+    }
+    float* to = &step_sum_[size_t{it->second} * dim_];
+    for (size_t j = 0; j < dim_; ++j) to[j] += grads[k * dim_ + j];
+  }
+  if (static_cast<int>(step_ranks_.size()) >= quorum) {
+    ApplyStepLocked();
+    if (applied != nullptr) *applied = true;
+  }
   return absl::OkStatus();
+}
+
+void EmbeddingTable::ApplyStepLocked() {
+  const float inv = 1.0f / static_cast<float>(step_ranks_.size());
+  for (float& g : step_sum_) g *= inv;
+  ApplyLocked(step_ids_, step_sum_, 1.0f);
+  ++applied_step_;
+  ClearStepLocked();
+}
+
+void EmbeddingTable::ClearStepLocked() {
+  step_ranks_.clear();
+  step_index_.clear();
+  step_ids_.clear();
+  step_sum_.clear();
+}
+
+bool EmbeddingTable::CompleteStep(int quorum, absl::Duration deadline,
+                                  absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  if (step_ranks_.empty() ||
+      (static_cast<int>(step_ranks_.size()) < quorum &&
+       (deadline <= absl::ZeroDuration() || now - step_first_ < deadline))) {
+    return false;
+  }
+  ApplyStepLocked();
+  return true;
+}
+
+bool EmbeddingTable::Heal(const std::vector<int>& live_ranks,
+                          const absl::flat_hash_set<int>& stuck,
+                          absl::Duration bound, absl::Time now,
+                          std::vector<int>* left_out) {
+  left_out->clear();
+  absl::MutexLock lock(&mu_);
+  if (step_ranks_.empty() || now - step_first_ < bound) return false;
+  for (int r : live_ranks) {
+    if (std::find(step_ranks_.begin(), step_ranks_.end(), r) !=
+        step_ranks_.end()) {
+      continue;
+    }
+    if (!stuck.contains(r)) {
+      left_out->clear();
+      return false;
+    }
+    left_out->push_back(r);
+  }
+  if (left_out->empty()) return false;
+  ApplyStepLocked();
+  return true;
+}
+
+bool EmbeddingTable::StepApplied(int64_t clock) const {
+  absl::MutexLock lock(&mu_);
+  return !steps_known_ || applied_step_ >= clock;
+}
+
+int64_t EmbeddingTable::applied_step() const {
+  absl::MutexLock lock(&mu_);
+  return applied_step_;
 }
 
 namespace {
@@ -387,6 +502,14 @@ absl::StatusOr<EmbeddingTable*> EmbeddingTables::Find(
 size_t EmbeddingTables::size() const {
   absl::MutexLock lock(&mu_);
   return tables_.size();
+}
+
+std::vector<EmbeddingTable*> EmbeddingTables::All() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<EmbeddingTable*> all;
+  all.reserve(tables_.size());
+  for (const auto& [name, table] : tables_) all.push_back(table.get());
+  return all;
 }
 
 std::vector<v1::EmbeddingStats> EmbeddingTables::Stats() const {

@@ -8,6 +8,11 @@
 // row not pushed is not decayed). With max_rows_per_shard, a new row takes
 // the place of the least recently used (pulled or pushed) one.
 //
+// In bsp a push is added to the table's step instead (AddToStep): the
+// step's mean, each row's summed gradient over the number of ranks that
+// pushed the step, is applied once a quorum of ranks did, as DDP would
+// average a dense embedding's gradient.
+//
 // Every request is checked whole before anything changes: an id outside a
 // bounded table, a buffer of the wrong size, a NaN or infinite gradient or
 // too many ids are refused with a status naming what was wrong, and no row
@@ -22,8 +27,10 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/partitioner.h"  // RowShard
 #include "proto/asyncps.pb.h"
@@ -61,6 +68,34 @@ class EmbeddingTable {
   // the id and element of a gradient that is not finite.
   absl::Status Push(absl::Span<const int64_t> ids,
                     absl::Span<const float> grads, float lr_scale = 1.0f);
+
+  // bsp: adds `rank`'s gradients (checked as Push checks them) to step
+  // `clock`; the step's mean is applied once `quorum` ranks pushed it (an
+  // empty push counts: the rank had no rows here). A second push of the
+  // rank for the step, or one for a step applied, is dropped (OK). Until
+  // the first, the table's step is not known (it was made or restored on
+  // this shard): that push says the job completed step clock - 1. Later, a
+  // push for a step past the next is FAILED_PRECONDITION (a bsp worker
+  // pulls step c - 1 from every shard before it pushes step c). Sets
+  // `*applied` if a step was applied.
+  absl::Status AddToStep(int rank, int64_t clock, absl::Span<const int64_t> ids,
+                         absl::Span<const float> grads, int quorum,
+                         absl::Time now, bool* applied = nullptr);
+  // bsp: applies the pending step if `quorum` ranks pushed it, or its
+  // first push came `deadline` (if > 0) before `now`; true if it did.
+  bool CompleteStep(int quorum, absl::Duration deadline, absl::Time now);
+  // bsp healing, as SliceState::Heal: the pending step, begun at least
+  // `bound` before `now`, whose missing ranks of `live_ranks` are all in
+  // `stuck` (waiting in held pulls), is applied with the pushes it has;
+  // `*left_out` gets the ranks left out. True if it did.
+  bool Heal(const std::vector<int>& live_ranks,
+            const absl::flat_hash_set<int>& stuck, absl::Duration bound,
+            absl::Time now, std::vector<int>* left_out);
+  // bsp: true once step `clock` is applied here, or while the table's
+  // step is not known (made or restored on this shard, no bsp push yet:
+  // its rows are all it has).
+  bool StepApplied(int64_t clock) const;
+  int64_t applied_step() const;
 
   // Up to `max_rows` held rows from position `start` of the shard's own
   // order, their ids and values appended to `ids` and `rows`; returns the
@@ -103,6 +138,13 @@ class EmbeddingTable {
   // The slot of `id`, made (and initialized) if new, and marked most
   // recently used. REQUIRES: CheckIds passed for it.
   uint32_t Touch(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies `grads` (row i for ids[i], distinct ids) with the learning
+  // rate times `lr_scale`.
+  void ApplyLocked(absl::Span<const int64_t> ids, absl::Span<const float> grads,
+                   float lr_scale) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // bsp: applies the pending step's mean and starts the next.
+  void ApplyStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ClearStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unlink(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LinkLast(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -128,6 +170,16 @@ class EmbeddingTable {
   int64_t evicted_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pulled_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pushed_ ABSL_GUARDED_BY(mu_) = 0;
+  // bsp: the last step applied (known once a bsp push came), and the sum
+  // of step applied_step_ + 1's gradients so far by row (step_ids_[i]'s at
+  // step_sum_[i * dim_]), from step_ranks_, the first at step_first_.
+  int64_t applied_step_ ABSL_GUARDED_BY(mu_) = 0;
+  bool steps_known_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<int> step_ranks_ ABSL_GUARDED_BY(mu_);
+  absl::Time step_first_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int64_t, uint32_t> step_index_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> step_ids_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> step_sum_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> bytes_received_{0};
   std::atomic<int64_t> bytes_sent_{0};
   std::atomic<int64_t> duplicates_{0};
@@ -150,6 +202,8 @@ class EmbeddingTables {
   // saying to declare it.
   absl::StatusOr<EmbeddingTable*> Find(const std::string& name) const;
   size_t size() const;
+  // Every table (valid as long as this object, until a Restore).
+  std::vector<EmbeddingTable*> All() const;
 
   // Every table into `checkpoint`, and every table of one (replacing
   // those held; on error none is replaced).

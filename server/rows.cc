@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/model_spec.h"  // CheckRows
 #include "common/status_macros.h"
 
 namespace asyncps {
@@ -35,34 +36,42 @@ absl::StatusOr<std::vector<int64_t>> Ids(const std::string& bytes, int shard,
   return ids;
 }
 
-// The rows of `ids_bytes` (this shard's ids) into `out`.
-absl::Status PullInto(EmbeddingTable* table, const std::string& ids_bytes,
-                      int shard, int num_shards, std::string* out) {
-  ASSIGN_OR_RETURN(const std::vector<int64_t> ids,
-                   Ids(ids_bytes, shard, num_shards));
-  std::vector<float> rows(ids.size() *
-                          static_cast<size_t>(table->spec().dim()));
-  RETURN_IF_ERROR(table->Pull(ids, absl::MakeSpan(rows)));
-  out->assign(reinterpret_cast<const char*>(rows.data()),
-              rows.size() * sizeof(float));
-  return absl::OkStatus();
+}  // namespace
+
+absl::StatusOr<RowPull> ResolvePullRows(EmbeddingTables* tables, int shard,
+                                        int num_shards,
+                                        const std::string& table,
+                                        const std::string& ids) {
+  RowPull pull;
+  ASSIGN_OR_RETURN(pull.table, tables->Find(table));
+  ASSIGN_OR_RETURN(pull.ids, Ids(ids, shard, num_shards));
+  RETURN_IF_ERROR(CheckRows(pull.table->spec(), pull.ids));
+  return pull;
 }
 
-}  // namespace
+absl::Status FinishPullRows(const RowPull& pull, std::string* rows) {
+  std::vector<float> values(pull.ids.size() *
+                            static_cast<size_t>(pull.table->spec().dim()));
+  RETURN_IF_ERROR(pull.table->Pull(pull.ids, absl::MakeSpan(values)));
+  rows->assign(reinterpret_cast<const char*>(values.data()),
+               values.size() * sizeof(float));
+  pull.table->CountBytes(pull.ids.size() * sizeof(int64_t), rows->size());
+  return absl::OkStatus();
+}
 
 absl::Status ServePullRows(EmbeddingTables* tables, int shard, int num_shards,
                            const v1::PullRowsRequest& request,
                            v1::PullRowsResponse* response) {
-  ASSIGN_OR_RETURN(EmbeddingTable * table, tables->Find(request.table()));
-  RETURN_IF_ERROR(PullInto(table, request.ids(), shard, num_shards,
-                           response->mutable_rows()));
-  table->CountBytes(request.ids().size(), response->rows().size());
-  return absl::OkStatus();
+  ASSIGN_OR_RETURN(const RowPull pull,
+                   ResolvePullRows(tables, shard, num_shards, request.table(),
+                                   request.ids()));
+  return FinishPullRows(pull, response->mutable_rows());
 }
 
 absl::Status ServePushRows(EmbeddingTables* tables, int shard, int num_shards,
                            const v1::PushRowsRequest& request,
-                           v1::PushRowsResponse* response) {
+                           v1::PushRowsResponse* response,
+                           const RowPolicy& policy) {
   ASSIGN_OR_RETURN(EmbeddingTable * table, tables->Find(request.table()));
   RowsLedger& ledger = tables->ledger();
   const RowsLedger::Verdict verdict = ledger.Begin(request, response);
@@ -71,14 +80,9 @@ absl::Status ServePushRows(EmbeddingTables* tables, int shard, int num_shards,
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(RowsLedger::Refusal(verdict, request));
-  bool applied = false;
   absl::Status s = [&]() -> absl::Status {
     ASSIGN_OR_RETURN(const std::vector<int64_t> ids,
                      Ids(request.ids(), shard, num_shards));
-    // The pull's ids are checked before the push changes anything.
-    if (!request.pull_ids().empty()) {
-      RETURN_IF_ERROR(Ids(request.pull_ids(), shard, num_shards).status());
-    }
     const std::string& bytes = request.grads();
     if (bytes.size() % sizeof(float) != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -86,19 +90,12 @@ absl::Status ServePushRows(EmbeddingTables* tables, int shard, int num_shards,
     }
     std::vector<float> grads(bytes.size() / sizeof(float));
     if (!grads.empty()) std::memcpy(grads.data(), bytes.data(), bytes.size());
-    RETURN_IF_ERROR(table->Push(ids, grads));
-    applied = true;
-    if (request.pull_ids().empty()) return absl::OkStatus();
-    return PullInto(table, request.pull_ids(), shard, num_shards,
-                    response->mutable_rows());
+    if (!policy.bsp) return table->Push(ids, grads);
+    return table->AddToStep(request.rank(), request.clock(), ids, grads,
+                            policy.quorum, policy.now);
   }();
-  // A push that was applied is recorded as such even if its pull failed
-  // (new ids past the row limit), so a retry is not applied again: the
-  // retry then gets an answer without rows, which the client refuses.
-  ledger.Finish(request, applied ? absl::OkStatus() : s, *response);
-  table->CountBytes(
-      request.ids().size() + request.grads().size() + request.pull_ids().size(),
-      response->rows().size());
+  ledger.Finish(request, s, *response);
+  table->CountBytes(request.ids().size() + request.grads().size(), 0);
   return s;
 }
 

@@ -1,5 +1,6 @@
 // ParameterServerService's sparse rows: DeclareEmbedding, PullRows,
-// PushRows and ReadRows over gRPC, into the shard's EmbeddingTables.
+// PushRows and ReadRows over gRPC, into the shard's EmbeddingTables (pulls
+// and pushes through Consistency, which may hold a pull).
 #include "absl/strings/str_cat.h"
 #include "rpc/grpc_status.h"
 #include "server/rows.h"
@@ -38,30 +39,27 @@ grpc::ServerUnaryReactor* ParameterServerService::DeclareEmbedding(
 grpc::ServerUnaryReactor* ParameterServerService::PullRows(
     grpc::CallbackServerContext* context, const v1::PullRowsRequest* request,
     v1::PullRowsResponse* response) {
-  return RowCall(
-      context,
-      [&] {
-        return membership_->Authorize(request->rank(), request->secret(), 0,
-                                      /*anyone=*/true);
-      },
-      [&] {
-        return ServePullRows(tables_, store_->shard(), num_shards_, *request,
-                             response);
-      });
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (Admit(context, reactor) &&
+      Allowed(membership_->Authorize(request->rank(), request->secret(),
+                                     request->clock(), /*anyone=*/true),
+              reactor)) {
+    consistency_->PullRows(*request, response, Pending(context, reactor));
+  }
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::PushRows(
     grpc::CallbackServerContext* context, const v1::PushRowsRequest* request,
     v1::PushRowsResponse* response) {
-  return RowCall(
-      context,
-      [&] {
-        return membership_->Authorize(request->rank(), request->secret(), 0);
-      },
-      [&] {
-        return ServePushRows(tables_, store_->shard(), num_shards_, *request,
-                             response);
-      });
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (Admit(context, reactor) &&
+      Allowed(membership_->Authorize(request->rank(), request->secret(),
+                                     request->clock()),
+              reactor)) {
+    consistency_->PushRows(*request, response, Pending(context, reactor));
+  }
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::ReadRows(

@@ -134,7 +134,7 @@ ShardServer::ShardServer(const ShardServerConfig& config, Env env,
                   ResumeFor(config.consistency.mode), config.num_workers,
                   config.rejoin_grace),
       consistency_(Observed(config.consistency, observer()), &store_,
-                   &membership_, env.clock),
+                   &membership_, env.clock, &tables_, config.num_shards),
       kv_(env.clock) {}
 
 absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
@@ -255,8 +255,6 @@ absl::Status ShardServer::Listen() {
     dc.max_connections = config_.max_data_connections;
     dc.max_connections_per_peer = config_.max_data_connections_per_client;
     dc.observer = observer();
-    dc.tables = &tables_;
-    dc.num_shards = config_.num_shards;
     if (config_.security.tls()) {
       // The gRPC port's certificate, key and CA, so the same clients get in.
       auto tls = TlsContext::ForServer(config_.security);

@@ -145,9 +145,9 @@ class ShardServer {
   CallObservers observers_;
   ShardStore store_;
   Membership membership_;
+  EmbeddingTables tables_;  // Sparse rows, checkpointed with the model.
   Consistency consistency_;
   KvStore kv_;
-  EmbeddingTables tables_;  // Sparse rows, checkpointed with the model.
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<DataPlaneServer> data_plane_;
   std::unique_ptr<ParameterServerService> service_;

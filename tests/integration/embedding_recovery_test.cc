@@ -1,12 +1,16 @@
 // A shard holding embedding rows is checkpointed, SIGKILLed and restarted
 // (real processes): its rows come back with their optimizer state, and
-// training goes on exactly as a local table's that never stopped.
+// training goes on exactly as a local table's that never stopped, in async
+// and in bsp (where the restored table's step is learnt from the next
+// push).
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/admin_client.h"
 #include "client/embedding_client.h"
 #include "client/ps_client.h"
+#include "common/mode.h"
 #include "gtest/gtest.h"
 #include "server/embedding_table.h"
 #include "tests/integration/test_cluster.h"
@@ -15,10 +19,13 @@
 namespace asyncps::testing {
 namespace {
 
-TEST(EmbeddingRecovery, RowsComeBackAfterASigkilledShardRestarts) {
+class EmbeddingRecovery : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(EmbeddingRecovery, RowsComeBackAfterASigkilledShardRestarts) {
   const std::string dir = FreshTempDir("embedding_checkpoints");
   const std::vector<std::string> flags = {"--checkpoint_dir=" + dir,
-                                          "--checkpoint_every=1h"};
+                                          "--checkpoint_every=1h",
+                                          absl::StrCat("--mode=", GetParam())};
   auto cluster = TestCluster::Start(2, flags);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   PsClientOptions options;
@@ -31,7 +38,11 @@ TEST(EmbeddingRecovery, RowsComeBackAfterASigkilledShardRestarts) {
   // Checkpoints are of a model: a dense part beside the table.
   ASSERT_TRUE(
       (*worker)->DeclareModel(ConstantSpec({{4}}, 2, 0, 0.1f, 16)).ok());
-  EmbeddingClient rows((*worker)->caller());
+  // The worker's clock, as Client keeps it: a step's push carries
+  // clock + 1, a pull the clock.
+  int64_t clock = 0;
+  EmbeddingClient rows((*worker)->caller(),
+                       {*ParseMode(GetParam()), [&clock] { return clock; }});
   v1::EmbeddingSpec spec;
   spec.set_name("users");
   spec.set_dim(8);
@@ -51,6 +62,7 @@ TEST(EmbeddingRecovery, RowsComeBackAfterASigkilledShardRestarts) {
     for (size_t k = 0; k < g.size(); ++k) g[k] = 0.01f * (k % 17) - round;
     ASSERT_TRUE(rows.PushRows("users", ids, g).ok());
     ASSERT_TRUE(reference.Push(ids, g).ok());
+    ++clock;
   };
   auto expect_reference = [&](const char* when) {
     std::vector<float> got(ids.size() * 8), want(ids.size() * 8);
@@ -73,6 +85,9 @@ TEST(EmbeddingRecovery, RowsComeBackAfterASigkilledShardRestarts) {
   for (int round = 3; round < 5; ++round) train(round);
   expect_reference("after two more rounds");  // AdaGrad's sums came back.
 }
+
+INSTANTIATE_TEST_SUITE_P(Modes, EmbeddingRecovery,
+                         ::testing::Values("async", "bsp"));
 
 }  // namespace
 }  // namespace asyncps::testing

@@ -1,0 +1,177 @@
+// Consistency for the embedding tables' rows (server/consistency.h): what
+// --mode means for PullRows and PushRows. async applies a push on arrival
+// and answers every pull now; ssp holds a row pull by the same rule as a
+// dense one (the worker's clock against the slowest live worker's); bsp
+// adds a push to its table's step and holds a pull at clock c until the
+// table's step c is applied on this shard. A bsp worker sends its row
+// pulls and pushes to every shard each step, empty where it has no ids, so
+// every shard sees every rank in every step of a table.
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "server/consistency.h"
+
+namespace asyncps {
+
+absl::Status Consistency::CheckTables() const {
+  if (tables_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this shard serves no embedding tables");
+  }
+  return absl::OkStatus();
+}
+
+bool Consistency::RowReady(const RowWait& w) const {
+  switch (config_.mode) {
+    case Mode::kSsp:
+      return SspReady(w.request->clock());
+    case Mode::kBsp:
+      return w.pull.table->StepApplied(w.request->clock());
+    default:
+      return true;
+  }
+}
+
+void Consistency::PullRows(const v1::PullRowsRequest& request,
+                           v1::PullRowsResponse* response, PendingCall call) {
+  if (absl::Status s = CheckTables(); !s.ok()) {
+    call.done(std::move(s));
+    return;
+  }
+  absl::StatusOr<RowPull> pull = ResolvePullRows(
+      tables_, store_->shard(), num_shards_, request.table(), request.ids());
+  if (!pull.ok()) {
+    store_->CountRejected();
+    call.done(pull.status());
+    return;
+  }
+  RowWait w{&request, response->mutable_rows(), *std::move(pull),
+            absl::InfinitePast()};
+  const bool may_wait =
+      (config_.mode == Mode::kSsp || config_.mode == Mode::kBsp) &&
+      request.rank() >= 0;
+  if (!may_wait || RowReady(w)) {
+    call.done(FinishPullRows(w.pull, w.rows));
+    return;
+  }
+  w.since = clock_->Now();
+  const int rank = request.rank();
+  HeldCalls<RowWait>::Held held{std::move(w), std::move(call)};
+  if (!row_waiters_.HoldIfFewer(
+          &held, static_cast<size_t>(config_.max_held_per_rank),
+          [rank](const RowWait& h) { return h.request->rank() == rank; })) {
+    store_->CountRejected();
+    held.call.done(absl::ResourceExhaustedError(
+        absl::StrCat("rank ", rank, " already has ", config_.max_held_per_rank,
+                     " row pulls held on shard ", store_->shard(),
+                     ", the most one rank may; wait for one to be answered")));
+    return;
+  }
+  held_total_.fetch_add(1);
+  RecheckRows(clock_->Now(), nullptr);  // It may have turned ready.
+}
+
+void Consistency::PushRows(const v1::PushRowsRequest& request,
+                           v1::PushRowsResponse* response, PendingCall call) {
+  if (absl::Status s = CheckTables(); !s.ok()) {
+    call.done(std::move(s));
+    return;
+  }
+  // The pull half is built (its ids checked) before anything is pushed.
+  std::shared_ptr<v1::PullRowsRequest> pull;
+  if (request.fused() || !request.pull_ids().empty()) {
+    pull = std::make_shared<v1::PullRowsRequest>();
+    pull->set_table(request.table());
+    pull->set_ids(request.pull_ids());
+    pull->set_rank(request.rank());
+    pull->set_clock(request.clock());
+    absl::Status ids = ResolvePullRows(tables_, store_->shard(), num_shards_,
+                                       pull->table(), pull->ids())
+                           .status();
+    if (!ids.ok()) {
+      store_->CountRejected();
+      call.done(std::move(ids));
+      return;
+    }
+  }
+  RowPolicy policy;
+  policy.bsp = config_.mode == Mode::kBsp;
+  policy.quorum = Quorum(membership_->LiveCount());
+  policy.now = clock_->Now();
+  absl::Status pushed = ServePushRows(tables_, store_->shard(), num_shards_,
+                                      request, response, policy);
+  if (!pushed.ok()) {
+    store_->CountRejected();
+    call.done(std::move(pushed));
+    return;
+  }
+  if (policy.bsp) Recheck();  // The push may have completed a step.
+  if (pull == nullptr) {
+    call.done(absl::OkStatus());
+    return;
+  }
+  // The pull half, answered now or held; its request and answer live until
+  // the call is answered, which moves the rows into `response`.
+  auto pulled = std::make_shared<v1::PullRowsResponse>();
+  call.done = [finish = std::move(call.done), pull, pulled,
+               response](absl::Status s) {
+    if (s.ok()) response->set_rows(std::move(*pulled->mutable_rows()));
+    finish(std::move(s));
+  };
+  PullRows(*pull, pulled.get(), std::move(call));
+}
+
+void Consistency::RecheckRows(absl::Time now, absl::flat_hash_set<int>* stuck) {
+  std::vector<HeldCalls<RowWait>::Held> ready, expired;
+  row_waiters_.Sweep(
+      now,
+      [this, stuck](const RowWait& w) {
+        if (RowReady(w)) return true;
+        if (stuck != nullptr) stuck->insert(w.request->rank());
+        return false;
+      },
+      &ready, &expired);
+  for (auto& h : ready) {
+    if (config_.observer != nullptr) {
+      config_.observer->HeldPullAnswered(h.what.request->rank(),
+                                         now - h.what.since);
+    }
+    h.call.done(FinishPullRows(h.what.pull, h.what.rows));
+  }
+  for (auto& h : expired) {
+    h.call.done(absl::DeadlineExceededError(
+        absl::StrCat("pull of rows of '", h.what.request->table(),
+                     "' held past its deadline: ",
+                     config_.mode == Mode::kSsp
+                         ? "the slowest live worker is too far behind"
+                         : absl::StrCat("step ", h.what.request->clock(),
+                                        " of the table was not applied"))));
+  }
+}
+
+void Consistency::AdvanceRowSteps(int quorum,
+                                  const std::vector<int>& live_ranks,
+                                  const absl::flat_hash_set<int>& stuck,
+                                  absl::Time now) {
+  if (tables_ == nullptr) return;
+  for (EmbeddingTable* table : tables_->All()) {
+    const std::string& name = table->spec().name();
+    table->CompleteStep(quorum, config_.step_deadline, now);
+    if (config_.heal_after <= absl::ZeroDuration()) continue;
+    std::vector<int> left_out;
+    if (table->Heal(live_ranks, stuck, config_.heal_after, now, &left_out)) {
+      LOG(WARNING) << "shard " << store_->shard() << ": applied step "
+                   << table->applied_step() << " of embedding '" << name
+                   << "' without " << left_out.size()
+                   << " rank(s): their rows had not come after "
+                   << absl::FormatDuration(config_.heal_after)
+                   << " and every one of them waits for the step";
+    }
+  }
+}
+
+}  // namespace asyncps
