@@ -376,10 +376,12 @@ class Client {
   // retried; PushPullRows pushes, then pulls the rows of `pull_ids` into
   // `rows` in the same round trip to each shard. A shard restarted
   // without a checkpoint gets the table declared again (its rows start
-  // again from their initial values). Every mode applies
-  // row gradients on arrival (no ssp clocks or bsp steps for rows yet);
-  // rows travel over the client's transport and are checkpointed with the
-  // model. NOT_FOUND for a
+  // again from their initial values). The mode applies to rows as to
+  // tensors (docs/SPARSE.md): pulls carry the clock and pushes the step
+  // (clock + 1); ssp may hold a pull; bsp applies each step's mean over the
+  // workers and holds a pull until the step before it is applied, and
+  // sends every call to every shard. Rows travel over the client's
+  // transport and are checkpointed with the model. NOT_FOUND for a
   // table this client has not declared; INVALID_ARGUMENT for an id outside
   // a bounded table, a buffer of the wrong size or a non-finite gradient,
   // with no row changed.

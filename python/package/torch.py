@@ -659,7 +659,9 @@ class Embedding(torch.nn.Module):
     features). The first worker to declare the table makes it (rows start
     N(0, init_stddev^2), a function of the seed and the id); the others must
     declare it alike. Rows cross as float32 CPU arrays; the output is on
-    the ids' device.
+    the ids' device. The job's mode covers the rows (bsp: each step's mean
+    over the workers, forward's pull waiting for the step before; each
+    worker must run forward and backward every step).
     """
 
     def __init__(self, num_embeddings, embedding_dim, client, name,
