@@ -127,6 +127,7 @@ absl::StatusOr<std::unique_ptr<Client::Impl>> ConnectImpl(
   ASSIGN_OR_RETURN(ps.servers,
                    ParseServerList(absl::StrJoin(options.servers, ",")));
   ASSIGN_OR_RETURN(ps.wire_dtype, ParseWireDtype(options.wire_dtype));
+  ASSIGN_OR_RETURN(ps.compress, ParseCompression(options.compress));
   ASSIGN_OR_RETURN(ps.transport, ParseTransport(options.transport));
   ps.rpc_timeout = Seconds(options.rpc_timeout_seconds);
   ps.retry_for = Seconds(options.retry_for_seconds);

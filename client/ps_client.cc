@@ -15,7 +15,9 @@
 namespace asyncps {
 
 PsClient::PsClient(std::unique_ptr<ShardCaller> caller)
-    : caller_(std::move(caller)), options_(caller_->options()) {}
+    : caller_(std::move(caller)),
+      options_(caller_->options()),
+      compressor_(options_.compress) {}
 
 absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
     PsClientOptions options) {
@@ -173,8 +175,12 @@ void PsClient::FillPush(const std::vector<int>& batch,
   request->set_sequence(caller_->NextSequence());
   for (int i : batch) {
     v1::SliceData* d = request->add_gradients();
-    FillSliceData(spec_, partition_->slices()[i], grads, versions[i],
-                  wire_dtypes_[partition_->slices()[i].tensor], d);
+    const SliceInfo& slice = partition_->slices()[i];
+    FillKey(spec_, slice, d->mutable_key());
+    d->set_version(versions[i].version);
+    d->set_incarnation(versions[i].incarnation);
+    compressor_.Encode(i, grads[slice.tensor].subspan(slice.begin, slice.count),
+                       wire_dtypes_[slice.tensor], d);
     if (optimizers != nullptr) {
       const v1::OptimizerSpec* o =
           (*optimizers)[partition_->slices()[i].tensor];

@@ -26,6 +26,7 @@
 #include "absl/types/span.h"
 #include "asyncps/client.h"
 #include "client/shard_caller.h"
+#include "common/compress.h"
 #include "common/partitioner.h"
 #include "proto/asyncps.pb.h"
 
@@ -249,6 +250,8 @@ class PsClient {
   v1::ModelSpec spec_;
   std::optional<Partition> partition_;
   std::vector<v1::DType> wire_dtypes_;  // Per tensor of spec_.
+  // Gradients' encoding and error feedback (options_.compress).
+  Compressor compressor_;
 };
 
 }  // namespace asyncps

@@ -40,6 +40,7 @@
 #include "common/backoff.h"
 #include "common/clock.h"
 #include "common/cluster_spec.h"
+#include "common/compress.h"
 #include "common/security.h"
 #include "common/status.h"
 #include "common/timeline.h"
@@ -77,6 +78,9 @@ struct PsClientOptions {
   // tensor is given its own (PsClient::SetWireDtypes); the servers keep
   // f32 either way.
   v1::DType wire_dtype = v1::DTYPE_F32;
+  // How gradients travel to the servers (common/compress.h; error feedback
+  // on this client); kNone: in their wire dtype.
+  Compression compress;
   Transport transport = Transport::kTcp;
   // Time for deadlines and backoff; borrowed, must outlive the client.
   Clock* clock = Clock::Real();

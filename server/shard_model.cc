@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/compress.h"
 #include "common/model_spec.h"
 #include "common/status.h"
 #include "common/tensor_bytes.h"
@@ -104,7 +105,7 @@ absl::StatusOr<int> ShardModel::Resolve(const v1::SliceKey& key) const {
 
 absl::Status ShardModel::Decode(
     const google::protobuf::RepeatedPtrField<v1::SliceData>& data,
-    absl::string_view what, DecodedPayloads* out) const {
+    absl::string_view what, DecodedPayloads* out, bool compressed) const {
   out->indices.clear();
   out->values.clear();
   out->converted.clear();
@@ -116,13 +117,32 @@ absl::Status ShardModel::Decode(
       return absl::InvalidArgumentError(absl::StrCat(
           "slice ", SliceName(g.key()), " appears twice in one request"));
     }
+    const SliceInfo& info = partition_.slices()[i];
+    if (compressed && IsCompressedDtype(g.dtype())) {
+      if (g.version() < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, " for slice ", SliceName(g.key()),
+                         " has negative version ", g.version()));
+      }
+      out->converted.emplace_back(info.count);
+      std::vector<float>& c = out->converted.back();
+      absl::Status valid =
+          DecodeCompressed(g.dtype(), g.data(), absl::MakeSpan(c));
+      if (!valid.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, " for slice ", SliceName(g.key()), ": ", valid.message()));
+      }
+      out->indices.push_back(i);
+      out->values.push_back(c);
+      continue;
+    }
     if (!IsWireDtype(g.dtype())) {
       return absl::InvalidArgumentError(absl::StrCat(
           what, " for slice ", SliceName(g.key()), " has ",
           DTypeName(g.dtype()),
-          "; this server accepts DTYPE_F32, DTYPE_BF16, DTYPE_F16"));
+          "; this server accepts DTYPE_F32, DTYPE_BF16, DTYPE_F16",
+          compressed ? " and, compressed, DTYPE_TOPK, DTYPE_ONEBIT" : ""));
     }
-    const SliceInfo& info = partition_.slices()[i];
     const uint64_t want = info.count * DTypeSize(g.dtype());
     if (g.data().size() != want) {
       return absl::InvalidArgumentError(

@@ -61,11 +61,13 @@ class ShardModel {
   absl::StatusOr<int> Resolve(const v1::SliceKey& key) const;
 
   // Validates payloads (gradients or weights, called `what` in errors):
-  // slice, dtype (any wire dtype; decoded to f32), byte length, non-negative
-  // version, finite values, no slice twice. Fills `out`.
+  // slice, dtype (any wire dtype; decoded to f32; with `compressed`, a
+  // compressed gradient's too, common/compress.h), byte length,
+  // non-negative version, finite values, no slice twice. Fills `out`.
   absl::Status Decode(
       const google::protobuf::RepeatedPtrField<v1::SliceData>& data,
-      absl::string_view what, DecodedPayloads* out) const;
+      absl::string_view what, DecodedPayloads* out,
+      bool compressed = false) const;
 
  private:
   ShardModel(v1::ModelSpec spec, Partition partition, int shard);

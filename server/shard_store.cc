@@ -193,7 +193,8 @@ absl::Status ShardStore::Push(const v1::PushRequest& request,
   // Validate everything before touching any weight.
   DecodedPayloads decoded;
   absl::Status valid =
-      m->model->Decode(request.gradients(), "gradient", &decoded);
+      m->model->Decode(request.gradients(), "gradient", &decoded,
+                       /*compressed=*/true);
   if (!valid.ok()) return Reject(valid);
   const std::vector<int>& indices = decoded.indices;
   const std::vector<absl::Span<const float>>& grads = decoded.values;

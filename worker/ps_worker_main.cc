@@ -101,6 +101,11 @@ ABSL_FLAG(std::string, wire_dtype, "f32",
           "f32, bf16 or f16: the dtype gradients and weights travel in "
           "(rounded to nearest even; the servers keep f32 weights and "
           "optimizer state). The evaluator always pulls f32.");
+ABSL_FLAG(std::string, compress, "none",
+          "How gradients travel to the servers, with error feedback on the "
+          "worker: none (in --wire_dtype), bf16, topk:RATIO (the "
+          "largest-magnitude fraction of each slice, e.g. topk:0.01) or "
+          "onebit (signs and one scale a slice). docs/COMPRESSION.md.");
 ABSL_FLAG(int, metrics_port, 0,
           "TCP port of Prometheus' /metrics (samples/s, loss, step phases, "
           "traffic; the evaluator's accuracy); 0: none.");
@@ -173,6 +178,7 @@ WorkerConfig ConfigFromFlags() {
   c.retry_for = absl::GetFlag(FLAGS_retry_for);
   c.heartbeat_every = absl::GetFlag(FLAGS_heartbeat_every);
   c.wire_dtype = absl::GetFlag(FLAGS_wire_dtype);
+  c.compress = absl::GetFlag(FLAGS_compress);
   c.exchange = absl::GetFlag(FLAGS_exchange);
   c.transport = absl::GetFlag(FLAGS_transport);
   c.metrics_port = absl::GetFlag(FLAGS_metrics_port);

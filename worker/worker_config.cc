@@ -1,6 +1,7 @@
 #include "worker/worker_config.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/compress.h"
 #include "common/optimizer.h"
 #include "common/status.h"
 #include "common/wire_dtype.h"
@@ -90,6 +91,7 @@ absl::Status WorkerConfig::Validate() const {
   RETURN_IF_ERROR(OptimizerFromConfig(*this).status());
   RETURN_IF_ERROR(ParsePrecision(precision).status());
   RETURN_IF_ERROR(ParseWireDtype(wire_dtype).status());
+  RETURN_IF_ERROR(ParseCompression(compress).status());
   RETURN_IF_ERROR(PsExchange::ParseMode(exchange).status());
   RETURN_IF_ERROR(ParseTransport(transport).status());
   return ParseDevice(device).status();

@@ -62,6 +62,7 @@ struct WorkerConfig {
   absl::Duration retry_for = absl::Seconds(60);
   absl::Duration heartbeat_every = absl::Seconds(1);
   std::string wire_dtype = "f32";
+  std::string compress = "none";  // --compress (common/compress.h).
   std::string exchange = "fused";
   std::string transport = "tcp";
   int metrics_port = 0;  // Prometheus' /metrics; 0: none.

@@ -43,6 +43,7 @@ ClientOptions ClientOptionsFrom(const WorkerConfig& config) {
   o.num_workers = config.num_workers;
   o.mode = config.mode;
   o.wire_dtype = config.evaluator() ? "f32" : config.wire_dtype;
+  o.compress = config.compress;
   o.transport = config.transport;
   o.rpc_timeout_seconds = absl::ToDoubleSeconds(config.rpc_timeout);
   o.retry_for_seconds = absl::ToDoubleSeconds(config.retry_for);

@@ -90,7 +90,11 @@ struct ClientOptions {
   // FAILED_PRECONDITION naming both); "": adopt the servers' mode.
   std::string mode = "async";
   std::string wire_dtype = "f32";  // f32, bf16, f16: tensors on the wire.
-  std::string transport = "tcp";   // tcp (the data plane) or grpc.
+  // How gradients travel to the servers, with error feedback here
+  // (docs/COMPRESSION.md): none (the wire dtype), bf16, topk:RATIO (the
+  // largest-magnitude fraction, e.g. topk:0.01), onebit (signs and a scale).
+  std::string compress = "none";
+  std::string transport = "tcp";  // tcp (the data plane) or grpc.
   double rpc_timeout_seconds = 30;
   // How long a shard may stay unreachable before a call fails.
   double retry_for_seconds = 60;

@@ -12,7 +12,8 @@ class Client:
                  rpc_timeout: float = ..., retry_for: float = ...,
                  heartbeat: float = ..., slice_bytes: int = ...,
                  tls_cert: str = ..., tls_key: str = ..., tls_ca: str = ...,
-                 auth_token_file: str = ..., reader: bool = ...) -> None: ...
+                 auth_token_file: str = ..., reader: bool = ...,
+                 compress: str = ...) -> None: ...
     def declare(self, arrays: Arrays, optimizer: str = ..., lr: float = ...,
                 momentum: float = ..., nesterov: bool = ...,
                 beta1: float = ..., beta2: float = ..., eps: float = ...,

@@ -15,17 +15,19 @@ PYBIND11_MODULE(_core, m) {
 Connects to every shard and joins the job (a rank, heartbeats, the
 servers' mode); arrays are float32 and C-contiguous, and cross without a
 copy. reader=True joins no job: it may attach and pull (an evaluator).)")
-      .def(py::init<py::object, int, int, const std::string&,
-                    const std::string&, const std::string&, double, double,
-                    double, int64_t, const std::string&, const std::string&,
-                    const std::string&, const std::string&, bool>(),
-           py::arg("servers"), py::arg("rank") = -1, py::arg("num_workers") = 1,
-           py::arg("mode") = "async", py::arg("wire_dtype") = "f32",
-           py::arg("transport") = "tcp", py::arg("rpc_timeout") = 30.0,
-           py::arg("retry_for") = 60.0, py::arg("heartbeat") = 1.0,
-           py::arg("slice_bytes") = 256 << 10, py::arg("tls_cert") = "",
-           py::arg("tls_key") = "", py::arg("tls_ca") = "",
-           py::arg("auth_token_file") = "", py::arg("reader") = false)
+      .def(
+          py::init<py::object, int, int, const std::string&, const std::string&,
+                   const std::string&, double, double, double, int64_t,
+                   const std::string&, const std::string&, const std::string&,
+                   const std::string&, bool, const std::string&>(),
+          py::arg("servers"), py::arg("rank") = -1, py::arg("num_workers") = 1,
+          py::arg("mode") = "async", py::arg("wire_dtype") = "f32",
+          py::arg("transport") = "tcp", py::arg("rpc_timeout") = 30.0,
+          py::arg("retry_for") = 60.0, py::arg("heartbeat") = 1.0,
+          py::arg("slice_bytes") = 256 << 10, py::arg("tls_cert") = "",
+          py::arg("tls_key") = "", py::arg("tls_ca") = "",
+          py::arg("auth_token_file") = "", py::arg("reader") = false,
+          py::arg("compress") = "none")
       .def("declare", &PyClient::Declare, py::arg("arrays"),
            py::arg("optimizer") = "sgd", py::arg("lr") = 0.01f,
            py::arg("momentum") = 0.9f, py::arg("nesterov") = false,

@@ -14,7 +14,8 @@ PyClient::PyClient(py::object servers, int rank, int num_workers,
                    double retry_for, double heartbeat, int64_t slice_bytes,
                    const std::string& tls_cert, const std::string& tls_key,
                    const std::string& tls_ca,
-                   const std::string& auth_token_file, bool reader) {
+                   const std::string& auth_token_file, bool reader,
+                   const std::string& compress) {
   ClientOptions o;
   o.worker = !reader;
   if (py::isinstance<py::str>(servers)) {
@@ -33,6 +34,7 @@ PyClient::PyClient(py::object servers, int rank, int num_workers,
   o.num_workers = num_workers;
   o.mode = mode;
   o.wire_dtype = wire_dtype;
+  o.compress = compress;
   o.transport = transport;
   o.rpc_timeout_seconds = rpc_timeout;
   o.retry_for_seconds = retry_for;

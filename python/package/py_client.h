@@ -45,7 +45,8 @@ class PyClient {
            const std::string& transport, double rpc_timeout, double retry_for,
            double heartbeat, int64_t slice_bytes, const std::string& tls_cert,
            const std::string& tls_key, const std::string& tls_ca,
-           const std::string& auth_token_file, bool reader);
+           const std::string& auth_token_file, bool reader,
+           const std::string& compress);
 
   void Declare(py::dict arrays, const std::string& optimizer, float lr,
                float momentum, bool nesterov, float beta1, float beta2,

@@ -7,10 +7,13 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "asyncps/client.h"
+#include "common/compress.h"
+#include "common/wire_dtype.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_cluster.h"
 
@@ -49,6 +52,64 @@ std::vector<absl::Span<float>> Out(std::vector<std::vector<float>>* v) {
   for (auto& x : *v) out.push_back(absl::MakeSpan(x));
   return out;
 }
+
+// --compress through real shards, over both transports: each push
+// changes exactly the weights the codec (with this worker's error
+// feedback) says, computed here with a Compressor of the same slices.
+class CompressedPush
+    : public ::testing::TestWithParam<std::tuple<const char*, const char*>> {};
+
+TEST_P(CompressedPush, ChangesExactlyTheWeightsTheCodecSays) {
+  const auto [compress, transport] = GetParam();
+  auto cluster = TestCluster::Start(2);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ClientOptions o = Options(**cluster, 0, 1);
+  o.compress = compress;
+  o.transport = transport;
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  constexpr int kN = 24;  // Six slices of four (slice_bytes 16).
+  const std::vector<TensorSpec> model = {{"w", {kN}}};
+  ASSERT_TRUE(
+      (*client)
+          ->Declare(model, In({std::vector<float>(kN, 0.0f)}), Sgd(1.0f))
+          .ok());
+  Compressor local(*ParseCompression(compress));
+  std::vector<float> want(kN, 0.0f);
+  for (int step = 0; step < 3; ++step) {
+    std::vector<float> g(kN);
+    for (int i = 0; i < kN; ++i) {
+      g[i] = static_cast<float>((i * 7 + step * 3) % 11) - 5.0f + 0.25f * i;
+    }
+    ASSERT_TRUE((*client)->Push({"w"}, In({g})).ok());
+    for (int slice = 0; slice < kN / 4; ++slice) {
+      v1::SliceData d;
+      local.Encode(slice, absl::MakeConstSpan(g).subspan(4 * slice, 4),
+                   v1::DTYPE_F32, &d);
+      std::vector<float> sent(4);
+      if (d.dtype() == v1::DTYPE_BF16) {
+        DecodeTensor(v1::DTYPE_BF16, d.data(), absl::MakeSpan(sent));
+      } else {
+        ASSERT_TRUE(
+            DecodeCompressed(d.dtype(), d.data(), absl::MakeSpan(sent)).ok());
+      }
+      for (int k = 0; k < 4; ++k) want[4 * slice + k] -= sent[k];
+    }
+  }
+  std::vector<std::vector<float>> w = {std::vector<float>(kN)};
+  ASSERT_TRUE((*client)->Pull({"w"}, Out(&w)).ok());
+  EXPECT_EQ(w[0], want);
+  ClientOptions bad = o;
+  bad.compress = "topk:2";
+  auto refused = Client::Connect(bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("topk:2"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Codecs, CompressedPush,
+    ::testing::Combine(::testing::Values("bf16", "topk:0.25", "onebit"),
+                       ::testing::Values("tcp", "grpc")));
 
 TEST(ClientApi, DeclaresPullsAndPushesByName) {
   auto cluster = TestCluster::Start(2);

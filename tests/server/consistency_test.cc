@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/compress.h"
 #include "common/tensor_bytes.h"
 #include "gtest/gtest.h"
 #include "tests/server/small_model.h"
@@ -307,6 +308,41 @@ TEST_F(ConsistencyTest, BspHealsAStepWhoseMissingRanksAllWait) {
   EXPECT_EQ(pusher.Weight(), 10.0f - 2.0f);  // Rank 0's gradient alone.
   EXPECT_EQ(blocked.Weight(), 8.0f);
   EXPECT_EQ(store_.Counters().steps_short, 1);
+}
+
+// A compressed gradient (common/compress.h) is decoded and applied as the
+// codec says; a malformed one is refused naming the fault, nothing moved.
+TEST_F(ConsistencyTest, CompressedPushesApplyExactlyOrChangeNothing) {
+  Start(ConsistencyConfig(), 1);
+  auto push = [&](v1::DType dtype, const std::string& bytes) {
+    v1::PushRequest r = testing::SmallModelPush(0.0f);
+    r.mutable_gradients(0)->set_dtype(dtype);
+    r.mutable_gradients(0)->set_data(bytes);
+    v1::PushResponse response;
+    return consistency_->Push(r, &response);
+  };
+  std::string topk;
+  std::vector<float> sent(4);
+  EncodeTopK({1.0f, -4.0f, 2.0f, 0.5f}, 0.5, &topk, absl::MakeSpan(sent));
+  ASSERT_TRUE(push(v1::DTYPE_TOPK, topk).ok());
+  std::string onebit;
+  EncodeOneBit({1.0f, -1.0f, 3.0f, -3.0f}, &onebit, absl::MakeSpan(sent));
+  ASSERT_TRUE(push(v1::DTYPE_ONEBIT, onebit).ok());
+  Pulled p;
+  Pull(&p, 0, 0);
+  std::vector<float> w(4);
+  DecodeF32(p.response.slices(0).data(), absl::MakeSpan(w));
+  // 10 - top-2 {-4 at 1, 2 at 2}, then - (+-2: the mean magnitude).
+  EXPECT_EQ(w, (std::vector<float>{8, 16, 6, 12}));
+  std::string bad = topk;
+  bad[4] = 9;  // The first index, now outside the slice's 4 elements.
+  const absl::Status refused = push(v1::DTYPE_TOPK, bad);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_NE(refused.message().find("outside"), std::string::npos) << refused;
+  EXPECT_TRUE(absl::IsInvalidArgument(push(v1::DTYPE_ONEBIT, "x")));
+  Pulled after;
+  Pull(&after, 0, 0);
+  EXPECT_EQ(after.response.slices(0).data(), p.response.slices(0).data());
 }
 
 TEST_F(ConsistencyTest, BadPullIsAnsweredAtOnceAndNeverHeld) {
