@@ -147,17 +147,18 @@ std::function<void(const StepReport&)> HeartbeatProgress(
 // The run's result: the "rank R done:" line scripts read, and with
 // --result_json the same as JSON.
 absl::Status ReportResult(const WorkerConfig& config, const TrainerResult& r,
-                          int64_t clock) {
+                          int64_t clock, int64_t sent_bytes) {
   const double rate = r.seconds > 0 ? r.samples / r.seconds : 0.0;
   std::printf(
       "rank %d done: steps %lld samples %lld first_loss %.4f last_loss %.4f "
       "seconds %.1f samples/s %.0f staleness %.2f dropped %lld clock %lld "
-      "weights %016llx\n",
+      "weights %016llx sent_bytes %lld\n",
       config.rank, static_cast<long long>(r.steps),
       static_cast<long long>(r.samples), r.first_loss, r.last_loss, r.seconds,
       rate, r.mean_staleness, static_cast<long long>(r.dropped),
       static_cast<long long>(clock),
-      static_cast<unsigned long long>(r.weights_checksum));
+      static_cast<unsigned long long>(r.weights_checksum),
+      static_cast<long long>(sent_bytes));
   std::fflush(stdout);
   if (config.result_json.empty()) return absl::OkStatus();
   return Annotate(
@@ -167,10 +168,11 @@ absl::Status ReportResult(const WorkerConfig& config, const TrainerResult& r,
               "{\"rank\": %d, \"steps\": %d, \"samples\": %d, "
               "\"first_loss\": %.6g, \"last_loss\": %.6g, \"seconds\": "
               "%.3f, \"samples_per_second\": %.1f, \"staleness\": %.4f, "
-              "\"dropped\": %d, \"clock\": %d, \"weights\": \"%016x\"}\n",
+              "\"dropped\": %d, \"clock\": %d, \"weights\": \"%016x\", "
+              "\"sent_bytes\": %d}\n",
               config.rank, r.steps, r.samples, r.first_loss, r.last_loss,
               r.seconds, rate, r.mean_staleness, r.dropped, clock,
-              r.weights_checksum)),
+              r.weights_checksum, sent_bytes)),
       "--result_json");
 }
 
@@ -222,7 +224,8 @@ absl::Status Train(const WorkerConfig& flags, const v1::ModelSpec& spec,
   exchange.reset();
   client->Leave();
   RETURN_IF_ERROR(s);
-  return ReportResult(config, r, membership->clock()->load());
+  return ReportResult(config, r, membership->clock()->load(),
+                      client->traffic().sent_bytes);
 }
 
 // Says what protects this worker's calls (a bad --tls_* or token file is
