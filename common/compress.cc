@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <numeric>
+#include <functional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -70,45 +70,128 @@ size_t TopKCount(size_t n, double ratio) {
   return std::clamp<size_t>(static_cast<size_t>(k), 1, n);
 }
 
-void EncodeTopK(absl::Span<const float> values, double ratio, std::string* out,
-                absl::Span<float> sent) {
-  const size_t n = values.size();
-  const size_t k = TopKCount(n, ratio);
-  std::vector<uint32_t> order(n);
-  std::iota(order.begin(), order.end(), 0u);
-  // Larger magnitude first; equal magnitudes: the lower index first. A
-  // strict total order, so the k chosen do not depend on the algorithm.
-  auto before = [&](uint32_t a, uint32_t b) {
-    const float x = std::fabs(values[a]), y = std::fabs(values[b]);
-    return x > y || (x == y && a < b);
-  };
-  if (k < n)
-    std::nth_element(order.begin(), order.begin() + k, order.end(), before);
-  order.resize(k);
-  std::sort(order.begin(), order.end());
+namespace {
+
+// The k (1 <= k <= x.size()) largest-magnitude elements of `x`, ties to
+// the lower index, in ascending order. A strided sample first gives a
+// threshold most likely a little below the k-th largest magnitude, so only
+// the elements above it (about 2k) are looked at again; if the sample
+// misled, all are.
+std::vector<uint32_t> TopKIndices(absl::Span<const float> x, size_t k) {
+  const size_t n = x.size();
+  std::vector<uint32_t> candidates;  // Ascending.
+  constexpr size_t kStride = 16;
+  if (n >= 64 * kStride && k * 64 <= n) {
+    std::vector<float> sample;
+    sample.reserve(n / kStride + 1);
+    for (size_t i = 0; i < n; i += kStride) sample.push_back(std::fabs(x[i]));
+    // The sample's (2k / stride + 8)-th largest: about 2k + 128 elements
+    // of x lie at or above it.
+    const size_t r = std::min(sample.size(), 2 * k / kStride + 8);
+    std::nth_element(sample.begin(), sample.begin() + (r - 1), sample.end(),
+                     std::greater<float>());
+    const float low = sample[r - 1];
+    candidates.reserve(2 * k + 256);
+    for (size_t i = 0; i < n; ++i) {
+      if (std::fabs(x[i]) >= low)
+        candidates.push_back(static_cast<uint32_t>(i));
+    }
+  }
+  if (candidates.size() < k) {  // No sample taken, or it aimed too high.
+    candidates.resize(n);
+    for (size_t i = 0; i < n; ++i) candidates[i] = static_cast<uint32_t>(i);
+  }
+  // Every element with a magnitude of at least the k-th largest is a
+  // candidate: that magnitude, found among them, is the slice's.
+  std::vector<float> magnitudes(candidates.size());
+  for (size_t j = 0; j < candidates.size(); ++j) {
+    magnitudes[j] = std::fabs(x[candidates[j]]);
+  }
+  std::nth_element(magnitudes.begin(), magnitudes.begin() + (k - 1),
+                   magnitudes.end(), std::greater<float>());
+  const float t = magnitudes[k - 1];
+  // Those above it, then as many of those equal to it as fit, lowest
+  // indices first.
+  std::vector<uint32_t> chosen, equal;
+  chosen.reserve(k);
+  for (uint32_t i : candidates) {
+    const float a = std::fabs(x[i]);
+    if (a > t) {
+      chosen.push_back(i);
+    } else if (a == t) {
+      equal.push_back(i);
+    }
+  }
+  equal.resize(std::min(equal.size(), k - chosen.size()));
+  const size_t above = chosen.size();
+  chosen.insert(chosen.end(), equal.begin(), equal.end());
+  std::inplace_merge(chosen.begin(), chosen.begin() + above, chosen.end());
+  return chosen;
+}
+
+// Top-k of `x` into `out`; `x` is left with what was not sent (the sent
+// elements zeroed), and `sent` (if not empty) gets what was.
+void TopKInPlace(absl::Span<float> x, double ratio, std::string* out,
+                 absl::Span<float> sent) {
+  const size_t k = TopKCount(x.size(), ratio);
+  const std::vector<uint32_t> chosen =
+      k > 0 ? TopKIndices(x, k) : std::vector<uint32_t>();
   out->clear();
   out->reserve(sizeof(uint32_t) + k * (sizeof(uint32_t) + sizeof(float)));
-  Append(out, static_cast<uint32_t>(k));
-  for (uint32_t i : order) Append(out, i);
-  for (uint32_t i : order) Append(out, values[i]);
-  std::fill(sent.begin(), sent.end(), 0.0f);
-  for (uint32_t i : order) sent[i] = values[i];
+  Append(out, static_cast<uint32_t>(chosen.size()));
+  for (uint32_t i : chosen) Append(out, i);
+  for (uint32_t i : chosen) Append(out, x[i]);
+  if (!sent.empty()) std::fill(sent.begin(), sent.end(), 0.0f);
+  for (uint32_t i : chosen) {
+    if (!sent.empty()) sent[i] = x[i];
+    x[i] = 0.0f;
+  }
+}
+
+// One-bit of `x` into `out`; `x` is left with x - the decoded value, and
+// `sent` (if not empty) gets the decoded value.
+void OneBitInPlace(absl::Span<float> x, std::string* out,
+                   absl::Span<float> sent) {
+  const size_t n = x.size();
+  // Eight independent partial sums: a loop the compiler vectorizes.
+  float part[8] = {};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) part[j] += std::fabs(x[i + j]);
+  }
+  double sum = 0;
+  for (float p : part) sum += p;
+  for (; i < n; ++i) sum += std::fabs(x[i]);
+  const float scale = n == 0 ? 0.0f : static_cast<float>(sum / n);
+  out->resize(sizeof(float) + (n + 7) / 8);
+  std::memcpy(out->data(), &scale, sizeof(float));
+  auto* bits = reinterpret_cast<unsigned char*>(out->data() + sizeof(float));
+  for (size_t b = 0; b < (n + 7) / 8; ++b) {
+    unsigned char byte = 0;
+    const size_t end = std::min(n, 8 * b + 8);
+    for (size_t e = 8 * b; e < end; ++e) {
+      byte |= static_cast<unsigned char>(std::signbit(x[e])) << (e % 8);
+    }
+    bits[b] = byte;
+  }
+  if (!sent.empty()) {
+    for (size_t e = 0; e < n; ++e) sent[e] = std::copysign(scale, x[e]);
+  }
+  for (size_t e = 0; e < n; ++e) x[e] -= std::copysign(scale, x[e]);
+}
+
+}  // namespace
+
+void EncodeTopK(absl::Span<const float> values, double ratio, std::string* out,
+                absl::Span<float> sent) {
+  std::vector<float> x(values.begin(), values.end());
+  TopKInPlace(absl::MakeSpan(x), ratio, out, sent);
 }
 
 void EncodeOneBit(absl::Span<const float> values, std::string* out,
                   absl::Span<float> sent) {
-  const size_t n = values.size();
-  double sum = 0;
-  for (float v : values) sum += std::fabs(v);
-  const float scale = n == 0 ? 0.0f : static_cast<float>(sum / n);
-  out->assign(sizeof(float) + (n + 7) / 8, '\0');
-  std::memcpy(out->data(), &scale, sizeof(float));
-  char* bits = out->data() + sizeof(float);
-  for (size_t i = 0; i < n; ++i) {
-    const bool negative = std::signbit(values[i]);
-    if (negative) bits[i / 8] = static_cast<char>(bits[i / 8] | (1 << (i % 8)));
-    sent[i] = negative ? -scale : scale;
-  }
+  std::vector<float> x(values.begin(), values.end());
+  OneBitInPlace(absl::MakeSpan(x), out, sent);
 }
 
 bool IsCompressedDtype(int dtype) {
@@ -130,9 +213,16 @@ absl::Status DecodeCompressed(v1::DType dtype, absl::string_view bytes,
       return absl::InvalidArgumentError(absl::StrCat(
           "a one-bit payload's scale is ", scale, " (want finite, >= 0)"));
     }
-    const char* bits = bytes.data() + sizeof(float);
+    const auto* bits =
+        reinterpret_cast<const unsigned char*>(bytes.data() + sizeof(float));
+    // The scale with its sign bit set from the element's bit.
+    uint32_t magnitude;
+    std::memcpy(&magnitude, &scale, sizeof(float));
     for (size_t i = 0; i < n; ++i) {
-      out[i] = (bits[i / 8] >> (i % 8)) & 1 ? -scale : scale;
+      const uint32_t v =
+          magnitude |
+          (static_cast<uint32_t>((bits[i / 8] >> (i % 8)) & 1) << 31);
+      std::memcpy(&out[i], &v, sizeof(float));
     }
     return absl::OkStatus();
   }
@@ -186,26 +276,29 @@ void Compressor::Encode(int slice, absl::Span<const float> grad,
     absl::MutexLock lock(&mu_);
     r = &residual_[slice];  // A node map: the vector stays where it is.
   }
-  // One call pushes a slice at a time: its residual is this call's.
+  // One call pushes a slice at a time: its residual is this call's. It
+  // takes the gradient in, and keeps what the encoding leaves out.
   r->resize(grad.size(), 0.0f);
   std::vector<float>& x = *r;
   for (size_t i = 0; i < x.size(); ++i) x[i] += grad[i];
-  std::vector<float> sent(x.size());
   switch (c_.kind) {
-    case Compression::kBf16:
+    case Compression::kBf16: {
+      // Vectorized both ways (common/wire_dtype.h), then the difference.
       d->set_dtype(v1::DTYPE_BF16);
       EncodeTensor(v1::DTYPE_BF16, x, d->mutable_data());
+      std::vector<float> sent(x.size());
       DecodeTensor(v1::DTYPE_BF16, d->data(), absl::MakeSpan(sent));
+      for (size_t i = 0; i < x.size(); ++i) x[i] -= sent[i];
       break;
+    }
     case Compression::kTopK:
       d->set_dtype(v1::DTYPE_TOPK);
-      EncodeTopK(x, c_.ratio, d->mutable_data(), absl::MakeSpan(sent));
+      TopKInPlace(absl::MakeSpan(x), c_.ratio, d->mutable_data(), {});
       break;
     default:
       d->set_dtype(v1::DTYPE_ONEBIT);
-      EncodeOneBit(x, d->mutable_data(), absl::MakeSpan(sent));
+      OneBitInPlace(absl::MakeSpan(x), d->mutable_data(), {});
   }
-  for (size_t i = 0; i < x.size(); ++i) x[i] -= sent[i];
 }
 
 std::vector<float> Compressor::Residual(int slice) {

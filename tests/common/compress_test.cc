@@ -6,6 +6,7 @@
 // malformed payload is refused with a message naming the fault.
 #include "common/compress.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -57,6 +58,33 @@ TEST(CompressTest, TopKSendsTheLargestMagnitudesTiesToTheLowerIndex) {
   ASSERT_TRUE(
       DecodeCompressed(v1::DTYPE_TOPK, bytes, absl::MakeSpan(out)).ok());
   EXPECT_EQ(out, sent);  // Exact: the values travel as f32.
+}
+
+// Large slices take the sampled threshold: the same k elements as a full
+// sort by (magnitude descending, index ascending), many ties included.
+TEST(CompressTest, TopKOfLargeSlicesMatchesAFullSort) {
+  std::mt19937 random(11);
+  for (const size_t n : {1024u, 5000u, 65536u}) {
+    for (const double ratio : {0.001, 0.01, 0.1}) {
+      std::vector<float> g(n);
+      std::uniform_int_distribution<int> small(-20, 20);
+      for (float& x : g) x = 0.5f * static_cast<float>(small(random));
+      std::vector<uint32_t> order(n);
+      for (uint32_t i = 0; i < n; ++i) order[i] = i;
+      std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+        const float x = std::fabs(g[a]), y = std::fabs(g[b]);
+        return x > y || (x == y && a < b);
+      });
+      std::vector<float> want(n, 0.0f);
+      for (size_t j = 0; j < TopKCount(n, ratio); ++j) {
+        want[order[j]] = g[order[j]];
+      }
+      std::string bytes;
+      std::vector<float> sent(n);
+      EncodeTopK(g, ratio, &bytes, absl::MakeSpan(sent));
+      EXPECT_EQ(sent, want) << n << " " << ratio;
+    }
+  }
 }
 
 TEST(CompressTest, OneBitKeepsSignsAndTheMeanMagnitude) {
