@@ -180,6 +180,30 @@ void OneBitInPlace(absl::Span<float> x, std::string* out,
   for (size_t e = 0; e < n; ++e) x[e] -= std::copysign(scale, x[e]);
 }
 
+// bf16 of `x` into `out` (round to nearest, ties to even, as
+// common/wire_dtype.h; `x` finite); `x` is left with x - the rounded
+// value. One pass, in chunks the compiler vectorizes.
+void Bf16InPlace(absl::Span<float> x, std::string* out) {
+  constexpr size_t kChunk = 512;
+  out->resize(x.size() * sizeof(uint16_t));
+  uint16_t buf[kChunk];
+  for (size_t i = 0; i < x.size(); i += kChunk) {
+    const size_t n = std::min(kChunk, x.size() - i);
+    float* __restrict in = x.data() + i;
+    for (size_t k = 0; k < n; ++k) {
+      uint32_t u;
+      std::memcpy(&u, &in[k], sizeof(u));
+      const uint32_t h = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+      buf[k] = static_cast<uint16_t>(h);
+      const uint32_t back = h << 16;
+      float rounded;
+      std::memcpy(&rounded, &back, sizeof(rounded));
+      in[k] -= rounded;
+    }
+    std::memcpy(out->data() + sizeof(uint16_t) * i, buf, sizeof(uint16_t) * n);
+  }
+}
+
 }  // namespace
 
 void EncodeTopK(absl::Span<const float> values, double ratio, std::string* out,
@@ -282,15 +306,10 @@ void Compressor::Encode(int slice, absl::Span<const float> grad,
   std::vector<float>& x = *r;
   for (size_t i = 0; i < x.size(); ++i) x[i] += grad[i];
   switch (c_.kind) {
-    case Compression::kBf16: {
-      // Vectorized both ways (common/wire_dtype.h), then the difference.
+    case Compression::kBf16:
       d->set_dtype(v1::DTYPE_BF16);
-      EncodeTensor(v1::DTYPE_BF16, x, d->mutable_data());
-      std::vector<float> sent(x.size());
-      DecodeTensor(v1::DTYPE_BF16, d->data(), absl::MakeSpan(sent));
-      for (size_t i = 0; i < x.size(); ++i) x[i] -= sent[i];
+      Bf16InPlace(absl::MakeSpan(x), d->mutable_data());
       break;
-    }
     case Compression::kTopK:
       d->set_dtype(v1::DTYPE_TOPK);
       TopKInPlace(absl::MakeSpan(x), c_.ratio, d->mutable_data(), {});

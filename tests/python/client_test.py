@@ -40,6 +40,20 @@ def test_declare_pull_push_give_exact_sgd(shards):
         np.testing.assert_array_equal(after["b"], np.full(4, 1.5, np.float32))
 
 
+def test_compressed_pushes_keep_the_rest_for_the_next(shards):
+    """compress="topk:0.5": each slice's larger half goes, the rest stays
+    on the worker and is added to the next push (error feedback)."""
+    servers = shards.start(1)
+    with client(servers, rank=0, num_workers=1, compress="topk:0.5") as c:
+        c.declare({"w": np.zeros(4, np.float32)}, optimizer="sgd", lr=1.0)
+        c.push({"w": np.array([1, -4, 2, 0.5], np.float32)})
+        np.testing.assert_array_equal(c.pull()["w"], [0, 4, -2, 0])
+        c.push({"w": np.zeros(4, np.float32)})  # The residual goes now.
+        np.testing.assert_array_equal(c.pull()["w"], [-1, 4, -2, -0.5])
+    with pytest.raises(ValueError, match="topk:0"):
+        client(servers, compress="topk:0")
+
+
 def test_push_reports_what_the_servers_did(shards):
     servers = shards.start(2)
     with client(servers, rank=0, num_workers=1) as c:
