@@ -30,6 +30,7 @@ PACKAGES=(
   docker-compose            # 1.29
   debootstrap               # the base image (deploy/docker/base_image.sh)
   curl                      # tools/metrics_bench.sh
+  iperf3                    # tests/deploy/netem_test.sh: the emulated links' rate
   cmake                     # tests/tsan/abseil.sh builds Debian's Abseil for TSAN
   dpkg-dev                  # dpkg-source, for the same
   python3-yaml              # tests/deploy/drift_test.py
