@@ -5,7 +5,9 @@
 # removed.
 #
 #   deploy/netem_cluster.sh [--hosts N] [--link RATE] [--name NAME] -- CMD...
-#   deploy/netem_cluster.sh --down NAME    # what an interrupted run left
+#   deploy/netem_cluster.sh --up [--hosts N] [--link RATE] --name NAME
+#   deploy/netem_cluster.sh --down NAME    # --up's hosts, or what an
+#                                          # interrupted run left
 #
 # Host i is the namespace NAME-h<i> with address 198.18.0.<i+1>/24 (the
 # benchmarking range, used inside these namespaces only) on its interface
@@ -33,6 +35,7 @@ while [[ $# -gt 0 ]]; do
     --link) rate=$2; shift 2 ;;
     --name) name=$2; shift 2 ;;
     --down) name=$2; down_only=1; shift 2 ;;
+    --up) up_only=1; shift ;;
     --) shift; break ;;
     *) echo "netem_cluster.sh: unknown argument '$1' (see the script's header)" >&2; exit 2 ;;
   esac
@@ -59,7 +62,7 @@ if ! [[ "$hosts" =~ ^[0-9]+$ ]] || ((hosts < 1 || hosts > 200)); then
   echo "netem_cluster.sh: --hosts $hosts is not in [1, 200]" >&2
   exit 2
 fi
-if [[ $# -eq 0 ]]; then
+if [[ $# -eq 0 && -z "${up_only:-}" ]]; then
   echo "netem_cluster.sh: no command after --" >&2
   exit 2
 fi
@@ -99,6 +102,11 @@ for ((i = 0; i < hosts; i++)); do
   NETEM_ADDRS+="${NETEM_ADDRS:+ }$addr"
 done
 export NETEM_NAME="$name" NETEM_RATE="$rate" NETEM_HOSTS NETEM_ADDRS
+if [[ -n "${up_only:-}" ]]; then  # The caller removes them (--down).
+  trap - EXIT INT TERM
+  echo "$NETEM_ADDRS"
+  exit 0
+fi
 
 set +e
 "$@" &

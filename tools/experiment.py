@@ -3,8 +3,11 @@
 
 Each run starts a clean cluster on 127.0.0.1 (shards, an evaluator, the
 workers), trains the MLP on Fashion-MNIST for a fixed budget of samples
-summed over all workers, and stops everything. Grid: modes x worker counts x
-straggler profiles x seeds.
+summed over all workers, and stops everything. Grid: links x compressions x
+modes x worker counts x straggler profiles x seeds. A link other than
+loopback (--links 1gbit) puts each shard, the evaluator and each worker on
+an emulated host of its own (deploy/netem_cluster.sh: network namespaces,
+tbf-shaped links of that rate each way; root only), removed after the run.
 
 Outputs in --out:
   runs/<run>.csv      the evaluator's curve plus samples seen, throughput and
@@ -59,6 +62,12 @@ def parse_args():
                         "(--backup_workers=N on the servers), MODE+grpc "
                         "(--transport=grpc), async+scale, ssp+scale "
                         "(--stale_policy=scale on the servers)")
+    p.add_argument("--links", default="loopback",
+                   help="loopback, or tc rates (1gbit, 100mbit): emulated "
+                        "hosts with links of that rate")
+    p.add_argument("--compress", default="none",
+                   help="workers' --compress values: none, bf16, "
+                        "topk:RATIO, onebit (docs/COMPRESSION.md)")
     p.add_argument("--workers", default="1,2,4")
     p.add_argument("--profiles", default="none,slow:4",
                    help="none, or slow:F (the last worker runs F times slower)")
@@ -153,12 +162,42 @@ def variant_flags(label):
     fail("unknown variant %r of %s" % (variant, mode))
 
 
-def run_one(args, bindir, label, workers, profile, seed, rundir):
-    mode, variant_worker_flags, variant_server_flags = variant_flags(label)
-    name = "%s-w%d-%s-s%d" % (label.replace("+", "_"), workers,
+NETEM = os.path.join(ROOT, "deploy", "netem_cluster.sh")
+
+
+def run_label(mode, compress, link):
+    """The run's name in tables and plots: MODE[+variant][ compress][ @link]."""
+    label = mode
+    if compress != "none":
+        label += " " + compress
+    if link != "loopback":
+        label += " @" + link
+    return label
+
+
+def run_one(args, bindir, mode_label, workers, profile, seed, rundir,
+            compress="none", link="loopback"):
+    mode, variant_worker_flags, variant_server_flags = variant_flags(mode_label)
+    label = run_label(mode_label, compress, link)
+    if compress != "none":
+        variant_worker_flags = variant_worker_flags + ["--compress=" + compress]
+    name = "%s-w%d-%s-s%d" % (re.sub(r"[^A-Za-z0-9.]+", "_", label), workers,
                               profile.replace(":", ""), seed)
     log = open(os.path.join(rundir, name + ".log"), "w")
     cluster = Cluster(log)
+    # Emulated hosts: shard i on host i, the evaluator on host `shards`,
+    # worker r on host shards + 1 + r.
+    netem = None
+    if link != "loopback":
+        netem = "x%d" % (os.getpid() % 100000000)
+        subprocess.run([NETEM, "--up", "--hosts", str(args.shards + 1 + workers),
+                        "--link", link, "--name", netem], check=True,
+                       stdout=subprocess.DEVNULL, stderr=log)
+
+    def on_host(i, argv):
+        if netem is None:
+            return argv
+        return ["ip", "netns", "exec", "%s-h%d" % (netem, i)] + argv
     curve = os.path.join(rundir, name + ".curve.csv")
     if os.path.exists(curve):
         os.remove(curve)
@@ -174,13 +213,18 @@ def run_one(args, bindir, label, workers, profile, seed, rundir):
                                         ready_dir=os.path.join(rundir, name + ".ready"))
         os.makedirs(shards.ready_dir, exist_ok=True)
         cluster.shards = shards
+        hosts = None
+        if netem is not None:
+            hosts = [("%s-h%d" % (netem, i), "198.18.0.%d" % (i + 1))
+                     for i in range(args.shards)]
         shards.start(args.shards, "--staleness=%d" % args.staleness,
-                     "--worker_timeout=30s", *variant_server_flags, *ckpt_flags)
+                     "--worker_timeout=30s", *variant_server_flags, *ckpt_flags,
+                     netns=hosts)
         servers = shards.servers
-        evaluator = cluster.start(
+        evaluator = cluster.start(on_host(args.shards,
             [os.path.join(bindir, "ps_worker"), "--role=evaluator",
              "--servers=" + servers, "--eval_every=" + args.eval_every,
-             "--curve=" + curve] + args.eval_flags.split())
+             "--curve=" + curve] + args.eval_flags.split()))
         # A fixed budget of samples: synchronous modes split it evenly (each
         # step takes one batch from every worker); in async and ssp every
         # worker runs until the servers have applied samples / batch updates,
@@ -202,8 +246,12 @@ def run_one(args, bindir, label, workers, profile, seed, rundir):
                     "--epochs=1000000", "--log_every=1h"] + budget
             if r == workers - 1 and slow > 1.0:
                 argv.append("--slowdown=%g" % slow)
-            procs.append(cluster.start(argv + variant_worker_flags +
-                                       args.worker_flags.split()))
+            if netem is not None:  # allreduce's ring: this host's address.
+                argv.append("--collective_host=198.18.0.%d" %
+                            (args.shards + 2 + r))
+            procs.append(cluster.start(on_host(
+                args.shards + 1 + r,
+                argv + variant_worker_flags + args.worker_flags.split())))
         done = []
         for r, p in enumerate(procs):
             out, _ = p.communicate(timeout=args.run_timeout)
@@ -213,13 +261,15 @@ def run_one(args, bindir, label, workers, profile, seed, rundir):
                 raise RuntimeError("a worker of %s failed: %s" % (name, out[-500:]))
             done.append(result)
         wall = time.time() - start
-        hist = subprocess.run([os.path.join(bindir, "psctl"), "--servers=" + servers,
-                               "histogram"], capture_output=True, text=True,
-                              check=True).stdout
+        hist = subprocess.run(on_host(args.shards, [
+            os.path.join(bindir, "psctl"), "--servers=" + servers,
+            "histogram"]), capture_output=True, text=True, check=True).stdout
         evaluator.send_signal(signal.SIGTERM)
         evaluator.communicate(timeout=120)
     finally:
         cluster.stop()
+        if netem is not None:
+            subprocess.run([NETEM, "--down", netem], stderr=log)
         log.close()
 
     samples = sum(d["samples"] for d in done)
@@ -258,7 +308,8 @@ def run_one(args, bindir, label, workers, profile, seed, rundir):
         return ""
 
     return {
-        "run": name, "mode": label, "workers": workers, "profile": profile,
+        "run": name, "mode": label, "link": link, "compress": compress,
+        "workers": workers, "profile": profile,
         "seed": seed, "final_accuracy": "%.4f" % rows[-1]["test_accuracy"],
         "best_accuracy": "%.4f" % max(r["test_accuracy"] for r in rows),
         "time_to_0.85": time_to(0.85), "time_to_0.88": time_to(0.88),
@@ -340,7 +391,7 @@ plot %s
 """ % (os.path.join(out, png), workers, profile, seeds, xlabel, ", ".join(parts)))
             pngs.append(png)
         first_seed = runs[0]["seed"]
-        async_runs = [r for r in runs if r["mode"].split("+")[0] not in SYNC_MODES
+        async_runs = [r for r in runs if re.split(r"[+ ]", r["mode"])[0] not in SYNC_MODES
                       and r["seed"] == first_seed]
         if async_runs:
             png = "staleness-%s.png" % tag
@@ -424,15 +475,21 @@ def main():
             for profile in args.profiles.split(","):
                 if profile != "none" and not re.fullmatch(r"slow:[0-9.]+", profile):
                     fail("bad profile %r (want none or slow:F)" % profile)
-                for mode in args.modes.split(","):
-                    variant_flags(mode)  # Fails early on a bad entry.
-                    print("== %s, %d workers, %s, seed %d" %
-                          (mode, workers, profile, seed), flush=True)
-                    r = run_one(args, bindir, mode, workers, profile, seed, rundir)
-                    print("   final accuracy %s, %s samples/s, staleness %s, %s s" %
-                          (r["final_accuracy"], r["samples_per_s"],
-                           r["mean_staleness"], r["wall_s"]), flush=True)
-                    summary.append(r)
+                for link in args.links.split(","):
+                    for compress in args.compress.split(","):
+                        for mode in args.modes.split(","):
+                            variant_flags(mode)  # Fails early on a bad entry.
+                            label = run_label(mode, compress, link)
+                            print("== %s, %d workers, %s, seed %d" %
+                                  (label, workers, profile, seed), flush=True)
+                            r = run_one(args, bindir, mode, workers, profile,
+                                        seed, rundir, compress, link)
+                            print("   final accuracy %s, %s samples/s, staleness "
+                                  "%s, %s s, 0.85 at %s s" %
+                                  (r["final_accuracy"], r["samples_per_s"],
+                                   r["mean_staleness"], r["wall_s"],
+                                   r["time_to_0.85"] or "-"), flush=True)
+                            summary.append(r)
     with open(os.path.join(out, "summary.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(summary[0].keys()))
         w.writeheader()

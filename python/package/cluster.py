@@ -49,10 +49,13 @@ class Shard:
     """One ps_server process; `start` returns once it serves."""
 
     def __init__(self, binary, index, count, flags, log, ready_dir,
-                 timeout=30.0):
+                 timeout=30.0, host="127.0.0.1", netns=None):
         """`ready_dir` (the caller's, and the caller removes it) holds the
-        ready file; `log` (a file, or None) gets the shard's stderr."""
+        ready file; `log` (a file, or None) gets the shard's stderr. With
+        `netns`, the shard runs in that network namespace (`ip netns exec`,
+        as deploy/netem_cluster.sh makes them), listening on `host`."""
         self.binary, self.index, self.count = binary, index, count
+        self.host, self.netns = host, netns
         self.flags, self.log, self.timeout = list(flags), log, timeout
         self.ready_dir = ready_dir
         self.port = 0
@@ -61,14 +64,15 @@ class Shard:
 
     @property
     def address(self):
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self):
         ready = os.path.join(self.ready_dir, f"shard{self.index}.json")
         if os.path.exists(ready):
             os.remove(ready)
+        inside = ["ip", "netns", "exec", self.netns] if self.netns else []
         self.proc = subprocess.Popen(
-            [self.binary, "--host=127.0.0.1", f"--port={self.port}",
+            [*inside, self.binary, f"--host={self.host}", f"--port={self.port}",
              f"--shard={self.index}", f"--num_shards={self.count}",
              f"--ready_file={ready}", *self.flags],
             stdout=subprocess.DEVNULL, stderr=self.log or subprocess.DEVNULL)
@@ -129,11 +133,11 @@ class Shards:
     def servers(self):
         return ",".join(s.address for s in self.shards)
 
-    def start(self, n, *flags, metrics_base=0):
+    def start(self, n, *flags, metrics_base=0, netns=None):
         """Starts `n` shards with `flags` (and --mode, if given; with
         `metrics_base` > 0, shard i serves /metrics on metrics_base + i);
         returns their addresses, ["host:port", ...] (`servers` joins
-        them)."""
+        them). `netns`: a (namespace, address) per shard to run it in."""
         mode = [f"--mode={self.mode}"] if self.mode else []
         for i in range(n):
             metrics = ([f"--metrics_port={metrics_base + i}"]
@@ -142,8 +146,11 @@ class Shards:
             if self.log_dir:
                 log = open(os.path.join(self.log_dir, f"server{i}.log"), "a")
                 self._logs.append(log)
+            where = {}
+            if netns:
+                where = {"netns": netns[i][0], "host": netns[i][1]}
             shard = Shard(self.binary, i, n, [*mode, *flags, *metrics], log,
-                          self.ready_dir)
+                          self.ready_dir, **where)
             self.shards.append(shard)
             shard.start()
         return [s.address for s in self.shards]
@@ -194,9 +201,21 @@ def _parse(argv):
                    help="shard i serves /metrics on this port + i (0: none)")
     p.add_argument("--server_flag", action="append", default=[],
                    help="one more flag for every shard (repeatable)")
+    p.add_argument("--netns", default="",
+                   help="NS=ADDR,... : shard i runs in network namespace NS "
+                   "listening on ADDR (deploy/netem_cluster.sh's hosts)")
     args = p.parse_args(ours)
     if args.shards < 1:
         p.error("--shards must be >= 1")
+    args.hosts = []
+    for item in filter(None, args.netns.split(",")):
+        ns, _, addr = item.partition("=")
+        if not ns or not addr:
+            p.error(f"--netns entry '{item}': want NS=ADDR")
+        args.hosts.append((ns, addr))
+    if args.hosts and len(args.hosts) != args.shards:
+        p.error(f"--netns names {len(args.hosts)} hosts for "
+                f"{args.shards} shards")
     return args, command
 
 
@@ -217,7 +236,7 @@ def main(argv=None):
         signal.signal(sig, _stop)
     try:
         shards.start(args.shards, *args.server_flag,
-                     metrics_base=args.metrics_base)
+                     metrics_base=args.metrics_base, netns=args.hosts or None)
         print(shards.servers, flush=True)
         if not command:
             while True:
