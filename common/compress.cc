@@ -31,6 +31,8 @@ std::string Compression::Name() const {
   switch (kind) {
     case kBf16:
       return "bf16";
+    case kF16:
+      return "f16";
     case kTopK:
       return absl::StrCat("topk:", ratio);
     case kOneBit:
@@ -47,6 +49,10 @@ absl::StatusOr<Compression> ParseCompression(absl::string_view text) {
     c.kind = Compression::kBf16;
     return c;
   }
+  if (text == "f16") {
+    c.kind = Compression::kF16;
+    return c;
+  }
   if (text == "onebit") {
     c.kind = Compression::kOneBit;
     return c;
@@ -61,7 +67,7 @@ absl::StatusOr<Compression> ParseCompression(absl::string_view text) {
     return c;
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "--compress=", text, " (want none, bf16, topk:RATIO or onebit)"));
+      "--compress=", text, " (want none, bf16, f16, topk:RATIO or onebit)"));
 }
 
 size_t TopKCount(size_t n, double ratio) {
@@ -310,6 +316,14 @@ void Compressor::Encode(int slice, absl::Span<const float> grad,
       d->set_dtype(v1::DTYPE_BF16);
       Bf16InPlace(absl::MakeSpan(x), d->mutable_data());
       break;
+    case Compression::kF16: {
+      d->set_dtype(v1::DTYPE_F16);
+      EncodeTensor(v1::DTYPE_F16, x, d->mutable_data());
+      std::vector<float> sent(x.size());
+      DecodeTensor(v1::DTYPE_F16, d->data(), absl::MakeSpan(sent));
+      for (size_t i = 0; i < x.size(); ++i) x[i] -= sent[i];
+      break;
+    }
     case Compression::kTopK:
       d->set_dtype(v1::DTYPE_TOPK);
       TopKInPlace(absl::MakeSpan(x), c_.ratio, d->mutable_data(), {});

@@ -2,6 +2,8 @@
 // #26; docs/COMPRESSION.md): a slice's gradient travels as
 //   none     f32 (or the tensor's 16-bit wire dtype), as before;
 //   bf16     bfloat16, 2 bytes an element;
+//   f16      IEEE half, 2 bytes an element (and in --mode=allreduce the
+//            ring itself sums in f16: Horovod's fp16 compression);
 //   topk:R   the ceil(R * n) largest-magnitude elements as DTYPE_TOPK:
 //            uint32 k, k uint32 indices (strictly ascending), k f32 values;
 //            ties in magnitude go to the lower index;
@@ -34,11 +36,11 @@
 namespace asyncps {
 
 struct Compression {
-  enum Kind { kNone, kBf16, kTopK, kOneBit };
+  enum Kind { kNone, kBf16, kF16, kTopK, kOneBit };
   Kind kind = kNone;
   double ratio = 0;  // topk: the fraction of elements sent, in (0, 1].
 
-  // "none", "bf16", "topk:0.01", "onebit".
+  // "none", "bf16", "f16", "topk:0.01", "onebit".
   std::string Name() const;
 };
 

@@ -4,6 +4,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/admin_client.h"
+#include "common/wire_dtype.h"
 #include "glog/logging.h"
 
 namespace asyncps {
@@ -28,6 +29,7 @@ absl::Status AllreduceExchange::Start(std::vector<std::vector<float>>* weights,
   for (const auto& w : *weights) {
     slots_.emplace_back(opt, w.size());
     sums_.emplace_back(w.size());
+    halves_.emplace_back();
   }
   CollectiveConfig cc;
   cc.kind = config_.collective;
@@ -60,6 +62,16 @@ void AllreduceExchange::LayerReady(int layer,
     return;
   }
   for (int t : layer_tensors_[layer]) {
+    if (config_.f16) {
+      std::vector<uint16_t>& h = halves_[t];
+      h.resize(grads[t].size());
+      for (size_t i = 0; i < h.size(); ++i) h[i] = FloatToF16(grads[t][i]);
+      queue_.Enqueue([this, t] {
+        return collective_->AllreduceSumHalf(&halves_[t],
+                                             static_cast<uint32_t>(t));
+      });
+      continue;
+    }
     sums_[t] = grads[t];
     queue_.Enqueue([this, t] {
       return collective_->AllreduceSum(&sums_[t], static_cast<uint32_t>(t));
@@ -71,6 +83,22 @@ absl::Status AllreduceExchange::FinishStep(
     int64_t clock, std::vector<std::vector<float>>* weights, StepStats* stats) {
   absl::Status s = queue_.Drain();
   if (!s.ok()) return Reform(clock, s, stats);
+  if (config_.f16 && alone_grads_ == nullptr) {
+    // Back to f32, checked whole before any weight moves.
+    for (size_t t = 0; t < sums_.size(); ++t) {
+      for (size_t i = 0; i < sums_[t].size(); ++i) {
+        sums_[t][i] = F16ToFloat(halves_[t][i]);
+      }
+      const int64_t bad = FirstNonFinite(sums_[t]);
+      if (bad >= 0) {
+        return absl::OutOfRangeError(absl::StrCat(
+            "step ", clock, ": the f16 all-reduce of tensor ", t,
+            " overflowed at element ", bad,
+            " (--compress=f16 sums in half precision; scale the loss down "
+            "or train without it); no weight was changed"));
+      }
+    }
+  }
   // The same arithmetic as a bsp server: sum, times 1/n, then the optimizer.
   const float inv = 1.0f / static_cast<float>(config_.num_workers);
   const v1::OptimizerSpec& opt = client_->spec().optimizer();

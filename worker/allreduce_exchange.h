@@ -37,6 +37,10 @@ struct AllreduceConfig {
   std::string collective = "gloo";  // gloo or nccl.
   std::string host = "127.0.0.1";   // gloo: address peers reach us on.
   int cuda_device = -1;             // nccl: this worker's GPU.
+  // Gradients summed in IEEE half on the ring (--compress=f16, Horovod's
+  // fp16 compression); the mean and the optimizer stay in f32. A sum that
+  // overflows half fails the step with nothing applied.
+  bool f16 = false;
   absl::Duration timeout = absl::Seconds(30);
   int64_t assign_every = 50;  // Steps between weight uploads (rank 0).
   int64_t attempt = 1;        // From Register: keeps rendezvous keys apart.
@@ -85,7 +89,8 @@ class AllreduceExchange final : public GradientExchange {
   const std::vector<int> all_tensors_;  // Every tensor, ascending.
   std::unique_ptr<Collective> collective_;
   std::vector<std::vector<float>>* weights_ = nullptr;
-  std::vector<std::vector<float>> sums_;  // Per tensor.
+  std::vector<std::vector<float>> sums_;       // Per tensor.
+  std::vector<std::vector<uint16_t>> halves_;  // Per tensor, with f16.
   // One worker: the step's gradients, applied as they are (no copy, no
   // hand-off to the collective's thread).
   const std::vector<std::vector<float>>* alone_grads_ = nullptr;

@@ -3,6 +3,7 @@
 #include <exception>
 
 #include "absl/strings/str_cat.h"
+#include "common/wire_dtype.h"
 #include "gloo/allreduce.h"
 #include "gloo/common/error.h"
 #include "gloo/math.h"
@@ -80,7 +81,35 @@ class GlooCollective final : public Collective {
     return absl::OkStatus();
   }
 
+  absl::Status AllreduceSumHalf(std::vector<uint16_t>* data,
+                                uint32_t tag) override {
+    if (context_->size == 1 || data->empty()) return absl::OkStatus();
+    try {
+      gloo::AllreduceOptions opts(context_);
+      opts.setInputs(std::vector<uint16_t*>{data->data()}, data->size());
+      opts.setOutputs(std::vector<uint16_t*>{data->data()}, data->size());
+      opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+      opts.setReduceFunction(&SumHalves);
+      opts.setTag(tag);
+      opts.setTimeout(absl::ToChronoMilliseconds(timeout_));
+      gloo::allreduce(opts);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(e.what());
+    }
+    return absl::OkStatus();
+  }
+
  private:
+  // c = a + b over n IEEE halves, each sum rounded to half.
+  static void SumHalves(void* c, const void* a, const void* b, size_t n) {
+    auto* out = static_cast<uint16_t*>(c);
+    const auto* x = static_cast<const uint16_t*>(a);
+    const auto* y = static_cast<const uint16_t*>(b);
+    for (size_t i = 0; i < n; ++i) {
+      out[i] = FloatToF16(F16ToFloat(x[i]) + F16ToFloat(y[i]));
+    }
+  }
+
   const std::shared_ptr<gloo::Context> context_;
   const absl::Duration timeout_;
 };

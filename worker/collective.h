@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/rendezvous_store.h"
 
@@ -21,6 +22,16 @@ class Collective {
   // Sums `data` across every worker, in place; every worker ends with the
   // same bits. `tag` tells concurrent operations apart.
   virtual absl::Status AllreduceSum(std::vector<float>* data, uint32_t tag) = 0;
+  // The same over IEEE half values (`data` holds their bits), each
+  // partial sum rounded to half (Horovod's fp16 compression: half the
+  // bytes on the ring). UNIMPLEMENTED where the collective has none.
+  virtual absl::Status AllreduceSumHalf(std::vector<uint16_t>* data,
+                                        uint32_t tag) {
+    (void)data;
+    (void)tag;
+    return absl::UnimplementedError(
+        absl::StrCat(Name(), " has no f16 all-reduce"));
+  }
 };
 
 struct CollectiveConfig {

@@ -26,6 +26,7 @@ std::unique_ptr<GradientExchange> MakeExchange(
   ar.cuda_device = cuda_device;
   ar.rejoin = std::move(rejoin);
   ar.collective = config.CollectiveKind(cuda_device);
+  ar.f16 = config.compress == "f16";
   return std::make_unique<AllreduceExchange>(worker.ps, ar,
                                              std::move(layer_tensors));
 }

@@ -92,6 +92,16 @@ absl::Status WorkerConfig::Validate() const {
   RETURN_IF_ERROR(ParsePrecision(precision).status());
   RETURN_IF_ERROR(ParseWireDtype(wire_dtype).status());
   RETURN_IF_ERROR(ParseCompression(compress).status());
+  if (mode == "allreduce" && compress != "none" && compress != "f16") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--compress=", compress,
+        " with --mode=allreduce: the ring compresses to f16 only (Horovod's "
+        "fp16 compression); top-k, one-bit and bf16 go to the servers"));
+  }
+  if (mode == "allreduce" && compress == "f16" && collective == "nccl") {
+    return absl::InvalidArgumentError(
+        "--compress=f16 with --collective=nccl is not built (gloo only)");
+  }
   RETURN_IF_ERROR(PsExchange::ParseMode(exchange).status());
   RETURN_IF_ERROR(ParseTransport(transport).status());
   return ParseDevice(device).status();

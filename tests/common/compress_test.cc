@@ -29,6 +29,7 @@ std::vector<float> Decoded(const v1::SliceData& d, size_t n) {
 TEST(CompressTest, ParsesEachKindAndRefusesOthersByName) {
   EXPECT_EQ(ParseCompression("none")->kind, Compression::kNone);
   EXPECT_EQ(ParseCompression("bf16")->kind, Compression::kBf16);
+  EXPECT_EQ(ParseCompression("f16")->kind, Compression::kF16);
   EXPECT_EQ(ParseCompression("onebit")->kind, Compression::kOneBit);
   auto topk = ParseCompression("topk:0.01");
   ASSERT_TRUE(topk.ok());
@@ -110,7 +111,7 @@ TEST(CompressTest, OneBitKeepsSignsAndTheMeanMagnitude) {
 // decode, summed, plus the residual left on the worker equals the sum of
 // the gradients (to float rounding of the sums).
 TEST(CompressTest, ErrorFeedbackCarriesExactlyTheResidual) {
-  for (const char* kind : {"bf16", "topk:0.05", "onebit"}) {
+  for (const char* kind : {"bf16", "f16", "topk:0.05", "onebit"}) {
     Compressor c(*ParseCompression(kind));
     std::mt19937 random(7);
     std::normal_distribution<float> normal;
@@ -122,8 +123,8 @@ TEST(CompressTest, ErrorFeedbackCarriesExactlyTheResidual) {
       v1::SliceData d;
       c.Encode(3, g, v1::DTYPE_F32, &d);
       std::vector<float> out(n);
-      if (d.dtype() == v1::DTYPE_BF16) {
-        DecodeTensor(v1::DTYPE_BF16, d.data(), absl::MakeSpan(out));
+      if (d.dtype() == v1::DTYPE_BF16 || d.dtype() == v1::DTYPE_F16) {
+        DecodeTensor(d.dtype(), d.data(), absl::MakeSpan(out));
       } else {
         out = Decoded(d, n);
       }

@@ -169,6 +169,35 @@ TEST(Allreduce, ReplicasAreBitIdenticalAndEqualBsp) {
   for (const SliceVersion& v : versions) EXPECT_EQ(v.version, 25);
 }
 
+// --compress=f16 (Horovod's fp16 compression): the ring sums in half
+// precision; both replicas still end bit-identical, the half sums change
+// the weights (not the f32 run's), and the job learns.
+TEST(Allreduce, F16RingKeepsReplicasIdenticalAndLearns) {
+  const std::vector<std::string> flags = {
+      "--steps=40", "--max_train_examples=2000", "--mode=allreduce",
+      "--assign_every=10"};
+  std::string f32_weights;
+  {
+    auto cluster = TestCluster::Start(1, {"--mode=allreduce"});
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    auto results = RunTwoWorkers(**cluster, flags);
+    ASSERT_EQ(results.size(), 2u);
+    f32_weights = Text(results[0], "weights");
+  }
+  auto cluster = TestCluster::Start(1, {"--mode=allreduce"});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::vector<std::string> f16 = flags;
+  f16.push_back("--compress=f16");
+  auto results = RunTwoWorkers(**cluster, f16);
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(Text(results[0], "weights"), Text(results[1], "weights"));
+  EXPECT_NE(Text(results[0], "weights"), f32_weights);
+  for (const auto& r : results) {
+    EXPECT_LT(Number(r, "last_loss"), 0.8 * Number(r, "first_loss"))
+        << r.DebugString();
+  }
+}
+
 TEST(Ssp, ClockGapNeverExceedsTheBound) {
   constexpr int kStaleness = 2;
   auto cluster = TestCluster::Start(

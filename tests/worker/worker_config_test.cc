@@ -67,6 +67,15 @@ TEST(WorkerConfig, BadFlagsAreRefusedNamingThem) {
       {[](WorkerConfig* c) { c->blas_threads = 0; }, "--blas_threads"},
       {[](WorkerConfig* c) { c->wire_dtype = "fp8"; }, "--wire_dtype=fp8"},
       {[](WorkerConfig* c) { c->exchange = "gossip"; }, "--exchange=gossip"},
+      {[](WorkerConfig* c) { c->compress = "topk:2"; }, "--compress=topk:2"},
+      {[](WorkerConfig* c) {
+         c->mode = "allreduce", c->compress = "topk:0.01";
+       },
+       "f16 only"},
+      {[](WorkerConfig* c) {
+         c->mode = "allreduce", c->compress = "f16", c->collective = "nccl";
+       },
+       "--collective=nccl"},
       {[](WorkerConfig* c) { c->rpc_timeout = absl::ZeroDuration(); },
        "--rpc_timeout"},
       {[](WorkerConfig* c) { c->heartbeat_every = absl::Seconds(-1); },
