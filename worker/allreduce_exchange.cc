@@ -1,5 +1,7 @@
 #include "worker/allreduce_exchange.h"
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -65,7 +67,8 @@ void AllreduceExchange::LayerReady(int layer,
     if (config_.f16) {
       std::vector<uint16_t>& h = halves_[t];
       h.resize(grads[t].size());
-      for (size_t i = 0; i < h.size(); ++i) h[i] = FloatToF16(grads[t][i]);
+      EncodeTensor(v1::DTYPE_F16, grads[t], &staged_);  // Vectorized.
+      if (!h.empty()) std::memcpy(h.data(), staged_.data(), staged_.size());
       queue_.Enqueue([this, t] {
         return collective_->AllreduceSumHalf(&halves_[t],
                                              static_cast<uint32_t>(t));
@@ -86,9 +89,11 @@ absl::Status AllreduceExchange::FinishStep(
   if (config_.f16 && alone_grads_ == nullptr) {
     // Back to f32, checked whole before any weight moves.
     for (size_t t = 0; t < sums_.size(); ++t) {
-      for (size_t i = 0; i < sums_[t].size(); ++i) {
-        sums_[t][i] = F16ToFloat(halves_[t][i]);
-      }
+      DecodeTensor(
+          v1::DTYPE_F16,
+          absl::string_view(reinterpret_cast<const char*>(halves_[t].data()),
+                            halves_[t].size() * sizeof(uint16_t)),
+          absl::MakeSpan(sums_[t]));
       const int64_t bad = FirstNonFinite(sums_[t]);
       if (bad >= 0) {
         return absl::OutOfRangeError(absl::StrCat(

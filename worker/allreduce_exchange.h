@@ -91,6 +91,7 @@ class AllreduceExchange final : public GradientExchange {
   std::vector<std::vector<float>>* weights_ = nullptr;
   std::vector<std::vector<float>> sums_;       // Per tensor.
   std::vector<std::vector<uint16_t>> halves_;  // Per tensor, with f16.
+  std::string staged_;  // A gradient's halves on their way into halves_.
   // One worker: the step's gradients, applied as they are (no copy, no
   // hand-off to the collective's thread).
   const std::vector<std::vector<float>>* alone_grads_ = nullptr;
