@@ -14,8 +14,15 @@ if ((${#targets[@]} == 0)); then targets=(//...); fi
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+# Each phase's wall time, for keeping the suite within its budget.
+mark=0  # The first phase includes the installs.
+took() {
+  echo "== $1 took $((SECONDS - mark)) s (suite so far: ${SECONDS} s)"
+  mark=$SECONDS
+}
 bazel test --test_tag_filters=-benchmark,-gpu "${targets[@]}" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
+took "install and tests"
 
 # Debian's clang checks every ABSL_GUARDED_BY / ABSL_EXCLUSIVE_LOCKS_REQUIRED
 # claim (-Wthread-safety -Werror) over the libraries and binaries that hold
@@ -66,7 +73,9 @@ if ((${#@} == 0)); then
     validation; do
     asan_tests+=("//tests/integration:${t}_test")
   done
+  took "thread-safety analysis"
   sanitized asan ASAN+UBSAN --config=asan "${asan_tests[@]}"
+  took "ASAN"
 fi
 
 # ThreadSanitizer over the server's concurrent core (store, consistency,
@@ -90,6 +99,7 @@ if ((${#@} == 0)); then
     rc=1
     echo "//:tsan FAILED TO BUILD (tests/tsan/abseil.sh)" | tee -a "$log"
   fi
+  took "TSAN"
 fi
 
 # libFuzzer targets (clang, ASAN+UBSAN): each over its seed corpus, then
@@ -98,6 +108,7 @@ if ((${#@} == 0)); then
   echo "== fuzzing (tests/fuzz/run.sh --seconds 15)"
   tests/fuzz/run.sh --seconds 15 | tee -a "$log"
   if ((PIPESTATUS[0] != 0)); then rc=1; fi
+  took "fuzzing"
 fi
 
 # The CUDA configuration builds wherever the toolkit is installed, GPU or
@@ -113,6 +124,7 @@ if ((${#@} == 0)) && [[ -x /usr/local/cuda/bin/nvcc ]]; then
   cuda_build_rc=${PIPESTATUS[0]}
   if ((cuda_rc != 0 || cuda_build_rc != 0)); then rc=1; fi
   if ((cuda_build_rc != 0)); then echo "//:cuda_build FAILED TO BUILD" >>"$log"; fi
+  took "CUDA configuration"
 fi
 
 # pip install ./python in a fresh virtual environment, then README's example
@@ -121,6 +133,7 @@ if ((${#@} == 0)); then
   echo "== pip install ./python"
   tests/pip_install.sh | tee -a "$log"
   if ((PIPESTATUS[0] != 0)); then rc=1; fi
+  took "pip install"
 fi
 
 # Bazel prints one status line per test target:

@@ -180,6 +180,8 @@ def main():
     p.add_argument("--curve_every", type=int, default=100)
     p.add_argument("--evaluate", action="store_true",
                    help="score the servers' weights on the test set")
+    p.add_argument("--test_examples", type=int, default=0,
+                   help="--evaluate: score the first N test images (0: all)")
     p.add_argument("--declare_only", action="store_true",
                    help="--evaluate: declare the model first (as a worker "
                    "would), to score the initial weights")
@@ -202,6 +204,8 @@ def main():
                 worker, named_parameters=model.named_parameters()).close()
         import asyncps.torch
         asyncps.torch.load_state_dict(model, args.servers)
+        if args.test_examples > 0:
+            tx, ty = tx[:args.test_examples], ty[:args.test_examples]
         print(f"test_accuracy {accuracy(model, tx, ty):.4f}", flush=True)
         return 0
     x, y = load("train", args.data)
