@@ -8,6 +8,7 @@
 #include "common/model_spec.h"
 #include "common/optimizer.h"
 #include "common/status_macros.h"
+#include "server/bsp_step.h"
 
 namespace asyncps {
 namespace {
@@ -167,15 +168,20 @@ absl::Status EmbeddingTable::Pull(absl::Span<const int64_t> ids,
   return absl::OkStatus();
 }
 
-absl::Status EmbeddingTable::Push(absl::Span<const int64_t> ids,
-                                  absl::Span<const float> grads,
-                                  float lr_scale) {
+absl::Status EmbeddingTable::CheckPush(absl::Span<const int64_t> ids,
+                                       absl::Span<const float> grads) const {
   if (grads.size() != ids.size() * dim_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a push of ", grads.size(), " floats for ", ids.size(),
         " rows of embedding '", spec_.name(), "' (dim ", dim_, ")"));
   }
-  RETURN_IF_ERROR(CheckIds(ids, grads));
+  return CheckIds(ids, grads);
+}
+
+absl::Status EmbeddingTable::Push(absl::Span<const int64_t> ids,
+                                  absl::Span<const float> grads,
+                                  float lr_scale) {
+  RETURN_IF_ERROR(CheckPush(ids, grads));
   absl::MutexLock lock(&mu_);
   const Distinct d = Dedupe(ids);
   RETURN_IF_ERROR(CheckRoom(spec_.name(), d.ids.size(), capacity_));
@@ -213,15 +219,8 @@ void EmbeddingTable::ApplyLocked(absl::Span<const int64_t> ids,
 absl::Status EmbeddingTable::AddToStep(int rank, int64_t clock,
                                        absl::Span<const int64_t> ids,
                                        absl::Span<const float> grads,
-                                       int quorum, absl::Time now,
-                                       bool* applied) {
-  if (applied != nullptr) *applied = false;
-  if (grads.size() != ids.size() * dim_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a push of ", grads.size(), " floats for ", ids.size(),
-        " rows of embedding '", spec_.name(), "' (dim ", dim_, ")"));
-  }
-  RETURN_IF_ERROR(CheckIds(ids, grads));
+                                       int quorum, absl::Time now) {
+  RETURN_IF_ERROR(CheckPush(ids, grads));
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(CheckRoom(spec_.name(), ids.size(), capacity_));
   if (!steps_known_) {
@@ -252,10 +251,7 @@ absl::Status EmbeddingTable::AddToStep(int rank, int64_t clock,
     float* to = &step_sum_[size_t{it->second} * dim_];
     for (size_t j = 0; j < dim_; ++j) to[j] += grads[k * dim_ + j];
   }
-  if (static_cast<int>(step_ranks_.size()) >= quorum) {
-    ApplyStepLocked();
-    if (applied != nullptr) *applied = true;
-  }
+  if (static_cast<int>(step_ranks_.size()) >= quorum) ApplyStepLocked();
   return absl::OkStatus();
 }
 
@@ -277,11 +273,7 @@ void EmbeddingTable::ClearStepLocked() {
 bool EmbeddingTable::CompleteStep(int quorum, absl::Duration deadline,
                                   absl::Time now) {
   absl::MutexLock lock(&mu_);
-  if (step_ranks_.empty() ||
-      (static_cast<int>(step_ranks_.size()) < quorum &&
-       (deadline <= absl::ZeroDuration() || now - step_first_ < deadline))) {
-    return false;
-  }
+  if (!StepDue(step_ranks_, quorum, deadline, step_first_, now)) return false;
   ApplyStepLocked();
   return true;
 }
@@ -290,21 +282,11 @@ bool EmbeddingTable::Heal(const std::vector<int>& live_ranks,
                           const absl::flat_hash_set<int>& stuck,
                           absl::Duration bound, absl::Time now,
                           std::vector<int>* left_out) {
-  left_out->clear();
   absl::MutexLock lock(&mu_);
-  if (step_ranks_.empty() || now - step_first_ < bound) return false;
-  for (int r : live_ranks) {
-    if (std::find(step_ranks_.begin(), step_ranks_.end(), r) !=
-        step_ranks_.end()) {
-      continue;
-    }
-    if (!stuck.contains(r)) {
-      left_out->clear();
-      return false;
-    }
-    left_out->push_back(r);
+  if (!MayHeal(step_ranks_, step_first_, live_ranks, stuck, bound, now,
+               left_out)) {
+    return false;
   }
-  if (left_out->empty()) return false;
   ApplyStepLocked();
   return true;
 }

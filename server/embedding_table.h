@@ -76,11 +76,10 @@ class EmbeddingTable {
   // the first, the table's step is not known (it was made or restored on
   // this shard): that push says the job completed step clock - 1. Later, a
   // push for a step past the next is FAILED_PRECONDITION (a bsp worker
-  // pulls step c - 1 from every shard before it pushes step c). Sets
-  // `*applied` if a step was applied.
+  // pulls step c - 1 from every shard before it pushes step c).
   absl::Status AddToStep(int rank, int64_t clock, absl::Span<const int64_t> ids,
                          absl::Span<const float> grads, int quorum,
-                         absl::Time now, bool* applied = nullptr);
+                         absl::Time now);
   // bsp: applies the pending step if `quorum` ranks pushed it, or its
   // first push came `deadline` (if > 0) before `now`; true if it did.
   bool CompleteStep(int quorum, absl::Duration deadline, absl::Time now);
@@ -131,6 +130,10 @@ class EmbeddingTable {
  private:
   static constexpr uint32_t kNone = ~uint32_t{0};
 
+  // A push's checks (Push, AddToStep): `grads` of ids.size() rows, then
+  // CheckIds.
+  absl::Status CheckPush(absl::Span<const int64_t> ids,
+                         absl::Span<const float> grads) const;
   // The checks both calls share (of `grads` too, for a push): the call's
   // size, then CheckRows.
   absl::Status CheckIds(absl::Span<const int64_t> ids,

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/tensor_bytes.h"
 #include "common/wire_dtype.h"
+#include "server/bsp_step.h"
 
 namespace asyncps {
 
@@ -104,9 +105,7 @@ SliceOutcome SliceState::CompleteStep(const v1::OptimizerSpec& optimizer,
                                       absl::Duration deadline, absl::Time now) {
   absl::MutexLock lock(&mu_);
   SliceOutcome out;
-  if (!step_ranks_.empty() &&
-      (static_cast<int>(step_ranks_.size()) >= quorum ||
-       (deadline > absl::ZeroDuration() && now - step_first_ >= deadline))) {
+  if (StepDue(step_ranks_, quorum, deadline, step_first_, now)) {
     ApplyStep(optimizer, live_workers, &out);
   }
   out.step_pending = !step_ranks_.empty();
@@ -121,22 +120,10 @@ SliceOutcome SliceState::Heal(const v1::OptimizerSpec& optimizer,
                               std::vector<int>* left_out) {
   absl::MutexLock lock(&mu_);
   SliceOutcome out;
-  left_out->clear();
-  if (!step_ranks_.empty() && now - step_first_ >= bound) {
-    bool all_stuck = true;
-    for (int r : live_ranks) {
-      if (std::find(step_ranks_.begin(), step_ranks_.end(), r) !=
-          step_ranks_.end()) {
-        continue;
-      }
-      left_out->push_back(r);
-      all_stuck &= stuck.contains(r);
-    }
-    if (all_stuck && !left_out->empty()) {
-      ApplyStep(optimizer, static_cast<int>(live_ranks.size()), &out);
-    }
+  if (MayHeal(step_ranks_, step_first_, live_ranks, stuck, bound, now,
+              left_out)) {
+    ApplyStep(optimizer, static_cast<int>(live_ranks.size()), &out);
   }
-  if (!out.step_applied) left_out->clear();
   out.step_pending = !step_ranks_.empty();
   out.version = version_;
   return out;

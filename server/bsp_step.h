@@ -1,0 +1,51 @@
+// The two rules that decide when a pending bsp step is applied, shared by
+// the dense slices (SliceState) and the embedding tables (EmbeddingTable):
+// a step goes once a quorum of ranks pushed it or --step_deadline passed
+// since its first push (StepDue), and healing lets it go without ranks
+// that are all blocked waiting for it (MayHeal).
+#ifndef ASYNCPS_SERVER_BSP_STEP_H_
+#define ASYNCPS_SERVER_BSP_STEP_H_
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/time/time.h"
+
+namespace asyncps {
+
+// True if a step with pushes from `ranks` (the first at `first`) may be
+// applied now: it has any, and `quorum` of them or its first came
+// `deadline` (if > 0) before `now`.
+inline bool StepDue(const std::vector<int>& ranks, int quorum,
+                    absl::Duration deadline, absl::Time first, absl::Time now) {
+  return !ranks.empty() &&
+         (static_cast<int>(ranks.size()) >= quorum ||
+          (deadline > absl::ZeroDuration() && now - first >= deadline));
+}
+
+// True if the step with pushes from `ranks` (the first at `first`, at
+// least `bound` before `now`) may be applied without the ranks of
+// `live_ranks` missing from it: there are some, and every one of them is
+// in `stuck` (blocked in a held pull, so it will not push). `*left_out`
+// gets those ranks when true, and is cleared otherwise.
+inline bool MayHeal(const std::vector<int>& ranks, absl::Time first,
+                    const std::vector<int>& live_ranks,
+                    const absl::flat_hash_set<int>& stuck, absl::Duration bound,
+                    absl::Time now, std::vector<int>* left_out) {
+  left_out->clear();
+  if (ranks.empty() || now - first < bound) return false;
+  for (int r : live_ranks) {
+    if (std::find(ranks.begin(), ranks.end(), r) != ranks.end()) continue;
+    if (!stuck.contains(r)) {
+      left_out->clear();
+      return false;
+    }
+    left_out->push_back(r);
+  }
+  return !left_out->empty();
+}
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_BSP_STEP_H_
