@@ -248,21 +248,9 @@ void Consistency::Pull(const v1::PullRequest& request,
     call.done(PushAgain(store_->shard(), request.rank(), request.clock()));
     return;
   }
-  w.since = clock_->Now();
-  const int rank = request.rank();
-  HeldCalls<Wait>::Held held{std::move(w), std::move(call)};
-  if (!waiters_.HoldIfFewer(
-          &held, static_cast<size_t>(config_.max_held_per_rank),
-          [rank](const Wait& h) { return h.request->rank() == rank; })) {
-    store_->CountRejected();
-    held.call.done(absl::ResourceExhaustedError(
-        absl::StrCat("rank ", rank, " already has ", config_.max_held_per_rank,
-                     " pulls held on shard ", store_->shard(),
-                     ", the most one rank may; wait for one to be answered")));
-    return;
+  if (HoldWithin(&waiters_, std::move(w), std::move(call), "pulls")) {
+    Recheck();  // The condition may have turned true meanwhile.
   }
-  held_total_.fetch_add(1);
-  Recheck();  // The condition may have turned true meanwhile.
 }
 
 absl::Status Consistency::Push(const v1::PushRequest& request,

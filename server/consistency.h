@@ -22,6 +22,8 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/mode.h"
@@ -187,6 +189,32 @@ class Consistency {
     RowPull pull;
     absl::Time since;
   };
+  // Holds `w` (a Wait or a RowWait) in `list`, from now, unless its rank
+  // already has max_held_per_rank calls there: then `call` is answered
+  // RESOURCE_EXHAUSTED, naming `what` ("pulls", "row pulls"), counted as
+  // rejected, and false is returned.
+  template <typename T>
+  bool HoldWithin(HeldCalls<T>* list, T w, PendingCall call,
+                  absl::string_view what) {
+    w.since = clock_->Now();
+    const int rank = w.request->rank();
+    typename HeldCalls<T>::Held held{std::move(w), std::move(call)};
+    if (!list->HoldIfFewer(
+            &held, static_cast<size_t>(config_.max_held_per_rank),
+            [rank](const T& h) { return h.request->rank() == rank; })) {
+      store_->CountRejected();
+      held.call.done(absl::ResourceExhaustedError(absl::StrCat(
+          "rank ", rank, " already has ", config_.max_held_per_rank, " ", what,
+          " held on shard ", store_->shard(),
+          ", the most one rank may; wait for one to be answered")));
+      return false;
+    }
+    held_total_.fetch_add(1);
+    return true;
+  }
+  // PullRows of a pull resolved already; its rows go to `rows`.
+  void PullResolvedRows(const v1::PullRowsRequest& request, RowPull pull,
+                        std::string* rows, PendingCall call);
   // ssp: true if a pull at `clock` may go now.
   bool SspReady(int64_t clock) const;
   bool RowReady(const RowWait& w) const;

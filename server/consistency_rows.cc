@@ -49,8 +49,14 @@ void Consistency::PullRows(const v1::PullRowsRequest& request,
     call.done(pull.status());
     return;
   }
-  RowWait w{&request, response->mutable_rows(), *std::move(pull),
-            absl::InfinitePast()};
+  PullResolvedRows(request, *std::move(pull), response->mutable_rows(),
+                   std::move(call));
+}
+
+void Consistency::PullResolvedRows(const v1::PullRowsRequest& request,
+                                   RowPull pull, std::string* rows,
+                                   PendingCall call) {
+  RowWait w{&request, rows, std::move(pull), absl::InfinitePast()};
   const bool may_wait =
       (config_.mode == Mode::kSsp || config_.mode == Mode::kBsp) &&
       request.rank() >= 0;
@@ -58,21 +64,9 @@ void Consistency::PullRows(const v1::PullRowsRequest& request,
     call.done(FinishPullRows(w.pull, w.rows));
     return;
   }
-  w.since = clock_->Now();
-  const int rank = request.rank();
-  HeldCalls<RowWait>::Held held{std::move(w), std::move(call)};
-  if (!row_waiters_.HoldIfFewer(
-          &held, static_cast<size_t>(config_.max_held_per_rank),
-          [rank](const RowWait& h) { return h.request->rank() == rank; })) {
-    store_->CountRejected();
-    held.call.done(absl::ResourceExhaustedError(
-        absl::StrCat("rank ", rank, " already has ", config_.max_held_per_rank,
-                     " row pulls held on shard ", store_->shard(),
-                     ", the most one rank may; wait for one to be answered")));
-    return;
+  if (HoldWithin(&row_waiters_, std::move(w), std::move(call), "row pulls")) {
+    RecheckRows(clock_->Now(), nullptr);  // It may have turned ready.
   }
-  held_total_.fetch_add(1);
-  RecheckRows(clock_->Now(), nullptr);  // It may have turned ready.
 }
 
 void Consistency::PushRows(const v1::PushRowsRequest& request,
@@ -83,18 +77,17 @@ void Consistency::PushRows(const v1::PushRowsRequest& request,
   }
   // The pull half is built (its ids checked) before anything is pushed.
   std::shared_ptr<v1::PullRowsRequest> pull;
+  absl::StatusOr<RowPull> resolved;
   if (request.fused() || !request.pull_ids().empty()) {
     pull = std::make_shared<v1::PullRowsRequest>();
     pull->set_table(request.table());
-    pull->set_ids(request.pull_ids());
     pull->set_rank(request.rank());
     pull->set_clock(request.clock());
-    absl::Status ids = ResolvePullRows(tables_, store_->shard(), num_shards_,
-                                       pull->table(), pull->ids())
-                           .status();
-    if (!ids.ok()) {
+    resolved = ResolvePullRows(tables_, store_->shard(), num_shards_,
+                               request.table(), request.pull_ids());
+    if (!resolved.ok()) {
       store_->CountRejected();
-      call.done(std::move(ids));
+      call.done(resolved.status());
       return;
     }
   }
@@ -109,20 +102,21 @@ void Consistency::PushRows(const v1::PushRowsRequest& request,
     call.done(std::move(pushed));
     return;
   }
-  if (policy.bsp) Recheck();  // The push may have completed a step.
+  // The push may have completed a step (of rows: no dense pull waits on it).
+  if (policy.bsp) RecheckRows(clock_->Now(), nullptr);
   if (pull == nullptr) {
     call.done(absl::OkStatus());
     return;
   }
   // The pull half, answered now or held; its request and answer live until
   // the call is answered, which moves the rows into `response`.
-  auto pulled = std::make_shared<v1::PullRowsResponse>();
+  auto pulled = std::make_shared<std::string>();
   call.done = [finish = std::move(call.done), pull, pulled,
                response](absl::Status s) {
-    if (s.ok()) response->set_rows(std::move(*pulled->mutable_rows()));
+    if (s.ok()) response->set_rows(std::move(*pulled));
     finish(std::move(s));
   };
-  PullRows(*pull, pulled.get(), std::move(call));
+  PullResolvedRows(*pull, *std::move(resolved), pulled.get(), std::move(call));
 }
 
 void Consistency::RecheckRows(absl::Time now, absl::flat_hash_set<int>* stuck) {
