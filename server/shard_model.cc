@@ -118,12 +118,9 @@ absl::Status ShardModel::Decode(
           "slice ", SliceName(g.key()), " appears twice in one request"));
     }
     const SliceInfo& info = partition_.slices()[i];
-    if (compressed && IsCompressedDtype(g.dtype())) {
-      if (g.version() < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(what, " for slice ", SliceName(g.key()),
-                         " has negative version ", g.version()));
-      }
+    const bool packed = compressed && IsCompressedDtype(g.dtype());
+    absl::Span<const float> v;
+    if (packed) {
       out->converted.emplace_back(info.count);
       std::vector<float>& c = out->converted.back();
       absl::Status valid =
@@ -132,37 +129,36 @@ absl::Status ShardModel::Decode(
         return absl::InvalidArgumentError(absl::StrCat(
             what, " for slice ", SliceName(g.key()), ": ", valid.message()));
       }
-      out->indices.push_back(i);
-      out->values.push_back(c);
-      continue;
-    }
-    if (!IsWireDtype(g.dtype())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " for slice ", SliceName(g.key()), " has ",
-          DTypeName(g.dtype()),
-          "; this server accepts DTYPE_F32, DTYPE_BF16, DTYPE_F16",
-          compressed ? " and, compressed, DTYPE_TOPK, DTYPE_ONEBIT" : ""));
-    }
-    const uint64_t want = info.count * DTypeSize(g.dtype());
-    if (g.data().size() != want) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, " for slice ", SliceName(g.key()), " has ",
-                       g.data().size(), " bytes; ", info.count, " ",
-                       DTypeName(g.dtype()), " elements need ", want));
+      v = c;
+    } else {
+      if (!IsWireDtype(g.dtype())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, " for slice ", SliceName(g.key()), " has ",
+            DTypeName(g.dtype()),
+            "; this server accepts DTYPE_F32, DTYPE_BF16, DTYPE_F16",
+            compressed ? " and, compressed, DTYPE_TOPK, DTYPE_ONEBIT" : ""));
+      }
+      const uint64_t want = info.count * DTypeSize(g.dtype());
+      if (g.data().size() != want) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, " for slice ", SliceName(g.key()), " has ",
+                         g.data().size(), " bytes; ", info.count, " ",
+                         DTypeName(g.dtype()), " elements need ", want));
+      }
     }
     if (g.version() < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, " for slice ", SliceName(g.key()),
                        " has negative version ", g.version()));
     }
-    absl::Span<const float> v;
     const auto address = reinterpret_cast<uintptr_t>(g.data().data());
-    if (g.dtype() == v1::DTYPE_F32 && address % alignof(float) == 0) {
+    if (!packed && g.dtype() == v1::DTYPE_F32 &&
+        address % alignof(float) == 0) {
       // The payload's own bytes, read as floats: no copy. (The buffer is
       // only ever written as bytes, by the parser or recv.)
       v = absl::MakeConstSpan(reinterpret_cast<const float*>(g.data().data()),
                               info.count);
-    } else {
+    } else if (!packed) {
       out->converted.emplace_back(info.count);
       std::vector<float>& c = out->converted.back();
       DecodeTensor(g.dtype(), g.data(), absl::MakeSpan(c));

@@ -65,33 +65,28 @@ class GlooCollective final : public Collective {
   std::string Name() const override { return "gloo ring over TCP"; }
 
   absl::Status AllreduceSum(std::vector<float>* data, uint32_t tag) override {
-    if (context_->size == 1 || data->empty()) return absl::OkStatus();
-    try {
-      gloo::AllreduceOptions opts(context_);
-      opts.setInputs(std::vector<float*>{data->data()}, data->size());
-      opts.setOutputs(std::vector<float*>{data->data()}, data->size());
-      opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-      opts.setReduceFunction(
-          static_cast<void (*)(void*, const void*, const void*, size_t)>(
-              &gloo::sum<float>));
-      opts.setTag(tag);
-      opts.setTimeout(absl::ToChronoMilliseconds(timeout_));
-      gloo::allreduce(opts);
-    } catch (const std::exception& e) {
-      return absl::UnavailableError(e.what());
-    }
-    return absl::OkStatus();
+    return Allreduce(data, &gloo::sum<float>, tag);
   }
 
   absl::Status AllreduceSumHalf(std::vector<uint16_t>* data,
                                 uint32_t tag) override {
+    return Allreduce(data, &SumHalves, tag);
+  }
+
+ private:
+  // Gloo's ring over `data` in place, elements combined by `reduce`.
+  template <typename T>
+  absl::Status Allreduce(std::vector<T>* data,
+                         void (*reduce)(void*, const void*, const void*,
+                                        size_t),
+                         uint32_t tag) {
     if (context_->size == 1 || data->empty()) return absl::OkStatus();
     try {
       gloo::AllreduceOptions opts(context_);
-      opts.setInputs(std::vector<uint16_t*>{data->data()}, data->size());
-      opts.setOutputs(std::vector<uint16_t*>{data->data()}, data->size());
+      opts.setInputs(std::vector<T*>{data->data()}, data->size());
+      opts.setOutputs(std::vector<T*>{data->data()}, data->size());
       opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-      opts.setReduceFunction(&SumHalves);
+      opts.setReduceFunction(reduce);
       opts.setTag(tag);
       opts.setTimeout(absl::ToChronoMilliseconds(timeout_));
       gloo::allreduce(opts);
@@ -101,7 +96,6 @@ class GlooCollective final : public Collective {
     return absl::OkStatus();
   }
 
- private:
   // c = a + b over n IEEE halves, each sum rounded to half; a chunk at a
   // time through the vectorized conversions (common/wire_dtype.h).
   static void SumHalves(void* c, const void* a, const void* b, size_t n) {
