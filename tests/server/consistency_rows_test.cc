@@ -7,7 +7,6 @@
 // applies a short step at --step_deadline and heals one whose missing
 // ranks all wait; ssp holds a row pull as a dense one; shutdown answers
 // held row pulls.
-#include <cstring>
 #include <deque>
 #include <optional>
 #include <string>
@@ -15,25 +14,15 @@
 
 #include "gtest/gtest.h"
 #include "server/consistency.h"
+#include "tests/server/row_bytes.h"
 
 namespace asyncps {
 namespace {
 
 constexpr int kDim = 2;
 
-std::string Bytes(const std::vector<int64_t>& v) {
-  return std::string(reinterpret_cast<const char*>(v.data()),
-                     v.size() * sizeof(int64_t));
-}
-std::string Bytes(const std::vector<float>& v) {
-  return std::string(reinterpret_cast<const char*>(v.data()),
-                     v.size() * sizeof(float));
-}
-std::vector<float> Floats(const std::string& b) {
-  std::vector<float> v(b.size() / sizeof(float));
-  if (!v.empty()) std::memcpy(v.data(), b.data(), b.size());
-  return v;
-}
+using testing::Bytes;
+using testing::Floats;
 
 // A call's answer, and where its rows went.
 struct Answered {

@@ -10,25 +10,15 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "gtest/gtest.h"
+#include "tests/server/row_bytes.h"
 
 namespace asyncps {
 namespace {
 
 constexpr int kDim = 2;
 
-std::string Bytes(const std::vector<int64_t>& v) {
-  return std::string(reinterpret_cast<const char*>(v.data()),
-                     v.size() * sizeof(int64_t));
-}
-std::string Bytes(const std::vector<float>& v) {
-  return std::string(reinterpret_cast<const char*>(v.data()),
-                     v.size() * sizeof(float));
-}
-std::vector<float> Floats(const std::string& b) {
-  std::vector<float> v(b.size() / sizeof(float));
-  if (!v.empty()) std::memcpy(v.data(), b.data(), b.size());
-  return v;
-}
+using testing::Bytes;
+using testing::Floats;
 
 class RowsTest : public ::testing::Test {
  protected:
