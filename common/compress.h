@@ -78,8 +78,6 @@ class Compressor {
  public:
   explicit Compressor(Compression c) : c_(c) {}
 
-  const Compression& compression() const { return c_; }
-
   // Writes `grad` (slice `slice`'s gradient) plus the slice's residual as
   // this compression into `d`'s dtype and data, and keeps the new residual.
   // kNone: as `fallback` (f32, bf16 or f16), without residual.
