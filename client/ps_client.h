@@ -185,6 +185,9 @@ class PsClient {
   // Declares the adopted model on `shard` again, saying it was lost; true
   // if this call created it (the shard then waits for Restore).
   absl::StatusOr<bool> Redeclare(int shard);
+  // As Redeclare, as the first declaration (the weights follow from this
+  // client, not from a worker's trained copy).
+  absl::StatusOr<bool> DeclareAgain(int shard);
   // Sends `shard` this worker's copy of its slices: `weights` (one vector
   // per tensor) at `versions` (indexed like partition().slices()).
   absl::Status Restore(int shard,
@@ -192,6 +195,14 @@ class PsClient {
                        const std::vector<SliceVersion>& versions, int rank);
   absl::Status Restore(int shard, const ConstTensorViews& weights,
                        const std::vector<SliceVersion>& versions, int rank);
+  // Sends `shard`, on which this client created the adopted model, its
+  // initial weights at version 0 (DeclareModel's second half). A shard
+  // that restarted without a checkpoint in between has lost the
+  // declaration: it is declared there again, and sent the weights again
+  // if this client created it anew. A shard that already took another
+  // declarer's copy keeps it (initial weights are the same on every
+  // worker; a worker's trained copy is newer).
+  absl::Status SendInitialWeights(int shard, const ConstTensorViews& initial);
 
   // REQUIRES: a model was declared or adopted.
   const Partition& partition() const { return *partition_; }
@@ -205,6 +216,9 @@ class PsClient {
 
   // Declares `spec` on every shard (`calls` gets their answers) and, once
   // they took it, adopts it.
+  // Declares the adopted model on `shard`, as lost (recover) or as new
+  // (weights follow); true if this call created it.
+  absl::StatusOr<bool> DeclareOne(int shard, bool recover);
   absl::Status DeclareOnEveryShard(
       const v1::ModelSpec& spec, bool weights_follow,
       std::vector<Call<v1::DeclareModelRequest, v1::DeclareModelResponse>>*

@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "common/tensor_bytes.h"
 #include "common/wire_dtype.h"
+#include "glog/logging.h"
 
 namespace asyncps {
 
@@ -100,12 +101,31 @@ absl::Status PsClient::DeclareModel(const v1::ModelSpec& spec,
   }
   std::vector<Call<v1::DeclareModelRequest, v1::DeclareModelResponse>> calls;
   RETURN_IF_ERROR(DeclareOnEveryShard(spec, /*weights_follow=*/true, &calls));
-  const std::vector<SliceVersion> zero(partition_->slices().size());
   for (const auto& call : calls) {
     if (!call.response.created()) continue;
-    RETURN_IF_ERROR(Restore(call.shard, initial, zero, caller_->rank()));
+    RETURN_IF_ERROR(SendInitialWeights(call.shard, initial));
   }
   return absl::OkStatus();
+}
+
+absl::Status PsClient::SendInitialWeights(int shard,
+                                          const ConstTensorViews& initial) {
+  const std::vector<SliceVersion> zero(partition_->slices().size());
+  // A shard may restart more than once while a job starts (chaos: kills a
+  // second or two apart): a few rounds.
+  absl::Status s;
+  for (int round = 0; round < 3; ++round) {
+    s = Restore(shard, initial, zero, caller_->rank());
+    // FAILED_PRECONDITION: the shard awaits no restore (another copy came)
+    // or has no model (it restarted since the declaration).
+    if (s.code() != absl::StatusCode::kFailedPrecondition) return s;
+    ASSIGN_OR_RETURN(const bool created, DeclareAgain(shard));
+    if (!created) return absl::OkStatus();  // The model is there.
+    LOG(WARNING) << "shard " << shard
+                 << " restarted before it had the model's initial weights: "
+                    "declared it there again";
+  }
+  return s;
 }
 
 absl::Status PsClient::PullState(absl::Span<const int> tensors,
@@ -243,9 +263,21 @@ absl::StatusOr<std::vector<int>> PsClient::ShardsWithoutModel() {
 }
 
 absl::StatusOr<bool> PsClient::Redeclare(int shard) {
+  return DeclareOne(shard, /*recover=*/true);
+}
+
+absl::StatusOr<bool> PsClient::DeclareAgain(int shard) {
+  return DeclareOne(shard, /*recover=*/false);
+}
+
+absl::StatusOr<bool> PsClient::DeclareOne(int shard, bool recover) {
   v1::DeclareModelRequest request;
   *request.mutable_spec() = spec_;
-  request.set_recover(true);
+  if (recover) {
+    request.set_recover(true);
+  } else {
+    request.set_weights_follow(true);
+  }
   ASSIGN_OR_RETURN(v1::DeclareModelResponse response,
                    caller_->CallOne<v1::DeclareModelResponse>(
                        shard, request, ASYNCPS_RPC(DeclareModel),

@@ -33,6 +33,11 @@ ABSL_FLAG(int, steps, 50, "Timed steps per measurement (after 5 warm-up).");
 ABSL_FLAG(std::string, servers, "",
           "If set, also time async steps through these shards.");
 ABSL_FLAG(int, blas_threads, 0, "OpenBLAS threads for the CPU (0: default).");
+ABSL_FLAG(std::string, compress, "none",
+          "Gradients to the servers: none, bf16, f16, topk:RATIO or onebit "
+          "(docs/COMPRESSION.md).");
+ABSL_FLAG(std::string, wire_dtype, "f32",
+          "Tensors on the wire: f32, bf16 or f16 (docs/MODES.md).");
 
 namespace asyncps {
 namespace {
@@ -121,6 +126,8 @@ int ThroughServers(const std::vector<int>& layers, int batch, int steps,
       absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipEmpty());
   options.rank = 0;
   options.slice_bytes = 4 << 20;
+  options.compress = absl::GetFlag(FLAGS_compress);
+  options.wire_dtype = absl::GetFlag(FLAGS_wire_dtype);
   auto client = Client::Connect(options);
   absl::Status s = client.status();
   if (s.ok()) {
@@ -158,10 +165,10 @@ int ThroughServers(const std::vector<int>& layers, int batch, int steps,
   }
   const double total = absl::ToDoubleSeconds(absl::Now() - t1);
   std::printf(
-      "  through %zu shards: %.0f samples/s, %.3f ms/step, %.0f%% of the "
-      "step waiting on the servers\n",
-      servers->size(), batch * steps / total, total / steps * 1e3,
-      100 * wait_s / total);
+      "  through %zu shards (compress %s, wire %s): %.0f samples/s, %.3f "
+      "ms/step, %.0f%% of the step waiting on the servers\n",
+      servers->size(), options.compress.c_str(), options.wire_dtype.c_str(),
+      batch * steps / total, total / steps * 1e3, 100 * wait_s / total);
   return 0;
 }
 

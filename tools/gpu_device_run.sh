@@ -2,12 +2,16 @@
 # Runs on the GPU machine, after tools/pack_gpu.sh here: the CUDA tests
 # (then the kernel test again under compute-sanitizer where it works), the
 # GPU benchmark in fp32, tf32 and bf16, and Fashion-MNIST training through
-# two shards with the workers on the GPU and, for comparison, on the CPU.
-# Results go to $OUT (or out/gpu/results), seven files.
+# two shards with the workers on the GPU and, for comparison, on the CPU;
+# and what gradient compression buys a GPU worker that waits on the servers
+# (the wide model through two shards per codec, two rounds, and training
+# with top-k and one-bit). Results go to $OUT (or out/gpu/results), eight
+# files.
 #
-#   tools/gpu_device_run.sh [tests] [bench] [train] [sanitizer]  (default: all)
+#   tools/gpu_device_run.sh [tests] [bench] [train] [compress] [sanitizer]
+#                                                          (default: all)
 set -uo pipefail
-parts=" ${*:-tests bench train sanitizer} "
+parts=" ${*:-tests bench train compress sanitizer} "
 want() { [[ "$parts" == *" $1 "* ]]; }
 cd "$(dirname "$0")/.."
 out="${OUT:-out/gpu/results}"
@@ -55,6 +59,23 @@ want train && {
     echo "exit $?"
   done
 } | tee "$out/train.txt"
+want compress && {
+  for round in 1 2; do
+    for c in none bf16 topk:0.01 onebit; do
+      echo "== round $round, --compress=$c"
+      BIN=$pack/bin timeout 60 tools/gpu_bench.sh --device=cuda:0 \
+        --precision=tf32 --steps=20 --models="4096,4096,4096,10" \
+        --compress=$c 2>&1 | grep -E "through|rror|fail"
+    done
+  done
+  for c in topk:0.01 onebit; do
+    echo "== 2 workers on cuda:0, fp32, --compress=$c, 3 epochs, batch 128"
+    BIN=$pack/bin DATA=out/gpu/data timeout 60 tools/gpu_train.sh \
+      --workers=2 --device=cuda:0 --precision=fp32 --epochs=3 \
+      --compress=$c --batch_size=128 --blas_threads=4 --lr=0.05 --seed=7 2>&1
+    echo "exit $?"
+  done
+} | tee "$out/compress.txt"
 # Last, as it may not work on every machine: the kernels under memcheck.
 want sanitizer && {
   sanitizer=$(command -v compute-sanitizer ||

@@ -4,6 +4,9 @@
 //   - each optimizer's apply on a 16M-element slice (bytes = the arrays it
 //     reads and writes: SGD 12 B/element, Momentum 20, Adam 28, AdaGrad 20);
 //   - payload encode and decode in f32, bf16 and f16;
+//   - gradient compression (--compress) of a 4 MiB slice, the client's
+//     default: Compressor::Encode (residual added, encoded, residual kept)
+//     and the shard's DecodeCompressed, for bf16, top-k 1 % and one-bit;
 //   - the partition of the MLP and of a 100M-parameter model.
 // Each benchmark reports its bytes/s and the ceiling's (ceiling_GBps).
 //
@@ -15,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/compress.h"
 #include "common/optimizer.h"
 #include "common/partitioner.h"
 #include "common/tensor_bytes.h"
@@ -125,6 +129,57 @@ BENCHMARK(BM_Decode)
     ->Arg(v1::DTYPE_BF16)
     ->Arg(v1::DTYPE_F16)
     ->Unit(benchmark::kMillisecond);
+
+// A gradient-like slice: magnitudes spread over decades, both signs.
+std::vector<float> GradientLike(size_t n) {
+  std::vector<float> g(n);
+  uint32_t x = 12345;
+  for (float& v : g) {
+    x = x * 1664525u + 1013904223u;
+    const float u = static_cast<float>(x >> 8) / 16777216.0f;  // [0, 1)
+    v = (x & 1 ? 1.0f : -1.0f) * 1e-4f * std::exp(6.0f * u);
+  }
+  return g;
+}
+
+constexpr size_t kSliceElements = size_t{1} << 20;  // 4 MiB of f32.
+const char* const kCodecs[] = {"bf16", "topk:0.01", "onebit"};
+
+// Bytes: the gradient read, the residual read and written, the payload.
+void BM_Compress(benchmark::State& state) {
+  Compressor c(*ParseCompression(kCodecs[state.range(0)]));
+  const std::vector<float> grad = GradientLike(kSliceElements);
+  v1::SliceData d;
+  for (auto _ : state) {
+    c.Encode(0, grad, v1::DTYPE_F32, &d);
+    benchmark::DoNotOptimize(d.data().data());
+  }
+  Report(state, 12.0 * kSliceElements + d.data().size());
+  state.SetLabel(kCodecs[state.range(0)]);
+}
+BENCHMARK(BM_Compress)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
+
+// Bytes: the payload read, the slice's f32 written.
+void BM_Decompress(benchmark::State& state) {
+  Compressor c(*ParseCompression(kCodecs[state.range(0)]));
+  const std::vector<float> grad = GradientLike(kSliceElements);
+  v1::SliceData d;
+  c.Encode(0, grad, v1::DTYPE_F32, &d);
+  std::vector<float> out(kSliceElements);
+  for (auto _ : state) {
+    if (d.dtype() == v1::DTYPE_BF16) {
+      DecodeTensor(d.dtype(), d.data(), absl::MakeSpan(out));
+    } else {
+      absl::Status s =
+          DecodeCompressed(d.dtype(), d.data(), absl::MakeSpan(out));
+      benchmark::DoNotOptimize(s);
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  Report(state, d.data().size() + 4.0 * kSliceElements);
+  state.SetLabel(kCodecs[state.range(0)]);
+}
+BENCHMARK(BM_Decompress)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
 
 v1::ModelSpec SpecOf(const std::vector<std::vector<int64_t>>& shapes,
                      int shards) {

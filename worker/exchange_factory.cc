@@ -12,9 +12,15 @@ std::unique_ptr<GradientExchange> MakeExchange(
     int64_t attempt, std::vector<std::vector<int>> layer_tensors,
     std::function<absl::StatusOr<std::pair<int64_t, int64_t>>()> rejoin) {
   if (config.ParsedMode() != Mode::kAllreduce) {
-    return std::make_unique<PsExchange>(
+    auto exchange = std::make_unique<PsExchange>(
         worker.client.get(), std::move(layer_tensors), config.Exchange(),
         /*steps=*/config.ParsedMode() == Mode::kBsp);
+    // The shards draw the same initial weights from the spec's
+    // initializers as ps_worker's declaration did.
+    PsExchange::LostModelAtStart lost;
+    lost.declare = [ps = worker.ps] { return ps->DeclareModel(ps->spec()); };
+    exchange->set_lost_model_at_start(std::move(lost));
+    return exchange;
   }
   AllreduceConfig ar;
   ar.rank = config.rank;

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 
@@ -80,10 +81,33 @@ absl::Status PsExchange::Start(std::vector<std::vector<float>>* weights,
   CallOptions pull;
   pull.step = clock;
   pull.into = &versions_;
-  // No recovery here: this worker holds no weights from the servers yet,
-  // and handing a shard that lost its model these (the initial ones)
-  // would reset it (a chaos sweep did: accuracy 0.10).
-  RETURN_IF_ERROR(client_->Pull(all_set_, AllWeights(), pull));
+  // No Recover here: this worker holds no weights from the servers yet,
+  // and handing a shard that lost its model these would reset it (a chaos
+  // sweep did: accuracy 0.10). A worker that holds trained weights
+  // restores such a shard; only if none does is the model declared there
+  // again, as new (set_lost_model_at_start).
+  absl::Status s = client_->Pull(all_set_, AllWeights(), pull);
+  if (s.code() == absl::StatusCode::kFailedPrecondition &&
+      lost_at_start_.declare) {
+    const absl::Time deadline = absl::Now() + lost_at_start_.wait;
+    absl::Duration backoff = absl::Milliseconds(20);
+    while (s.code() == absl::StatusCode::kFailedPrecondition &&
+           absl::Now() < deadline) {
+      absl::SleepFor(std::min(backoff, deadline - absl::Now()));
+      backoff = std::min(2 * backoff, absl::Seconds(1));
+      s = client_->Pull(all_set_, AllWeights(), pull);
+    }
+    if (s.code() == absl::StatusCode::kFailedPrecondition) {
+      LOG(WARNING) << "a shard lost the model before this worker's first "
+                      "pull, and no worker restored it within "
+                   << absl::FormatDuration(lost_at_start_.wait) << " ("
+                   << s.message() << "): declaring it there again";
+      RETURN_IF_ERROR(lost_at_start_.declare());
+      RETURN_IF_ERROR(ResolveTensors());  // Handles of the model declared.
+      s = client_->Pull(all_set_, AllWeights(), pull);
+    }
+  }
+  RETURN_IF_ERROR(s);
   if (mode_ == Mode::kPrefetch) staged_ = *weights;  // Sized like them.
   return absl::OkStatus();
 }

@@ -26,10 +26,13 @@
 #ifndef ASYNCPS_WORKER_PS_EXCHANGE_H_
 #define ASYNCPS_WORKER_PS_EXCHANGE_H_
 
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "asyncps/client.h"
 #include "worker/exchange.h"
@@ -51,6 +54,22 @@ class PsExchange final : public GradientExchange {
   // again whole).
   PsExchange(Client* client, std::vector<std::vector<int>> layer_tensors,
              Mode mode = Mode::kLayered, bool steps = false);
+
+  // A shard that restarted without a checkpoint between this worker's
+  // declaration and Start's first pull (chaos: a kill in the job's first
+  // seconds) lacks the model, and this worker holds no weights to restore
+  // it from. Start then waits up to `wait` for a worker that holds trained
+  // weights to restore it (Recover, at its next push); if none does (no
+  // worker has trained yet), it calls `declare`, which declares the model
+  // there again from its initializers (the initial weights), and pulls.
+  // Without `declare`, Start fails on such a shard.
+  struct LostModelAtStart {
+    std::function<absl::Status()> declare;
+    absl::Duration wait = absl::Seconds(5);
+  };
+  void set_lost_model_at_start(LostModelAtStart lost) {
+    lost_at_start_ = std::move(lost);
+  }
 
   absl::Status Start(std::vector<std::vector<float>>* weights,
                      int64_t clock) override;
@@ -106,6 +125,7 @@ class PsExchange final : public GradientExchange {
   void AdoptStaged();
 
   Client* const client_;
+  LostModelAtStart lost_at_start_;
   const std::vector<std::vector<int>> layer_tensors_;
   const std::vector<int> all_tensors_;
   std::vector<TensorSet> layer_sets_;  // Per layer (Start).

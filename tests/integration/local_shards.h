@@ -37,6 +37,21 @@ inline absl::StatusOr<LocalShards> StartLocalShards(
   return shards;
 }
 
+// Shard `s` of `shards` killed and started again without a checkpoint, in
+// process: the same address (a new data port), no model, no members.
+inline absl::Status RestartLocalShard(LocalShards* shards, int s) {
+  ShardServerConfig config;
+  config.host = "127.0.0.1";
+  config.shard = s;
+  config.num_shards = static_cast<int>(shards->servers.size());
+  config.port = shards->servers[s]->port();
+  shards->servers[s]->Shutdown();
+  auto server = ShardServer::Start(config);
+  if (!server.ok()) return server.status();
+  shards->servers[s] = *std::move(server);
+  return absl::OkStatus();
+}
+
 }  // namespace asyncps::testing
 
 #endif  // ASYNCPS_TESTS_INTEGRATION_LOCAL_SHARDS_H_

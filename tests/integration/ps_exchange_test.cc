@@ -1,11 +1,15 @@
 // PsExchange against two in-process shards over loopback: every exchange
 // (layered, fused, prefetch) applies every gradient exactly once; fused
 // leaves the worker holding what the servers hold after each step, prefetch
-// one step behind (staleness 1). The exchange goes through the public
-// client library, as ps_worker does.
+// one step behind (staleness 1). A shard that lost the model before Start's
+// first pull gets a trained copy back when a worker holds one, else the
+// model declared again. The exchange goes through the public client
+// library, as ps_worker does.
 #include "worker/ps_exchange.h"
 
+#include <algorithm>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "asyncps/client.h"
@@ -31,6 +35,7 @@ class PsExchangeTest : public ::testing::TestWithParam<PsExchange::Mode> {
       options.servers.push_back(a.ToString());
     }
     options.rank = 0;
+    options.num_workers = 2;  // LostModelAtStartTest's second worker.
     options.slice_bytes = 1024;
     auto client = Client::Connect(options);
     ASSERT_TRUE(client.ok()) << client.status();
@@ -93,6 +98,80 @@ TEST_P(PsExchangeTest, EveryGradientIsAppliedOnce) {
   } else {
     EXPECT_EQ(staleness, 0);
   }
+}
+
+// Start on a shard that lost the model (restarted without a checkpoint)
+// after the declaration. `declared` counts the fallback's calls.
+class LostModelAtStartTest : public PsExchangeTest {
+ protected:
+  std::unique_ptr<PsExchange> Exchange(absl::Duration wait) {
+    auto exchange = std::make_unique<PsExchange>(
+        client_.get(), std::vector<std::vector<int>>{{1}, {0}});
+    PsExchange::LostModelAtStart lost;
+    lost.wait = wait;
+    lost.declare = [this] {
+      ++declared_;
+      const std::vector<float> w(1200, kInit), b(30, kInit);
+      OptimizerOptions sgd;
+      sgd.kind = "sgd";
+      sgd.learning_rate = kLr;
+      return client_->Declare({{"w", {40, 30}}, {"b", {30}}}, {w, b}, sgd);
+    };
+    exchange->set_lost_model_at_start(std::move(lost));
+    return exchange;
+  }
+
+  int declared_ = 0;
+};
+
+TEST_F(LostModelAtStartTest, NoWorkerHoldsACopyItIsDeclaredAgain) {
+  ASSERT_TRUE(RestartLocalShard(&shards_, 1).ok());
+  auto exchange = Exchange(absl::Milliseconds(100));
+  std::vector<std::vector<float>> weights = {std::vector<float>(1200),
+                                             std::vector<float>(30)};
+  absl::Status started = exchange->Start(&weights, 0);
+  ASSERT_TRUE(started.ok()) << started;
+  EXPECT_EQ(declared_, 1);
+  EXPECT_EQ(weights[0], std::vector<float>(1200, kInit));
+  EXPECT_EQ(weights[1], std::vector<float>(30, kInit));
+}
+
+TEST_F(LostModelAtStartTest, AWorkersTrainedCopyIsWaitedFor) {
+  // Another worker holds trained weights: 7 everywhere.
+  ClientOptions options;
+  for (const ServerAddress& a : shards_.addresses) {
+    options.servers.push_back(a.ToString());
+  }
+  options.rank = 1;
+  options.num_workers = 2;
+  options.slice_bytes = 1024;
+  auto other = Client::Connect(options);
+  ASSERT_TRUE(other.ok()) << other.status();
+  ASSERT_TRUE((*other)->Attach().ok());
+  std::vector<float> trained_w(1200, 7.0f), trained_b(30, 7.0f);
+  ASSERT_TRUE(RestartLocalShard(&shards_, 1).ok());
+  // Its next call fails on the lost model and it recovers the shard,
+  // before or while Start waits (the same end either way).
+  std::thread recover([&] {
+    absl::Status s = (*other)->Recover(
+        absl::FailedPreconditionError("lost"),
+        {absl::MakeSpan(trained_w), absl::MakeSpan(trained_b)});
+    EXPECT_TRUE(s.ok()) << s;
+  });
+  auto exchange = Exchange(absl::Seconds(60));
+  std::vector<std::vector<float>> weights = {std::vector<float>(1200),
+                                             std::vector<float>(30)};
+  absl::Status started = exchange->Start(&weights, 0);
+  recover.join();
+  ASSERT_TRUE(started.ok()) << started;
+  EXPECT_EQ(declared_, 0);
+  // Shard 1's slices come from the trained copy, shard 0's were never lost.
+  const auto count = [&](float v) {
+    return std::count(weights[0].begin(), weights[0].end(), v);
+  };
+  EXPECT_GT(count(7.0f), 0);
+  EXPECT_GT(count(kInit), 0);
+  EXPECT_EQ(count(7.0f) + count(kInit), 1200);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, PsExchangeTest,
