@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/slice_data.h"
+#include "common/parallel.h"
 #include "common/status.h"
 #include "common/tensor_bytes.h"
 #include "common/wire_dtype.h"
@@ -173,20 +174,34 @@ void PsClient::FillPush(const std::vector<int>& batch,
   // Retries resend this very request, so they carry the same number.
   request->set_client_id(caller_->client_id());
   request->set_sequence(caller_->NextSequence());
+  size_t elements = 0;
   for (int i : batch) {
     v1::SliceData* d = request->add_gradients();
     const SliceInfo& slice = partition_->slices()[i];
     FillKey(spec_, slice, d->mutable_key());
     d->set_version(versions[i].version);
     d->set_incarnation(versions[i].incarnation);
-    compressor_.Encode(i, grads[slice.tensor].subspan(slice.begin, slice.count),
-                       wire_dtypes_[slice.tensor], d);
     if (optimizers != nullptr) {
       const v1::OptimizerSpec* o =
           (*optimizers)[partition_->slices()[i].tensor];
       if (o != nullptr) *d->mutable_optimizer() = *o;
     }
+    elements += slice.count;
   }
+  auto encode = [&](size_t k) {
+    const SliceInfo& slice = partition_->slices()[batch[k]];
+    compressor_.Encode(batch[k],
+                       grads[slice.tensor].subspan(slice.begin, slice.count),
+                       wire_dtypes_[slice.tensor],
+                       request->mutable_gradients(static_cast<int>(k)));
+  };
+  // Compressing takes several passes over each slice (top-k of a
+  // 33 M-parameter push: about 80 ms on one core, docs/COMPRESSION.md):
+  // a large push's slices are encoded on several threads.
+  constexpr size_t kParallelEncodeElements = size_t{4} << 20;
+  const bool parallel = options_.compress.kind != Compression::kNone &&
+                        elements >= kParallelEncodeElements;
+  ParallelFor(batch.size(), parallel ? ParallelThreads() : 1, encode);
 }
 
 absl::Status PsClient::Push(absl::Span<const int> tensors,

@@ -4,6 +4,7 @@
 // arithmetic, the first declarer's weights winning, bsp averaging two
 // workers, and each wrong input refused with its own status and no weight
 // moved.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -53,9 +54,54 @@ std::vector<absl::Span<float>> Out(std::vector<std::vector<float>>* v) {
   return out;
 }
 
-// --compress through real shards, over both transports: each push
-// changes exactly the weights the codec (with this worker's error
-// feedback) says, computed here with a Compressor of the same slices.
+// --compress through real shards: three pushes of a tensor of `n` floats
+// in slices of `slice` change exactly the weights the codec (with this
+// worker's error feedback) says, computed here with a Compressor of the
+// same slices.
+void ExpectExactCompressedPushes(const TestCluster& cluster,
+                                 const char* compress, const char* transport,
+                                 int n, int slice) {
+  ClientOptions o = Options(cluster, 0, 1);
+  o.compress = compress;
+  o.transport = transport;
+  o.slice_bytes = 4 * slice;
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const std::vector<TensorSpec> model = {{"w", {n}}};
+  ASSERT_TRUE((*client)
+                  ->Declare(model, In({std::vector<float>(n, 0.0f)}), Sgd(1.0f))
+                  .ok());
+  Compressor local(*ParseCompression(compress));
+  std::vector<float> want(n, 0.0f), sent(slice);
+  for (int step = 0; step < 3; ++step) {
+    std::vector<float> g(n);
+    for (int i = 0; i < n; ++i) {
+      g[i] =
+          static_cast<float>((i * 7 + step * 3) % 11) - 5.0f + 0.25f * (i % 97);
+    }
+    ASSERT_TRUE((*client)->Push({"w"}, In({g})).ok());
+    for (int s = 0; s < n / slice; ++s) {
+      v1::SliceData d;
+      local.Encode(s, absl::MakeConstSpan(g).subspan(slice * s, slice),
+                   v1::DTYPE_F32, &d);
+      if (d.dtype() == v1::DTYPE_BF16) {
+        DecodeTensor(v1::DTYPE_BF16, d.data(), absl::MakeSpan(sent));
+      } else {
+        ASSERT_TRUE(
+            DecodeCompressed(d.dtype(), d.data(), absl::MakeSpan(sent)).ok());
+      }
+      for (int k = 0; k < slice; ++k) want[slice * s + k] -= sent[k];
+    }
+  }
+  std::vector<std::vector<float>> w = {std::vector<float>(n)};
+  ASSERT_TRUE((*client)->Pull({"w"}, Out(&w)).ok());
+  const auto [got, wanted] =
+      std::mismatch(w[0].begin(), w[0].end(), want.begin());
+  EXPECT_TRUE(got == w[0].end())
+      << compress << " over " << transport << ": element "
+      << (got - w[0].begin()) << " is " << *got << ", want " << *wanted;
+}
+
 class CompressedPush
     : public ::testing::TestWithParam<std::tuple<const char*, const char*>> {};
 
@@ -63,43 +109,9 @@ TEST_P(CompressedPush, ChangesExactlyTheWeightsTheCodecSays) {
   const auto [compress, transport] = GetParam();
   auto cluster = TestCluster::Start(2);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  ClientOptions o = Options(**cluster, 0, 1);
-  o.compress = compress;
-  o.transport = transport;
-  auto client = Client::Connect(o);
-  ASSERT_TRUE(client.ok()) << client.status();
-  constexpr int kN = 24;  // Six slices of four (slice_bytes 16).
-  const std::vector<TensorSpec> model = {{"w", {kN}}};
-  ASSERT_TRUE(
-      (*client)
-          ->Declare(model, In({std::vector<float>(kN, 0.0f)}), Sgd(1.0f))
-          .ok());
-  Compressor local(*ParseCompression(compress));
-  std::vector<float> want(kN, 0.0f);
-  for (int step = 0; step < 3; ++step) {
-    std::vector<float> g(kN);
-    for (int i = 0; i < kN; ++i) {
-      g[i] = static_cast<float>((i * 7 + step * 3) % 11) - 5.0f + 0.25f * i;
-    }
-    ASSERT_TRUE((*client)->Push({"w"}, In({g})).ok());
-    for (int slice = 0; slice < kN / 4; ++slice) {
-      v1::SliceData d;
-      local.Encode(slice, absl::MakeConstSpan(g).subspan(4 * slice, 4),
-                   v1::DTYPE_F32, &d);
-      std::vector<float> sent(4);
-      if (d.dtype() == v1::DTYPE_BF16) {
-        DecodeTensor(v1::DTYPE_BF16, d.data(), absl::MakeSpan(sent));
-      } else {
-        ASSERT_TRUE(
-            DecodeCompressed(d.dtype(), d.data(), absl::MakeSpan(sent)).ok());
-      }
-      for (int k = 0; k < 4; ++k) want[4 * slice + k] -= sent[k];
-    }
-  }
-  std::vector<std::vector<float>> w = {std::vector<float>(kN)};
-  ASSERT_TRUE((*client)->Pull({"w"}, Out(&w)).ok());
-  EXPECT_EQ(w[0], want);
-  ClientOptions bad = o;
+  // Six slices of four.
+  ExpectExactCompressedPushes(**cluster, compress, transport, 24, 4);
+  ClientOptions bad = Options(**cluster, 0, 1);
   bad.compress = "topk:2";
   auto refused = Client::Connect(bad);
   ASSERT_FALSE(refused.ok());
@@ -110,6 +122,15 @@ INSTANTIATE_TEST_SUITE_P(
     Codecs, CompressedPush,
     ::testing::Combine(::testing::Values("bf16", "topk:0.25", "onebit"),
                        ::testing::Values("tcp", "grpc")));
+
+// A push past 4 M elements a shard is encoded on several threads
+// (PsClient::FillPush): the same exact weights.
+TEST(CompressedPushLarge, EncodedOnThreadsChangesExactlyTheSameWeights) {
+  auto cluster = TestCluster::Start(2);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  // 144 slices of 64 Ki floats, 4.7 M floats a shard.
+  ExpectExactCompressedPushes(**cluster, "topk:0.01", "tcp", 9 << 20, 1 << 16);
+}
 
 TEST(ClientApi, DeclaresPullsAndPushesByName) {
   auto cluster = TestCluster::Start(2);

@@ -5,10 +5,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/parallel.h"
 #include "glog/logging.h"
 #include "worker/cuda/kernels.h"
 
@@ -35,23 +35,13 @@ namespace {
 // copy is split over threads, each at least kCopyChunk.
 void StagingCopy(void* dst, const void* src, size_t bytes) {
   constexpr size_t kCopyChunk = size_t{8} << 20;
-  static const size_t kThreads =
-      std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
-  const size_t parts = std::min(kThreads, bytes / kCopyChunk);
-  if (parts <= 1) {
-    std::memcpy(dst, src, bytes);
-    return;
-  }
+  const size_t parts = std::max<size_t>(1, bytes / kCopyChunk);
   const size_t each = (bytes + parts - 1) / parts;
-  auto part = [&](size_t p) {
+  ParallelFor(parts, ParallelThreads(), [&](size_t p) {
     const size_t at = p * each;
     std::memcpy(static_cast<char*>(dst) + at,
                 static_cast<const char*>(src) + at, std::min(each, bytes - at));
-  };
-  std::vector<std::thread> threads;
-  for (size_t p = 1; p < parts; ++p) threads.emplace_back(part, p);
-  part(0);
-  for (std::thread& t : threads) t.join();
+  });
 }
 
 // A pinned host buffer for one copy in flight.
