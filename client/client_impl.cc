@@ -174,7 +174,8 @@ absl::Status Client::Impl::Push(
   RETURN_IF_ERROR(Optimizers(names, indices, options, &specs, &per_tensor));
   PushStats r;
   RETURN_IF_ERROR(ps_->Push(indices, views, from, rank(), step, &r,
-                            specs.empty() ? nullptr : &per_tensor));
+                            specs.empty() ? nullptr : &per_tensor,
+                            options.again));
   if (options.stats != nullptr) options.stats->Add(r);
   return absl::OkStatus();
 }

@@ -168,7 +168,7 @@ void PsClient::FillPush(const std::vector<int>& batch,
                         const ConstTensorViews& grads,
                         const std::vector<SliceVersion>& versions, int rank,
                         int64_t clock, const TensorOptimizers* optimizers,
-                        v1::PushRequest* request) {
+                        v1::PushRequest* request, bool again) {
   request->set_rank(rank);
   request->set_clock(clock);
   // Retries resend this very request, so they carry the same number.
@@ -193,7 +193,7 @@ void PsClient::FillPush(const std::vector<int>& batch,
     compressor_.Encode(batch[k],
                        grads[slice.tensor].subspan(slice.begin, slice.count),
                        wire_dtypes_[slice.tensor],
-                       request->mutable_gradients(static_cast<int>(k)));
+                       request->mutable_gradients(static_cast<int>(k)), again);
   };
   // Compressing takes several passes over each slice (top-k of a
   // 33 M-parameter push: about 80 ms on one core, docs/COMPRESSION.md):
@@ -215,7 +215,7 @@ absl::Status PsClient::Push(absl::Span<const int> tensors,
                             const ConstTensorViews& grads,
                             const std::vector<SliceVersion>& versions, int rank,
                             int64_t clock, PushStats* result,
-                            const TensorOptimizers* optimizers) {
+                            const TensorOptimizers* optimizers, bool again) {
   RETURN_IF_ERROR(CheckViews(tensors, grads, "Push"));
   ScopedSpan span(options_.timeline, "push", "exchange");
   span.set_arg("tensors", static_cast<int64_t>(tensors.size()));
@@ -224,7 +224,7 @@ absl::Status PsClient::Push(absl::Span<const int> tensors,
   for (size_t b = 0; b < batches.size(); ++b) {
     calls[b].shard = partition_->slices()[batches[b][0]].shard;
     FillPush(batches[b], grads, versions, rank, clock, optimizers,
-             &calls[b].request);
+             &calls[b].request, again);
   }
   RETURN_IF_ERROR(caller_->Exchange(&calls, FrameOp::kPush, ASYNCPS_RPC(Push),
                                     "Push",

@@ -140,11 +140,14 @@ class PsClient {
   // `optimizers`, if given, is indexed by tensor: a non-null entry is the
   // hyper-parameters that tensor's gradient is applied with
   // (SliceData.optimizer).
+  // `again`: the same gradients as this client's last push of these
+  // tensors, sent again (CallOptions::again).
   absl::Status Push(absl::Span<const int> tensors,
                     const ConstTensorViews& grads,
                     const std::vector<SliceVersion>& versions, int rank,
                     int64_t clock, PushStats* result,
-                    const TensorOptimizers* optimizers = nullptr);
+                    const TensorOptimizers* optimizers = nullptr,
+                    bool again = false);
 
   // Push, then pull the same slices, in one round trip per shard: `weights`
   // and `new_versions` (indexed like Pull's) get the weights after the
@@ -229,7 +232,7 @@ class PsClient {
   void FillPush(const std::vector<int>& batch, const ConstTensorViews& grads,
                 const std::vector<SliceVersion>& versions, int rank,
                 int64_t clock, const TensorOptimizers* optimizers,
-                v1::PushRequest* request);
+                v1::PushRequest* request, bool again = false);
 
   // Copies one shard's answered weights (slices `batch`, in order) into
   // `values` and `versions`; INTERNAL if the answer does not fit.

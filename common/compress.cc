@@ -295,29 +295,45 @@ absl::Status DecodeCompressed(v1::DType dtype, absl::string_view bytes,
 }
 
 void Compressor::Encode(int slice, absl::Span<const float> grad,
-                        v1::DType fallback, v1::SliceData* d) {
+                        v1::DType fallback, v1::SliceData* d, bool again) {
   if (c_.kind == Compression::kNone) {
     d->set_dtype(fallback);
     EncodeTensor(fallback, grad, d->mutable_data());
     return;
   }
-  std::vector<float>* r;
+  SliceState* state;
   {
     absl::MutexLock lock(&mu_);
-    r = &residual_[slice];  // A node map: the vector stays where it is.
+    state = &slices_[slice];  // A node map: the state stays where it is.
   }
-  // One call pushes a slice at a time: its residual is this call's. It
-  // takes the gradient in, and keeps what the encoding leaves out.
-  r->resize(grad.size(), 0.0f);
-  std::vector<float>& x = *r;
-  for (size_t i = 0; i < x.size(); ++i) x[i] += grad[i];
+  // One call pushes a slice at a time: its state is this call's.
   switch (c_.kind) {
     case Compression::kBf16:
       d->set_dtype(v1::DTYPE_BF16);
+      break;
+    case Compression::kF16:
+      d->set_dtype(v1::DTYPE_F16);
+      break;
+    case Compression::kTopK:
+      d->set_dtype(v1::DTYPE_TOPK);
+      break;
+    default:
+      d->set_dtype(v1::DTYPE_ONEBIT);
+  }
+  if (again && !state->last.empty()) {
+    *d->mutable_data() = state->last;
+    return;
+  }
+  // The gradient goes into the residual, which keeps what the encoding
+  // leaves out.
+  std::vector<float>& x = state->residual;
+  x.resize(grad.size(), 0.0f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] += grad[i];
+  switch (c_.kind) {
+    case Compression::kBf16:
       Bf16InPlace(absl::MakeSpan(x), d->mutable_data());
       break;
     case Compression::kF16: {
-      d->set_dtype(v1::DTYPE_F16);
       EncodeTensor(v1::DTYPE_F16, x, d->mutable_data());
       std::vector<float> sent(x.size());
       DecodeTensor(v1::DTYPE_F16, d->data(), absl::MakeSpan(sent));
@@ -325,19 +341,18 @@ void Compressor::Encode(int slice, absl::Span<const float> grad,
       break;
     }
     case Compression::kTopK:
-      d->set_dtype(v1::DTYPE_TOPK);
       TopKInPlace(absl::MakeSpan(x), c_.ratio, d->mutable_data(), {});
       break;
     default:
-      d->set_dtype(v1::DTYPE_ONEBIT);
       OneBitInPlace(absl::MakeSpan(x), d->mutable_data(), {});
   }
+  state->last = d->data();
 }
 
 std::vector<float> Compressor::Residual(int slice) {
   absl::MutexLock lock(&mu_);
-  auto it = residual_.find(slice);
-  return it == residual_.end() ? std::vector<float>() : it->second;
+  auto it = slices_.find(slice);
+  return it == slices_.end() ? std::vector<float>() : it->second.residual;
 }
 
 }  // namespace asyncps

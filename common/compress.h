@@ -81,8 +81,11 @@ class Compressor {
   // Writes `grad` (slice `slice`'s gradient) plus the slice's residual as
   // this compression into `d`'s dtype and data, and keeps the new residual.
   // kNone: as `fallback` (f32, bf16 or f16), without residual.
+  // `again`: `grad` is the slice's last gradient, pushed again (bsp, after
+  // a shard's restart broke the push off): `d` gets the last payload as it
+  // was and the residual stays, so error feedback counts it once.
   void Encode(int slice, absl::Span<const float> grad, v1::DType fallback,
-              v1::SliceData* d);
+              v1::SliceData* d, bool again = false);
 
   // The residual kept for `slice` (empty if none yet), for tests.
   std::vector<float> Residual(int slice);
@@ -90,7 +93,12 @@ class Compressor {
  private:
   const Compression c_;
   absl::Mutex mu_;
-  absl::node_hash_map<int, std::vector<float>> residual_ ABSL_GUARDED_BY(mu_);
+  // Per slice: the residual, and the last payload (for `again`).
+  struct SliceState {
+    std::vector<float> residual;
+    std::string last;
+  };
+  absl::node_hash_map<int, SliceState> slices_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace asyncps

@@ -24,22 +24,6 @@ bazel test --test_tag_filters=-benchmark,-gpu "${targets[@]}" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 took "install and tests"
 
-# Debian's clang checks every ABSL_GUARDED_BY / ABSL_EXCLUSIVE_LOCKS_REQUIRED
-# claim (-Wthread-safety -Werror) over the libraries and binaries that hold
-# them (tools/ holds none of its own and is left out to save the time).
-if ((${#@} == 0)); then
-  echo "== thread-safety analysis (--config=clang)"
-  bazel build --config=clang //common/... //rpc/... //server/... //client/... \
-    //worker/... //transport/... 2>&1 | tail -n 20
-  if ((PIPESTATUS[0] != 0)); then
-    rc=1
-    echo "//:thread_safety_analysis FAILED TO BUILD" | tee -a "$log"
-  else
-    echo "//:thread_safety_analysis PASSED (clang -Wthread-safety -Werror)" |
-      tee -a "$log"
-  fi
-fi
-
 # Runs `bazel test` with the given flags and targets under a sanitizer
 # ($1 names it, $2 says it in words) and adds one line for the whole run to
 # the log (//:$1), so the totals count each test once; failures by name.
@@ -64,18 +48,23 @@ sanitized() {
 }
 
 # AddressSanitizer + UndefinedBehaviorSanitizer over the unit tests and the
-# in-process integration tests (those that start no process of their own).
+# in-process integration tests (those that start no process of their own),
+# built by Debian's clang with -Wthread-safety -Werror (--config=asan), so
+# the same build checks every ABSL_GUARDED_BY / ABSL_EXCLUSIVE_LOCKS_REQUIRED
+# claim: the libraries and binaries that hold them are built with the tests
+# (tools/ holds none of its own and is left out to save the time).
 if ((${#@} == 0)); then
-  echo "== AddressSanitizer + UndefinedBehaviorSanitizer (--config=asan)"
+  echo "== clang: AddressSanitizer + UndefinedBehaviorSanitizer, thread-safety analysis (--config=asan)"
   asan_tests=(//tests/common/... //tests/server/... //tests/worker/...
     //tests/client/... //tests/transport/...)
-  for t in checkpoint data_plane embedding exactly_once ps_exchange push_pull \
-    validation; do
+  for t in checkpoint data_plane declare embedding exactly_once ps_exchange \
+    push_pull validation; do
     asan_tests+=("//tests/integration:${t}_test")
   done
-  took "thread-safety analysis"
-  sanitized asan ASAN+UBSAN --config=asan "${asan_tests[@]}"
-  took "ASAN"
+  sanitized asan "clang ASAN+UBSAN, -Wthread-safety -Werror" --config=asan \
+    "${asan_tests[@]}" //common/... //rpc/... //server/... //client/... \
+    //worker/... //transport/...
+  took "ASAN and thread-safety"
 fi
 
 # ThreadSanitizer over the server's concurrent core (store, consistency,

@@ -135,12 +135,14 @@ absl::Status PsExchange::Recover(const absl::Status& failure) {
 
 absl::Status PsExchange::PushTensors(
     const TensorSet& set, const std::vector<int>& tensors,
-    const std::vector<std::vector<float>>& grads, int64_t clock, bool count) {
+    const std::vector<std::vector<float>>& grads, int64_t clock, bool count,
+    bool again) {
   PushStats r;
   CallOptions push;
   push.step = clock;
   push.from = &versions_;
   push.stats = &r;
+  push.again = again;
   RETURN_IF_ERROR(client_->Push(set, In(tensors, grads), push));
   if (count) AddPushStats(r);
   return absl::OkStatus();
@@ -163,7 +165,7 @@ absl::Status PsExchange::PullLayer(const TensorSet& set,
     LOG(WARNING) << "step " << clock << ": " << s.message()
                  << "; pushing the step's gradient again";
     RETURN_IF_ERROR(PushTensors(set, tensors, grads, clock,
-                                /*count=*/false));
+                                /*count=*/false, /*again=*/true));
     pull.any_incarnation = true;
     s = client_->Pull(set, Out(tensors, weights_), pull);
   }
@@ -231,7 +233,8 @@ absl::Status PsExchange::FinishLayered(int64_t clock, StepStats* stats) {
     // every worker's gradient has reached every slice: send all of it
     // again (a slice that has this worker's gradient drops the copy) and
     // wait for the step's weights as usual.
-    s = PushTensors(all_set_, all_tensors_, *grads_, clock, /*count=*/true);
+    s = PushTensors(all_set_, all_tensors_, *grads_, clock, /*count=*/true,
+                    /*again=*/true);
     if (s.ok()) s = PullLayer(all_set_, all_tensors_, *grads_, clock);
     if (s.code() != absl::StatusCode::kFailedPrecondition) break;
   }

@@ -90,11 +90,12 @@ class PsExchange final : public GradientExchange {
   absl::Status Recover(const absl::Status& failure);
   // Pushes `grads` of `tensors` (resolved as `set`) for step `clock`, computed
   // from the weights held; what the servers did is added to the step's
-  // stats when `count`.
+  // stats when `count`. `again`: the step's gradients sent a second time
+  // (CallOptions::again).
   absl::Status PushTensors(const TensorSet& set,
                            const std::vector<int>& tensors,
                            const std::vector<std::vector<float>>& grads,
-                           int64_t clock, bool count);
+                           int64_t clock, bool count, bool again = false);
   // Layered: pulls `tensors` (resolved as `set`) after their push; a bsp shard
   // that restarted since answers ABORTED, and then the push goes again
   // first.

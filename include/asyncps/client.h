@@ -229,6 +229,11 @@ struct CallOptions {
   // left them); null: the declared ones. Each kind must be the declared
   // kind (INVALID_ARGUMENT otherwise, nothing sent).
   const std::vector<OptimizerOptions>* optimizers = nullptr;
+  // Push: these are the same gradients as this worker's last push of
+  // these tensors, sent again (bsp, after ABORTED or a step a shard's
+  // restart broke off). With ClientOptions::compress each slice goes as it
+  // went the first time, so error feedback counts it once.
+  bool again = false;
 };
 
 // What a worker says of its training; the servers show it (psctl status,

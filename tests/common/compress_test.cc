@@ -149,6 +149,32 @@ TEST(CompressTest, ErrorFeedbackCarriesExactlyTheResidual) {
   EXPECT_TRUE(none.Residual(0).empty());
 }
 
+// A gradient pushed again (bsp, after a shard's restart broke the push
+// off) goes as it went, and error feedback counts it once.
+TEST(CompressTest, APushSentAgainIsTheSamePayloadAndKeepsTheResidual) {
+  for (const char* kind : {"bf16", "f16", "topk:0.05", "onebit"}) {
+    Compressor c(*ParseCompression(kind));
+    std::mt19937 random(11);
+    std::normal_distribution<float> normal;
+    std::vector<float> g(300);
+    for (int step = 0; step < 3; ++step) {
+      for (float& x : g) x = normal(random);
+      v1::SliceData first, again;
+      c.Encode(2, g, v1::DTYPE_F32, &first);
+      const std::vector<float> residual = c.Residual(2);
+      c.Encode(2, g, v1::DTYPE_F32, &again, /*again=*/true);
+      EXPECT_EQ(again.dtype(), first.dtype()) << kind;
+      EXPECT_EQ(again.data(), first.data()) << kind << " step " << step;
+      EXPECT_EQ(c.Residual(2), residual) << kind << " step " << step;
+    }
+    // A plain second push of the same gradient is a new gradient.
+    v1::SliceData d;
+    const std::vector<float> before = c.Residual(2);
+    c.Encode(2, g, v1::DTYPE_F32, &d);
+    EXPECT_NE(c.Residual(2), before) << kind;
+  }
+}
+
 TEST(CompressTest, Bf16OfRepresentableValuesIsExactAndLeavesNoResidual) {
   Compressor c(*ParseCompression("bf16"));
   const std::vector<float> g = {1.0f, -0.5f, 3.0f, 0.0f, 1024.0f};

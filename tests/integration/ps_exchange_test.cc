@@ -69,7 +69,6 @@ TEST_P(PsExchangeTest, EveryGradientIsAppliedOnce) {
   std::vector<std::vector<float>> weights = {std::vector<float>(1200),
                                              std::vector<float>(30)};
   ASSERT_TRUE(exchange.Start(&weights, 0).ok());
-  float applied = 0;
   int64_t staleness = 0;
   for (int step = 1; step <= kSteps; ++step) {
     const float g = 0.1f * step;
@@ -80,7 +79,6 @@ TEST_P(PsExchangeTest, EveryGradientIsAppliedOnce) {
     StepStats stats;
     ASSERT_TRUE(exchange.FinishStep(step, &weights, &stats).ok());
     staleness += stats.pushed.total_staleness;
-    applied += g;
     if (mode != PsExchange::Mode::kPrefetch) {
       // The worker holds what the servers hold.
       EXPECT_EQ(weights[0], ServerWeights(0)) << "step " << step;
