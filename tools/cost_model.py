@@ -1,0 +1,207 @@
+#!/usr/bin/python3
+"""A cost model of asyncps training (issue #26): samples/s of W workers
+and S shards on links of a given rate, for async through the shards and
+for allreduce's ring, from a few calibrated quantities. docs/COST_MODEL.md
+says where each comes from and how far off it is.
+
+  tools/cost_model.py --check        # every measured point: predicted, error
+  tools/cost_model.py --answers      # the questions docs/COST_MODEL.md answers
+  tools/cost_model.py --workers 64 --shards 43 --link 25gbit \\
+      --compute_ms 0.6 --batch 512 [--push bf16] [--pull bf16]
+
+Async (the fused exchange): a worker's step takes
+  max(compute, link), link = max(up, down) / (eta * rate) * (1 + beta * min/max)
+where up and down are the bytes it pushes and pulls a step (both
+directions at once cost beta more: TCP's acknowledgements queue behind the
+other direction's data in the shaper). Each shard's link carries W/S of
+every worker's bytes, and each shard applies W/S of every worker's
+gradient; the slowest of the three sets the pace.
+Allreduce (gloo's ring, after the backward pass): a step takes
+  compute_sync + 2 (W - 1) / W * bytes / (eta * rate).
+"""
+
+import argparse
+import math
+import re
+import sys
+
+# Calibrated on the 2-core development machine (docs/COST_MODEL.md):
+ETA = 0.92  # ps_bench pull+push over 1 Gbit/s: 0.91-0.92 of the link.
+BETA = 0.23  # Fitted to async, f32 both ways, over 1 Gbit/s.
+APPLY_PER_S = 2.0e9  # SGD elements a shard applies a second (micro_bench).
+MLP_PARAMS = 235146  # 784-256-128-10.
+
+# Bytes a parameter costs on the wire, per codec (docs/COMPRESSION.md).
+WIRE = {"f32": 4.0, "bf16": 2.0, "f16": 2.0,
+        "topk:0.01": 0.01 * 8, "onebit": 1.0 / 8}
+
+
+def rate_bytes(text):
+    """'1gbit', '25gbit', '200mbit' -> bytes/s; 'loopback' -> inf."""
+    if text == "loopback":
+        return math.inf
+    m = re.fullmatch(r"([0-9.]+)(g|m)bit", text)
+    if not m:
+        raise ValueError("link %r (want loopback, 1gbit, 200mbit, ...)" % text)
+    return float(m[1]) * (1e9 if m[2] == "g" else 1e6) / 8
+
+
+def link_seconds(up, down, rate):
+    if math.isinf(rate) or max(up, down) == 0:
+        return 0.0
+    big, small = max(up, down), min(up, down)
+    return big / (ETA * rate) * (1 + BETA * small / big)
+
+
+def async_samples(workers, shards, rate, compute_s, batch, params=MLP_PARAMS,
+                  push="f32", pull="f32"):
+    """(samples/s, what bounds it)."""
+    up, down = params * WIRE[push], params * WIRE[pull]
+    worker_step = max(compute_s, link_seconds(up, down, rate))
+    bounds = {"compute" if worker_step == compute_s else "worker link":
+              workers / worker_step}
+    # A shard's link: W/S of every worker's bytes each way per step.
+    shard_s = link_seconds(up / shards, down / shards, rate)
+    if shard_s > 0:
+        bounds["shard links"] = 1 / shard_s
+    bounds["shard apply"] = APPLY_PER_S * shards / params
+    what = min(bounds, key=bounds.get)
+    return bounds[what] * batch, what
+
+
+def allreduce_samples(workers, rate, compute_s, batch, params=MLP_PARAMS,
+                      wire="f32"):
+    ring = 0.0
+    if not math.isinf(rate):
+        ring = 2 * (workers - 1) / workers * params * WIRE[wire] / (ETA * rate)
+    return workers * batch / (compute_s + ring)
+
+
+# Compute per step, calibrated on loopback (the MLP, batch 64, 2 workers
+# and 2 shards sharing 2 cores): async 37,512 samples/s -> 3.41 ms; the
+# allreduce step (compute, waiting for the peer, the ring on loopback)
+# 15,823 samples/s -> 8.09 ms.
+ASYNC_COMPUTE_S = 2 * 64 / 37512
+SYNC_COMPUTE_S = 2 * 64 / 15823
+
+# Every point measured on this machine (docs/COMPRESSION.md "Training over
+# it"; docs/EXPERIMENTS.md "Over an emulated 1 Gbit/s link"): (source,
+# mode, link, push, pull, measured samples/s of each run).
+POINTS = [
+    ("COMPRESSION", "async", "1gbit", "f32", "f32", [12822, 12583]),
+    ("COMPRESSION", "async", "1gbit", "bf16", "f32", [15972, 16106]),
+    ("COMPRESSION", "async", "1gbit", "topk:0.01", "f32", [16001, 15622]),
+    ("COMPRESSION", "async", "1gbit", "onebit", "f32", [16100, 16319]),
+    ("COMPRESSION", "async", "1gbit", "bf16", "bf16", [29878, 26284]),
+    ("COMPRESSION", "async", "1gbit", "topk:0.01", "bf16", [29710, 29071]),
+    ("COMPRESSION", "async", "1gbit", "onebit", "bf16", [26985, 29983]),
+    ("EXPERIMENTS", "async", "loopback", "f32", "f32", [39244, 36100, 37192]),
+    ("EXPERIMENTS", "async", "loopback", "topk:0.01", "f32",
+     [35984, 31376, 37702]),
+    ("EXPERIMENTS", "async", "1gbit", "f32", "f32", [12336, 12520, 12416]),
+    ("EXPERIMENTS", "async", "1gbit", "topk:0.01", "f32",
+     [14994, 15053, 14741]),
+    ("EXPERIMENTS", "async", "1gbit", "bf16", "bf16", [24838, 24445, 24849]),
+    ("EXPERIMENTS", "async", "1gbit", "topk:0.01", "bf16",
+     [24229, 25288, 25417]),
+    ("EXPERIMENTS", "allreduce", "loopback", "f32", "f32",
+     [15823, 14707, 20944]),
+    ("EXPERIMENTS", "allreduce", "1gbit", "f32", "f32", [8580, 8951, 8838]),
+    ("EXPERIMENTS", "allreduce", "1gbit", "f16", "f16", [7000, 7372, 8191]),
+]
+
+
+def predict(mode, link, push, pull):
+    rate = rate_bytes(link)
+    if mode == "async":
+        return async_samples(2, 2, rate, ASYNC_COMPUTE_S, 64, push=push,
+                             pull=pull)[0]
+    return allreduce_samples(2, rate, SYNC_COMPUTE_S, 64, wire=push)
+
+
+def check():
+    """Prints each point's prediction and error; returns the errors."""
+    errors = []
+    print("| source | mode | link | push | pull | measured | predicted | "
+          "error |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for source, mode, link, push, pull, runs in POINTS:
+        p = predict(mode, link, push, pull)
+        mean = sum(runs) / len(runs)
+        err = (p - mean) / mean
+        errors.append(err)
+        print("| %s | %s | %s | %s | %s | %s | %.0f | %+.0f %% |" % (
+            source, mode, link, push, pull,
+            " / ".join("{:,}".format(r) for r in runs), p, 100 * err))
+    worst = max(errors, key=abs)
+    within = sum(abs(e) <= 0.15 for e in errors)
+    print("%d points; %d within 15 %%; worst %+.0f %%; median |error| %.0f %%"
+          % (len(errors), within, 100 * worst,
+             100 * sorted(abs(e) for e in errors)[len(errors) // 2]))
+    return errors
+
+
+def answers():
+    # A GPU worker of the MLP at batch 512: 0.55-0.70 ms a step computing
+    # alone on an H200 (docs/GPU.md); 0.6 ms.
+    gpu_step, batch, w = 0.6e-3, 512, 64
+    rate = rate_bytes("25gbit")
+    print("64 GPU workers (the MLP, batch 512, 0.6 ms a step), 25 Gbit/s:")
+    for push, pull in (("f32", "f32"), ("bf16", "bf16"),
+                       ("topk:0.01", "bf16")):
+        want = w / gpu_step * batch  # Every worker at its compute rate.
+        shards = 1
+        while async_samples(w, shards, rate, gpu_step, batch, push=push,
+                            pull=pull)[0] < 0.999 * want and shards < 1000:
+            shards += 1
+        got, what = async_samples(w, shards, rate, gpu_step, batch,
+                                  push=push, pull=pull)
+        print("  push %s, pull %s: %d shards (%.2f M samples/s, %s-bound)"
+              % (push, pull, shards, got / 1e6, what))
+    print("async against allreduce, the MLP on 1 Gbit/s, 64 workers "
+          "(samples/s; enough shards):")
+    rate = rate_bytes("1gbit")
+    for compute_ms in (3.4, 10, 30, 100):
+        a, what = async_samples(64, 64, rate, compute_ms / 1e3, 64,
+                                push="topk:0.01", pull="bf16")
+        r = allreduce_samples(64, rate, compute_ms / 1e3, 64, wire="f16")
+        print("  compute %5.1f ms a step: async %8.0f (%s), allreduce f16 "
+              "%8.0f, ratio %.2f" % (compute_ms, a, what, r, a / r))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--check", action="store_true")
+    p.add_argument("--answers", action="store_true")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--shards", type=int, default=2)
+    p.add_argument("--link", default="1gbit")
+    p.add_argument("--compute_ms", type=float, default=1e3 * ASYNC_COMPUTE_S)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--params", type=int, default=MLP_PARAMS)
+    p.add_argument("--push", default="f32", choices=sorted(WIRE))
+    p.add_argument("--pull", default="f32", choices=["f32", "bf16", "f16"])
+    a = p.parse_args()
+    if a.check:
+        check()
+        return 0
+    if a.answers:
+        answers()
+        return 0
+    if a.workers < 1 or a.shards < 1 or a.batch < 1 or a.compute_ms <= 0:
+        p.error("--workers, --shards, --batch and --compute_ms must be > 0")
+    try:
+        rate = rate_bytes(a.link)
+    except ValueError as e:
+        p.error(str(e))
+    s, what = async_samples(a.workers, a.shards, rate, a.compute_ms / 1e3,
+                            a.batch, a.params, a.push, a.pull)
+    r = allreduce_samples(a.workers, rate, a.compute_ms / 1e3, a.batch,
+                          a.params, "f16" if a.push != "f32" else "f32")
+    print("async: %.0f samples/s (%s-bound); allreduce: %.0f samples/s"
+          % (s, what, r))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
