@@ -108,6 +108,10 @@ POINTS = [
      [15823, 14707, 20944]),
     ("EXPERIMENTS", "allreduce", "1gbit", "f32", "f32", [8580, 8951, 8838]),
     ("EXPERIMENTS", "allreduce", "1gbit", "f16", "f16", [7000, 7372, 8191]),
+    ("EXPERIMENTS", "async", "10gbit", "f32", "f32", [30581, 26698, 30960]),
+    ("EXPERIMENTS", "async", "10gbit", "bf16", "bf16", [34937, 29674, 34177]),
+    ("EXPERIMENTS", "allreduce", "10gbit", "f32", "f32",
+     [11433, 11480, 10338]),
 ]
 
 
