@@ -217,11 +217,11 @@ class PsClient {
   template <typename Request, typename Response>
   using Call = ShardCall<Request, Response>;
 
-  // Declares `spec` on every shard (`calls` gets their answers) and, once
-  // they took it, adopts it.
   // Declares the adopted model on `shard`, as lost (recover) or as new
   // (weights follow); true if this call created it.
   absl::StatusOr<bool> DeclareOne(int shard, bool recover);
+  // Declares `spec` on every shard (`calls` gets their answers) and, once
+  // they took it, adopts it.
   absl::Status DeclareOnEveryShard(
       const v1::ModelSpec& spec, bool weights_follow,
       std::vector<Call<v1::DeclareModelRequest, v1::DeclareModelResponse>>*

@@ -294,6 +294,24 @@ absl::Status DecodeCompressed(v1::DType dtype, absl::string_view bytes,
   return absl::OkStatus();
 }
 
+namespace {
+
+// The dtype a compression's payloads travel as.
+v1::DType PayloadDtype(Compression::Kind kind) {
+  switch (kind) {
+    case Compression::kBf16:
+      return v1::DTYPE_BF16;
+    case Compression::kF16:
+      return v1::DTYPE_F16;
+    case Compression::kTopK:
+      return v1::DTYPE_TOPK;
+    default:
+      return v1::DTYPE_ONEBIT;
+  }
+}
+
+}  // namespace
+
 void Compressor::Encode(int slice, absl::Span<const float> grad,
                         v1::DType fallback, v1::SliceData* d, bool again) {
   if (c_.kind == Compression::kNone) {
@@ -307,19 +325,7 @@ void Compressor::Encode(int slice, absl::Span<const float> grad,
     state = &slices_[slice];  // A node map: the state stays where it is.
   }
   // One call pushes a slice at a time: its state is this call's.
-  switch (c_.kind) {
-    case Compression::kBf16:
-      d->set_dtype(v1::DTYPE_BF16);
-      break;
-    case Compression::kF16:
-      d->set_dtype(v1::DTYPE_F16);
-      break;
-    case Compression::kTopK:
-      d->set_dtype(v1::DTYPE_TOPK);
-      break;
-    default:
-      d->set_dtype(v1::DTYPE_ONEBIT);
-  }
+  d->set_dtype(PayloadDtype(c_.kind));
   if (again && !state->last.empty()) {
     *d->mutable_data() = state->last;
     return;

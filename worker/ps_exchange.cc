@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
+#include "common/backoff.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 
@@ -89,12 +89,10 @@ absl::Status PsExchange::Start(std::vector<std::vector<float>>* weights,
   absl::Status s = client_->Pull(all_set_, AllWeights(), pull);
   if (s.code() == absl::StatusCode::kFailedPrecondition &&
       lost_at_start_.declare) {
-    const absl::Time deadline = absl::Now() + lost_at_start_.wait;
-    absl::Duration backoff = absl::Milliseconds(20);
+    Backoff backoff(absl::Milliseconds(20), absl::Seconds(1),
+                    lost_at_start_.wait);
     while (s.code() == absl::StatusCode::kFailedPrecondition &&
-           absl::Now() < deadline) {
-      absl::SleepFor(std::min(backoff, deadline - absl::Now()));
-      backoff = std::min(2 * backoff, absl::Seconds(1));
+           backoff.Wait()) {
       s = client_->Pull(all_set_, AllWeights(), pull);
     }
     if (s.code() == absl::StatusCode::kFailedPrecondition) {
