@@ -84,6 +84,13 @@ absl::Status DataConnection::ReceiveFrame(
   return absl::OkStatus();
 }
 
+absl::StatusOr<size_t> DataConnection::WaitAny(
+    absl::Span<DataConnection* const> connections, absl::Time deadline) {
+  std::vector<Stream*> streams;
+  for (DataConnection* c : connections) streams.push_back(c->stream_.get());
+  return WaitAnyReadable(streams, deadline);
+}
+
 absl::StatusOr<std::unique_ptr<DataConnection>> DataChannel::Take(
     absl::Time deadline) {
   std::optional<DataPlaneAddress> address;

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "transport/frame.h"
 #include "transport/socket.h"
 #include "transport/stream.h"
@@ -58,6 +59,10 @@ class DataConnection {
   }
   // True once anything went wrong: the connection must not be reused.
   bool broken() const { return broken_; }
+  // The index of one of `connections` whose answer has begun to arrive (or
+  // that closed), once one has; DEADLINE_EXCEEDED past `deadline`.
+  static absl::StatusOr<size_t> WaitAny(
+      absl::Span<DataConnection* const> connections, absl::Time deadline);
 
  private:
   DataConnection(Socket socket, std::unique_ptr<Stream> stream,

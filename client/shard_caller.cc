@@ -8,6 +8,12 @@
 
 namespace asyncps {
 
+absl::Status ShardCaller::NotWaitedFor(int shard) {
+  return absl::UnavailableError(absl::StrCat(
+      "the answer of shard ", shard,
+      " was not waited for: another shard's answer failed the call"));
+}
+
 ShardCaller::ShardCaller(PsClientOptions options)
     : options_(std::move(options)), client_id_(RandomId()) {}
 

@@ -157,7 +157,9 @@ class ShardCaller {
   template <typename Request, typename Response, typename Attempt>
   absl::Status Retry(std::vector<Call<Request, Response>>* calls,
                      Attempt attempt, const char* what, bool idempotent);
-  // One attempt of `calls` over gRPC, with `method`, each stamped.
+  // One attempt of `calls` over gRPC, with `method`, each stamped. An
+  // answer that fails the attempt whatever the others say (Settles) stops
+  // the wait for the rest, which come back UNAVAILABLE.
   template <typename Request, typename Response, typename Method>
   std::vector<absl::Status> GrpcAttempt(
       const std::vector<Call<Request, Response>*>& calls, Method method);
@@ -172,10 +174,30 @@ class ShardCaller {
   explicit ShardCaller(PsClientOptions options);
 
   // One attempt of `calls` over the data planes, as `op` frames, each
-  // stamped.
+  // stamped; answers are taken as they come, and one that Settles the
+  // attempt ends the wait for the rest, as in GrpcAttempt.
   template <typename Request, typename Response>
   std::vector<absl::Status> TcpAttempt(
       const std::vector<Call<Request, Response>*>& calls, FrameOp op);
+
+  // True if `s` fails an attempt whatever the other shards answer: Retry
+  // retries none of it (it is neither OK nor UNAVAILABLE, a timeout or a
+  // refused secret). A bsp pull one shard holds while another answers
+  // ABORTED (push again) must not wait for the held one: the worker's push
+  // again may be what that one waits for.
+  static bool Settles(const absl::Status& s) {
+    switch (s.code()) {
+      case absl::StatusCode::kOk:
+      case absl::StatusCode::kUnavailable:
+      case absl::StatusCode::kDeadlineExceeded:
+      case absl::StatusCode::kPermissionDenied:
+        return false;
+      default:
+        return true;
+    }
+  }
+  // What a call not waited for (after another Settled the attempt) says.
+  static absl::Status NotWaitedFor(int shard);
 
   // The registration secret for `rank` on `shard` (0: none), and stamping
   // it on a request as it is sent. Requests that act as no rank are left

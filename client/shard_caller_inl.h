@@ -2,6 +2,8 @@
 #ifndef ASYNCPS_CLIENT_SHARD_CALLER_INL_H_
 #define ASYNCPS_CLIENT_SHARD_CALLER_INL_H_
 
+#include <atomic>
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <utility>
@@ -60,20 +62,41 @@ std::vector<absl::Status> ShardCaller::GrpcAttempt(
     const std::vector<Call<Request, Response>*>& calls, Method method) {
   std::vector<grpc::Status> results(calls.size());
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts(calls.size());
+  for (size_t k = 0; k < calls.size(); ++k) {
+    contexts[k] = NewContext(absl::Now() + options_.rpc_timeout);
+  }
   absl::BlockingCounter done(static_cast<int>(calls.size()));
+  // The first answer that settles the attempt (-1: none yet); the calls
+  // still out are cancelled then.
+  std::atomic<int> settled{-1};
   for (size_t k = 0; k < calls.size(); ++k) {
     Call<Request, Response>& call = *calls[k];
     Stamp(call.shard, &call.request);
-    contexts[k] = NewContext(absl::Now() + options_.rpc_timeout);
     method(stubs_[call.shard].get(), contexts[k].get(), &call.request,
-           &call.response, [&results, &done, k](grpc::Status s) {
+           &call.response,
+           [&results, &done, &contexts, &settled, k](grpc::Status s) {
+             int none = -1;
+             if (Settles(FromGrpcStatus(s)) &&
+                 settled.compare_exchange_strong(none, static_cast<int>(k))) {
+               for (size_t j = 0; j < contexts.size(); ++j) {
+                 if (j != k) contexts[j]->TryCancel();
+               }
+             }
              results[k] = std::move(s);
              done.DecrementCount();
            });
   }
   done.Wait();
   std::vector<absl::Status> out;
-  for (const grpc::Status& s : results) out.push_back(FromGrpcStatus(s));
+  for (size_t k = 0; k < results.size(); ++k) {
+    absl::Status s = FromGrpcStatus(results[k]);
+    const int first = settled.load();
+    if (first >= 0 && static_cast<int>(k) != first &&
+        s.code() == absl::StatusCode::kCancelled) {
+      s = NotWaitedFor(calls[k]->shard);
+    }
+    out.push_back(std::move(s));
+  }
   return out;
 }
 
@@ -86,6 +109,7 @@ std::vector<absl::Status> ShardCaller::TcpAttempt(
   // Every request goes out before any answer is read, so the shards work
   // at once. (No deadlock: a shard answers only after reading its whole
   // request, and reading one answer never waits on another shard.)
+  std::vector<size_t> out;  // The calls whose answers are to come.
   for (size_t k = 0; k < calls.size(); ++k) {
     Call<Request, Response>& call = *calls[k];
     Stamp(call.shard, &call.request);
@@ -99,12 +123,24 @@ std::vector<absl::Status> ShardCaller::TcpAttempt(
     results[k] = (*c)->Send(op, &call.request, options_.rpc_timeout, deadline);
     if (results[k].ok()) {
       connections[k] = *std::move(c);
+      out.push_back(k);
     } else {
       channel.Reset();
     }
   }
-  for (size_t k = 0; k < calls.size(); ++k) {
-    if (connections[k] == nullptr) continue;
+  // Answers in the order they come (a shard holding a bsp pull may answer
+  // long after another refused it).
+  while (!out.empty()) {
+    std::vector<DataConnection*> waiting;
+    for (size_t k : out) waiting.push_back(connections[k].get());
+    absl::StatusOr<size_t> ready = DataConnection::WaitAny(waiting, deadline);
+    if (!ready.ok()) {
+      // Connections with an answer still to come are closed, not reused.
+      for (size_t k : out) results[k] = ready.status();
+      break;
+    }
+    const size_t k = out[*ready];
+    out.erase(out.begin() + static_cast<std::ptrdiff_t>(*ready));
     Call<Request, Response>& call = *calls[k];
     results[k] = connections[k]->Receive(&call.response, deadline);
     if (results[k].ok()) {
@@ -113,6 +149,10 @@ std::vector<absl::Status> ShardCaller::TcpAttempt(
     const bool failed = results[k].code() == absl::StatusCode::kUnavailable;
     data_[call.shard]->Give(std::move(connections[k]));
     if (failed) data_[call.shard]->Reset();
+    if (Settles(results[k])) {
+      for (size_t j : out) results[j] = NotWaitedFor(calls[j]->shard);
+      break;
+    }
   }
   return results;
 }

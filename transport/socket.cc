@@ -29,9 +29,12 @@ void SetNoDelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-// Waits for `events` on `fd` until `deadline`; OK when ready (or the
-// socket has an error or hang-up for the next call to report).
-absl::Status WaitFor(int fd, short events, absl::Time deadline) {
+// Waits for `events` on any of `fds` until `deadline`; the index of one
+// that is ready (or has an error or hang-up for the next call to report).
+absl::StatusOr<size_t> WaitAny(absl::Span<const int> fds, short events,
+                               absl::Time deadline) {
+  std::vector<pollfd> p;
+  for (int fd : fds) p.push_back(pollfd{fd, events, 0});
   while (true) {
     int timeout_ms = -1;
     if (deadline != absl::InfiniteFuture()) {
@@ -43,11 +46,16 @@ absl::Status WaitFor(int fd, short events, absl::Time deadline) {
       timeout_ms = static_cast<int>(
           std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30));
     }
-    pollfd p{fd, events, 0};
-    const int n = poll(&p, 1, timeout_ms);
-    if (n > 0) return absl::OkStatus();
+    const int n = poll(p.data(), p.size(), timeout_ms);
     if (n < 0 && errno != EINTR) return Errno("poll");
+    for (size_t k = 0; n > 0 && k < p.size(); ++k) {
+      if (p[k].revents != 0) return k;
+    }
   }
+}
+
+absl::Status WaitFor(int fd, short events, absl::Time deadline) {
+  return WaitAny({fd}, events, deadline).status();
 }
 
 // getaddrinfo for TCP over IPv4 or IPv6.
@@ -249,6 +257,11 @@ absl::Status WriteFull(int fd, absl::Span<const iovec> parts,
 
 absl::Status WaitReadable(int fd, absl::Time deadline) {
   return WaitFor(fd, POLLIN, deadline);
+}
+
+absl::StatusOr<size_t> WaitAnyReadable(absl::Span<const int> fds,
+                                       absl::Time deadline) {
+  return WaitAny(fds, POLLIN, deadline);
 }
 
 absl::Status WaitWritable(int fd, absl::Time deadline) {

@@ -71,6 +71,11 @@ absl::Status WriteFull(int fd, absl::Span<const iovec> parts,
 // shut down (OK in every case: the next read says which), or `deadline`
 // passed (DEADLINE_EXCEEDED).
 absl::Status WaitReadable(int fd, absl::Time deadline);
+// The same for several: the index of one of `fds` that has something to
+// read (or closed), for a caller with answers outstanding on several
+// connections that takes whichever comes first.
+absl::StatusOr<size_t> WaitAnyReadable(absl::Span<const int> fds,
+                                       absl::Time deadline);
 
 // Waits until `fd` can take more bytes (or broke: the next write says so),
 // or `deadline` passed (DEADLINE_EXCEEDED).

@@ -1,5 +1,7 @@
 #include "transport/stream.h"
 
+#include <vector>
+
 #include "transport/socket.h"
 
 namespace asyncps {
@@ -15,6 +17,16 @@ absl::Status TcpStream::WriteFull(absl::Span<const iovec> parts,
 
 absl::Status TcpStream::WaitReadable(absl::Time deadline) {
   return asyncps::WaitReadable(fd(), deadline);
+}
+
+absl::StatusOr<size_t> WaitAnyReadable(absl::Span<Stream* const> streams,
+                                       absl::Time deadline) {
+  std::vector<int> fds;
+  for (size_t k = 0; k < streams.size(); ++k) {
+    if (streams[k]->Buffered()) return k;
+    fds.push_back(streams[k]->fd());
+  }
+  return asyncps::WaitAnyReadable(fds, deadline);
 }
 
 }  // namespace asyncps

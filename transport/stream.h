@@ -13,6 +13,7 @@
 #include <cstddef>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 
@@ -37,6 +38,9 @@ class Stream {
   // Waits until there is something to read (or the peer closed: the next
   // read says so); DEADLINE_EXCEEDED once `deadline` passes.
   virtual absl::Status WaitReadable(absl::Time deadline) = 0;
+  // True if bytes already taken off the socket wait in the stream (TLS
+  // reads whole records), which poll(2) on fd() would not report.
+  virtual bool Buffered() const { return false; }
 
  protected:
   explicit Stream(int fd) : fd_(fd) {}
@@ -54,6 +58,13 @@ class TcpStream final : public Stream {
                          absl::Time deadline) override;
   absl::Status WaitReadable(absl::Time deadline) override;
 };
+
+// Waits until one of `streams` has something to read (or its peer closed:
+// the next read says so) and returns the index of one that has;
+// DEADLINE_EXCEEDED once `deadline` passes. For a caller with answers
+// outstanding on several connections, to take whichever comes first.
+absl::StatusOr<size_t> WaitAnyReadable(absl::Span<Stream* const> streams,
+                                       absl::Time deadline);
 
 }  // namespace asyncps
 

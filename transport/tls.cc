@@ -146,9 +146,11 @@ class TlsStream final : public Stream {
 
   absl::Status WaitReadable(absl::Time deadline) override {
     // Bytes OpenSSL already took off the socket would not wake poll(2).
-    if (SSL_has_pending(ssl_)) return absl::OkStatus();
+    if (Buffered()) return absl::OkStatus();
     return asyncps::WaitReadable(fd(), deadline);
   }
+
+  bool Buffered() const override { return SSL_has_pending(ssl_) == 1; }
 
   // After an SSL call returned `rc`: waits for what it needs, or says why
   // the connection cannot go on.

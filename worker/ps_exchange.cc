@@ -162,12 +162,27 @@ absl::Status PsExchange::PullLayer(const TensorSet& set,
        ++again) {
     LOG(WARNING) << "step " << clock << ": " << s.message()
                  << "; pushing the step's gradient again";
-    RETURN_IF_ERROR(PushTensors(set, tensors, grads, clock,
-                                /*count=*/false, /*again=*/true));
+    RETURN_IF_ERROR(PushAgain(set, tensors, grads, clock));
     pull.any_incarnation = true;
     s = client_->Pull(set, Out(tensors, weights_), pull);
   }
   return s;
+}
+
+absl::Status PsExchange::PushAgain(const TensorSet& set,
+                                   const std::vector<int>& tensors,
+                                   const std::vector<std::vector<float>>& grads,
+                                   int64_t clock) {
+  if (&set != &all_set_) {
+    for (int layer : pushed_layers_) {
+      if (&layer_sets_[layer] == &set) continue;  // Last, below.
+      RETURN_IF_ERROR(PushTensors(layer_sets_[layer], layer_tensors_[layer],
+                                  grads, clock, /*count=*/false,
+                                  /*again=*/true));
+    }
+  }
+  return PushTensors(set, tensors, grads, clock, /*count=*/false,
+                     /*again=*/true);
 }
 
 void PsExchange::LayerReady(int layer,
@@ -177,8 +192,10 @@ void PsExchange::LayerReady(int layer,
   if (mode_ != Mode::kLayered) return;
   const std::vector<int>* tensors = &layer_tensors_[layer];
   const TensorSet* set = &layer_sets_[layer];
-  queue_.Enqueue([this, set, tensors, &grads, clock] {
-    return PushTensors(*set, *tensors, grads, clock, /*count=*/true);
+  queue_.Enqueue([this, layer, set, tensors, &grads, clock] {
+    RETURN_IF_ERROR(PushTensors(*set, *tensors, grads, clock, /*count=*/true));
+    pushed_layers_.push_back(layer);
+    return absl::OkStatus();
   });
   queue_.Enqueue([this, set, tensors, &grads, clock] {
     return PullLayer(*set, *tensors, grads, clock);
@@ -211,6 +228,7 @@ void PsExchange::TakeStepStats(StepStats* stats) {
   if (min_version >= 0) step_stats_.min_version = min_version;
   if (stats != nullptr) *stats = step_stats_;
   step_stats_ = StepStats();
+  pushed_layers_.clear();
 }
 
 void PsExchange::AdoptStaged() {

@@ -98,8 +98,16 @@ class PsExchange final : public GradientExchange {
                            int64_t clock, bool count, bool again = false);
   // Layered: pulls `tensors` (resolved as `set`) after their push; a bsp shard
   // that restarted since answers ABORTED, and then the push goes again
-  // first.
+  // first (PushAgain).
   absl::Status PullLayer(const TensorSet& set, const std::vector<int>& tensors,
+                         const std::vector<std::vector<float>>& grads,
+                         int64_t clock);
+  // A bsp shard restarted during step `clock`: it lost this worker's
+  // gradient for every layer pushed to it this step, also of the layers
+  // whose step it had applied and this worker pulled (another worker may
+  // wait there for one of them). Those go again, then `tensors` (resolved
+  // as `set`); shards that have them drop the copies.
+  absl::Status PushAgain(const TensorSet& set, const std::vector<int>& tensors,
                          const std::vector<std::vector<float>>& grads,
                          int64_t clock);
   absl::Status FinishLayered(int64_t clock, StepStats* stats);
@@ -138,6 +146,7 @@ class PsExchange final : public GradientExchange {
   Snapshot versions_;
   std::vector<std::vector<float>>* weights_ = nullptr;
   StepStats step_stats_;
+  std::vector<int> pushed_layers_;  // Layered: this step's, in push order.
   // Prefetch: the gradients being sent and the versions they came from;
   // the weights (and versions) the PushPull in flight brings.
   const std::vector<std::vector<float>>* grads_ = nullptr;

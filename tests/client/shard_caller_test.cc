@@ -1,7 +1,8 @@
 // ShardCaller against in-process shards: its options are checked, an
 // unreachable shard is retried until retry_for and then named, a rank's
 // registration secret is stamped on its calls (and a caller without it is
-// refused), and traffic is counted.
+// refused), traffic is counted, and an answer that fails a call ends the
+// wait for the other shards' answers.
 #include "client/shard_caller.h"
 
 #include <memory>
@@ -10,6 +11,7 @@
 
 #include "client/ps_client.h"
 #include "common/clock.h"
+#include "common/mode.h"
 #include "gtest/gtest.h"
 #include "tests/integration/local_shards.h"
 
@@ -21,6 +23,22 @@ PsClientOptions Options(const std::vector<ServerAddress>& servers) {
   o.servers = servers;
   o.retry_for = absl::Seconds(5);
   return o;
+}
+
+// One tensor of 8 weights in two slices of 4, one on each of 2 shards.
+v1::ModelSpec EightWeights() {
+  v1::ModelSpec spec;
+  spec.set_name("m");
+  spec.set_num_shards(2);
+  spec.set_slice_bytes(16);
+  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
+  spec.mutable_optimizer()->set_learning_rate(0.1f);
+  v1::TensorSpec* t = spec.add_tensors();
+  t->set_name("w");
+  t->add_shape(8);
+  t->set_dtype(v1::DTYPE_F32);
+  t->mutable_init()->set_kind(v1::Initializer::ZEROS);
+  return spec;
 }
 
 TEST(ShardCaller, RefusesBadOptions) {
@@ -63,17 +81,7 @@ TEST(ShardCaller, StampsTheRanksSecretAndOthersAreRefused) {
   ASSERT_TRUE((*worker)->Join(0, 1).ok());
   EXPECT_EQ((*worker)->rank(), 0);
   // The declaration and pulls carry rank 0's secret, on each shard.
-  v1::ModelSpec spec;
-  spec.set_name("m");
-  spec.set_num_shards(2);
-  spec.set_slice_bytes(16);
-  spec.mutable_optimizer()->set_kind(v1::OptimizerSpec::SGD);
-  spec.mutable_optimizer()->set_learning_rate(0.1f);
-  v1::TensorSpec* t = spec.add_tensors();
-  t->set_name("w");
-  t->add_shape(8);
-  t->set_dtype(v1::DTYPE_F32);
-  t->mutable_init()->set_kind(v1::Initializer::ZEROS);
+  const v1::ModelSpec spec = EightWeights();
   ASSERT_TRUE((*worker)->DeclareModel(spec).ok());
   std::vector<std::vector<float>> w = {std::vector<float>(8)};
   std::vector<SliceVersion> versions;
@@ -88,6 +96,48 @@ TEST(ShardCaller, StampsTheRanksSecretAndOthersAreRefused) {
   absl::Status refused = (*intruder)->Pull({0}, &w, &versions, 0, 0);
   EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied) << refused;
 }
+
+// A bsp pull of step 1 from two shards: shard 0 holds it (no gradient for
+// the step came), shard 1 refuses it at once (ABORTED: it restarted since
+// the versions this worker pulled). The refusal comes back without waiting
+// for shard 0, on either transport: a worker told to push again may be what
+// the held pull waits for (a shard's restart mid-step in bsp).
+class FailedCall : public ::testing::TestWithParam<Transport> {};
+
+TEST_P(FailedCall, DoesNotWaitForAShardThatHoldsThePull) {
+  auto shards = StartLocalShards(
+      2, [](ShardServerConfig* c) { c->consistency.mode = Mode::kBsp; });
+  ASSERT_TRUE(shards.ok()) << shards.status();
+  PsClientOptions o = Options(shards->addresses);
+  o.transport = GetParam();
+  o.rpc_timeout = absl::Hours(1);  // Waiting for shard 0 would hang.
+  auto worker = PsClient::Create(o);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  ASSERT_TRUE((*worker)->Join(0, 1).ok());
+  ASSERT_TRUE((*worker)->DeclareModel(EightWeights()).ok());
+  const auto& slices = (*worker)->partition().slices();
+  std::vector<SliceVersion> versions(slices.size());
+  bool on_both[2] = {false, false};
+  for (size_t i = 0; i < slices.size(); ++i) {
+    on_both[slices[i].shard] = true;
+    // Shard 0's are not checked (0), shard 1's name no incarnation it had.
+    if (slices[i].shard == 1) versions[i].incarnation = 12345;
+  }
+  ASSERT_TRUE(on_both[0] && on_both[1]);
+  std::vector<std::vector<float>> w = {std::vector<float>(8)};
+  absl::Status s = (*worker)->Pull({0}, &w, &versions, 0, /*clock=*/1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  EXPECT_NE(s.message().find("shard 1 restarted since this worker pulled"),
+            std::string::npos)
+      << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, FailedCall,
+                         ::testing::Values(Transport::kTcp, Transport::kGrpc),
+                         [](const auto& info) {
+                           return std::string(
+                               info.param == Transport::kTcp ? "tcp" : "grpc");
+                         });
 
 }  // namespace
 }  // namespace asyncps::testing
