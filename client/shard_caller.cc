@@ -2,16 +2,27 @@
 
 #include <chrono>
 
+#include "absl/strings/cord.h"
 #include "absl/synchronization/notification.h"
 #include "common/random_id.h"
 #include "rpc/grpc_credentials.h"
 
 namespace asyncps {
 
+namespace {
+constexpr absl::string_view kNotWaitedFor = "asyncps.dev/not-waited-for";
+}  // namespace
+
 absl::Status ShardCaller::NotWaitedFor(int shard) {
-  return absl::UnavailableError(absl::StrCat(
+  absl::Status s = absl::UnavailableError(absl::StrCat(
       "the answer of shard ", shard,
-      " was not waited for: another shard's answer failed the call"));
+      " was not waited for: another shard's answer ended the attempt"));
+  s.SetPayload(kNotWaitedFor, absl::Cord());
+  return s;
+}
+
+bool ShardCaller::WasNotWaitedFor(const absl::Status& s) {
+  return s.GetPayload(kNotWaitedFor).has_value();
 }
 
 ShardCaller::ShardCaller(PsClientOptions options)

@@ -157,12 +157,17 @@ class ShardCaller {
   template <typename Request, typename Response, typename Attempt>
   absl::Status Retry(std::vector<Call<Request, Response>>* calls,
                      Attempt attempt, const char* what, bool idempotent);
-  // One attempt of `calls` over gRPC, with `method`, each stamped. An
-  // answer that fails the attempt whatever the others say (Settles) stops
-  // the wait for the rest, which come back UNAVAILABLE.
+  // One attempt of `calls` over gRPC, with `method`, each stamped. With
+  // `end_early` (calls a shard may hold: MayHold), the first answer that is
+  // not OK ends the attempt: the calls still out are cancelled and come
+  // back UNAVAILABLE (NotWaitedFor), so that Retry acts on that answer at
+  // once. A bsp pull one shard holds must not keep a worker from hearing
+  // that another shard restarted (UNAVAILABLE) or wants its push again
+  // (ABORTED): that push may be what the held pull waits for.
   template <typename Request, typename Response, typename Method>
   std::vector<absl::Status> GrpcAttempt(
-      const std::vector<Call<Request, Response>*>& calls, Method method);
+      const std::vector<Call<Request, Response>*>& calls, Method method,
+      bool end_early = false);
 
   // Registers with one shard and keeps the secret it answers, which this
   // client's later calls as that rank carry (and a registration again
@@ -174,30 +179,22 @@ class ShardCaller {
   explicit ShardCaller(PsClientOptions options);
 
   // One attempt of `calls` over the data planes, as `op` frames, each
-  // stamped; answers are taken as they come, and one that Settles the
-  // attempt ends the wait for the rest, as in GrpcAttempt.
+  // stamped; answers are read as they come. For an op a shard may hold,
+  // a request that cannot go out or the first answer that is not OK ends
+  // the attempt as in GrpcAttempt (the connections not read are closed).
   template <typename Request, typename Response>
   std::vector<absl::Status> TcpAttempt(
       const std::vector<Call<Request, Response>*>& calls, FrameOp op);
 
-  // True if `s` fails an attempt whatever the other shards answer: Retry
-  // retries none of it (it is neither OK nor UNAVAILABLE, a timeout or a
-  // refused secret). A bsp pull one shard holds while another answers
-  // ABORTED (push again) must not wait for the held one: the worker's push
-  // again may be what that one waits for.
-  static bool Settles(const absl::Status& s) {
-    switch (s.code()) {
-      case absl::StatusCode::kOk:
-      case absl::StatusCode::kUnavailable:
-      case absl::StatusCode::kDeadlineExceeded:
-      case absl::StatusCode::kPermissionDenied:
-        return false;
-      default:
-        return true;
-    }
+  // True for the ops whose answer a shard may hold (ssp, bsp).
+  static bool MayHold(FrameOp op) {
+    return op == FrameOp::kPull || op == FrameOp::kPushPull ||
+           op == FrameOp::kPullRows;
   }
-  // What a call not waited for (after another Settled the attempt) says.
+  // What a call not waited for (another's answer ended the attempt) says,
+  // and whether `s` is that.
   static absl::Status NotWaitedFor(int shard);
+  static bool WasNotWaitedFor(const absl::Status& s);
 
   // The registration secret for `rank` on `shard` (0: none), and stamping
   // it on a request as it is sent. Requests that act as no rank are left

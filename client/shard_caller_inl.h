@@ -41,7 +41,10 @@ absl::Status ShardCaller::Retry(std::vector<Call<Request, Response>>* calls,
           (idempotent && s.code() == absl::StatusCode::kDeadlineExceeded) ||
           (newer_secret && s.code() == absl::StatusCode::kPermissionDenied)) {
         retry.push_back(pending[k]);
-        last_error = absl::StrCat(where, ": ", s.message());
+        // The answer that ended the attempt says more than those it cut.
+        if (!WasNotWaitedFor(s) || last_error.empty()) {
+          last_error = absl::StrCat(where, ": ", s.message());
+        }
         continue;
       }
       return Annotate(s, where);
@@ -59,25 +62,26 @@ absl::Status ShardCaller::Retry(std::vector<Call<Request, Response>>* calls,
 
 template <typename Request, typename Response, typename Method>
 std::vector<absl::Status> ShardCaller::GrpcAttempt(
-    const std::vector<Call<Request, Response>*>& calls, Method method) {
+    const std::vector<Call<Request, Response>*>& calls, Method method,
+    bool end_early) {
   std::vector<grpc::Status> results(calls.size());
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts(calls.size());
   for (size_t k = 0; k < calls.size(); ++k) {
     contexts[k] = NewContext(absl::Now() + options_.rpc_timeout);
   }
   absl::BlockingCounter done(static_cast<int>(calls.size()));
-  // The first answer that settles the attempt (-1: none yet); the calls
-  // still out are cancelled then.
-  std::atomic<int> settled{-1};
+  // The first answer that is not OK (-1: none yet); the calls still out
+  // are cancelled then.
+  std::atomic<int> failed{-1};
   for (size_t k = 0; k < calls.size(); ++k) {
     Call<Request, Response>& call = *calls[k];
     Stamp(call.shard, &call.request);
     method(stubs_[call.shard].get(), contexts[k].get(), &call.request,
            &call.response,
-           [&results, &done, &contexts, &settled, k](grpc::Status s) {
+           [&results, &done, &contexts, &failed, end_early, k](grpc::Status s) {
              int none = -1;
-             if (Settles(FromGrpcStatus(s)) &&
-                 settled.compare_exchange_strong(none, static_cast<int>(k))) {
+             if (end_early && !s.ok() &&
+                 failed.compare_exchange_strong(none, static_cast<int>(k))) {
                for (size_t j = 0; j < contexts.size(); ++j) {
                  if (j != k) contexts[j]->TryCancel();
                }
@@ -90,7 +94,7 @@ std::vector<absl::Status> ShardCaller::GrpcAttempt(
   std::vector<absl::Status> out;
   for (size_t k = 0; k < results.size(); ++k) {
     absl::Status s = FromGrpcStatus(results[k]);
-    const int first = settled.load();
+    const int first = failed.load();
     if (first >= 0 && static_cast<int>(k) != first &&
         s.code() == absl::StatusCode::kCancelled) {
       s = NotWaitedFor(calls[k]->shard);
@@ -104,6 +108,7 @@ template <typename Request, typename Response>
 std::vector<absl::Status> ShardCaller::TcpAttempt(
     const std::vector<Call<Request, Response>*>& calls, FrameOp op) {
   const absl::Time deadline = absl::Now() + options_.rpc_timeout;
+  const bool end_early = MayHold(op);
   std::vector<absl::Status> results(calls.size());
   std::vector<std::unique_ptr<DataConnection>> connections(calls.size());
   // Every request goes out before any answer is read, so the shards work
@@ -128,6 +133,12 @@ std::vector<absl::Status> ShardCaller::TcpAttempt(
       channel.Reset();
     }
   }
+  // A request that could not go out ends the attempt before any wait.
+  for (size_t k = 0; end_early && k < calls.size() && !out.empty(); ++k) {
+    if (results[k].ok()) continue;
+    for (size_t j : out) results[j] = NotWaitedFor(calls[j]->shard);
+    out.clear();
+  }
   // Answers in the order they come (a shard holding a bsp pull may answer
   // long after another refused it).
   while (!out.empty()) {
@@ -149,7 +160,7 @@ std::vector<absl::Status> ShardCaller::TcpAttempt(
     const bool failed = results[k].code() == absl::StatusCode::kUnavailable;
     data_[call.shard]->Give(std::move(connections[k]));
     if (failed) data_[call.shard]->Reset();
-    if (Settles(results[k])) {
+    if (end_early && !results[k].ok()) {
       for (size_t j : out) results[j] = NotWaitedFor(calls[j]->shard);
       break;
     }
@@ -174,7 +185,12 @@ absl::Status ShardCaller::Exchange(std::vector<Call<Request, Response>>* calls,
                                    FrameOp op, Method method, const char* what,
                                    bool idempotent) {
   if (options_.transport == Transport::kGrpc) {
-    RETURN_IF_ERROR(CallAll(calls, method, what, idempotent));
+    RETURN_IF_ERROR(Retry(
+        calls,
+        [this, &method, op](const std::vector<Call<Request, Response>*>& p) {
+          return GrpcAttempt(p, method, /*end_early=*/MayHold(op));
+        },
+        what, idempotent));
     for (const auto& call : *calls) {
       sent_bytes_ += static_cast<int64_t>(call.request.ByteSizeLong());
       received_bytes_ += static_cast<int64_t>(call.response.ByteSizeLong());

@@ -37,13 +37,17 @@ inline absl::StatusOr<LocalShards> StartLocalShards(
   return shards;
 }
 
-// Shard `s` of `shards` killed and started again without a checkpoint, in
-// process: the same address (a new data port), no model, no members.
-inline absl::Status RestartLocalShard(LocalShards* shards, int s) {
+// Shard `s` of `shards` killed and started again, in process: the same
+// address (a new data port), no members, and no model unless `tweak` (as
+// given to StartLocalShards) names a checkpoint directory to restore from.
+inline absl::Status RestartLocalShard(
+    LocalShards* shards, int s,
+    const std::function<void(ShardServerConfig*)>& tweak = nullptr) {
   ShardServerConfig config;
   config.host = "127.0.0.1";
   config.shard = s;
   config.num_shards = static_cast<int>(shards->servers.size());
+  if (tweak) tweak(&config);
   config.port = shards->servers[s]->port();
   shards->servers[s]->Shutdown();
   auto server = ShardServer::Start(config);
