@@ -18,6 +18,12 @@ every worker's bytes, and each shard applies W/S of every worker's
 gradient; the slowest of the three sets the pace.
 Allreduce (gloo's ring, after the backward pass): a step takes
   compute_sync + 2 (W - 1) / W * bytes / (eta * rate).
+ssp and bsp (the layered exchange: each layer's push, then its pull, which
+the shard may hold): a step takes compute_layered + link, the link time
+not hidden behind compute (the next forward pass needs the pulled
+weights), with the shard links and the apply rate bounding it as in async;
+compute_layered, calibrated per mode on loopback, holds the waits for the
+other worker as well.
 """
 
 import argparse
@@ -61,6 +67,21 @@ def async_samples(workers, shards, rate, compute_s, batch, params=MLP_PARAMS,
     bounds = {"compute" if worker_step == compute_s else "worker link":
               workers / worker_step}
     # A shard's link: W/S of every worker's bytes each way per step.
+    shard_s = link_seconds(up / shards, down / shards, rate)
+    if shard_s > 0:
+        bounds["shard links"] = 1 / shard_s
+    bounds["shard apply"] = APPLY_PER_S * shards / params
+    what = min(bounds, key=bounds.get)
+    return bounds[what] * batch, what
+
+
+def layered_samples(workers, shards, rate, compute_s, batch,
+                    params=MLP_PARAMS, push="f32", pull="f32"):
+    """ssp and bsp: (samples/s, what bounds it)."""
+    up, down = params * WIRE[push], params * WIRE[pull]
+    link = link_seconds(up, down, rate)
+    bounds = {"compute + link" if link > 0 else "compute":
+              workers / (compute_s + link)}
     shard_s = link_seconds(up / shards, down / shards, rate)
     if shard_s > 0:
         bounds["shard links"] = 1 / shard_s

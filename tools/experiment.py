@@ -15,7 +15,8 @@ Outputs in --out:
   runs/<run>.log      its processes' stderr
   summary.csv         one row per run
   *.png               gnuplot plots: test accuracy against wall time and
-                      against samples seen (one line per mode), staleness
+                      against samples seen (one line per mode), with several
+                      links one figure with a panel per link, staleness
                       histograms
   report.md           the tables and plots
 
@@ -163,6 +164,17 @@ def variant_flags(label):
 
 
 NETEM = os.path.join(ROOT, "deploy", "netem_cluster.sh")
+
+
+def compatible(mode_label, compress):
+    """False for a (mode, compression) pair that ps_worker refuses: the
+    allreduce ring compresses to f16 only (Horovod's), and f16 compression
+    is the ring's, not the servers'. A grid crossing --modes with
+    --compress skips those pairs."""
+    ring = mode_label.partition("+")[0] == "allreduce"
+    if ring:
+        return compress in ("none", "f16")
+    return compress != "f16"
 
 
 def run_label(mode, compress, link):
@@ -390,6 +402,9 @@ set grid
 plot %s
 """ % (os.path.join(out, png), workers, profile, seeds, xlabel, ", ".join(parts)))
             pngs.append(png)
+        links = list(dict.fromkeys(r["link"] for r in runs))
+        if len(links) > 1:
+            pngs.append(plot_links(out, runs, links, tag))
         first_seed = runs[0]["seed"]
         async_runs = [r for r in runs if re.split(r"[+ ]", r["mode"])[0] not in SYNC_MODES
                       and r["seed"] == first_seed]
@@ -412,6 +427,47 @@ plot %s
 """ % (os.path.join(out, png), workers, profile, first_seed, lines))
             pngs.append(png)
     return pngs
+
+
+def plot_links(out, runs, links, tag):
+    """Test accuracy against wall time, one panel per link, one line per
+    mode and compression (the mean over seeds, where every seed's curve
+    covers the time); the same colour for the same run in every panel."""
+    png = "accuracy-time-links-%s.png" % tag
+    kinds = list(dict.fromkeys((r["mode"].split(" @")[0]) for r in runs))
+    panels = []
+    for link in links:
+        parts = []
+        for i, kind in enumerate(kinds):
+            rs = [r for r in runs if r["link"] == link and
+                  r["mode"].split(" @")[0] == kind]
+            if not rs:
+                continue
+            band = seed_band(out, rs, 0)
+            dat = os.path.join(out, "runs", "links-%s-%s-%s.dat" % (
+                tag, link, re.sub(r"[^A-Za-z0-9.]+", "_", kind)))
+            with open(dat, "w") as f:
+                for row in band:
+                    f.write("%.3f %.5f\n" % row[:2])
+            parts.append("'%s' using 1:2 with lines lw 2 lc %d dt %d title '%s'"
+                         % (dat, i % 8 + 1, i // 8 + 1, kind))
+        seeds = len({r["seed"] for r in runs if r["link"] == link})
+        panels.append("""set title '%s (mean of %d seeds)'
+plot %s
+""" % (link, seeds, ", ".join(parts)))
+    gnuplot("""set terminal pngcairo size %d,520 noenhanced
+set output '%s'
+set multiplot layout 1,%d
+set key bottom right font ',8'
+set xlabel 'wall time (s)'
+set ylabel 'test accuracy'
+set yrange [0.6:0.9]
+set ytics 0.05
+set grid
+%s
+unset multiplot
+""" % (520 * len(links), os.path.join(out, png), len(links), "".join(panels)))
+    return png
 
 
 def spread(values):
@@ -480,6 +536,10 @@ def main():
                         for mode in args.modes.split(","):
                             variant_flags(mode)  # Fails early on a bad entry.
                             label = run_label(mode, compress, link)
+                            if not compatible(mode, compress):
+                                print("== %s: skipped (ps_worker refuses "
+                                      "this pair)" % label, flush=True)
+                                continue
                             print("== %s, %d workers, %s, seed %d" %
                                   (label, workers, profile, seed), flush=True)
                             r = run_one(args, bindir, mode, workers, profile,

@@ -67,8 +67,16 @@ TEST_P(ExactlyOnceTest, LostAnswersDoNotApplyAPushTwice) {
   auto stats = AdminClient((*client)->caller()).StatsAll();
   ASSERT_TRUE(stats.ok());
   for (const auto& s : *stats) {
-    // Every third push to each shard lost its answer and came again.
-    EXPECT_EQ(s.duplicate_pushes(), kPushes / 3) << "shard " << s.shard();
+    // Every third push to each shard lost its answer and came again. A
+    // PushPull's attempt also ends at the other shard's lost answer
+    // (ShardCaller::MayHold), and its push comes again here too if this
+    // shard's answer had not been read yet: at most once more each.
+    EXPECT_GE(s.duplicate_pushes(), kPushes / 3) << "shard " << s.shard();
+    EXPECT_LE(s.duplicate_pushes(), 2 * (kPushes / 3))
+        << "shard " << s.shard();
+    if (!GetParam().fused) {
+      EXPECT_EQ(s.duplicate_pushes(), kPushes / 3) << "shard " << s.shard();
+    }
   }
 }
 
