@@ -169,11 +169,14 @@ NETEM = os.path.join(ROOT, "deploy", "netem_cluster.sh")
 def compatible(mode_label, compress):
     """False for a (mode, compression) pair that ps_worker refuses: the
     allreduce ring compresses to f16 only (Horovod's), and f16 compression
-    is the ring's, not the servers'. A grid crossing --modes with
-    --compress skips those pairs."""
-    ring = mode_label.partition("+")[0] == "allreduce"
-    if ring:
+    is the ring's, not the servers'. A 16-bit wire (+bf16, +f16) already
+    sends gradients in 16 bits: it is run without compression. A grid
+    crossing --modes with --compress skips the other pairs."""
+    mode, _, variant = mode_label.partition("+")
+    if mode == "allreduce":
         return compress in ("none", "f16")
+    if variant in ("bf16", "f16"):
+        return compress == "none"
     return compress != "f16"
 
 
