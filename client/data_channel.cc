@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -86,7 +87,7 @@ absl::Status DataConnection::ReceiveFrame(
 
 absl::StatusOr<size_t> DataConnection::WaitAny(
     absl::Span<DataConnection* const> connections, absl::Time deadline) {
-  std::vector<Stream*> streams;
+  absl::InlinedVector<Stream*, 4> streams;
   for (DataConnection* c : connections) streams.push_back(c->stream_.get());
   return WaitAnyReadable(streams, deadline);
 }

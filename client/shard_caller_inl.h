@@ -142,9 +142,11 @@ std::vector<absl::Status> ShardCaller::TcpAttempt(
   // Answers in the order they come (a shard holding a bsp pull may answer
   // long after another refused it).
   while (!out.empty()) {
-    std::vector<DataConnection*> waiting;
+    absl::InlinedVector<DataConnection*, 4> waiting;
     for (size_t k : out) waiting.push_back(connections[k].get());
-    absl::StatusOr<size_t> ready = DataConnection::WaitAny(waiting, deadline);
+    // The last one is read at once (Receive waits for it itself).
+    absl::StatusOr<size_t> ready =
+        out.size() == 1 ? 0 : DataConnection::WaitAny(waiting, deadline);
     if (!ready.ok()) {
       // Connections with an answer still to come are closed, not reused.
       for (size_t k : out) results[k] = ready.status();

@@ -141,6 +141,9 @@ def predict(mode, link, push, pull):
     if mode == "async":
         return async_samples(2, 2, rate, ASYNC_COMPUTE_S, 64, push=push,
                              pull=pull)[0]
+    if mode in LAYERED_COMPUTE_S:
+        return layered_samples(2, 2, rate, LAYERED_COMPUTE_S[mode], 64,
+                               push=push, pull=pull)[0]
     return allreduce_samples(2, rate, SYNC_COMPUTE_S, 64, wire=push)
 
 

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -33,7 +34,7 @@ void SetNoDelay(int fd) {
 // that is ready (or has an error or hang-up for the next call to report).
 absl::StatusOr<size_t> WaitAny(absl::Span<const int> fds, short events,
                                absl::Time deadline) {
-  std::vector<pollfd> p;
+  absl::InlinedVector<pollfd, 4> p;  // No allocation for a shard or few.
   for (int fd : fds) p.push_back(pollfd{fd, events, 0});
   while (true) {
     int timeout_ms = -1;

@@ -1,7 +1,6 @@
 #include "transport/stream.h"
 
-#include <vector>
-
+#include "absl/container/inlined_vector.h"
 #include "transport/socket.h"
 
 namespace asyncps {
@@ -21,7 +20,7 @@ absl::Status TcpStream::WaitReadable(absl::Time deadline) {
 
 absl::StatusOr<size_t> WaitAnyReadable(absl::Span<Stream* const> streams,
                                        absl::Time deadline) {
-  std::vector<int> fds;
+  absl::InlinedVector<int, 4> fds;
   for (size_t k = 0; k < streams.size(); ++k) {
     if (streams[k]->Buffered()) return k;
     fds.push_back(streams[k]->fd());
