@@ -18,12 +18,14 @@ every worker's bytes, and each shard applies W/S of every worker's
 gradient; the slowest of the three sets the pace.
 Allreduce (gloo's ring, after the backward pass): a step takes
   compute_sync + 2 (W - 1) / W * bytes / (eta * rate).
-ssp and bsp (the layered exchange: each layer's push, then its pull, which
-the shard may hold): a step takes compute_layered + link, the link time
-not hidden behind compute (the next forward pass needs the pulled
-weights), with the shard links and the apply rate bounding it as in async;
-compute_layered, calibrated per mode on loopback, holds the waits for the
-other worker as well.
+ssp and bsp (the layered exchange: each layer's push as backward
+produces it, then its pull, which the shard may hold): a step takes
+  max(compute_layered, link) + (1 - hidden) * min(compute_layered, link),
+the pushes overlapping the backward pass of the layers below them and the
+pulls not (the next forward pass needs them); hidden = 0.5 is fitted to
+the 1 Gbit/s points. compute_layered, calibrated per mode on loopback,
+holds the waits for the other worker as well. The shard links and the
+apply rate bound it as in async.
 """
 
 import argparse
@@ -80,8 +82,9 @@ def layered_samples(workers, shards, rate, compute_s, batch,
     """ssp and bsp: (samples/s, what bounds it)."""
     up, down = params * WIRE[push], params * WIRE[pull]
     link = link_seconds(up, down, rate)
-    bounds = {"compute + link" if link > 0 else "compute":
-              workers / (compute_s + link)}
+    step = max(compute_s, link) + (1 - LAYERED_HIDDEN) * min(compute_s, link)
+    bounds = {"compute" if link < compute_s else "worker link":
+              workers / step}
     shard_s = link_seconds(up / shards, down / shards, rate)
     if shard_s > 0:
         bounds["shard links"] = 1 / shard_s
@@ -104,10 +107,22 @@ def allreduce_samples(workers, rate, compute_s, batch, params=MLP_PARAMS,
 # 15,823 samples/s -> 8.09 ms.
 ASYNC_COMPUTE_S = 2 * 64 / 37512
 SYNC_COMPUTE_S = 2 * 64 / 15823
+# The layered exchange, from the three-link grid's loopback runs (mean of
+# 3 seeds): ssp 29,880 samples/s -> 4.28 ms, bsp 22,330 -> 5.73 ms.
+LAYERED_COMPUTE_S = {"ssp": 2 * 64 / 29880, "bsp": 2 * 64 / 22330}
+LAYERED_HIDDEN = 0.5  # Of the shorter of compute and link; fitted.
+# A codec's own CPU time per step on the worker (encoding the push, or the
+# ring's conversions to and from half), added to compute: the loopback
+# grid's mean step with it less the one without (async --compress=bf16 31,729 and
+# top-k 28,030 samples/s against 37,447; allreduce f16 8,319 against
+# 15,823). One-bit was not run on loopback: 0 (unknown).
+CODEC_CPU_S = {"f32": 0.0, "bf16": 0.62e-3, "topk:0.01": 1.15e-3,
+               "onebit": 0.0, "f16": 7.3e-3}
 
 # Every point measured on this machine (docs/COMPRESSION.md "Training over
-# it"; docs/EXPERIMENTS.md "Over an emulated 1 Gbit/s link"): (source,
-# mode, link, push, pull, measured samples/s of each run).
+# it"; docs/EXPERIMENTS.md "Over an emulated 1 Gbit/s link" and "Three
+# links"): (source, mode, link, push, pull, measured samples/s of each
+# run).
 POINTS = [
     ("COMPRESSION", "async", "1gbit", "f32", "f32", [12822, 12583]),
     ("COMPRESSION", "async", "1gbit", "bf16", "f32", [15972, 16106]),
@@ -133,18 +148,58 @@ POINTS = [
     ("EXPERIMENTS", "async", "10gbit", "bf16", "bf16", [34937, 29674, 34177]),
     ("EXPERIMENTS", "allreduce", "10gbit", "f32", "f32",
      [11433, 11480, 10338]),
+    # The three-link grid (docs/EXPERIMENTS.md "Three links"), 3 seeds each.
+    ("GRID", "async", "loopback", "f32", "f32", [38904, 37526, 35912]),
+    ("GRID", "async", "loopback", "bf16", "bf16", [41355, 40350, 40005]),
+    ("GRID", "ssp", "loopback", "f32", "f32", [30920, 24907, 33812]),
+    ("GRID", "bsp", "loopback", "f32", "f32", [25148, 17910, 23932]),
+    ("GRID", "allreduce", "loopback", "f32", "f32", [17343, 13366, 13803]),
+    ("GRID", "async", "loopback", "bf16", "f32", [38897, 28064, 28227]),
+    ("GRID", "ssp", "loopback", "bf16", "f32", [28026, 23822, 21719]),
+    ("GRID", "bsp", "loopback", "bf16", "f32", [23145, 17806, 19967]),
+    ("GRID", "async", "loopback", "topk:0.01", "f32", [30102, 24651, 29336]),
+    ("GRID", "ssp", "loopback", "topk:0.01", "f32", [26098, 20778, 22492]),
+    ("GRID", "bsp", "loopback", "topk:0.01", "f32", [20771, 17803, 18406]),
+    ("GRID", "allreduce", "loopback", "f16", "f16", [8164, 8607, 8187]),
+    ("GRID", "async", "10gbit", "f32", "f32", [30360, 27315, 27626]),
+    ("GRID", "async", "10gbit", "bf16", "bf16", [31416, 30505, 32345]),
+    ("GRID", "ssp", "10gbit", "f32", "f32", [21658, 19733, 22235]),
+    ("GRID", "bsp", "10gbit", "f32", "f32", [17763, 16870, 17139]),
+    ("GRID", "allreduce", "10gbit", "f32", "f32", [11185, 11030, 10484]),
+    ("GRID", "async", "10gbit", "bf16", "f32", [23021, 26278, 31526]),
+    ("GRID", "ssp", "10gbit", "bf16", "f32", [20160, 19817, 26183]),
+    ("GRID", "bsp", "10gbit", "bf16", "f32", [18116, 19079, 21761]),
+    ("GRID", "async", "10gbit", "topk:0.01", "f32", [25001, 25471, 26805]),
+    ("GRID", "ssp", "10gbit", "topk:0.01", "f32", [24077, 22836, 21963]),
+    ("GRID", "bsp", "10gbit", "topk:0.01", "f32", [19013, 17428, 18565]),
+    ("GRID", "allreduce", "10gbit", "f16", "f16", [8064, 8148, 7444]),
+    ("GRID", "async", "1gbit", "f32", "f32", [12353, 12239, 12395]),
+    ("GRID", "async", "1gbit", "bf16", "bf16", [26482, 26297, 24992]),
+    ("GRID", "ssp", "1gbit", "f32", "f32", [10092, 9976, 9811]),
+    ("GRID", "bsp", "1gbit", "f32", "f32", [8965, 8900, 9132]),
+    ("GRID", "allreduce", "1gbit", "f32", "f32", [8988, 8820, 9108]),
+    ("GRID", "async", "1gbit", "bf16", "f32", [14951, 14827, 14858]),
+    ("GRID", "ssp", "1gbit", "bf16", "f32", [12867, 13092, 12749]),
+    ("GRID", "bsp", "1gbit", "bf16", "f32", [11576, 11026, 11453]),
+    ("GRID", "async", "1gbit", "topk:0.01", "f32", [14859, 14778, 14922]),
+    ("GRID", "ssp", "1gbit", "topk:0.01", "f32", [13328, 13923, 13570]),
+    ("GRID", "bsp", "1gbit", "topk:0.01", "f32", [11010, 11548, 11436]),
+    ("GRID", "allreduce", "1gbit", "f16", "f16", [7851, 7710, 7715]),
 ]
 
 
 def predict(mode, link, push, pull):
     rate = rate_bytes(link)
+    # A 16-bit wire both ways (--wire_dtype) converts as it copies: no
+    # encoding pass of its own, unlike a codec on the push alone.
+    codec = CODEC_CPU_S[push] if mode == "allreduce" or pull == "f32" else 0
     if mode == "async":
-        return async_samples(2, 2, rate, ASYNC_COMPUTE_S, 64, push=push,
-                             pull=pull)[0]
+        return async_samples(2, 2, rate, ASYNC_COMPUTE_S + codec, 64,
+                             push=push, pull=pull)[0]
     if mode in LAYERED_COMPUTE_S:
-        return layered_samples(2, 2, rate, LAYERED_COMPUTE_S[mode], 64,
-                               push=push, pull=pull)[0]
-    return allreduce_samples(2, rate, SYNC_COMPUTE_S, 64, wire=push)
+        return layered_samples(2, 2, rate, LAYERED_COMPUTE_S[mode] + codec,
+                               64, push=push, pull=pull)[0]
+    return allreduce_samples(2, rate, SYNC_COMPUTE_S + codec, 64, wire=push)
 
 
 def check():

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""tools/cost_model.py: its formulas on a case worked by hand, its bounds,
+"""tools/cost_model.py: its formulas on cases worked by hand (async, the
+layered ssp/bsp exchange, the ring, a codec's CPU time), its bounds,
 its refusal of a bad link, and its stated accuracy over the measured
 points (docs/COST_MODEL.md: median error within 15 %), so a change to its
 constants or to the points that breaks that claim fails here."""
@@ -43,6 +44,21 @@ expect(what == "shard links" and math.isclose(s, 10 / link),
 r = cm.allreduce_samples(4, rate, 0.01, 10, params=1000000)
 expect(math.isclose(r, 40 / (0.01 + 1.5 * 4e6 / (cm.ETA * 125e6))),
        "ring %r" % r)
+# ssp/bsp's layered exchange: the longer of compute and link, plus the
+# unhidden part of the shorter.
+s, what = cm.layered_samples(1, 1, rate, 0.01, 10, params=1000000)
+step = link + (1 - cm.LAYERED_HIDDEN) * 0.01
+expect(math.isclose(s, 10 / step) and what == "worker link",
+       "layered, link-bound: %r %r, want %r" % (s, what, 10 / step))
+s, what = cm.layered_samples(1, 1, math.inf, 0.01, 10, params=1000000)
+expect(math.isclose(s, 1000) and what == "compute",
+       "layered on loopback is compute: %r %r" % (s, what))
+# A codec's CPU time counts where it encodes the push alone.
+expect(cm.predict("async", "loopback", "topk:0.01", "f32") <
+       cm.predict("async", "loopback", "f32", "f32"), "top-k costs CPU")
+expect(cm.predict("async", "loopback", "bf16", "bf16") ==
+       cm.predict("async", "loopback", "f32", "f32"),
+       "a 16-bit wire has no encoding pass")
 expect(cm.rate_bytes("loopback") == math.inf, "loopback is unbounded")
 try:
     cm.rate_bytes("fast")
