@@ -91,10 +91,10 @@ std::vector<absl::Status> ShardCaller::GrpcAttempt(
            });
   }
   done.Wait();
+  const int first = failed.load();
   std::vector<absl::Status> out;
   for (size_t k = 0; k < results.size(); ++k) {
     absl::Status s = FromGrpcStatus(results[k]);
-    const int first = failed.load();
     if (first >= 0 && static_cast<int>(k) != first &&
         s.code() == absl::StatusCode::kCancelled) {
       s = NotWaitedFor(calls[k]->shard);
@@ -115,6 +115,7 @@ std::vector<absl::Status> ShardCaller::TcpAttempt(
   // at once. (No deadlock: a shard answers only after reading its whole
   // request, and reading one answer never waits on another shard.)
   std::vector<size_t> out;  // The calls whose answers are to come.
+  bool unsent = false;
   for (size_t k = 0; k < calls.size(); ++k) {
     Call<Request, Response>& call = *calls[k];
     Stamp(call.shard, &call.request);
@@ -122,6 +123,7 @@ std::vector<absl::Status> ShardCaller::TcpAttempt(
     auto c = channel.Take(deadline);
     if (!c.ok()) {
       results[k] = c.status();
+      unsent = true;
       continue;
     }
     sent_bytes_ += static_cast<int64_t>(call.request.ByteSizeLong());
@@ -130,12 +132,12 @@ std::vector<absl::Status> ShardCaller::TcpAttempt(
       connections[k] = *std::move(c);
       out.push_back(k);
     } else {
+      unsent = true;
       channel.Reset();
     }
   }
   // A request that could not go out ends the attempt before any wait.
-  for (size_t k = 0; end_early && k < calls.size() && !out.empty(); ++k) {
-    if (results[k].ok()) continue;
+  if (end_early && unsent) {
     for (size_t j : out) results[j] = NotWaitedFor(calls[j]->shard);
     out.clear();
   }

@@ -66,15 +66,9 @@ def async_samples(workers, shards, rate, compute_s, batch, params=MLP_PARAMS,
     """(samples/s, what bounds it)."""
     up, down = params * WIRE[push], params * WIRE[pull]
     worker_step = max(compute_s, link_seconds(up, down, rate))
-    bounds = {"compute" if worker_step == compute_s else "worker link":
-              workers / worker_step}
-    # A shard's link: W/S of every worker's bytes each way per step.
-    shard_s = link_seconds(up / shards, down / shards, rate)
-    if shard_s > 0:
-        bounds["shard links"] = 1 / shard_s
-    bounds["shard apply"] = APPLY_PER_S * shards / params
-    what = min(bounds, key=bounds.get)
-    return bounds[what] * batch, what
+    return _slowest("compute" if worker_step == compute_s else "worker link",
+                    workers / worker_step, shards, up, down, rate, batch,
+                    params)
 
 
 def layered_samples(workers, shards, rate, compute_s, batch,
@@ -83,8 +77,16 @@ def layered_samples(workers, shards, rate, compute_s, batch,
     up, down = params * WIRE[push], params * WIRE[pull]
     link = link_seconds(up, down, rate)
     step = max(compute_s, link) + (1 - LAYERED_HIDDEN) * min(compute_s, link)
-    bounds = {"compute" if link < compute_s else "worker link":
-              workers / step}
+    return _slowest("compute" if link < compute_s else "worker link",
+                    workers / step, shards, up, down, rate, batch, params)
+
+
+def _slowest(worker_bound, worker_steps_s, shards, up, down, rate, batch,
+             params):
+    """(samples/s, what bounds it): the workers' own steps a second (named
+    `worker_bound`), the shards' links (each carries 1/S of every worker's
+    bytes each way per step) and the shards' apply rate, the slowest."""
+    bounds = {worker_bound: worker_steps_s}
     shard_s = link_seconds(up / shards, down / shards, rate)
     if shard_s > 0:
         bounds["shard links"] = 1 / shard_s

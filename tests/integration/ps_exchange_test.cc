@@ -32,20 +32,26 @@ constexpr float kInit = 1.0f;
 constexpr float kLr = 0.5f;
 constexpr int kSteps = 5;
 
+// Worker `rank` of a job of 2 on `shards`, with slices of 1 KiB.
+ClientOptions WorkerOptions(const LocalShards& shards, int rank) {
+  ClientOptions options;
+  for (const ServerAddress& a : shards.addresses) {
+    options.servers.push_back(a.ToString());
+  }
+  options.rank = rank;
+  options.num_workers = 2;
+  options.slice_bytes = 1024;
+  return options;
+}
+
 class PsExchangeTest : public ::testing::TestWithParam<PsExchange::Mode> {
  protected:
   void SetUp() override {
     auto shards = StartLocalShards(2);
     ASSERT_TRUE(shards.ok()) << shards.status();
     shards_ = *std::move(shards);
-    ClientOptions options;
-    for (const ServerAddress& a : shards_.addresses) {
-      options.servers.push_back(a.ToString());
-    }
-    options.rank = 0;
-    options.num_workers = 2;  // LostModelAtStartTest's second worker.
-    options.slice_bytes = 1024;
-    auto client = Client::Connect(options);
+    // Of 2: LostModelAtStartTest's second worker.
+    auto client = Client::Connect(WorkerOptions(shards_, 0));
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = *std::move(client);
     const std::vector<float> w(1200, kInit), b(30, kInit);
@@ -144,14 +150,7 @@ TEST_F(LostModelAtStartTest, NoWorkerHoldsACopyItIsDeclaredAgain) {
 
 TEST_F(LostModelAtStartTest, AWorkersTrainedCopyIsWaitedFor) {
   // Another worker holds trained weights: 7 everywhere.
-  ClientOptions options;
-  for (const ServerAddress& a : shards_.addresses) {
-    options.servers.push_back(a.ToString());
-  }
-  options.rank = 1;
-  options.num_workers = 2;
-  options.slice_bytes = 1024;
-  auto other = Client::Connect(options);
+  auto other = Client::Connect(WorkerOptions(shards_, 1));
   ASSERT_TRUE(other.ok()) << other.status();
   ASSERT_TRUE((*other)->Attach().ok());
   std::vector<float> trained_w(1200, 7.0f), trained_b(30, 7.0f);
@@ -204,14 +203,8 @@ class BspShardRestartTest : public ::testing::Test {
 
   // A worker that gives up on a call within 10 s.
   std::unique_ptr<Client> Connect(int rank) {
-    ClientOptions options;
-    for (const ServerAddress& a : shards_.addresses) {
-      options.servers.push_back(a.ToString());
-    }
-    options.rank = rank;
-    options.num_workers = 2;
+    ClientOptions options = WorkerOptions(shards_, rank);
     options.mode = "bsp";
-    options.slice_bytes = 1024;
     options.rpc_timeout_seconds = 3;
     options.retry_for_seconds = 10;
     auto client = Client::Connect(options);
