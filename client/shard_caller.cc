@@ -39,32 +39,39 @@ absl::StatusOr<std::unique_ptr<ShardCaller>> ShardCaller::Create(
                      " is below the minimum ", 2 * kRequestOverhead));
   }
   std::unique_ptr<ShardCaller> client(new ShardCaller(std::move(options)));
-  for (const ServerAddress& addr : client->options_.servers) {
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(
-        static_cast<int>(client->options_.max_message_bytes));
-    args.SetMaxSendMessageSize(
-        static_cast<int>(client->options_.max_message_bytes));
-    // A restarted shard is found again within a second.
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    auto channel = grpc::CreateCustomChannel(
-        addr.ToString(), MakeChannelCredentials(client->options_.security),
-        args);
-    client->stubs_.push_back(v1::ParameterServer::NewStub(channel));
+  std::shared_ptr<const TlsContext> tls;
+  if (client->options_.transport == Transport::kTcp &&
+      client->options_.security.tls()) {
+    ASSIGN_OR_RETURN(tls, TlsContext::ForClient(client->options_.security));
   }
-  if (client->options_.transport == Transport::kTcp) {
-    ShardCaller* c = client.get();
-    std::shared_ptr<const TlsContext> tls;
-    if (c->options_.security.tls()) {
-      ASSIGN_OR_RETURN(tls, TlsContext::ForClient(c->options_.security));
-    }
-    for (int shard = 0; shard < c->num_shards(); ++shard) {
-      c->data_.push_back(std::make_unique<DataChannel>(
-          [c, shard](absl::Time deadline) {
-            return c->DiscoverDataPlane(shard, deadline);
-          },
-          tls, static_cast<uint64_t>(c->options_.max_message_bytes)));
+  ShardCaller* c = client.get();
+  c->current_ =
+      std::make_unique<std::atomic<int>[]>(c->options_.servers.size());
+  for (size_t shard = 0; shard < c->options_.servers.size(); ++shard) {
+    c->current_[shard] = 0;
+    std::vector<Member>& members = c->members_.emplace_back();
+    for (const ServerAddress& addr : c->options_.servers[shard].Members()) {
+      grpc::ChannelArguments args;
+      args.SetMaxReceiveMessageSize(
+          static_cast<int>(c->options_.max_message_bytes));
+      args.SetMaxSendMessageSize(
+          static_cast<int>(c->options_.max_message_bytes));
+      // A restarted shard is found again within a second.
+      args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+      args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+      Member& m = members.emplace_back();
+      m.address = addr;
+      m.stub = v1::ParameterServer::NewStub(grpc::CreateCustomChannel(
+          addr.ToString(), MakeChannelCredentials(c->options_.security), args));
+      if (c->options_.transport == Transport::kTcp) {
+        const int s = static_cast<int>(shard);
+        const int k = static_cast<int>(members.size()) - 1;
+        m.data = std::make_unique<DataChannel>(
+            [c, s, k](absl::Time deadline) {
+              return c->DiscoverDataPlane(s, k, deadline);
+            },
+            tls, static_cast<uint64_t>(c->options_.max_message_bytes));
+      }
     }
   }
   return client;
@@ -135,22 +142,28 @@ std::unique_ptr<grpc::ClientContext> ShardCaller::NewContext(
   return context;
 }
 
+void ShardCaller::NextMember(int shard, int tried) {
+  const int n = static_cast<int>(members_[shard].size());
+  if (n > 1) current_[shard].compare_exchange_strong(tried, (tried + 1) % n);
+}
+
 absl::StatusOr<DataPlaneAddress> ShardCaller::DiscoverDataPlane(
-    int shard, absl::Time deadline) {
+    int shard, int member, absl::Time deadline) {
   std::unique_ptr<grpc::ClientContext> context = NewContext(deadline);
   v1::DataPlaneRequest request;
   v1::DataPlaneResponse response;
   absl::Notification done;
   grpc::Status status;
-  stubs_[shard]->async()->DataPlane(context.get(), &request, &response,
-                                    [&](grpc::Status s) {
-                                      status = std::move(s);
-                                      done.Notify();
-                                    });
+  const Member& m = members_[shard][member];
+  m.stub->async()->DataPlane(context.get(), &request, &response,
+                             [&](grpc::Status s) {
+                               status = std::move(s);
+                               done.Notify();
+                             });
   done.WaitForNotification();
   RETURN_IF_ERROR(Annotate(FromGrpcStatus(status), "DataPlane"));
   DataPlaneAddress address;
-  address.host = options_.servers[shard].host;
+  address.host = m.address.host;
   address.port = static_cast<int>(response.port());
   address.token = response.token();
   return address;

@@ -123,7 +123,7 @@ class ShardCaller {
       PsClientOptions options);
 
   const PsClientOptions& options() const { return options_; }
-  int num_shards() const { return static_cast<int>(stubs_.size()); }
+  int num_shards() const { return static_cast<int>(members_.size()); }
   // The rank this client last registered as (-1: none yet).
   int rank() const { return rank_.load(); }
   Traffic traffic() const {
@@ -225,14 +225,34 @@ class ShardCaller {
 
   // A context for one call: `deadline`, and the token if there is one.
   std::unique_ptr<grpc::ClientContext> NewContext(absl::Time deadline) const;
-  // Shard `shard`'s data-plane address, asked once (no retry) by `deadline`.
-  absl::StatusOr<DataPlaneAddress> DiscoverDataPlane(int shard,
+  // The data-plane address of member `member` of `shard`, asked once (no
+  // retry) by `deadline`.
+  absl::StatusOr<DataPlaneAddress> DiscoverDataPlane(int shard, int member,
                                                      absl::Time deadline);
 
+  // One process of a shard: the only one, or a member of its replicated
+  // group (ServerAddress::others).
+  struct Member {
+    ServerAddress address;
+    std::unique_ptr<v1::ParameterServer::Stub> stub;
+    std::unique_ptr<DataChannel> data;  // --transport=tcp only.
+  };
+  // The member of `shard` calls go to now, and its index.
+  int Current(int shard) const { return current_[shard].load(); }
+  Member& Serving(int shard) { return members_[shard][Current(shard)]; }
+  v1::ParameterServer::Stub* Stub(int shard) {
+    return Serving(shard).stub.get();
+  }
+  DataChannel& Data(int shard) { return *Serving(shard).data; }
+  // After member `tried` of `shard` answered UNAVAILABLE (it is down, or
+  // a backup): the next member is tried, unless another call moved on
+  // already.
+  void NextMember(int shard, int tried);
+
   const PsClientOptions options_;
-  std::vector<std::unique_ptr<v1::ParameterServer::Stub>> stubs_;
-  // --transport=tcp: shard i's data plane at data_[i].
-  std::vector<std::unique_ptr<DataChannel>> data_;
+  // members_[shard]: the shard's processes (one, unless replicated).
+  std::vector<std::vector<Member>> members_;
+  std::unique_ptr<std::atomic<int>[]> current_;
   const uint64_t client_id_;
   std::atomic<uint64_t> sequence_{0};
   std::atomic<int64_t> sent_bytes_{0};

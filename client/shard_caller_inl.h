@@ -23,6 +23,12 @@ absl::Status ShardCaller::Retry(std::vector<Call<Request, Response>>* calls,
     const int64_t ended = registrations_ended_.load();
     // Each attempt stamps its requests as it sends them (GrpcAttempt,
     // TcpAttempt): a retry after a registration carries the new secret.
+    // The member each call goes to, to move on from it if it is not
+    // serving.
+    std::vector<int> tried;
+    for (const Call<Request, Response>* call : pending) {
+      tried.push_back(Current(call->shard));
+    }
     const std::vector<absl::Status> results = attempt(pending);
     // A refusal for want of a secret that has changed since (a shard
     // restarted, the worker registered again) is retried with the new one,
@@ -36,11 +42,14 @@ absl::Status ShardCaller::Retry(std::vector<Call<Request, Response>>* calls,
       const int shard = pending[k]->shard;
       const std::string where =
           absl::StrCat(what, " to shard ", shard, " at ",
-                       options_.servers[shard].ToString());
+                       members_[shard][tried[k]].address.ToString());
       if (s.code() == absl::StatusCode::kUnavailable ||
           (idempotent && s.code() == absl::StatusCode::kDeadlineExceeded) ||
           (newer_secret && s.code() == absl::StatusCode::kPermissionDenied)) {
         retry.push_back(pending[k]);
+        if (s.code() == absl::StatusCode::kUnavailable && !WasNotWaitedFor(s)) {
+          NextMember(shard, tried[k]);
+        }
         // The answer that ended the attempt says more than those it cut.
         if (!WasNotWaitedFor(s) || last_error.empty()) {
           last_error = absl::StrCat(where, ": ", s.message());
@@ -76,8 +85,7 @@ std::vector<absl::Status> ShardCaller::GrpcAttempt(
   for (size_t k = 0; k < calls.size(); ++k) {
     Call<Request, Response>& call = *calls[k];
     Stamp(call.shard, &call.request);
-    method(stubs_[call.shard].get(), contexts[k].get(), &call.request,
-           &call.response,
+    method(Stub(call.shard), contexts[k].get(), &call.request, &call.response,
            [&results, &done, &contexts, &failed, end_early, k](grpc::Status s) {
              int none = -1;
              if (end_early && !s.ok() &&
@@ -111,6 +119,8 @@ std::vector<absl::Status> ShardCaller::TcpAttempt(
   const bool end_early = MayHold(op);
   std::vector<absl::Status> results(calls.size());
   std::vector<std::unique_ptr<DataConnection>> connections(calls.size());
+  // Where each connection goes back (the shard's member may change).
+  std::vector<DataChannel*> channels(calls.size());
   // Every request goes out before any answer is read, so the shards work
   // at once. (No deadlock: a shard answers only after reading its whole
   // request, and reading one answer never waits on another shard.)
@@ -119,7 +129,8 @@ std::vector<absl::Status> ShardCaller::TcpAttempt(
   for (size_t k = 0; k < calls.size(); ++k) {
     Call<Request, Response>& call = *calls[k];
     Stamp(call.shard, &call.request);
-    DataChannel& channel = *data_[call.shard];
+    DataChannel& channel = Data(call.shard);
+    channels[k] = &channel;
     auto c = channel.Take(deadline);
     if (!c.ok()) {
       results[k] = c.status();
@@ -162,8 +173,8 @@ std::vector<absl::Status> ShardCaller::TcpAttempt(
       received_bytes_ += static_cast<int64_t>(call.response.ByteSizeLong());
     }
     const bool failed = results[k].code() == absl::StatusCode::kUnavailable;
-    data_[call.shard]->Give(std::move(connections[k]));
-    if (failed) data_[call.shard]->Reset();
+    channels[k]->Give(std::move(connections[k]));
+    if (failed) channels[k]->Reset();
     if (end_early && !results[k].ok()) {
       for (size_t j : out) results[j] = NotWaitedFor(calls[j]->shard);
       break;

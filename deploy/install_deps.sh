@@ -45,6 +45,7 @@ PACKAGES=(
   python3-pip
   python3-setuptools        # python/setup.py
   python3-wheel
+  etcd-server               # replicated shards' coordination (ps_server --replicas)
 )
 
 missing=()

@@ -102,6 +102,11 @@ bool Consistency::MustPushAgain(const Wait& w) const {
 }
 
 absl::Status Consistency::CheckServing() {
+  if (replication_ != nullptr) RETURN_IF_ERROR(replication_->CheckServing());
+  return CheckRestored();
+}
+
+absl::Status Consistency::CheckRestored() {
   if (!awaiting_fast_.load(std::memory_order_acquire)) return absl::OkStatus();
   absl::MutexLock lock(&restore_mu_);
   if (!awaiting_) return absl::OkStatus();
@@ -119,7 +124,7 @@ absl::Status Consistency::CheckServing() {
   return absl::OkStatus();
 }
 
-bool Consistency::AwaitingRestore() { return !CheckServing().ok(); }
+bool Consistency::AwaitingRestore() { return !CheckRestored().ok(); }
 
 void Consistency::Pause(int64_t until_step, absl::Duration lease) {
   absl::MutexLock lock(&pause_mu_);
@@ -156,7 +161,10 @@ absl::Status Consistency::CheckPaused(const v1::PushRequest& push) {
 
 absl::StatusOr<v1::DeclareModelResponse> Consistency::Declare(
     const v1::DeclareModelRequest& request) {
-  ASSIGN_OR_RETURN(v1::DeclareModelResponse r, store_->Declare(request.spec()));
+  if (replication_ != nullptr) RETURN_IF_ERROR(replication_->CheckServing());
+  ASSIGN_OR_RETURN(v1::DeclareModelResponse r,
+                   replication_ != nullptr ? replication_->Declare(request)
+                                           : store_->Declare(request.spec()));
   if (r.created() && (request.weights_follow() || request.recover())) {
     absl::MutexLock lock(&restore_mu_);
     awaiting_ = true;
@@ -182,7 +190,16 @@ absl::StatusOr<v1::DeclareModelResponse> Consistency::Declare(
 }
 
 absl::Status Consistency::Assign(const v1::AssignRequest& request) {
-  if (request.load_state()) return store_->LoadState(request);
+  if (replication_ != nullptr) RETURN_IF_ERROR(replication_->CheckServing());
+  // The store's change, through the replication stream when there is one.
+  auto assign = [&](bool steps_unknown) {
+    if (replication_ != nullptr) {
+      return replication_->Assign(request, steps_unknown);
+    }
+    return request.load_state() ? store_->LoadState(request)
+                                : store_->Assign(request, steps_unknown);
+  };
+  if (request.load_state()) return assign(false);
   if (!request.restore()) {
     if (config_.mode != Mode::kAllreduce) {
       store_->CountRejected();
@@ -191,7 +208,7 @@ absl::Status Consistency::Assign(const v1::AssignRequest& request) {
           "--mode=",
           ModeName(config_.mode)));
     }
-    return store_->Assign(request);
+    return assign(false);
   }
   absl::MutexLock lock(&restore_mu_);
   if (!awaiting_) {
@@ -200,7 +217,7 @@ absl::Status Consistency::Assign(const v1::AssignRequest& request) {
         "this shard awaits no restore: it did not lose its model, or a "
         "worker's copy already came");
   }
-  RETURN_IF_ERROR(store_->Assign(request, config_.mode == Mode::kBsp));
+  RETURN_IF_ERROR(assign(config_.mode == Mode::kBsp));
   restored_slices_ += request.weights_size();
   if (restored_slices_ >= store_->num_slices()) {
     awaiting_ = false;
@@ -276,7 +293,9 @@ absl::Status Consistency::Push(const v1::PushRequest& request,
   policy.live_workers = membership_->LiveCount();
   policy.quorum = Quorum(policy.live_workers);
   policy.now = clock_->Now();
-  absl::Status pushed = store_->Push(request, policy, response);
+  absl::Status pushed = replication_ != nullptr
+                            ? replication_->Push(request, policy, response)
+                            : store_->Push(request, policy, response);
   ledger_.Finish(request, pushed, *response);
   RETURN_IF_ERROR(pushed);
   Recheck();

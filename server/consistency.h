@@ -32,6 +32,7 @@
 #include "server/held_calls.h"
 #include "server/membership.h"
 #include "server/push_ledger.h"
+#include "server/replication.h"
 #include "server/rows.h"
 #include "server/shard_store.h"
 
@@ -135,6 +136,21 @@ class Consistency {
   void Shutdown();
 
   const ConsistencyConfig& config() const { return config_; }
+  // A replicated shard's member (server/replication.h), borrowed: pushes,
+  // declares and assigns go through it (the primary streams them to its
+  // backups), and nothing is served unless it is the primary. Set before
+  // serving.
+  void set_replication(Replication* replication) { replication_ = replication; }
+  Replication* replication() const { return replication_; }
+  // OK unless this shard is a replicated group's member that is not its
+  // primary now (then UNAVAILABLE naming the primary): what calls that
+  // touch no weights (Register, Heartbeat) check.
+  absl::Status ReplicaServing() const {
+    return replication_ == nullptr ? absl::OkStatus()
+                                   : replication_->CheckServing();
+  }
+  // The push ledger, which a replicated shard's snapshot carries.
+  PushLedger* ledger() { return &ledger_; }
   // What the longest-held pull has waited for past --stall_warn (who it
   // waits for, when each was last seen); "" when nothing is stalled.
   std::string Stall();
@@ -171,8 +187,11 @@ class Consistency {
   // bsp: catches up with the step the job has completed, then applies
   // steps that may go (quorum, --step_deadline, healing).
   void AdvanceSteps();
-  // UNAVAILABLE while awaiting a restore, else OK.
+  // UNAVAILABLE while awaiting a restore or, replicated, while this member
+  // is not the primary; else OK.
   absl::Status CheckServing();
+  // UNAVAILABLE while awaiting a restore, else OK.
+  absl::Status CheckRestored();
   // True until every worker the job expects has joined (here, or before
   // this shard restarted); meanwhile bsp and ssp wait for the missing ones.
   bool Joining() const;
@@ -235,6 +254,7 @@ class Consistency {
   Clock* const clock_;
   EmbeddingTables* const tables_;
   const int num_shards_;
+  Replication* replication_ = nullptr;
 
   std::atomic<int64_t> held_total_{0};
   std::atomic<int64_t> pushes_seen_{0};     // For lose_every_nth_answer.

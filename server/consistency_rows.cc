@@ -22,6 +22,11 @@ absl::Status Consistency::CheckTables() const {
     return absl::FailedPreconditionError(
         "this shard serves no embedding tables");
   }
+  if (replication_ != nullptr) {
+    return absl::FailedPreconditionError(
+        "embedding tables are not replicated yet: run a job with tables "
+        "without --replicas");
+  }
   return absl::OkStatus();
 }
 

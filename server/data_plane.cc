@@ -321,6 +321,25 @@ absl::Status DataPlaneServer::Handle(Stream* stream, const FrameHeader& header,
               consistency_->PushRows(request, response, std::move(call));
             });
           });
+    case FrameOp::kJoin: {
+      v1::ReplicaJoin join;
+      RETURN_IF_ERROR(ReadBody(
+          stream, header, &join, [&] { return PayloadFields(&join); },
+          absl::Now() + t));
+      if (config_.replication == nullptr) {
+        return WriteError(stream,
+                          absl::FailedPreconditionError(
+                              "this shard is not replicated (no --replicas)"),
+                          absl::Now() + t);
+      }
+      // The connection is the backup's stream until it ends.
+      absl::Status s = config_.replication->ServeBackup(stream, join);
+      if (absl::IsFailedPrecondition(s)) {
+        WriteError(stream, s, absl::Now() + t).IgnoreError();
+      }
+      return absl::UnavailableError(
+          absl::StrCat("replication stream ended: ", s.message()));
+    }
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           "data-plane op ", static_cast<int>(header.op),

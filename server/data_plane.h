@@ -32,6 +32,7 @@
 #include "server/consistency.h"
 #include "server/held_calls.h"
 #include "server/membership.h"
+#include "server/replication.h"
 #include "server/shard_store.h"
 #include "transport/frame.h"
 #include "transport/socket.h"
@@ -56,6 +57,9 @@ struct DataPlaneConfig {
   CallObserver* observer = nullptr;
   // TLS (TlsContext::ForServer), or null for plain TCP.
   std::shared_ptr<const TlsContext> tls;
+  // A replicated shard's member (borrowed; null: not replicated): a
+  // backup's kJoin hands its connection to this for the replication stream.
+  Replication* replication = nullptr;
 };
 
 class DataPlaneServer {

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -83,6 +84,36 @@ class AnswerLedger {
         entries.erase(e);
       }
       return;
+    }
+  }
+
+  // A remembered answer, for a replicated shard's snapshot (server/
+  // replication.h): a backup that imports them answers a retry as this
+  // shard would.
+  struct Remembered {
+    uint64_t client_id;
+    uint64_t sequence;
+    Answer answer;
+  };
+  // Every answer remembered (pushes still being applied are left out).
+  std::vector<Remembered> Export() {
+    absl::MutexLock lock(&mu_);
+    std::vector<Remembered> out;
+    for (const auto& [id, c] : clients_) {
+      for (const Entry& e : c.entries) {
+        if (e.done) out.push_back(Remembered{id, e.sequence, e.answer});
+      }
+    }
+    return out;
+  }
+  // Adds `remembered` (from Export) as answered pushes.
+  void Import(const std::vector<Remembered>& remembered) {
+    absl::MutexLock lock(&mu_);
+    for (const Remembered& r : remembered) {
+      Client& c = clients_[r.client_id];
+      c.last_used = ++tick_;
+      if (static_cast<int>(c.entries.size()) == kWindow) c.entries.pop_front();
+      c.entries.push_back(Entry{r.sequence, true, r.answer});
     }
   }
 

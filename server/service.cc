@@ -207,6 +207,7 @@ grpc::ServerUnaryReactor* ParameterServerService::Register(
     v1::RegisterResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!Admit(context, reactor)) return reactor;
+  if (!Allowed(consistency_->ReplicaServing(), reactor)) return reactor;
   auto result = membership_->Register(*request);
   if (result.ok()) {
     *response = *std::move(result);
@@ -224,6 +225,7 @@ grpc::ServerUnaryReactor* ParameterServerService::Heartbeat(
     v1::HeartbeatResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!Admit(context, reactor)) return reactor;
+  if (!Allowed(consistency_->ReplicaServing(), reactor)) return reactor;
   absl::Status s = membership_->Heartbeat(*request);
   if (!s.ok()) store_->CountRejected();
   if (s.ok()) consistency_->ClockAdvanced();
@@ -322,6 +324,9 @@ grpc::ServerUnaryReactor* ParameterServerService::Stats(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!Admit(context, reactor)) return reactor;
   *response = CollectStats(Parts());
+  if (const Replication* r = consistency_->replication(); r != nullptr) {
+    *response->mutable_replica() = r->Stats();
+  }
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -25,6 +25,10 @@ absl::Status ShardServerConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("--port=", port, " is not a TCP port"));
   }
+  if (replicated && (host.empty() || data_port < 0)) {
+    return absl::InvalidArgumentError(
+        "--replicas needs a data plane (--data_port is not -1)");
+  }
   if (data_port < -1 || data_port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--data_port=", data_port, " is not a TCP port (-1: no data plane)"));
@@ -129,13 +133,24 @@ ShardServer::ShardServer(const ShardServerConfig& config, Env env,
       observers_(Observers(rpc_metrics_.get(), call_timeline_.get())),
       store_(config.shard, config.num_shards,
              config.max_message_bytes - kResponseOverhead,
-             static_cast<uint64_t>(config.max_shard_bytes), RandomId()),
+             static_cast<uint64_t>(config.max_shard_bytes),
+             config.incarnation != 0 ? config.incarnation : RandomId()),
       membership_(env.clock, config.worker_timeout,
                   ResumeFor(config.consistency.mode), config.num_workers,
                   config.rejoin_grace),
       consistency_(Observed(config.consistency, observer()), &store_,
                    &membership_, env.clock, &tables_, config.num_shards),
-      kv_(env.clock) {}
+      kv_(env.clock) {
+  if (config.replicated) {
+    PushPolicy base;
+    base.mode = config.consistency.mode;
+    base.stale = config.consistency.stale;
+    replication_ = std::make_unique<Replication>(&store_, consistency_.ledger(),
+                                                 env.clock, config.member, base,
+                                                 config.replica_ack_timeout);
+    consistency_.set_replication(replication_.get());
+  }
+}
 
 absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
     const ShardServerConfig& config, Env env) {
@@ -150,6 +165,11 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
       new ShardServer(config, env, std::move(timeline)));
   RETURN_IF_ERROR(server->Restore());
   RETURN_IF_ERROR(server->Listen());
+  if (server->replication_ != nullptr) {
+    server->replication_->set_member(
+        !config.member.empty() ? config.member
+                               : absl::StrCat("localhost:", server->port_));
+  }
   server->ticker_ = std::thread([s = server.get()] { s->Housekeeping(); });
   if (server->checkpointer_ != nullptr) {
     server->checkpoints_ =
@@ -160,6 +180,11 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
 
 absl::Status ShardServer::Restore() {
   if (config_.checkpoint_dir.empty()) return absl::OkStatus();
+  if (config_.replicated) {
+    // A member's state comes from its group; checkpoints are still written.
+    NewCheckpointer();
+    return absl::OkStatus();
+  }
   // Found unusable now rather than at the first checkpoint, minutes in.
   const std::string probe =
       absl::StrCat(config_.checkpoint_dir, "/.probe-shard-", config_.shard);
@@ -215,12 +240,16 @@ absl::Status ShardServer::Restore() {
   } else if (newest.status().code() != absl::StatusCode::kNotFound) {
     return newest.status();
   }
+  NewCheckpointer();
+  return absl::OkStatus();
+}
+
+void ShardServer::NewCheckpointer() {
   checkpointer_ = std::make_unique<Checkpointer>(
       &store_, env_.fs, config_.checkpoint_dir, config_.shard,
       config_.checkpoint_keep, config_.checkpoint_every, env_.clock);
   checkpointer_->set_timeline(timeline_.get());
   checkpointer_->set_embeddings(&tables_);
-  return absl::OkStatus();
 }
 
 int ShardServer::data_port() const {
@@ -255,6 +284,7 @@ absl::Status ShardServer::Listen() {
     dc.max_connections = config_.max_data_connections;
     dc.max_connections_per_peer = config_.max_data_connections_per_client;
     dc.observer = observer();
+    dc.replication = replication_.get();
     if (config_.security.tls()) {
       // The gRPC port's certificate, key and CA, so the same clients get in.
       auto tls = TlsContext::ForServer(config_.security);
@@ -351,6 +381,8 @@ void ShardServer::Drain() {
   consistency_.Pause(/*until_step=*/0, absl::InfiniteDuration());
   // Held calls would otherwise wait out the grace period.
   consistency_.Shutdown();
+  // Before the data plane: its backups' connections wait on the stream.
+  if (replication_ != nullptr) replication_->Fence("the server is stopping");
   kv_.Shutdown();
   if (data_plane_ != nullptr) data_plane_->Shutdown();
   if (ticker_.joinable() && checkpointer_ != nullptr &&

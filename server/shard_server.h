@@ -32,6 +32,7 @@
 #include "server/kv_store.h"
 #include "server/membership.h"
 #include "server/metrics.h"
+#include "server/replication.h"
 #include "server/rpc_metrics.h"
 #include "server/service.h"
 #include "server/shard_store.h"
@@ -82,6 +83,19 @@ struct ShardServerConfig {
   // TLS (mutual with a CA) and the bearer token every call must carry;
   // the data plane takes the same certificate, key and CA.
   Security security;
+  // Stamped on every slice answered (ShardStore's incarnation); 0: a
+  // random one. A replicated shard's members share their group's.
+  uint64_t incarnation = 0;
+  // A member of a replicated shard group (ps_server --replicas; driven by
+  // ReplicaMember): `member` is its address as the group lists it
+  // ("localhost:<port>" if empty). It
+  // serves no worker until it is made the primary, restores no checkpoint
+  // at start (it copies its primary's state) and needs a data plane.
+  bool replicated = false;
+  std::string member;
+  // How long a backup may take to acknowledge a change before the primary
+  // drops it from the group.
+  absl::Duration replica_ack_timeout = absl::Seconds(5);
 
   // OK, or INVALID_ARGUMENT naming the flag that is wrong.
   absl::Status Validate() const;
@@ -119,6 +133,8 @@ class ShardServer {
   void Shutdown();
 
   ShardStore& store() { return store_; }
+  // The member's replication (null unless config.replicated).
+  Replication* replication() { return replication_.get(); }
   const ShardServerConfig& config() const { return config_; }
 
  private:
@@ -129,6 +145,7 @@ class ShardServer {
     return observers_.empty() ? nullptr : &observers_;
   }
   absl::Status Restore();
+  void NewCheckpointer();  // For checkpoint_dir.
   absl::Status Listen();
   void Housekeeping();
   void PeriodicCheckpoints();
@@ -147,6 +164,7 @@ class ShardServer {
   Membership membership_;
   EmbeddingTables tables_;  // Sparse rows, checkpointed with the model.
   Consistency consistency_;
+  std::unique_ptr<Replication> replication_;  // Replicated members only.
   KvStore kv_;
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<DataPlaneServer> data_plane_;

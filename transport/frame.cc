@@ -67,6 +67,30 @@ std::vector<std::string*> PayloadFields(v1::PushRowsResponse* m) {
   return {m->mutable_rows()};
 }
 
+std::vector<std::string*> PayloadFields(v1::ReplicaJoin*) { return {}; }
+
+std::vector<std::string*> PayloadFields(v1::ReplicaAck*) { return {}; }
+
+// The payloads of whichever op it carries (the meta says which, so the
+// reader knows them too).
+std::vector<std::string*> PayloadFields(v1::ReplicaOp* m) {
+  std::vector<std::string*> out;
+  switch (m->op_case()) {
+    case v1::ReplicaOp::kPush:
+      AddSliceData(m->mutable_push()->mutable_gradients(), &out);
+      break;
+    case v1::ReplicaOp::kAssign:
+      AddSliceData(m->mutable_assign()->mutable_weights(), &out);
+      break;
+    case v1::ReplicaOp::kSnapshot:
+      out.push_back(m->mutable_snapshot()->mutable_checkpoint());
+      break;
+    default:
+      break;
+  }
+  return out;
+}
+
 std::vector<std::string*> PayloadFields(v1::PullResponse* m) {
   std::vector<std::string*> out;
   AddSliceData(m->mutable_slices(), &out);

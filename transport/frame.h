@@ -43,9 +43,14 @@ enum class FrameOp : uint8_t {
   kAnswer = 5,    // The answer to the frame before it.
   kPullRows = 6,  // Sparse rows (docs/SPARSE.md).
   kPushRows = 7,
+  // Between the members of a replicated shard (server/replication.h): a
+  // backup's v1::ReplicaJoin, then the primary's v1::ReplicaOp frames, each
+  // answered with a v1::ReplicaAck.
+  kJoin = 8,
+  kReplicate = 9,
 };
 // The highest op a frame may carry.
-inline constexpr FrameOp kLastFrameOp = FrameOp::kPushRows;
+inline constexpr FrameOp kLastFrameOp = FrameOp::kReplicate;
 
 struct FrameHeader {
   FrameOp op = FrameOp::kAnswer;
@@ -78,6 +83,9 @@ std::vector<std::string*> PayloadFields(v1::PullRowsRequest* m);
 std::vector<std::string*> PayloadFields(v1::PullRowsResponse* m);
 std::vector<std::string*> PayloadFields(v1::PushRowsRequest* m);
 std::vector<std::string*> PayloadFields(v1::PushRowsResponse* m);
+std::vector<std::string*> PayloadFields(v1::ReplicaJoin* m);
+std::vector<std::string*> PayloadFields(v1::ReplicaOp* m);
+std::vector<std::string*> PayloadFields(v1::ReplicaAck* m);
 
 // Writes one frame: `header` (its sizes filled in here), then `meta` with
 // `payloads` moved out of it while it is serialized (they are moved back

@@ -1,0 +1,121 @@
+#include "server/coordinator.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace asyncps {
+
+void MemoryCoordinator::DropLease(int64_t id) {
+  leases_.erase(id);
+  for (auto it = keys_.begin(); it != keys_.end();) {
+    if (it->second.lease == id) {
+      it = keys_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void MemoryCoordinator::Expire() {
+  const absl::Time now = clock_->Now();
+  std::vector<int64_t> expired;
+  for (const auto& [id, lease] : leases_) {
+    if (lease.expires <= now) expired.push_back(id);
+  }
+  for (int64_t id : expired) DropLease(id);
+}
+
+absl::Status MemoryCoordinator::CheckLease(int64_t lease) {
+  if (lease == 0 || leases_.count(lease) > 0) return absl::OkStatus();
+  return absl::NotFoundError(absl::StrCat("lease ", lease, " not found"));
+}
+
+absl::Status MemoryCoordinator::View::Reachable() {
+  absl::MutexLock lock(&mu_);
+  if (cut_) return absl::UnavailableError("coordinator unreachable (cut)");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::pair<int64_t, absl::Duration>>
+MemoryCoordinator::View::Grant(absl::Duration ttl) {
+  if (absl::Status s = Reachable(); !s.ok()) return s;
+  absl::MutexLock lock(&store_->mu_);
+  store_->Expire();
+  const int64_t id = ++store_->next_lease_;
+  store_->leases_[id] = Lease{ttl, store_->clock_->Now() + ttl};
+  return std::make_pair(id, ttl);
+}
+
+absl::Status MemoryCoordinator::View::KeepAlive(int64_t lease) {
+  if (absl::Status s = Reachable(); !s.ok()) return s;
+  absl::MutexLock lock(&store_->mu_);
+  store_->Expire();
+  auto it = store_->leases_.find(lease);
+  if (it == store_->leases_.end()) {
+    return absl::NotFoundError(absl::StrCat("lease ", lease, " expired"));
+  }
+  it->second.expires = store_->clock_->Now() + it->second.ttl;
+  return absl::OkStatus();
+}
+
+absl::Status MemoryCoordinator::View::Revoke(int64_t lease) {
+  if (absl::Status s = Reachable(); !s.ok()) return s;
+  absl::MutexLock lock(&store_->mu_);
+  store_->DropLease(lease);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> MemoryCoordinator::View::CreateIfAbsent(
+    const std::string& key, const std::string& value, int64_t lease) {
+  if (absl::Status s = Reachable(); !s.ok()) return s;
+  absl::MutexLock lock(&store_->mu_);
+  store_->Expire();
+  if (absl::Status s = store_->CheckLease(lease); !s.ok()) return s;
+  if (store_->keys_.count(key) > 0) return 0;
+  const int64_t revision = ++store_->revision_;
+  store_->keys_[key] = CoordinatedValue{value, revision, revision, lease};
+  return revision;
+}
+
+absl::Status MemoryCoordinator::View::Put(const std::string& key,
+                                          const std::string& value,
+                                          int64_t lease) {
+  if (absl::Status s = Reachable(); !s.ok()) return s;
+  absl::MutexLock lock(&store_->mu_);
+  store_->Expire();
+  if (absl::Status s = store_->CheckLease(lease); !s.ok()) return s;
+  const int64_t revision = ++store_->revision_;
+  auto [it, created] = store_->keys_.try_emplace(key);
+  if (created) it->second.create_revision = revision;
+  it->second.value = value;
+  it->second.mod_revision = revision;
+  it->second.lease = lease;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CoordinatedValue> MemoryCoordinator::View::Get(
+    const std::string& key) {
+  if (absl::Status s = Reachable(); !s.ok()) return s;
+  absl::MutexLock lock(&store_->mu_);
+  store_->Expire();
+  auto it = store_->keys_.find(key);
+  if (it == store_->keys_.end()) {
+    return absl::NotFoundError(absl::StrCat("no key ", key));
+  }
+  return it->second;
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, CoordinatedValue>>>
+MemoryCoordinator::View::List(const std::string& prefix) {
+  if (absl::Status s = Reachable(); !s.ok()) return s;
+  absl::MutexLock lock(&store_->mu_);
+  store_->Expire();
+  std::vector<std::pair<std::string, CoordinatedValue>> out;
+  for (auto it = store_->keys_.lower_bound(prefix);
+       it != store_->keys_.end() && absl::StartsWith(it->first, prefix); ++it) {
+    out.push_back(*it);
+  }
+  return out;
+}
+
+}  // namespace asyncps

@@ -1,0 +1,124 @@
+// Coordinator: what a replicated shard group needs of a coordination service
+// (leases, keys bound to them, a revision that only grows), and nothing
+// more. EtcdCoordinator (server/etcd_coordinator.h) is the real one, over
+// etcd's v3 gRPC API; MemoryCoordinator, below, is an in-process one for
+// tests, with a switch that cuts one member off from it (a partition).
+// The election and the shard map are written once, against this interface
+// (server/replica_member.h). Thread-safe.
+#ifndef ASYNCPS_SERVER_COORDINATOR_H_
+#define ASYNCPS_SERVER_COORDINATOR_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+
+namespace asyncps {
+
+// A key's value and when it was written, as etcd's mvccpb.KeyValue.
+struct CoordinatedValue {
+  std::string value;
+  int64_t create_revision = 0;  // Grows with every key created anywhere.
+  int64_t mod_revision = 0;
+  int64_t lease = 0;  // 0: none.
+};
+
+class Coordinator {
+ public:
+  virtual ~Coordinator() = default;
+
+  // A new lease that expires `ttl` after its grant or last KeepAlive
+  // (etcd rounds up to whole seconds and grants no less than its minimum).
+  // Returns its id and the TTL granted.
+  virtual absl::StatusOr<std::pair<int64_t, absl::Duration>> Grant(
+      absl::Duration ttl) = 0;
+  // Renews `lease`: NOT_FOUND once it expired or was revoked (its keys are
+  // gone), UNAVAILABLE if the service cannot be reached.
+  virtual absl::Status KeepAlive(int64_t lease) = 0;
+  // Ends `lease` now; its keys are deleted.
+  virtual absl::Status Revoke(int64_t lease) = 0;
+  // Creates `key` = `value`, bound to `lease` (0: none), unless the key
+  // exists. Returns the new key's create revision, or 0 if it existed.
+  virtual absl::StatusOr<int64_t> CreateIfAbsent(const std::string& key,
+                                                 const std::string& value,
+                                                 int64_t lease) = 0;
+  // Sets `key` = `value`, bound to `lease` (0: none).
+  virtual absl::Status Put(const std::string& key, const std::string& value,
+                           int64_t lease) = 0;
+  // NOT_FOUND if `key` does not exist.
+  virtual absl::StatusOr<CoordinatedValue> Get(const std::string& key) = 0;
+  // Every key that starts with `prefix`, in key order.
+  virtual absl::StatusOr<std::vector<std::pair<std::string, CoordinatedValue>>>
+  List(const std::string& prefix) = 0;
+};
+
+// The keys are in memory; leases expire by `clock`. Members each take a
+// View, which a test can cut off (every call UNAVAILABLE) to partition that
+// member from the others' coordinator.
+class MemoryCoordinator {
+ public:
+  // `clock` is borrowed and must outlive this.
+  explicit MemoryCoordinator(Clock* clock = Clock::Real()) : clock_(clock) {}
+
+  class View final : public Coordinator {
+   public:
+    explicit View(MemoryCoordinator* store) : store_(store) {}
+    // While cut, every call is UNAVAILABLE (and nothing it would do
+    // happens), as when the member cannot reach the service.
+    void set_cut(bool cut) {
+      absl::MutexLock lock(&mu_);
+      cut_ = cut;
+    }
+
+    absl::StatusOr<std::pair<int64_t, absl::Duration>> Grant(
+        absl::Duration ttl) override;
+    absl::Status KeepAlive(int64_t lease) override;
+    absl::Status Revoke(int64_t lease) override;
+    absl::StatusOr<int64_t> CreateIfAbsent(const std::string& key,
+                                           const std::string& value,
+                                           int64_t lease) override;
+    absl::Status Put(const std::string& key, const std::string& value,
+                     int64_t lease) override;
+    absl::StatusOr<CoordinatedValue> Get(const std::string& key) override;
+    absl::StatusOr<std::vector<std::pair<std::string, CoordinatedValue>>> List(
+        const std::string& prefix) override;
+
+   private:
+    absl::Status Reachable();
+    MemoryCoordinator* const store_;
+    absl::Mutex mu_;
+    bool cut_ ABSL_GUARDED_BY(mu_) = false;
+  };
+
+  // A new view (a member's session); owned by the caller.
+  std::unique_ptr<View> NewView() { return std::make_unique<View>(this); }
+
+ private:
+  struct Lease {
+    absl::Duration ttl;
+    absl::Time expires;
+  };
+  // Deletes expired leases and their keys.
+  void Expire() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropLease(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckLease(int64_t lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  Clock* const clock_;
+  absl::Mutex mu_;
+  int64_t revision_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t next_lease_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<int64_t, Lease> leases_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, CoordinatedValue> keys_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_COORDINATOR_H_

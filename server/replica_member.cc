@@ -1,0 +1,335 @@
+#include "server/replica_member.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/cluster_spec.h"
+#include "common/random_id.h"
+#include "common/security.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "proto/asyncps.grpc.pb.h"
+#include "rpc/grpc_credentials.h"
+#include "rpc/grpc_status.h"
+#include "transport/frame.h"
+#include "transport/socket.h"
+#include "transport/tls.h"
+
+namespace asyncps {
+namespace {
+
+// How long a step of joining (the DataPlane RPC, the connection, the hello)
+// may take.
+constexpr absl::Duration kJoinStepTimeout = absl::Seconds(5);
+// How long a frame of the stream may take once it began.
+constexpr absl::Duration kFrameTimeout = absl::Seconds(60);
+
+// The group's incarnation, created by the first member to ask.
+absl::StatusOr<uint64_t> GroupIncarnation(Coordinator* coordinator,
+                                          const std::string& key) {
+  RETURN_IF_ERROR(
+      coordinator->CreateIfAbsent(key, absl::StrCat(RandomId()), 0).status());
+  ASSIGN_OR_RETURN(CoordinatedValue v, coordinator->Get(key));
+  uint64_t incarnation = 0;
+  if (!absl::SimpleAtoi(v.value, &incarnation) || incarnation == 0) {
+    return absl::DataLossError(absl::StrCat("coordinator key ", key, " holds '",
+                                            v.value,
+                                            "', not a shard incarnation"));
+  }
+  return incarnation;
+}
+
+}  // namespace
+
+ReplicaMember::ReplicaMember(ReplicaConfig config, Coordinator* coordinator)
+    : config_(std::move(config)), coordinator_(coordinator) {}
+
+std::string ReplicaMember::Key(const std::string& name) const {
+  return absl::StrCat(config_.prefix, "/shard/", shard_, "/", name);
+}
+
+absl::StatusOr<std::unique_ptr<ReplicaMember>> ReplicaMember::Start(
+    ShardServerConfig server, ReplicaConfig config, Coordinator* coordinator,
+    Env env) {
+  if (config.join_wait == absl::ZeroDuration()) {
+    config.join_wait = 5 * config.lease_ttl;
+  }
+  std::unique_ptr<ReplicaMember> m(
+      new ReplicaMember(std::move(config), coordinator));
+  m->shard_ = server.shard;
+  ASSIGN_OR_RETURN(auto granted, coordinator->Grant(m->config_.lease_ttl));
+  m->lease_ = granted.first;
+  m->ttl_ = granted.second;
+  m->lease_deadline_ = absl::Now() + m->ttl_;
+  ASSIGN_OR_RETURN(server.incarnation,
+                   GroupIncarnation(coordinator, m->Key("incarnation")));
+  server.replicated = true;
+  ASSIGN_OR_RETURN(m->server_, ShardServer::Start(server, env));
+  Replication* r = m->server_->replication();
+  m->member_ = r->member();
+  r->set_backups_changed([p = m.get()](const std::vector<std::string>& b) {
+    return p->RecordBackups(b);
+  });
+  RETURN_IF_ERROR(
+      coordinator->Put(m->Key("members/" + m->member_), "joining", m->lease_));
+  m->loop_ = std::thread([p = m.get()] { p->Run(); });
+  return m;
+}
+
+absl::Status ReplicaMember::RecordBackups(
+    const std::vector<std::string>& backups) {
+  return coordinator_->Put(Key("insync"),
+                           absl::StrCat(server_->replication()->epoch(), ":",
+                                        absl::StrJoin(backups, ",")),
+                           0);
+}
+
+bool ReplicaMember::Renew() {
+  const absl::Time now = absl::Now();
+  if (now < next_renewal_) return true;
+  absl::Status s = coordinator_->KeepAlive(lease_);
+  if (s.ok()) {
+    lease_deadline_ = now + ttl_;
+    next_renewal_ = now + ttl_ / 4;
+    server_->replication()->ExtendLease(lease_deadline_);
+    return true;
+  }
+  if (absl::IsNotFound(s)) return false;
+  // Unreachable: keep trying until the lease must have expired.
+  return now < lease_deadline_;
+}
+
+void ReplicaMember::Fence(const std::string& why) {
+  server_->replication()->Fence(why);
+}
+
+bool ReplicaMember::MayCampaign(absl::Time now) {
+  const bool lost = now - no_primary_since_ >= config_.join_wait;
+  absl::StatusOr<CoordinatedValue> insync = coordinator_->Get(Key("insync"));
+  if (!insync.ok()) {
+    // A new group (no primary ever) may start with any member.
+    return absl::IsNotFound(insync.status());
+  }
+  if (following_ == 0) return lost;
+  const Replication::Role role = server_->replication()->role();
+  std::pair<std::string, std::string> parts =
+      absl::StrSplit(insync->value, absl::MaxSplits(':', 1));
+  int64_t epoch = 0;
+  if (role != Replication::Role::kBackup ||
+      !absl::SimpleAtoi(parts.first, &epoch) || epoch != following_) {
+    return false;
+  }
+  for (absl::string_view b : absl::StrSplit(parts.second, ',')) {
+    if (b == member_) return true;
+  }
+  return false;
+}
+
+bool ReplicaMember::Round() {
+  const absl::Time now = absl::Now();
+  Replication* r = server_->replication();
+  if (!Renew()) {
+    Fence("its lease expired");
+    return false;
+  }
+  const Replication::Role role = r->role();
+  if (role == Replication::Role::kFenced) return false;
+  if (role == Replication::Role::kPrimary) return true;
+  absl::StatusOr<CoordinatedValue> primary = coordinator_->Get(Key("primary"));
+  if (primary.ok()) {
+    no_primary_since_ = absl::InfinitePast();
+    const int64_t epoch = primary->create_revision;
+    if (following_ == 0) {
+      following_ = epoch;
+      r->BecomeBackup(epoch, primary->value);
+      follower_ = std::thread(
+          [this, address = primary->value, epoch] { Follow(address, epoch); });
+      return true;
+    }
+    if (following_ != epoch) {
+      Fence(absl::StrCat("member ", primary->value, " was promoted (epoch ",
+                         epoch, ")"));
+      return false;
+    }
+    bool ended;
+    {
+      absl::MutexLock lock(&mu_);
+      ended = stream_ended_;
+    }
+    if (ended) {
+      if (stream_ended_at_ == absl::InfinitePast()) stream_ended_at_ = now;
+      if (now - stream_ended_at_ > 2 * ttl_) {
+        Fence("its primary dropped it from the stream");
+        return false;
+      }
+    }
+    return true;
+  }
+  if (!absl::IsNotFound(primary.status())) return true;  // Try again.
+  if (no_primary_since_ == absl::InfinitePast()) no_primary_since_ = now;
+  if (!MayCampaign(now)) {
+    if (following_ != 0 && now - no_primary_since_ >= config_.join_wait) {
+      Fence("no primary came, and this member's state may lack changes");
+      return false;
+    }
+    return true;
+  }
+  absl::StatusOr<int64_t> won =
+      coordinator_->CreateIfAbsent(Key("primary"), member_, lease_);
+  if (!won.ok() || *won == 0) return true;
+  // The stream of the old primary is over; its last ops are applied.
+  {
+    absl::MutexLock lock(&mu_);
+    if (follower_fd_ >= 0) ShutdownSocket(follower_fd_);
+  }
+  if (follower_.joinable()) follower_.join();
+  if (absl::Status s =
+          coordinator_->Put(Key("insync"), absl::StrCat(*won, ":"), 0);
+      !s.ok()) {
+    Fence(absl::StrCat("cannot record its epoch: ", s.message()));
+    return false;
+  }
+  r->BecomePrimary(*won, lease_deadline_);
+  coordinator_->Put(Key("members/" + member_), "primary", lease_).IgnoreError();
+  LOG(WARNING) << "shard " << shard_ << ": member " << member_
+               << " is the primary now (epoch " << *won << ")";
+  return true;
+}
+
+void ReplicaMember::Run() {
+  while (!stop_.HasBeenNotified()) {
+    if (!Round()) {
+      ended_.Notify();
+      return;
+    }
+    stop_.WaitForNotificationWithTimeout(config_.poll);
+  }
+}
+
+void ReplicaMember::Follow(std::string address, int64_t epoch) {
+  absl::Status s = FollowOnce(address, epoch);
+  LOG(WARNING) << "shard " << shard_ << ": member " << member_
+               << " left the stream of " << address << " (epoch " << epoch
+               << "): " << s;
+  absl::MutexLock lock(&mu_);
+  stream_ended_ = true;
+  follower_fd_ = -1;
+}
+
+absl::Status ReplicaMember::FollowOnce(const std::string& address,
+                                       int64_t epoch) {
+  const ShardServerConfig& sc = server_->config();
+  ASSIGN_OR_RETURN(std::vector<ServerAddress> parsed, ParseServerList(address));
+  const ServerAddress& primary = parsed[0];
+  // Where the primary's data plane is, and its token.
+  auto stub = v1::ParameterServer::NewStub(
+      grpc::CreateChannel(address, MakeChannelCredentials(sc.security)));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kJoinStepTimeout));
+  if (!sc.security.token.empty()) {
+    context.AddMetadata(kAuthorizationKey, BearerValue(sc.security.token));
+  }
+  v1::DataPlaneRequest request;
+  v1::DataPlaneResponse dp;
+  RETURN_IF_ERROR(FromGrpcStatus(stub->DataPlane(&context, request, &dp)));
+  absl::Time deadline = absl::Now() + kJoinStepTimeout;
+  ASSIGN_OR_RETURN(
+      Socket socket,
+      ConnectTcp(primary.host, static_cast<int>(dp.port()), deadline));
+  std::unique_ptr<Stream> stream;
+  if (sc.security.tls()) {
+    ASSIGN_OR_RETURN(auto tls, TlsContext::ForClient(sc.security));
+    ASSIGN_OR_RETURN(stream, tls->Connect(socket.fd(), primary.host, deadline));
+  } else {
+    stream = std::make_unique<TcpStream>(socket.fd());
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_.HasBeenNotified()) return absl::CancelledError("stopping");
+    follower_fd_ = socket.fd();
+  }
+  FrameHeader header;
+  header.op = FrameOp::kHello;
+  v1::DataHello hello;
+  hello.set_token(dp.token());
+  RETURN_IF_ERROR(WriteFrame(stream.get(), header, &hello, {}, deadline));
+  ASSIGN_OR_RETURN(header, ReadHeader(stream.get(), 4096, deadline));
+  if (header.code != 0) {
+    absl::Status refused;
+    RETURN_IF_ERROR(ReadError(stream.get(), header, deadline, &refused));
+    return refused;
+  }
+  RETURN_IF_ERROR(ReadBody(
+      stream.get(), header, &hello, [&] { return PayloadFields(&hello); },
+      deadline));
+  v1::ReplicaJoin join;
+  join.set_epoch(epoch);
+  join.set_member(member_);
+  header = FrameHeader();
+  header.op = FrameOp::kJoin;
+  RETURN_IF_ERROR(WriteFrame(stream.get(), header, &join, {}, deadline));
+  // Ops as big as the shard (a snapshot: weights and two optimizer slots).
+  const uint64_t max_op_bytes =
+      3 * static_cast<uint64_t>(sc.max_shard_bytes) + (64 << 20);
+  Replication* r = server_->replication();
+  while (true) {
+    RETURN_IF_ERROR(stream->WaitReadable(absl::InfiniteFuture()));
+    deadline = absl::Now() + kFrameTimeout;
+    ASSIGN_OR_RETURN(header, ReadHeader(stream.get(), max_op_bytes, deadline));
+    if (header.op == FrameOp::kAnswer && header.code != 0) {
+      absl::Status refused;
+      RETURN_IF_ERROR(ReadError(stream.get(), header, deadline, &refused));
+      return refused;
+    }
+    if (header.op != FrameOp::kReplicate) {
+      return absl::InvalidArgumentError("the primary sent a frame not an op");
+    }
+    v1::ReplicaOp op;
+    RETURN_IF_ERROR(ReadBody(
+        stream.get(), header, &op, [&] { return PayloadFields(&op); },
+        deadline));
+    if (absl::Status s = r->Apply(&op); !s.ok()) {
+      WriteError(stream.get(), s, deadline).IgnoreError();
+      return s;
+    }
+    v1::ReplicaAck ack;
+    ack.set_seq(op.seq());
+    header = FrameHeader();
+    header.op = FrameOp::kAnswer;
+    RETURN_IF_ERROR(WriteFrame(stream.get(), header, &ack, {}, deadline));
+  }
+}
+
+void ReplicaMember::Stop() {
+  if (stop_.HasBeenNotified()) return;
+  {
+    absl::MutexLock lock(&mu_);
+    stop_.Notify();
+    if (follower_fd_ >= 0) ShutdownSocket(follower_fd_);
+  }
+  if (loop_.joinable()) loop_.join();
+  if (follower_.joinable()) follower_.join();
+  if (!killed_) {
+    // Serves nothing more, then lets the next primary in at once.
+    Fence("stopping");
+    coordinator_->Revoke(lease_).IgnoreError();
+  }
+  server_->Shutdown();
+}
+
+void ReplicaMember::Kill() {
+  killed_ = true;
+  Stop();
+}
+
+bool ReplicaMember::Ended(absl::Duration timeout) {
+  return ended_.WaitForNotificationWithTimeout(timeout);
+}
+
+}  // namespace asyncps

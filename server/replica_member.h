@@ -1,0 +1,123 @@
+// ReplicaMember: one process of a replicated shard group (ps_server
+// --replicas): a ShardServer whose Replication (server/replication.h) it
+// drives from a Coordinator (etcd, or in memory for tests). It holds a
+// lease; it campaigns for the group's primary key with that lease (the
+// key's create revision is the epoch); as a backup it joins the primary's
+// stream over the data plane and follows it. Keys, under
+// `<prefix>/shard/<s>/`:
+//
+//   primary      the primary's address, bound to its lease (gone with it)
+//   insync       "<epoch>:<backup>,<backup>": the backups holding every
+//                acknowledged change (the primary updates it before it
+//                acknowledges anything more when the set shrinks)
+//   incarnation  the group's, shared by every member (ShardStore's)
+//   members/<m>  each member's role, bound to its lease (psctl status)
+//
+// Who may be promoted: a backup listed in `insync` for the epoch it
+// followed, as soon as the primary key is gone; a member with no state
+// only once the group never had one (no `insync`) or after `join_wait`
+// with no primary (every member was lost; the workers' copy then restores
+// the weights, as after a restart without a checkpoint). A member that
+// loses its lease, its stream, or an election it could not win with its
+// state ends (Ended()); ps_server then starts a fresh one in its place,
+// which joins as a backup. Thread-safe.
+#ifndef ASYNCPS_SERVER_REPLICA_MEMBER_H_
+#define ASYNCPS_SERVER_REPLICA_MEMBER_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "common/env.h"
+#include "server/coordinator.h"
+#include "server/shard_server.h"
+
+namespace asyncps {
+
+struct ReplicaConfig {
+  // Keys live under `prefix` (e.g. "/asyncps/<job>").
+  std::string prefix = "/asyncps/default";
+  // The lease's TTL: how long a dead primary keeps its role. etcd rounds
+  // up to whole seconds, no lower than its own minimum.
+  absl::Duration lease_ttl = absl::Seconds(1);
+  // How often a member looks at the coordinator and renews its lease.
+  absl::Duration poll = absl::Milliseconds(50);
+  // See the file comment; 0: 5 x lease_ttl.
+  absl::Duration join_wait = absl::ZeroDuration();
+};
+
+class ReplicaMember {
+ public:
+  // Starts the member's ShardServer (`server` with replicated set and
+  // member = its gRPC address once listening, which must be reachable by
+  // the other members and the workers) and its loop. `coordinator` is
+  // borrowed and must outlive this.
+  static absl::StatusOr<std::unique_ptr<ReplicaMember>> Start(
+      ShardServerConfig server, ReplicaConfig config, Coordinator* coordinator,
+      Env env = Env());
+  ~ReplicaMember() { Stop(); }
+
+  ShardServer* server() { return server_.get(); }
+  Replication::Role role() { return server_->replication()->role(); }
+  const std::string& member() const { return member_; }
+
+  // Ends the member: a primary gives up its lease at once (the next member
+  // is promoted without waiting it out), and the server stops. Idempotent.
+  void Stop();
+  // Tests: ends the member as SIGKILL would: the lease is left to expire
+  // and no one is told. Idempotent.
+  void Kill();
+  // Whether the member ended by itself (fenced), waiting up to `timeout`.
+  bool Ended(absl::Duration timeout);
+
+ private:
+  ReplicaMember(ReplicaConfig config, Coordinator* coordinator);
+  std::string Key(const std::string& name) const;
+  // The loop: lease, election, following, until stopped or fenced.
+  void Run();
+  // One round of Run; false once the member is fenced.
+  bool Round();
+  // Backup: joins the primary `address` of `epoch` and applies its stream
+  // until it ends (on the follower thread).
+  void Follow(std::string address, int64_t epoch);
+  absl::Status FollowOnce(const std::string& address, int64_t epoch);
+  // Renews the lease; false if it is lost.
+  bool Renew();
+  bool MayCampaign(absl::Time now);
+  void Fence(const std::string& why);
+  // The primary's backups, written to `insync`.
+  absl::Status RecordBackups(const std::vector<std::string>& backups);
+
+  const ReplicaConfig config_;
+  Coordinator* const coordinator_;
+  std::unique_ptr<ShardServer> server_;
+  std::string member_;
+  int shard_ = 0;
+  std::thread loop_;
+
+  absl::Notification stop_;
+  absl::Notification ended_;
+  bool killed_ = false;  // Set before stop_.
+
+  // The loop's own state (its thread only).
+  int64_t lease_ = 0;
+  absl::Duration ttl_;
+  absl::Time lease_deadline_;
+  absl::Time next_renewal_ = absl::InfinitePast();
+  absl::Time no_primary_since_ = absl::InfinitePast();
+  absl::Time stream_ended_at_ = absl::InfinitePast();
+  int64_t following_ = 0;  // The epoch whose stream this member joined.
+
+  std::thread follower_;
+  absl::Mutex mu_;
+  bool stream_ended_ ABSL_GUARDED_BY(mu_) = false;
+  int follower_fd_ ABSL_GUARDED_BY(mu_) = -1;  // To break it at Stop.
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_REPLICA_MEMBER_H_

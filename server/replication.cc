@@ -1,0 +1,430 @@
+#include "server/replication.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "proto/checkpoint.pb.h"
+#include "transport/frame.h"
+#include "transport/socket.h"
+
+namespace asyncps {
+namespace {
+
+// An acknowledgement is a few bytes; anything bigger breaks the stream.
+constexpr uint64_t kMaxAckBytes = 4096;
+// A snapshot is the whole shard: its write and acknowledgement (the backup
+// restores it first) get at least this long.
+constexpr absl::Duration kSnapshotTimeout = absl::Seconds(60);
+
+// Reads a backup's acknowledgement of op `seq`.
+absl::Status ReadAck(Stream* stream, uint64_t seq, absl::Time deadline) {
+  ASSIGN_OR_RETURN(FrameHeader header,
+                   ReadHeader(stream, kMaxAckBytes, deadline));
+  if (header.op != FrameOp::kAnswer) {
+    return absl::InvalidArgumentError("a backup sent a request, not an ack");
+  }
+  if (header.code != 0) {
+    absl::Status refused;
+    RETURN_IF_ERROR(ReadError(stream, header, deadline, &refused));
+    return refused;
+  }
+  v1::ReplicaAck ack;
+  RETURN_IF_ERROR(ReadBody(
+      stream, header, &ack, [&] { return PayloadFields(&ack); }, deadline));
+  if (ack.seq() != seq) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a backup acknowledged op ", ack.seq(), " where ", seq, " was due"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteOp(Stream* stream, v1::ReplicaOp* op, absl::Time deadline) {
+  FrameHeader header;
+  header.op = FrameOp::kReplicate;
+  return WriteFrame(stream, header, op, PayloadFields(op), deadline);
+}
+
+}  // namespace
+
+const char* Replication::RoleName(Role role) {
+  switch (role) {
+    case Role::kJoining:
+      return "joining";
+    case Role::kBackup:
+      return "backup";
+    case Role::kPrimary:
+      return "primary";
+    case Role::kFenced:
+      return "fenced";
+  }
+  return "?";
+}
+
+Replication::Replication(ShardStore* store, PushLedger* ledger, Clock* clock,
+                         std::string member, PushPolicy base_policy,
+                         absl::Duration ack_timeout)
+    : store_(store),
+      ledger_(ledger),
+      clock_(clock),
+      base_policy_(base_policy),
+      ack_timeout_(ack_timeout) {
+  set_member(std::move(member));
+}
+
+void Replication::BecomeBackup(int64_t epoch, std::string primary) {
+  absl::MutexLock lock(&mu_);
+  if (role_ == Role::kFenced) return;
+  role_ = Role::kJoining;
+  epoch_ = epoch;
+  primary_ = std::move(primary);
+}
+
+void Replication::BecomePrimary(int64_t epoch, absl::Time lease_deadline) {
+  absl::MutexLock order(&order_mu_);
+  absl::MutexLock lock(&mu_);
+  if (role_ == Role::kFenced) return;
+  role_ = Role::kPrimary;
+  epoch_ = epoch;
+  primary_ = member_;
+  lease_deadline_ = lease_deadline;
+  ++failovers_;
+  // A promoted backup goes on numbering where its primary's stream was.
+  seq_ = applied_;
+}
+
+void Replication::ExtendLease(absl::Time lease_deadline) {
+  absl::MutexLock lock(&mu_);
+  lease_deadline_ = std::max(lease_deadline_, lease_deadline);
+}
+
+void Replication::Fence(const std::string& why) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (role_ == Role::kFenced) return;
+    LOG(WARNING) << "shard " << store_->shard() << " member " << member_ << " ("
+                 << RoleName(role_) << ", epoch " << epoch_
+                 << ") stops serving: " << why;
+    role_ = Role::kFenced;
+  }
+  absl::MutexLock order(&order_mu_);
+  for (Backup& b : backups_) {
+    b.dropped = true;
+    ShutdownSocket(b.stream->fd());
+  }
+}
+
+void Replication::set_member(std::string member) {
+  absl::MutexLock lock(&mu_);
+  member_ = std::move(member);
+}
+
+std::string Replication::member() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return member_;
+}
+
+Replication::Role Replication::role() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return role_;
+}
+
+int64_t Replication::epoch() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return epoch_;
+}
+
+absl::Status Replication::CheckPrimaryLocked() const {
+  if (role_ == Role::kPrimary && clock_->Now() < lease_deadline_) {
+    return absl::OkStatus();
+  }
+  const std::string primary =
+      primary_.empty() || primary_ == member_ ? "unknown" : primary_;
+  if (role_ == Role::kPrimary) {
+    return absl::UnavailableError(
+        absl::StrCat("shard ", store_->shard(), ": member ", member_,
+                     " cannot renew its lease as primary (epoch ", epoch_,
+                     "); try the group's other members"));
+  }
+  return absl::UnavailableError(
+      absl::StrCat("shard ", store_->shard(), ": member ", member_, " is ",
+                   role_ == Role::kFenced ? "fenced" : "a backup",
+                   ", not the primary (primary: ", primary, ", epoch ", epoch_,
+                   "); try the group's other members"));
+}
+
+absl::Status Replication::CheckServing() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return CheckPrimaryLocked();
+}
+
+void Replication::Broadcast(v1::ReplicaOp* op) {
+  op->set_seq(++seq_);
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    op->set_epoch(epoch_);
+  }
+  const absl::Time deadline = absl::Now() + ack_timeout_;
+  bool dropped = false;
+  int64_t bytes = 0;
+  uint64_t lag = 0;
+  std::vector<std::string> names;
+  // Every backup gets the op before any is waited for, so they apply it
+  // side by side.
+  for (Backup& b : backups_) {
+    if (b.dropped) continue;
+    if (absl::Status s = WriteOp(b.stream, op, deadline); !s.ok()) {
+      LOG(WARNING) << "shard " << store_->shard() << ": dropping backup "
+                   << b.member << ": " << s;
+      dropped = true;
+      b.dropped = true;
+      ShutdownSocket(b.stream->fd());
+    }
+  }
+  for (Backup& b : backups_) {
+    if (b.dropped) continue;
+    if (absl::Status s = ReadAck(b.stream, op->seq(), deadline); !s.ok()) {
+      LOG(WARNING) << "shard " << store_->shard() << ": dropping backup "
+                   << b.member << " (no ack of op " << op->seq() << "): " << s;
+      dropped = true;
+      b.dropped = true;
+      ShutdownSocket(b.stream->fd());
+      continue;
+    }
+    b.acked = op->seq();
+    bytes += static_cast<int64_t>(op->ByteSizeLong());
+    names.push_back(b.member);
+  }
+  for (const Backup& b : backups_) {
+    if (!b.dropped) lag = std::max(lag, seq_ - b.acked);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    applied_ = seq_;
+    bytes_ += bytes;
+    lag_ = lag;
+  }
+  if (dropped) NoteBackups();
+}
+
+void Replication::NoteBackups() {
+  std::vector<std::string> names;
+  for (const Backup& b : backups_) {
+    if (!b.dropped) names.push_back(b.member);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    backup_names_ = names;
+  }
+  if (!backups_changed_) return;
+  if (absl::Status s = backups_changed_(names); !s.ok()) {
+    absl::MutexLock lock(&mu_);
+    if (role_ == Role::kFenced) return;
+    LOG(WARNING) << "shard " << store_->shard() << " member " << member_
+                 << " stops serving: cannot record its backups: " << s;
+    role_ = Role::kFenced;
+  }
+}
+
+absl::Status Replication::Push(const v1::PushRequest& request,
+                               const PushPolicy& policy,
+                               v1::PushResponse* response) {
+  absl::MutexLock order(&order_mu_);
+  RETURN_IF_ERROR(CheckServing());
+  RETURN_IF_ERROR(store_->Push(request, policy, response));
+  v1::ReplicaOp op;
+  // The request travels as it is: its tensors go from its buffers to the
+  // sockets (WriteFrame leaves it unchanged), not through a copy.
+  op.set_allocated_push(const_cast<v1::PushRequest*>(&request));
+  op.set_quorum(policy.quorum);
+  op.set_live_workers(policy.live_workers);
+  op.set_now_unix_nanos(absl::ToUnixNanos(policy.now));
+  Broadcast(&op);
+  op.release_push();
+  // Acknowledged only within the lease: past it a backup may have been
+  // promoted without this push, and the client must ask the new primary
+  // (whose ledger knows the push if it got it).
+  return CheckServing();
+}
+
+absl::StatusOr<v1::DeclareModelResponse> Replication::Declare(
+    const v1::DeclareModelRequest& request) {
+  absl::MutexLock order(&order_mu_);
+  RETURN_IF_ERROR(CheckServing());
+  ASSIGN_OR_RETURN(v1::DeclareModelResponse response,
+                   store_->Declare(request.spec()));
+  if (response.created()) {
+    v1::ReplicaOp op;
+    *op.mutable_declare()->mutable_spec() = request.spec();
+    Broadcast(&op);
+  }
+  RETURN_IF_ERROR(CheckServing());
+  return response;
+}
+
+absl::Status Replication::Assign(const v1::AssignRequest& request,
+                                 bool steps_unknown) {
+  absl::MutexLock order(&order_mu_);
+  RETURN_IF_ERROR(CheckServing());
+  RETURN_IF_ERROR(request.load_state()
+                      ? store_->LoadState(request)
+                      : store_->Assign(request, steps_unknown));
+  v1::ReplicaOp op;
+  op.set_allocated_assign(const_cast<v1::AssignRequest*>(&request));
+  op.set_steps_unknown(steps_unknown);
+  Broadcast(&op);
+  op.release_assign();
+  return CheckServing();
+}
+
+absl::StatusOr<v1::ReplicaSnapshot> Replication::Snapshot() {
+  v1::ReplicaSnapshot snapshot;
+  snapshot.set_incarnation(store_->incarnation());
+  if (store_->declared()) {
+    ASSIGN_OR_RETURN(v1::ShardCheckpoint checkpoint, store_->Snapshot());
+    checkpoint.set_unix_micros(absl::ToUnixMicros(clock_->Now()));
+    if (!checkpoint.SerializeToString(snapshot.mutable_checkpoint())) {
+      return absl::InternalError("cannot serialize the shard's snapshot");
+    }
+  }
+  for (const PushLedger::Remembered& r : ledger_->Export()) {
+    v1::LedgerEntry* e = snapshot.add_ledger();
+    e->set_client_id(r.client_id);
+    e->set_sequence(r.sequence);
+    *e->mutable_answer() = r.answer;
+  }
+  return snapshot;
+}
+
+absl::Status Replication::ServeBackup(Stream* stream,
+                                      const v1::ReplicaJoin& join) {
+  absl::MutexLock order(&order_mu_);
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    if (role_ != Role::kPrimary) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "member ", member_, " is not a primary: ", RoleName(role_)));
+    }
+    if (join.epoch() != epoch_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("member ", join.member(), " joins epoch ", join.epoch(),
+                       "; this primary's is ", epoch_));
+    }
+  }
+  v1::ReplicaOp op;
+  ASSIGN_OR_RETURN(*op.mutable_snapshot(), Snapshot());
+  op.set_seq(seq_);
+  op.set_epoch(join.epoch());
+  const absl::Time deadline =
+      absl::Now() + std::max(ack_timeout_, kSnapshotTimeout);
+  RETURN_IF_ERROR(WriteOp(stream, &op, deadline));
+  RETURN_IF_ERROR(ReadAck(stream, seq_, deadline));
+  backups_.push_back(Backup{stream, join.member(), false, seq_});
+  Backup* backup = &backups_.back();
+  LOG(INFO) << "shard " << store_->shard() << ": backup " << join.member()
+            << " joined at op " << seq_ << " ("
+            << op.snapshot().checkpoint().size() << " bytes of state)";
+  NoteBackups();
+  order_mu_.Await(absl::Condition(&backup->dropped));
+  backups_.remove_if([backup](const Backup& b) { return &b == backup; });
+  return absl::UnavailableError(
+      absl::StrCat("backup ", join.member(), " left the stream"));
+}
+
+absl::Status Replication::Apply(v1::ReplicaOp* op) {
+  absl::MutexLock order(&order_mu_);
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    if (role_ != Role::kJoining && role_ != Role::kBackup) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "member ", member_, " is ", RoleName(role_), ", not a backup"));
+    }
+    if (op->epoch() != epoch_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("an op of epoch ", op->epoch(), " where this backup ",
+                       "follows epoch ", epoch_));
+    }
+    const bool first = op->op_case() == v1::ReplicaOp::kSnapshot;
+    if (first != (role_ == Role::kJoining) ||
+        (!first && op->seq() != applied_ + 1)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("op ", op->seq(), " out of order (applied: ", applied_,
+                       ", ", RoleName(role_), ")"));
+    }
+  }
+  switch (op->op_case()) {
+    case v1::ReplicaOp::kSnapshot: {
+      const v1::ReplicaSnapshot& s = op->snapshot();
+      if (s.incarnation() != store_->incarnation()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("the primary's incarnation is ", s.incarnation(),
+                         ", this ", "backup's ", store_->incarnation()));
+      }
+      if (!s.checkpoint().empty()) {
+        v1::ShardCheckpoint checkpoint;
+        if (!checkpoint.ParseFromString(s.checkpoint())) {
+          return absl::DataLossError("the primary's snapshot does not parse");
+        }
+        RETURN_IF_ERROR(store_->Restore(checkpoint));
+      }
+      std::vector<PushLedger::Remembered> remembered;
+      for (const v1::LedgerEntry& e : s.ledger()) {
+        remembered.push_back({e.client_id(), e.sequence(), e.answer()});
+      }
+      ledger_->Import(remembered);
+      break;
+    }
+    case v1::ReplicaOp::kPush: {
+      const v1::PushRequest& push = op->push();
+      v1::PushResponse response;
+      const PushLedger::Verdict verdict = ledger_->Begin(push, &response);
+      if (verdict != PushLedger::Verdict::kApply) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("push ", push.sequence(), " of client ",
+                         push.client_id(), " streamed twice"));
+      }
+      PushPolicy policy = base_policy_;
+      policy.quorum = op->quorum();
+      policy.live_workers = op->live_workers();
+      policy.now = absl::FromUnixNanos(op->now_unix_nanos());
+      absl::Status s = store_->Push(push, policy, &response);
+      ledger_->Finish(push, s, response);
+      RETURN_IF_ERROR(s);
+      break;
+    }
+    case v1::ReplicaOp::kDeclare:
+      RETURN_IF_ERROR(store_->Declare(op->declare().spec()).status());
+      break;
+    case v1::ReplicaOp::kAssign:
+      RETURN_IF_ERROR(op->assign().load_state()
+                          ? store_->LoadState(op->assign())
+                          : store_->Assign(op->assign(), op->steps_unknown()));
+      break;
+    default:
+      return absl::InvalidArgumentError("an op with nothing in it");
+  }
+  absl::MutexLock lock(&mu_);
+  applied_ = op->seq();
+  bytes_ += static_cast<int64_t>(op->ByteSizeLong());
+  if (role_ == Role::kJoining) role_ = Role::kBackup;
+  return absl::OkStatus();
+}
+
+v1::ReplicaStats Replication::Stats() const {
+  absl::ReaderMutexLock lock(&mu_);
+  v1::ReplicaStats stats;
+  stats.set_role(RoleName(role_));
+  stats.set_epoch(epoch_);
+  stats.set_member(member_);
+  stats.set_primary(primary_);
+  for (const std::string& b : backup_names_) stats.add_backups(b);
+  stats.set_applied_seq(applied_);
+  stats.set_lag(lag_);
+  stats.set_replicated_bytes(bytes_);
+  stats.set_failovers(failovers_);
+  return stats;
+}
+
+}  // namespace asyncps

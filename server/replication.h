@@ -1,0 +1,165 @@
+// Replication: one member's part in a replicated shard group (ps_server
+// --replicas; docs/DESIGN.md "Replicated shards"). The primary applies each
+// change (a push, a declare, an assign) and, under one lock, streams it to
+// every backup in the same order, then waits for each backup's
+// acknowledgement before the worker hears that the change is done; so an
+// acknowledged push is on every member. A backup applies the stream in
+// order through the same ShardStore and push ledger, so it holds the same
+// weights, optimizer state, versions, bsp steps and remembered push answers
+// (exactly-once survives a failover). A backup joins with a snapshot of the
+// primary's whole state, taken under the same lock, and then the stream.
+//
+// The stream is data-plane frames (transport/frame.h): the backup's
+// connection opens with a hello and a kJoin; then the primary writes
+// kReplicate frames (a v1::ReplicaOp whose tensors travel as payloads, as a
+// worker's push does) and reads a v1::ReplicaAck for each.
+//
+// Fencing: each op carries the primary's epoch (the coordinator's revision
+// of its election); a backup follows one epoch and drops a stream of any
+// other. A primary acknowledges nothing once its lease may have expired
+// (lease_deadline), so a deposed primary cannot accept a push after a
+// backup could have been promoted. Which role a member has, and when, is
+// ReplicaMember's (server/replica_member.h) to decide. Thread-safe.
+#ifndef ASYNCPS_SERVER_REPLICATION_H_
+#define ASYNCPS_SERVER_REPLICATION_H_
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "proto/asyncps.pb.h"
+#include "server/push_ledger.h"
+#include "server/shard_store.h"
+#include "transport/stream.h"
+
+namespace asyncps {
+
+class Replication {
+ public:
+  enum class Role {
+    kJoining,  // A backup copying the primary's state: serves no one.
+    kBackup,   // In the primary's stream: serves no worker.
+    kPrimary,  // Serves workers while its lease holds.
+    kFenced,   // Lost its lease or its stream: serves no one, ever.
+  };
+  static const char* RoleName(Role role);
+
+  // `store`, `ledger` and `clock` are borrowed and must outlive this.
+  // `member`: this process's address, as the coordinator lists it.
+  // `base_policy`: the server's mode and stale policy, with which a backup
+  // applies the pushes streamed to it (each op brings the rest).
+  // `ack_timeout`: how long a backup may take to acknowledge an op before
+  // the primary drops it from the group (it must join again).
+  Replication(ShardStore* store, PushLedger* ledger, Clock* clock,
+              std::string member, PushPolicy base_policy,
+              absl::Duration ack_timeout);
+  ~Replication() { Fence("shutting down"); }
+
+  // Told the backups in the stream (their members' names) each time the
+  // set changes, before any later change is acknowledged, with the order
+  // lock held: ReplicaMember records them with the coordinator, so that
+  // only a backup holding every acknowledged change may be promoted. An
+  // error fences this member. Set before serving.
+  using BackupsChanged =
+      std::function<absl::Status(const std::vector<std::string>&)>;
+  void set_backups_changed(BackupsChanged f) {
+    backups_changed_ = std::move(f);
+  }
+
+  // Role changes (ReplicaMember's). A primary's acknowledgements stop at
+  // `lease_deadline`, which each renewal of its lease moves on.
+  void BecomeBackup(int64_t epoch, std::string primary);
+  void BecomePrimary(int64_t epoch, absl::Time lease_deadline);
+  void ExtendLease(absl::Time lease_deadline);
+  // Stops serving for good and drops every backup; `why` is logged.
+  void Fence(const std::string& why);
+  Role role() const;
+  int64_t epoch() const;
+  // This member's address (known once its server listens).
+  void set_member(std::string member);
+  std::string member() const;
+
+  // OK if this member may serve a worker now: the primary, within its
+  // lease. Otherwise UNAVAILABLE naming the role and the primary, so that
+  // a client tries the group's next member.
+  absl::Status CheckServing() const;
+
+  // Primary: applies a change with the ShardStore (Push with `policy`) and
+  // streams it to every backup, in one order; answers once every backup
+  // acknowledged it (a backup that fails to is dropped, and the group goes
+  // on without it). UNAVAILABLE, nothing applied, when not serving.
+  absl::Status Push(const v1::PushRequest& request, const PushPolicy& policy,
+                    v1::PushResponse* response);
+  absl::StatusOr<v1::DeclareModelResponse> Declare(
+      const v1::DeclareModelRequest& request);
+  absl::Status Assign(const v1::AssignRequest& request, bool steps_unknown);
+
+  // Primary, on the data plane: serves a backup that sent `join` on
+  // `stream` (after its hello): sends the snapshot, then the stream (from
+  // the pushing threads), until the backup is dropped, fails, or this
+  // member stops being primary. Returns why it ended.
+  absl::Status ServeBackup(Stream* stream, const v1::ReplicaJoin& join);
+
+  // Backup: applies one op of its primary's stream (the snapshot first,
+  // which makes a joining member a backup). An error means the
+  // stream cannot go on (another epoch, a gap, a change the store
+  // refused): the backup must join again from scratch.
+  absl::Status Apply(v1::ReplicaOp* op);
+
+  v1::ReplicaStats Stats() const;
+
+ private:
+  struct Backup {
+    Stream* stream;
+    std::string member;
+    bool dropped = false;
+    uint64_t acked = 0;
+  };
+  // Sends `op` (its epoch and seq set here) to every backup and reads
+  // their acknowledgements; drops those that fail. Called with order_mu_
+  // held, right after the primary applied the change.
+  void Broadcast(v1::ReplicaOp* op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
+  // Tells backups_changed_ the backups not dropped; fences on its error.
+  void NoteBackups() ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
+  // UNAVAILABLE unless primary within its lease.
+  absl::Status CheckPrimaryLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The snapshot a joining backup starts from.
+  absl::StatusOr<v1::ReplicaSnapshot> Snapshot()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
+
+  ShardStore* const store_;
+  PushLedger* const ledger_;
+  Clock* const clock_;
+  const PushPolicy base_policy_;
+  const absl::Duration ack_timeout_;
+  BackupsChanged backups_changed_;
+
+  // Held while a change is applied and streamed: the one order.
+  absl::Mutex order_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  uint64_t seq_ ABSL_GUARDED_BY(order_mu_) = 0;  // Primary: ops streamed.
+  std::list<Backup> backups_ ABSL_GUARDED_BY(order_mu_);
+
+  mutable absl::Mutex mu_;
+  std::string member_ ABSL_GUARDED_BY(mu_);
+  Role role_ ABSL_GUARDED_BY(mu_) = Role::kJoining;
+  int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string primary_ ABSL_GUARDED_BY(mu_);
+  absl::Time lease_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // The last op applied (backup) or streamed (primary).
+  uint64_t applied_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t failovers_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::string> backup_names_ ABSL_GUARDED_BY(mu_);
+  uint64_t lag_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace asyncps
+
+#endif  // ASYNCPS_SERVER_REPLICATION_H_

@@ -1,0 +1,235 @@
+// Replicated shards (server/replica_member.h), in process over real sockets,
+// with the in-memory coordinator: a client pushes a known gradient stream
+// with SGD (weights 0, learning rate 1, gradient 1: every weight is exactly
+// minus the pushes applied) through a group of members while members die.
+// Afterwards every member's weights equal minus the number of acknowledged
+// pushes, exactly: nothing acknowledged was lost, nothing applied twice.
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "client/ps_client.h"
+#include "gtest/gtest.h"
+#include "server/coordinator.h"
+#include "server/replica_member.h"
+#include "tests/integration/test_cluster.h"
+
+namespace asyncps::testing {
+namespace {
+
+constexpr absl::Duration kTtl = absl::Milliseconds(400);
+constexpr absl::Duration kWait = absl::Seconds(20);
+
+// Polls `done` until it holds or kWait passes.
+template <typename F>
+bool WaitFor(F done) {
+  const absl::Time until = absl::Now() + kWait;
+  while (!done()) {
+    if (absl::Now() > until) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
+class ReplicaTest : public ::testing::TestWithParam<Transport> {
+ protected:
+  struct Member {
+    std::unique_ptr<MemoryCoordinator::View> view;
+    std::unique_ptr<ReplicaMember> member;
+  };
+
+  Member& Start() {
+    Member& m = members_.emplace_back();
+    m.view = coordinator_.NewView();
+    ShardServerConfig c;
+    c.host = "127.0.0.1";
+    // Unregistered ranks act on a promoted member while its membership
+    // fills again (a worker's heartbeats would register it).
+    c.rejoin_grace = absl::Hours(1);
+    ReplicaConfig rc;
+    rc.prefix = "/test";
+    rc.lease_ttl = kTtl;
+    rc.poll = absl::Milliseconds(10);
+    auto started = ReplicaMember::Start(c, rc, m.view.get());
+    EXPECT_TRUE(started.ok()) << started.status();
+    m.member = *std::move(started);
+    return m;
+  }
+
+  static bool Is(Member& m, Replication::Role role) {
+    return m.member->role() == role;
+  }
+
+  // The group's address as a client lists it: every member, live or not.
+  ServerAddress Group() {
+    ServerAddress group;
+    for (Member& m : members_) {
+      ServerAddress a{"127.0.0.1", m.member->server()->port(), {}};
+      if (group.port == 0) {
+        group = a;
+      } else {
+        group.others.push_back(a);
+      }
+    }
+    return group;
+  }
+
+  std::unique_ptr<PsClient> Client(const ServerAddress& group) {
+    PsClientOptions options;
+    options.servers = {group};
+    options.transport = GetParam();
+    options.backoff_initial = absl::Milliseconds(5);
+    options.backoff_max = absl::Milliseconds(50);
+    options.rpc_timeout = absl::Seconds(5);
+    auto client = PsClient::Create(options);
+    EXPECT_TRUE(client.ok()) << client.status();
+    EXPECT_TRUE((*client)->Join(0, 1).ok());
+    return *std::move(client);
+  }
+
+  // Every weight of `m`'s store (its snapshot's slices), expected to be
+  // exactly -pushes.
+  static void ExpectWeights(Member& m, int pushes) {
+    auto snapshot = m.member->server()->store().Snapshot();
+    ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+    for (const v1::SliceCheckpoint& s : snapshot->slices()) {
+      const std::string& bytes = s.weights();
+      std::vector<float> w(bytes.size() / sizeof(float));
+      std::memcpy(w.data(), bytes.data(), bytes.size());
+      for (float x : w) {
+        ASSERT_EQ(x, -static_cast<float>(pushes))
+            << "member " << m.member->member() << " slice " << s.slice();
+      }
+      EXPECT_EQ(s.version(), pushes);
+    }
+  }
+
+  MemoryCoordinator coordinator_;
+  std::deque<Member> members_;
+  const std::vector<int> tensors_ = {0, 1};
+  const std::vector<std::vector<float>> g_ = {std::vector<float>(3000, 1.0f),
+                                              std::vector<float>(10, 1.0f)};
+
+  // Pushes gradient 1 `n` times; each must be acknowledged.
+  void Push(PsClient* client, int n, int* pushed) {
+    std::vector<SliceVersion> versions;
+    std::vector<std::vector<float>> w = {std::vector<float>(3000),
+                                         std::vector<float>(10)};
+    ASSERT_TRUE(client->Pull(tensors_, &w, &versions, 0, 0).ok());
+    for (int i = 0; i < n; ++i) {
+      PushStats r;
+      absl::Status s = client->Push(tensors_, g_, versions, 0, 1, &r);
+      ASSERT_TRUE(s.ok()) << s;
+      ++*pushed;
+    }
+  }
+};
+
+TEST_P(ReplicaTest, PrimaryKilledMidStreamLosesNoAcknowledgedPush) {
+  Member& a = Start();
+  ASSERT_TRUE(WaitFor([&] { return Is(a, Replication::Role::kPrimary); }));
+  Member& b = Start();
+  ASSERT_TRUE(WaitFor([&] { return Is(b, Replication::Role::kBackup); }));
+  auto client = Client(Group());
+  ASSERT_TRUE(
+      client->DeclareModel(ConstantSpec({{300, 10}, {10}}, 1, 0.0f, 1.0f, 1024))
+          .ok());
+  int pushed = 0;
+  Push(client.get(), 10, &pushed);
+  // Killed while pushes go on.
+  std::thread killer([&] { a.member->Kill(); });
+  Push(client.get(), 20, &pushed);
+  killer.join();
+  EXPECT_TRUE(Is(b, Replication::Role::kPrimary));
+  ExpectWeights(b, pushed);
+  // A new member joins the promoted one and holds the same.
+  Member& c = Start();
+  ASSERT_TRUE(WaitFor([&] { return Is(c, Replication::Role::kBackup); }));
+  Push(client.get(), 5, &pushed);
+  ExpectWeights(b, pushed);
+  ExpectWeights(c, pushed);
+}
+
+TEST_P(ReplicaTest, RestartedBackupCatchesUpAndSurvivesThePrimary) {
+  Member& a = Start();
+  ASSERT_TRUE(WaitFor([&] { return Is(a, Replication::Role::kPrimary); }));
+  Member& b = Start();
+  ASSERT_TRUE(WaitFor([&] { return Is(b, Replication::Role::kBackup); }));
+  Member& c = Start();  // The backup restarted below, at another address.
+  ASSERT_TRUE(WaitFor([&] { return Is(c, Replication::Role::kBackup); }));
+  auto client = Client(Group());
+  ASSERT_TRUE(
+      client->DeclareModel(ConstantSpec({{300, 10}, {10}}, 1, 0.0f, 1.0f, 1024))
+          .ok());
+  int pushed = 0;
+  Push(client.get(), 5, &pushed);
+  b.member->Kill();
+  Push(client.get(), 5, &pushed);  // The group goes on with one backup.
+  ExpectWeights(c, pushed);
+  Member& d = Start();  // b's replacement: copies the state mid-training.
+  ASSERT_TRUE(WaitFor([&] { return Is(d, Replication::Role::kBackup); }));
+  Push(client.get(), 5, &pushed);
+  ExpectWeights(d, pushed);
+  c.member->Kill();
+  a.member->Kill();  // Only d is left: it must be promoted.
+  auto survivor = Client(Group());
+  Push(survivor.get(), 5, &pushed);
+  EXPECT_TRUE(Is(d, Replication::Role::kPrimary));
+  ExpectWeights(d, pushed);
+}
+
+TEST_P(ReplicaTest,
+       PrimaryCutOffFromTheCoordinatorStopsBeforeABackupTakesOver) {
+  Member& a = Start();
+  ASSERT_TRUE(WaitFor([&] { return Is(a, Replication::Role::kPrimary); }));
+  Member& b = Start();
+  ASSERT_TRUE(WaitFor([&] { return Is(b, Replication::Role::kBackup); }));
+  auto client = Client(Group());
+  ASSERT_TRUE(
+      client->DeclareModel(ConstantSpec({{300, 10}, {10}}, 1, 0.0f, 1.0f, 1024))
+          .ok());
+  int pushed = 0;
+  Push(client.get(), 5, &pushed);
+  // a keeps running but cannot renew its lease.
+  a.view->set_cut(true);
+  std::atomic<bool> a_served_after_b{false};
+  ASSERT_TRUE(WaitFor([&] {
+    if (!Is(b, Replication::Role::kPrimary)) return false;
+    // The moment b is primary, a must refuse already.
+    a_served_after_b = a.member->server()->replication()->CheckServing().ok();
+    return true;
+  }));
+  EXPECT_FALSE(a_served_after_b.load());
+  EXPECT_TRUE(a.member->Ended(kWait));
+  EXPECT_EQ(a.member->role(), Replication::Role::kFenced);
+  // A client that only knows a gets nothing applied there.
+  PsClientOptions options;
+  options.servers = {
+      ServerAddress{"127.0.0.1", a.member->server()->port(), {}}};
+  options.transport = GetParam();
+  options.retry_for = absl::Milliseconds(300);
+  auto only_a = PsClient::Create(options);
+  ASSERT_TRUE(only_a.ok());
+  std::vector<SliceVersion> versions;
+  std::vector<std::vector<float>> w = {std::vector<float>(3000),
+                                       std::vector<float>(10)};
+  EXPECT_FALSE((*only_a)->Pull(tensors_, &w, &versions, 0, 0).ok());
+  Push(client.get(), 5, &pushed);
+  ExpectWeights(b, pushed);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, ReplicaTest,
+                         ::testing::Values(Transport::kTcp, Transport::kGrpc),
+                         [](const auto& info) {
+                           return info.param == Transport::kTcp ? "tcp"
+                                                                : "grpc";
+                         });
+
+}  // namespace
+}  // namespace asyncps::testing
