@@ -106,6 +106,13 @@ std::vector<absl::Status> ShardCaller::GrpcAttempt(
     if (first >= 0 && static_cast<int>(k) != first &&
         s.code() == absl::StatusCode::kCancelled) {
       s = NotWaitedFor(calls[k]->shard);
+    } else if (s.code() == absl::StatusCode::kCancelled) {
+      // Not this client's doing: the server cancelled it as it shut down
+      // (gRPC's answer to calls in flight then). Nothing was done that a
+      // retry would repeat (pushes are answered once, by their ledger), so
+      // it is retried as the shard being away.
+      s = absl::UnavailableError(absl::StrCat(
+          "cancelled by the server (shutting down): ", s.message()));
     }
     out.push_back(std::move(s));
   }

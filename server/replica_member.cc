@@ -315,11 +315,11 @@ void ReplicaMember::Stop() {
   }
   if (loop_.joinable()) loop_.join();
   if (follower_.joinable()) follower_.join();
-  if (!killed_) {
-    // Serves nothing more, then lets the next primary in at once.
-    Fence("stopping");
-    coordinator_->Revoke(lease_).IgnoreError();
-  }
+  // Serves nothing more (calls in flight are answered UNAVAILABLE, as a
+  // dead process's are to its clients), then lets the next primary in at
+  // once, unless killed: then the lease is left to expire.
+  Fence(killed_ ? "killed" : "stopping");
+  if (!killed_) coordinator_->Revoke(lease_).IgnoreError();
   server_->Shutdown();
 }
 

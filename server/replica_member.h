@@ -69,7 +69,8 @@ class ReplicaMember {
   // is promoted without waiting it out), and the server stops. Idempotent.
   void Stop();
   // Tests: ends the member as SIGKILL would: the lease is left to expire
-  // and no one is told. Idempotent.
+  // and no one is told (calls in flight are answered UNAVAILABLE).
+  // Idempotent.
   void Kill();
   // Whether the member ended by itself (fenced), waiting up to `timeout`.
   bool Ended(absl::Duration timeout);

@@ -121,7 +121,8 @@ class ReplicaTest : public ::testing::TestWithParam<Transport> {
     std::vector<SliceVersion> versions;
     std::vector<std::vector<float>> w = {std::vector<float>(3000),
                                          std::vector<float>(10)};
-    ASSERT_TRUE(client->Pull(tensors_, &w, &versions, 0, 0).ok());
+    absl::Status pulled = client->Pull(tensors_, &w, &versions, 0, 0);
+    ASSERT_TRUE(pulled.ok()) << pulled;
     for (int i = 0; i < n; ++i) {
       PushStats r;
       absl::Status s = client->Push(tensors_, g_, versions, 0, 1, &r);
@@ -179,6 +180,10 @@ TEST_P(ReplicaTest, RestartedBackupCatchesUpAndSurvivesThePrimary) {
   c.member->Kill();
   a.member->Kill();  // Only d is left: it must be promoted.
   auto survivor = Client(Group());
+  ASSERT_TRUE(
+      survivor
+          ->DeclareModel(ConstantSpec({{300, 10}, {10}}, 1, 0.0f, 1.0f, 1024))
+          .ok());
   Push(survivor.get(), 5, &pushed);
   EXPECT_TRUE(Is(d, Replication::Role::kPrimary));
   ExpectWeights(d, pushed);
