@@ -147,6 +147,7 @@ TEST_P(ReplicaTest, PrimaryKilledMidStreamLosesNoAcknowledgedPush) {
   std::thread killer([&] { a.member->Kill(); });
   Push(client.get(), 20, &pushed);
   killer.join();
+  Push(client.get(), 5, &pushed);  // After the kill, whenever it came.
   EXPECT_TRUE(Is(b, Replication::Role::kPrimary));
   ExpectWeights(b, pushed);
   // A new member joins the promoted one and holds the same.

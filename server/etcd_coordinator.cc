@@ -1,0 +1,160 @@
+#include "server/etcd_coordinator.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "common/status_macros.h"
+#include "rpc/grpc_status.h"
+
+namespace asyncps {
+namespace {
+
+CoordinatedValue FromKv(const etcdserverpb::KeyValue& kv) {
+  return CoordinatedValue{kv.value(), kv.create_revision(), kv.mod_revision(),
+                          kv.lease()};
+}
+
+// etcd's errors say "etcdserver: requested lease not found" as NOT_FOUND
+// already; everything else keeps its code, with where it came from.
+absl::Status Etcd(const grpc::Status& s, const char* what) {
+  return Annotate(FromGrpcStatus(s), absl::StrCat("etcd ", what));
+}
+
+// The end of the range of every key that starts with `prefix`.
+std::string PrefixEnd(std::string prefix) {
+  while (!prefix.empty()) {
+    if (static_cast<unsigned char>(prefix.back()) < 0xff) {
+      prefix.back() = static_cast<char>(prefix.back() + 1);
+      return prefix;
+    }
+    prefix.pop_back();
+  }
+  return std::string(1, '\0');  // Every key.
+}
+
+}  // namespace
+
+EtcdCoordinator::EtcdCoordinator(const std::string& endpoint,
+                                 absl::Duration timeout)
+    : timeout_(timeout) {
+  auto channel =
+      grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials());
+  kv_ = etcdserverpb::KV::NewStub(channel);
+  lease_ = etcdserverpb::Lease::NewStub(channel);
+}
+
+std::unique_ptr<grpc::ClientContext> EtcdCoordinator::Context() const {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+  return context;
+}
+
+absl::StatusOr<std::pair<int64_t, absl::Duration>> EtcdCoordinator::Grant(
+    absl::Duration ttl) {
+  etcdserverpb::LeaseGrantRequest request;
+  request.set_ttl(static_cast<int64_t>(
+      std::ceil(absl::ToDoubleSeconds(ttl))));  // Whole seconds.
+  etcdserverpb::LeaseGrantResponse response;
+  RETURN_IF_ERROR(
+      Etcd(lease_->LeaseGrant(Context().get(), request, &response), "grant"));
+  if (!response.error().empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("etcd grant: ", response.error()));
+  }
+  return std::make_pair(response.id(), absl::Seconds(response.ttl()));
+}
+
+absl::Status EtcdCoordinator::KeepAlive(int64_t lease) {
+  auto context = Context();
+  auto stream = lease_->LeaseKeepAlive(context.get());
+  etcdserverpb::LeaseKeepAliveRequest request;
+  request.set_id(lease);
+  etcdserverpb::LeaseKeepAliveResponse response;
+  const bool exchanged = stream->Write(request) && stream->Read(&response);
+  stream->WritesDone();
+  grpc::Status finished = stream->Finish();
+  if (!exchanged) {
+    return finished.ok() ? absl::UnavailableError("etcd keep-alive: no answer")
+                         : Etcd(finished, "keep-alive");
+  }
+  // etcd answers a lease it no longer has with TTL 0.
+  if (response.ttl() <= 0) {
+    return absl::NotFoundError(absl::StrCat("etcd lease ", lease, " expired"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EtcdCoordinator::Revoke(int64_t lease) {
+  etcdserverpb::LeaseRevokeRequest request;
+  request.set_id(lease);
+  etcdserverpb::LeaseRevokeResponse response;
+  return Etcd(lease_->LeaseRevoke(Context().get(), request, &response),
+              "revoke");
+}
+
+absl::StatusOr<int64_t> EtcdCoordinator::CreateIfAbsent(
+    const std::string& key, const std::string& value, int64_t lease) {
+  // One transaction: if the key was never created (create revision 0), put
+  // it, and read it back for its create revision; else nothing.
+  etcdserverpb::TxnRequest request;
+  etcdserverpb::Compare* absent = request.add_compare();
+  absent->set_result(etcdserverpb::Compare::EQUAL);
+  absent->set_target(etcdserverpb::Compare::CREATE);
+  absent->set_key(key);
+  absent->set_create_revision(0);
+  etcdserverpb::PutRequest* put = request.add_success()->mutable_request_put();
+  put->set_key(key);
+  put->set_value(value);
+  put->set_lease(lease);
+  request.add_success()->mutable_request_range()->set_key(key);
+  etcdserverpb::TxnResponse response;
+  RETURN_IF_ERROR(Etcd(kv_->Txn(Context().get(), request, &response), "txn"));
+  if (!response.succeeded()) return 0;
+  if (response.responses_size() != 2 ||
+      response.responses(1).response_range().kvs_size() != 1) {
+    return absl::InternalError(
+        absl::StrCat("etcd txn on ", key, ": an answer without the key"));
+  }
+  return response.responses(1).response_range().kvs(0).create_revision();
+}
+
+absl::Status EtcdCoordinator::Put(const std::string& key,
+                                  const std::string& value, int64_t lease) {
+  etcdserverpb::PutRequest request;
+  request.set_key(key);
+  request.set_value(value);
+  request.set_lease(lease);
+  etcdserverpb::PutResponse response;
+  return Etcd(kv_->Put(Context().get(), request, &response), "put");
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, CoordinatedValue>>>
+EtcdCoordinator::Range(const std::string& key, const std::string& range_end) {
+  etcdserverpb::RangeRequest request;
+  request.set_key(key);
+  request.set_range_end(range_end);
+  etcdserverpb::RangeResponse response;
+  RETURN_IF_ERROR(
+      Etcd(kv_->Range(Context().get(), request, &response), "range"));
+  std::vector<std::pair<std::string, CoordinatedValue>> out;
+  for (const etcdserverpb::KeyValue& kv : response.kvs()) {
+    out.emplace_back(kv.key(), FromKv(kv));
+  }
+  return out;
+}
+
+absl::StatusOr<CoordinatedValue> EtcdCoordinator::Get(const std::string& key) {
+  ASSIGN_OR_RETURN(auto found, Range(key, ""));
+  if (found.empty()) return absl::NotFoundError(absl::StrCat("no key ", key));
+  return found[0].second;
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, CoordinatedValue>>>
+EtcdCoordinator::List(const std::string& prefix) {
+  return Range(prefix, PrefixEnd(prefix));
+}
+
+}  // namespace asyncps
