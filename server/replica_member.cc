@@ -93,20 +93,55 @@ absl::Status ReplicaMember::RecordBackups(
 bool ReplicaMember::Renew() {
   const absl::Time now = absl::Now();
   if (now < next_renewal_) return true;
+  const bool primary =
+      server_->replication()->role() == Replication::Role::kPrimary;
+  // A lease that may have run out (the coordinator was out of reach) is
+  // never trusted again, whatever the coordinator says of it later (etcd
+  // renews an expired lease it has not revoked yet): a primary's role
+  // ended with it, as the others may have seen; a backup takes a new one.
+  if (now >= lease_deadline_) {
+    if (primary) return false;
+    Regrant(now);
+    return true;
+  }
   absl::Status s = coordinator_->KeepAlive(lease_);
+  // A primary whose lease ran out while it waited for the answer has
+  // stopped serving already (Replication::CheckServing): for good.
+  if (primary && absl::Now() >= lease_deadline_) return false;
   if (s.ok()) {
     lease_deadline_ = now + ttl_;
     next_renewal_ = now + ttl_ / 4;
     server_->replication()->ExtendLease(lease_deadline_);
     return true;
   }
-  if (absl::IsNotFound(s)) return false;
   // Unreachable: keep trying until the lease must have expired.
-  return now < lease_deadline_;
+  if (!absl::IsNotFound(s) && now < lease_deadline_) return true;
+  // A primary's role went with its lease.
+  if (primary) return false;
+  Regrant(now);
+  return true;
+}
+
+bool ReplicaMember::Regrant(absl::Time now) {
+  coordinator_->Revoke(lease_).IgnoreError();
+  absl::StatusOr<std::pair<int64_t, absl::Duration>> granted =
+      coordinator_->Grant(config_.lease_ttl);
+  if (!granted.ok()) return false;  // Again next round.
+  lease_ = granted->first;
+  ttl_ = granted->second;
+  lease_deadline_ = now + ttl_;
+  next_renewal_ = now + ttl_ / 4;
+  coordinator_
+      ->Put(Key("members/" + member_),
+            Replication::RoleName(server_->replication()->role()), lease_)
+      .IgnoreError();
+  return true;
 }
 
 void ReplicaMember::Fence(const std::string& why) {
   server_->replication()->Fence(why);
+  // It serves no more: the next member need not wait out its lease.
+  coordinator_->Revoke(lease_).IgnoreError();
 }
 
 bool ReplicaMember::MayCampaign(absl::Time now) {
@@ -180,6 +215,10 @@ bool ReplicaMember::Round() {
     }
     return true;
   }
+  // With a lease granted now: an older one may have run out while the
+  // coordinator was out of reach, and the coordinator may revoke it any
+  // moment (etcd renews such a lease until it gets to revoking it).
+  if (!Regrant(now)) return true;
   absl::StatusOr<int64_t> won =
       coordinator_->CreateIfAbsent(Key("primary"), member_, lease_);
   if (!won.ok() || *won == 0) return true;
@@ -318,8 +357,11 @@ void ReplicaMember::Stop() {
   // Serves nothing more (calls in flight are answered UNAVAILABLE, as a
   // dead process's are to its clients), then lets the next primary in at
   // once, unless killed: then the lease is left to expire.
-  Fence(killed_ ? "killed" : "stopping");
-  if (!killed_) coordinator_->Revoke(lease_).IgnoreError();
+  if (killed_) {
+    server_->replication()->Fence("killed");
+  } else {
+    Fence("stopping");
+  }
   server_->Shutdown();
 }
 

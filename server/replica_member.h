@@ -86,8 +86,11 @@ class ReplicaMember {
   // until it ends (on the follower thread).
   void Follow(std::string address, int64_t epoch);
   absl::Status FollowOnce(const std::string& address, int64_t epoch);
-  // Renews the lease; false if it is lost.
+  // Renews the lease; false if a primary's is lost (a backup's is
+  // replaced: Regrant).
   bool Renew();
+  // A backup's new lease in place of its old; false if none was granted.
+  bool Regrant(absl::Time now);
   bool MayCampaign(absl::Time now);
   void Fence(const std::string& why);
   // The primary's backups, written to `insync`.

@@ -90,6 +90,7 @@ void Replication::BecomePrimary(int64_t epoch, absl::Time lease_deadline) {
   epoch_ = epoch;
   primary_ = member_;
   lease_deadline_ = lease_deadline;
+  promoted_at_ = clock_->Now();
   ++failovers_;
   // A promoted backup goes on numbering where its primary's stream was.
   seq_ = applied_;
@@ -114,6 +115,16 @@ void Replication::Fence(const std::string& why) {
     b.dropped = true;
     ShutdownSocket(b.stream->fd());
   }
+}
+
+absl::Time Replication::lease_deadline() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return lease_deadline_;
+}
+
+absl::Time Replication::promoted_at() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return promoted_at_;
 }
 
 void Replication::set_member(std::string member) {

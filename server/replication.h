@@ -82,6 +82,10 @@ class Replication {
   void Fence(const std::string& why);
   Role role() const;
   int64_t epoch() const;
+  // Until when this member may acknowledge (a primary's lease, as far as
+  // it knows), and when it last became primary (InfinitePast: never).
+  absl::Time lease_deadline() const;
+  absl::Time promoted_at() const;
   // This member's address (known once its server listens).
   void set_member(std::string member);
   std::string member() const;
@@ -156,6 +160,7 @@ class Replication {
   uint64_t applied_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t failovers_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time promoted_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::vector<std::string> backup_names_ ABSL_GUARDED_BY(mu_);
   uint64_t lag_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -72,8 +72,7 @@ TEST_P(ExactlyOnceTest, LostAnswersDoNotApplyAPushTwice) {
     // (ShardCaller::MayHold), and its push comes again here too if this
     // shard's answer had not been read yet: at most once more each.
     EXPECT_GE(s.duplicate_pushes(), kPushes / 3) << "shard " << s.shard();
-    EXPECT_LE(s.duplicate_pushes(), 2 * (kPushes / 3))
-        << "shard " << s.shard();
+    EXPECT_LE(s.duplicate_pushes(), 2 * (kPushes / 3)) << "shard " << s.shard();
     if (!GetParam().fused) {
       EXPECT_EQ(s.duplicate_pushes(), kPushes / 3) << "shard " << s.shard();
     }

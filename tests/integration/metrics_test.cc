@@ -20,19 +20,6 @@
 namespace asyncps::testing {
 namespace {
 
-// A TCP port nothing listens on now (the kernel's pick, released).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 // The body of GET /metrics on 127.0.0.1:port ("" on failure).
 std::string Scrape(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);

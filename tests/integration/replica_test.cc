@@ -1,10 +1,12 @@
 // Replicated shards (server/replica_member.h), in process over real sockets,
-// with the in-memory coordinator: a client pushes a known gradient stream
+// coordinated by the in-memory coordinator or by a real etcd (a private
+// etcd-server process per test): a client pushes a known gradient stream
 // with SGD (weights 0, learning rate 1, gradient 1: every weight is exactly
 // minus the pushes applied) through a group of members while members die.
 // Afterwards every member's weights equal minus the number of acknowledged
 // pushes, exactly: nothing acknowledged was lost, nothing applied twice.
 #include <atomic>
+#include <csignal>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -12,18 +14,28 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/notification.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/ps_client.h"
 #include "gtest/gtest.h"
 #include "server/coordinator.h"
+#include "server/etcd_coordinator.h"
 #include "server/replica_member.h"
+#include "tests/integration/etcd_process.h"
 #include "tests/integration/test_cluster.h"
 
 namespace asyncps::testing {
 namespace {
 
-constexpr absl::Duration kTtl = absl::Milliseconds(400);
+struct Case {
+  Transport transport;
+  bool etcd;  // A real etcd, else the in-memory coordinator.
+};
+
+// etcd grants whole seconds only.
+absl::Duration Ttl(bool etcd) {
+  return etcd ? absl::Seconds(1) : absl::Milliseconds(400);
+}
 constexpr absl::Duration kWait = absl::Seconds(20);
 
 // Polls `done` until it holds or kWait passes.
@@ -37,16 +49,30 @@ bool WaitFor(F done) {
   return true;
 }
 
-class ReplicaTest : public ::testing::TestWithParam<Transport> {
+class ReplicaTest : public ::testing::TestWithParam<Case> {
  protected:
   struct Member {
-    std::unique_ptr<MemoryCoordinator::View> view;
+    std::unique_ptr<Coordinator> coordinator;
+    MemoryCoordinator::View* view = nullptr;  // In memory only.
     std::unique_ptr<ReplicaMember> member;
   };
 
+  void SetUp() override {
+    if (!GetParam().etcd) return;
+    auto etcd = StartEtcd("etcd");
+    ASSERT_TRUE(etcd.ok()) << etcd.status();
+    etcd_ = *std::move(etcd);
+  }
+
   Member& Start() {
     Member& m = members_.emplace_back();
-    m.view = coordinator_.NewView();
+    if (GetParam().etcd) {
+      m.coordinator = std::make_unique<EtcdCoordinator>(etcd_.endpoint);
+    } else {
+      auto view = coordinator_.NewView();
+      m.view = view.get();
+      m.coordinator = std::move(view);
+    }
     ShardServerConfig c;
     c.host = "127.0.0.1";
     // Unregistered ranks act on a promoted member while its membership
@@ -54,9 +80,9 @@ class ReplicaTest : public ::testing::TestWithParam<Transport> {
     c.rejoin_grace = absl::Hours(1);
     ReplicaConfig rc;
     rc.prefix = "/test";
-    rc.lease_ttl = kTtl;
+    rc.lease_ttl = Ttl(GetParam().etcd);
     rc.poll = absl::Milliseconds(10);
-    auto started = ReplicaMember::Start(c, rc, m.view.get());
+    auto started = ReplicaMember::Start(c, rc, m.coordinator.get());
     EXPECT_TRUE(started.ok()) << started.status();
     m.member = *std::move(started);
     return m;
@@ -83,7 +109,7 @@ class ReplicaTest : public ::testing::TestWithParam<Transport> {
   std::unique_ptr<PsClient> Client(const ServerAddress& group) {
     PsClientOptions options;
     options.servers = {group};
-    options.transport = GetParam();
+    options.transport = GetParam().transport;
     options.backoff_initial = absl::Milliseconds(5);
     options.backoff_max = absl::Milliseconds(50);
     options.rpc_timeout = absl::Seconds(5);
@@ -110,6 +136,20 @@ class ReplicaTest : public ::testing::TestWithParam<Transport> {
     }
   }
 
+  // Cuts `m` off from the coordinator: the in-memory one refuses its
+  // calls; etcd is stopped (SIGSTOP) for everyone. Heal ends it.
+  void Cut(Member& m) {
+    if (GetParam().etcd) {
+      etcd_.process->Signal(SIGSTOP);
+    } else {
+      m.view->set_cut(true);
+    }
+  }
+  void Heal() {
+    if (GetParam().etcd) etcd_.process->Signal(SIGCONT);
+  }
+
+  EtcdProcess etcd_;
   MemoryCoordinator coordinator_;
   std::deque<Member> members_;
   const std::vector<int> tensors_ = {0, 1};
@@ -203,22 +243,22 @@ TEST_P(ReplicaTest,
   int pushed = 0;
   Push(client.get(), 5, &pushed);
   // a keeps running but cannot renew its lease.
-  a.view->set_cut(true);
-  std::atomic<bool> a_served_after_b{false};
-  ASSERT_TRUE(WaitFor([&] {
-    if (!Is(b, Replication::Role::kPrimary)) return false;
-    // The moment b is primary, a must refuse already.
-    a_served_after_b = a.member->server()->replication()->CheckServing().ok();
-    return true;
-  }));
-  EXPECT_FALSE(a_served_after_b.load());
+  Cut(a);
+  Replication* ra = a.member->server()->replication();
+  ASSERT_TRUE(WaitFor([&] { return !ra->CheckServing().ok(); }));
+  Heal();
+  ASSERT_TRUE(WaitFor([&] { return Is(b, Replication::Role::kPrimary); }));
+  // a acknowledged nothing from its lease's end on, and b nothing before
+  // it was promoted: the one ended before the other began.
+  EXPECT_LT(ra->lease_deadline(),
+            b.member->server()->replication()->promoted_at());
   EXPECT_TRUE(a.member->Ended(kWait));
   EXPECT_EQ(a.member->role(), Replication::Role::kFenced);
   // A client that only knows a gets nothing applied there.
   PsClientOptions options;
   options.servers = {
       ServerAddress{"127.0.0.1", a.member->server()->port(), {}}};
-  options.transport = GetParam();
+  options.transport = GetParam().transport;
   options.retry_for = absl::Milliseconds(300);
   auto only_a = PsClient::Create(options);
   ASSERT_TRUE(only_a.ok());
@@ -230,11 +270,15 @@ TEST_P(ReplicaTest,
   ExpectWeights(b, pushed);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, ReplicaTest,
-                         ::testing::Values(Transport::kTcp, Transport::kGrpc),
+INSTANTIATE_TEST_SUITE_P(Coordinators, ReplicaTest,
+                         ::testing::Values(Case{Transport::kTcp, false},
+                                           Case{Transport::kGrpc, false},
+                                           Case{Transport::kTcp, true}),
                          [](const auto& info) {
-                           return info.param == Transport::kTcp ? "tcp"
-                                                                : "grpc";
+                           return absl::StrCat(
+                               info.param.transport == Transport::kTcp ? "tcp"
+                                                                       : "grpc",
+                               info.param.etcd ? "_etcd" : "_memory");
                          });
 
 }  // namespace

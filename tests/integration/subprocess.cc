@@ -1,10 +1,13 @@
 #include "tests/integration/subprocess.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/inotify.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -169,6 +172,21 @@ int Subprocess::Wait(absl::Duration timeout) {
   }
   if (pidfd >= 0) close(pidfd);
   return reaped_ ? exit_status_ : -1;
+}
+
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  close(fd);
+  return port;
 }
 
 absl::StatusOr<std::unique_ptr<Subprocess>> StartServer(

@@ -69,6 +69,10 @@ absl::StatusOr<std::unique_ptr<Subprocess>> StartServer(
     int shard, int num_shards, int* port,
     const std::vector<std::string>& extra = {});
 
+// A TCP port nothing listens on now on 127.0.0.1 (the kernel's pick,
+// released): for a program that cannot report the port it chose.
+int FreePort();
+
 // `text` (a --ready_file's or --result_json's) as a JSON object.
 absl::StatusOr<google::protobuf::Struct> ParseJson(const std::string& text);
 

@@ -1,0 +1,49 @@
+#include "tests/integration/etcd_process.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/etcd_coordinator.h"
+
+namespace asyncps::testing {
+
+absl::StatusOr<EtcdProcess> StartEtcd(const std::string& name) {
+  const std::string dir = TempPath(name);
+  std::filesystem::remove_all(dir);
+  const std::string client = absl::StrCat("http://127.0.0.1:", FreePort());
+  const std::string peer = absl::StrCat("http://127.0.0.1:", FreePort());
+  EtcdProcess etcd;
+  etcd.endpoint = client.substr(std::string("http://").size());
+  auto started = Subprocess::Start({
+      "/usr/bin/etcd",
+      "--name=test",
+      "--data-dir=" + dir,
+      "--listen-client-urls=" + client,
+      "--advertise-client-urls=" + client,
+      "--listen-peer-urls=" + peer,
+      "--initial-advertise-peer-urls=" + peer,
+      "--initial-cluster=test=" + peer,
+      "--heartbeat-interval=50",
+      "--election-timeout=500",
+      "--log-level=warn",
+  });
+  if (!started.ok()) return started.status();
+  etcd.process = *std::move(started);
+  // Ready once it answers a read (NOT_FOUND: there is nothing yet). A new
+  // channel each time: one that failed to connect backs off for seconds.
+  const absl::Time until = absl::Now() + absl::Seconds(30);
+  while (true) {
+    absl::Status s = EtcdCoordinator(etcd.endpoint, absl::Milliseconds(500))
+                         .Get("/ready")
+                         .status();
+    if (s.ok() || absl::IsNotFound(s)) return etcd;
+    if (absl::Now() > until) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "etcd at ", etcd.endpoint, " never answered: ", s.message()));
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+}
+
+}  // namespace asyncps::testing

@@ -1,0 +1,26 @@
+// Test helper: a private etcd (Debian's etcd-server) with its own data
+// directory and kernel-picked ports, with elections fast enough that it
+// grants leases of 1 s (etcd grants none shorter than 1.5 election
+// timeouts). Killed with the test, as every Subprocess.
+#ifndef ASYNCPS_TESTS_INTEGRATION_ETCD_PROCESS_H_
+#define ASYNCPS_TESTS_INTEGRATION_ETCD_PROCESS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "tests/integration/subprocess.h"
+
+namespace asyncps::testing {
+
+struct EtcdProcess {
+  std::unique_ptr<Subprocess> process;
+  std::string endpoint;  // "127.0.0.1:<client port>"
+};
+
+// Starts etcd in TEST_TMPDIR/<name> and waits until it answers.
+absl::StatusOr<EtcdProcess> StartEtcd(const std::string& name);
+
+}  // namespace asyncps::testing
+
+#endif  // ASYNCPS_TESTS_INTEGRATION_ETCD_PROCESS_H_
