@@ -18,6 +18,12 @@ absl::StatusOr<std::vector<v1::StatsResponse>> AdminClient::StatsAll() {
   return out;
 }
 
+absl::StatusOr<v1::StatsResponse> AdminClient::MemberStats(int shard,
+                                                           int member) {
+  return caller_->CallMember<v1::StatsResponse>(
+      shard, member, v1::StatsRequest(), ASYNCPS_RPC(Stats));
+}
+
 absl::StatusOr<v1::StatsResponse> AdminClient::Stats(int shard) {
   return caller_->CallOne<v1::StatsResponse>(shard, v1::StatsRequest(),
                                              ASYNCPS_RPC(Stats), "Stats");

@@ -21,6 +21,8 @@ class AdminClient {
   explicit AdminClient(ShardCaller* caller) : caller_(caller) {}
 
   absl::StatusOr<v1::StatsResponse> Stats(int shard);
+  // Stats of member `member` of a replicated `shard` (no retry).
+  absl::StatusOr<v1::StatsResponse> MemberStats(int shard, int member);
   // Stats of every shard, in shard order.
   absl::StatusOr<std::vector<v1::StatsResponse>> StatsAll();
   // Asks a shard to write a checkpoint now; returns the file's path there.

@@ -36,6 +36,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "client/data_channel.h"
 #include "common/backoff.h"
@@ -169,6 +170,19 @@ class ShardCaller {
   std::vector<absl::Status> GrpcAttempt(
       const std::vector<Call<Request, Response>*>& calls, Method method,
       bool end_early = false);
+
+  // A replicated shard's members (1 for a shard of one process), and one
+  // call to one of them, not retried and not moving on: psctl's view of
+  // each member of a group.
+  int num_members(int shard) const {
+    return static_cast<int>(members_[shard].size());
+  }
+  const ServerAddress& member_address(int shard, int member) const {
+    return members_[shard][member].address;
+  }
+  template <typename Response, typename Request, typename Method>
+  absl::StatusOr<Response> CallMember(int shard, int member,
+                                      const Request& request, Method method);
 
   // Registers with one shard and keeps the secret it answers, which this
   // client's later calls as that rank carry (and a registration again

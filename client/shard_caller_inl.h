@@ -239,6 +239,26 @@ absl::StatusOr<Response> ShardCaller::CallOne(int shard, const Request& request,
   return std::move(calls[0].response);
 }
 
+template <typename Response, typename Request, typename Method>
+absl::StatusOr<Response> ShardCaller::CallMember(int shard, int member,
+                                                 const Request& request,
+                                                 Method method) {
+  std::unique_ptr<grpc::ClientContext> context =
+      NewContext(absl::Now() + options_.rpc_timeout);
+  Request r = request;
+  Response response;
+  absl::Notification done;
+  grpc::Status status;
+  method(members_[shard][member].stub.get(), context.get(), &r, &response,
+         [&](grpc::Status s) {
+           status = std::move(s);
+           done.Notify();
+         });
+  done.WaitForNotification();
+  RETURN_IF_ERROR(FromGrpcStatus(status));
+  return response;
+}
+
 }  // namespace asyncps
 
 #endif  // ASYNCPS_CLIENT_SHARD_CALLER_INL_H_

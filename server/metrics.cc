@@ -188,6 +188,33 @@ std::vector<MetricFamily> StatsToMetrics(const v1::StatsResponse& s) {
   Add(&out, "asyncps_shard_start_timestamp_seconds",
       "When the shard started (Unix time).", gauge,
       s.start_timestamp_seconds());
+  if (s.has_replica()) {
+    // A replicated shard's member (ps_server --replicas).
+    const v1::ReplicaStats& r = s.replica();
+    MetricFamily role =
+        Family("asyncps_replica_role",
+               "This member's role in its shard group; the value is 1.", gauge);
+    role.metric.push_back(Sample(gauge, 1, {{"role", r.role()}}));
+    out.push_back(std::move(role));
+    Add(&out, "asyncps_replica_epoch",
+        "The epoch of the primary this member serves or follows.", gauge,
+        r.epoch());
+    Add(&out, "asyncps_replica_backups",
+        "Primary: backups in its stream now (0: the group has no backup).",
+        gauge, r.role() == "primary" ? r.backups_size() : 0);
+    Add(&out, "asyncps_replica_lag_ops",
+        "Primary: the most changes a backup has not acknowledged.", gauge,
+        r.lag());
+    Add(&out, "asyncps_replica_applied_ops",
+        "Changes this member applied (backup) or streamed (primary).", gauge,
+        r.applied_seq());
+    Add(&out, "asyncps_replica_bytes_total",
+        "Bytes of changes streamed to backups (primary) or applied (backup).",
+        counter, r.replicated_bytes());
+    Add(&out, "asyncps_replica_failovers_total",
+        "Times this member became its group's primary.", counter,
+        r.failovers());
+  }
   if (s.mode() == "ssp") {
     Add(&out, "asyncps_shard_staleness_bound",
         "ssp: --staleness, the clock gap pulls are held to.", gauge,

@@ -16,6 +16,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "common/file_system.h"
@@ -26,6 +27,8 @@
 #include "common/status.h"
 #include "common/stop_signal.h"
 #include "glog/logging.h"
+#include "server/etcd_coordinator.h"
+#include "server/replica_member.h"
 #include "server/shard_server.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0",
@@ -125,6 +128,29 @@ ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
           "whole drain (with the last checkpoint) gets this plus 60 s, then "
           "the process exits 1; a second SIGTERM or SIGINT exits at once.");
 
+ABSL_FLAG(int, replicas, 0,
+          "Run this shard as a replicated group of this many processes (2 or "
+          "3; docs/DESIGN.md \"Replicated shards\"): start each member with "
+          "the same --shard, --job and --etcd. The primary streams every "
+          "change to the backups before it answers; a backup is promoted "
+          "when the primary's etcd lease expires. 0: one process, no etcd.");
+ABSL_FLAG(std::string, etcd, "",
+          "--replicas: etcd's client address (host:port) for the election "
+          "and the shard map.");
+ABSL_FLAG(std::string, job, "default",
+          "--replicas: the job's name; its keys in etcd are under "
+          "/asyncps/<job>/.");
+ABSL_FLAG(std::string, advertise, "",
+          "--replicas: this member's address (host:port) as the other "
+          "members and the workers reach it; default localhost:<port>.");
+ABSL_FLAG(absl::Duration, lease_ttl, absl::Seconds(1),
+          "--replicas: the etcd lease a primary holds; it is deposed this "
+          "long after it stops renewing (etcd rounds up to whole seconds and "
+          "grants no less than 1.5 of its election timeouts).");
+ABSL_FLAG(absl::Duration, replica_ack_timeout, absl::Seconds(5),
+          "--replicas: how long a backup may take to acknowledge a change "
+          "before the primary drops it (it rejoins by itself).");
+
 ABSL_FLAG(bool, exit_when_done, false,
           "Once every worker of the job (--num_workers, or the count the "
           "workers registered with) has finished, serve reads for "
@@ -201,8 +227,97 @@ absl::StatusOr<ShardServerConfig> ConfigFromFlags() {
         "--tls_ca without --tls_cert: a server needs its own certificate and "
         "key for TLS");
   }
+  const int replicas = absl::GetFlag(FLAGS_replicas);
+  if (replicas != 0) {
+    if (replicas < 1 || replicas > 5) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--replicas=", replicas, ": a group has 2 or 3 members (1-5)"));
+    }
+    if (absl::GetFlag(FLAGS_etcd).empty()) {
+      return absl::InvalidArgumentError(
+          "--replicas needs --etcd (host:port of etcd's client URL)");
+    }
+    if (config.port == 0) {
+      return absl::InvalidArgumentError(
+          "--replicas needs a fixed --port: the group and the workers list "
+          "the member's address");
+    }
+    config.replicated = true;
+    config.member = absl::GetFlag(FLAGS_advertise);
+    if (config.member.empty()) {
+      config.member = absl::StrCat("localhost:", config.port);
+    }
+    config.replica_ack_timeout = absl::GetFlag(FLAGS_replica_ack_timeout);
+  }
   RETURN_IF_ERROR(config.Validate());
   return config;
+}
+
+// Writes --ready_file, if given: the server's identity and ports.
+absl::Status WriteReadyFile(const ShardServerConfig& config,
+                            const ShardServer& server) {
+  const std::string ready = absl::GetFlag(FLAGS_ready_file);
+  if (ready.empty()) return absl::OkStatus();
+  return WriteFileAtomically(
+      FileSystem::Default(), ready,
+      absl::StrFormat("{\"shard\": %d, \"num_shards\": %d, \"host\": "
+                      "\"%s\", \"port\": %d, \"data_port\": %d, "
+                      "\"pid\": %d}\n",
+                      config.shard, config.num_shards,
+                      absl::CEscape(config.host), server.port(),
+                      server.data_port(), static_cast<int>(getpid())));
+}
+
+// --replicas: one member of the shard's group, started again (fresh, as a
+// backup) each time it ends by itself (deposed, dropped from the stream),
+// until a signal; then it steps down (its lease revoked: a backup takes
+// over at once) and drains.
+int RunReplicated(const ShardServerConfig& config) {
+  EtcdCoordinator etcd(absl::GetFlag(FLAGS_etcd));
+  ReplicaConfig rc;
+  rc.prefix = absl::StrCat("/asyncps/", absl::GetFlag(FLAGS_job));
+  rc.lease_ttl = absl::GetFlag(FLAGS_lease_ttl);
+  bool ready = false;
+  while (true) {
+    auto member = ReplicaMember::Start(config, rc, &etcd);
+    if (!member.ok()) {
+      if (member.status().code() == absl::StatusCode::kInvalidArgument) {
+        LOG(ERROR) << member.status();
+        return 2;
+      }
+      // etcd not up yet, or the port not free again yet: a while later.
+      LOG(WARNING) << "shard " << config.shard << ": cannot start a member ("
+                   << member.status() << "); again in 1 s";
+      if (WaitForStopSignal(absl::Seconds(1)) >= 0) return 0;
+      continue;
+    }
+    if (!ready) {
+      if (absl::Status s = WriteReadyFile(config, *(*member)->server());
+          !s.ok()) {
+        LOG(ERROR) << "--ready_file: " << s;
+        return 1;
+      }
+      std::printf("ps_server shard %d/%d member %s listening on %s:%d\n",
+                  config.shard, config.num_shards, config.member.c_str(),
+                  config.host.c_str(), (*member)->server()->port());
+      std::fflush(stdout);
+      ready = true;
+    }
+    int sig;
+    while ((sig = WaitForStopSignal(absl::Milliseconds(100))) < 0) {
+      if ((*member)->Ended(absl::ZeroDuration())) break;
+    }
+    if (sig >= 0) {
+      LOG(INFO) << "signal " << sig << ": member " << config.member
+                << " of shard " << config.shard << " steps down and drains";
+      ShutdownWithin(config.shutdown_grace + kDrainBudget,
+                     [&member] { (*member)->Stop(); });
+      return 0;
+    }
+    LOG(WARNING) << "shard " << config.shard << ": member " << config.member
+                 << " ended; starting again as a backup";
+    (*member)->Stop();
+  }
 }
 
 int Run() {
@@ -215,6 +330,7 @@ int Run() {
   LOG(INFO) << "shard " << config->shard << ": "
             << config->security.Describe(/*server=*/true);
   InstallStopSignalHandlers();
+  if (config->replicated) return RunReplicated(*config);
   auto server = ShardServer::Start(*config);
   if (!server.ok()) {
     LOG(ERROR) << server.status();
@@ -224,21 +340,10 @@ int Run() {
   }
   std::printf("ps_server shard %d/%d data plane on port %d\n", config->shard,
               config->num_shards, (*server)->data_port());
-  if (const std::string ready = absl::GetFlag(FLAGS_ready_file);
-      !ready.empty()) {
-    const absl::Status s = WriteFileAtomically(
-        FileSystem::Default(), ready,
-        absl::StrFormat("{\"shard\": %d, \"num_shards\": %d, \"host\": "
-                        "\"%s\", \"port\": %d, \"data_port\": %d, "
-                        "\"pid\": %d}\n",
-                        config->shard, config->num_shards,
-                        absl::CEscape(config->host), (*server)->port(),
-                        (*server)->data_port(), static_cast<int>(getpid())));
-    if (!s.ok()) {
-      LOG(ERROR) << "--ready_file: " << s;
-      (*server)->Shutdown();
-      return 1;
-    }
+  if (absl::Status s = WriteReadyFile(*config, **server); !s.ok()) {
+    LOG(ERROR) << "--ready_file: " << s;
+    (*server)->Shutdown();
+    return 1;
   }
   std::printf("ps_server shard %d/%d listening on %s:%d\n", config->shard,
               config->num_shards, config->host.c_str(), (*server)->port());

@@ -324,9 +324,6 @@ grpc::ServerUnaryReactor* ParameterServerService::Stats(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!Admit(context, reactor)) return reactor;
   *response = CollectStats(Parts());
-  if (const Replication* r = consistency_->replication(); r != nullptr) {
-    *response->mutable_replica() = r->Stats();
-  }
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

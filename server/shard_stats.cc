@@ -66,6 +66,10 @@ v1::StatsResponse CollectStats(const ShardParts& parts) {
       r.set_checkpoint_bytes(k.bytes);
     }
   }
+  if (const Replication* replication = parts.consistency->replication();
+      replication != nullptr) {
+    *r.mutable_replica() = replication->Stats();
+  }
   return r;
 }
 

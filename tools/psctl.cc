@@ -21,6 +21,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/admin_client.h"
 #include "client/embedding_client.h"
@@ -58,6 +59,36 @@ ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10),
 
 namespace asyncps {
 namespace {
+
+// psctl status, replicated shards (--servers=a|b,...): each group's
+// members as each member sees itself.
+void PrintGroups(AdminClient* admin, ShardCaller* caller) {
+  bool replicated = false;
+  for (int s = 0; s < caller->num_shards(); ++s) {
+    replicated |= caller->num_members(s) > 1;
+  }
+  if (!replicated) return;
+  std::printf("%-5s %-22s %-8s %6s %9s %6s %12s  %s\n", "shard", "member",
+              "role", "epoch", "applied", "lag", "replicated", "backups");
+  for (int s = 0; s < caller->num_shards(); ++s) {
+    for (int m = 0; m < caller->num_members(s); ++m) {
+      const std::string address = caller->member_address(s, m).ToString();
+      auto stats = admin->MemberStats(s, m);
+      if (!stats.ok()) {
+        std::printf("%-5d %-22s %-8s %s\n", s, address.c_str(), "DOWN",
+                    std::string(stats.status().message()).c_str());
+        continue;
+      }
+      const v1::ReplicaStats& r = stats->replica();
+      std::printf(
+          "%-5d %-22s %-8s %6lld %9llu %6llu %11.1fM  %s\n", s, address.c_str(),
+          r.role().c_str(), static_cast<long long>(r.epoch()),
+          static_cast<unsigned long long>(r.applied_seq()),
+          static_cast<unsigned long long>(r.lag()), r.replicated_bytes() / 1e6,
+          absl::StrJoin(r.backups(), ",").c_str());
+    }
+  }
+}
 
 // psctl status: every shard and every worker on one screen. `previous`
 // (may be empty) is the last refresh's answer, for rates.
@@ -360,7 +391,7 @@ int CheckpointCommand(AdminClient* admin) {
 
 // status: --json, the shards' Stats for scripts; --watch, refreshed until
 // killed.
-int StatusCommand(AdminClient* admin) {
+int StatusCommand(AdminClient* admin, ShardCaller* caller) {
   const absl::Duration watch = absl::GetFlag(FLAGS_watch);
   std::vector<v1::StatsResponse> previous;
   while (true) {
@@ -380,6 +411,7 @@ int StatusCommand(AdminClient* admin) {
     } else {
       if (watch > absl::ZeroDuration()) std::printf("\033[H\033[2J");
       PrintStatus(*stats, previous);
+      PrintGroups(admin, caller);
     }
     std::fflush(stdout);
     if (watch <= absl::ZeroDuration()) return 0;
@@ -471,7 +503,7 @@ int Run(const std::string& command) {
   if (command == "health") return HealthCommand(*servers, *security);
   if (command == "export") return ExportCommand(client->get(), &admin);
   if (command == "checkpoint") return CheckpointCommand(&admin);
-  if (command == "status") return StatusCommand(&admin);
+  if (command == "status") return StatusCommand(&admin, (*client)->caller());
   return StatsCommand(command, &admin);
 }
 

@@ -21,6 +21,51 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(
   return cluster;
 }
 
+absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::StartReplicated(
+    int num_shards, int replicas, const std::string& etcd,
+    const std::vector<std::string>& extra_flags) {
+  auto cluster = std::make_unique<TestCluster>();
+  cluster->num_shards_ = num_shards;
+  cluster->replicas_ = replicas;
+  for (int s = 0; s < num_shards; ++s) {
+    ServerAddress group;
+    for (int m = 0; m < replicas; ++m) {
+      const int port = FreePort();
+      std::vector<std::string> flags = extra_flags;
+      flags.insert(flags.end(),
+                   {absl::StrCat("--replicas=", replicas), "--etcd=" + etcd,
+                    "--job=test", absl::StrCat("--port=", port),
+                    absl::StrCat("--advertise=127.0.0.1:", port)});
+      int listening = 0;
+      auto proc = StartServer(s, num_shards, &listening, flags);
+      if (!proc.ok()) return proc.status();
+      cluster->procs_.push_back(*std::move(proc));
+      cluster->flags_.push_back(flags);
+      ServerAddress a{"127.0.0.1", port, {}};
+      if (m == 0) {
+        group = a;
+      } else {
+        group.others.push_back(a);
+      }
+    }
+    cluster->servers_.push_back(group);
+  }
+  return cluster;
+}
+
+absl::Status TestCluster::RestartMember(int shard, int m) {
+  const size_t k = static_cast<size_t>(shard * replicas_ + m);
+  procs_[k]->Signal(SIGKILL);
+  if (procs_[k]->Wait(absl::Seconds(30)) == -1) {
+    return absl::DeadlineExceededError("killed member did not exit");
+  }
+  int port = 0;
+  auto proc = StartServer(shard, num_shards_, &port, flags_[k]);
+  if (!proc.ok()) return proc.status();
+  procs_[k] = *std::move(proc);
+  return absl::OkStatus();
+}
+
 absl::Status TestCluster::Restart(int shard,
                                   const std::vector<std::string>& flags) {
   procs_[shard]->Signal(SIGKILL);
@@ -37,10 +82,13 @@ absl::Status TestCluster::Restart(int shard,
 }
 
 std::string TestCluster::ServerList() const {
-  return absl::StrJoin(servers_, ",",
-                       [](std::string* out, const ServerAddress& a) {
-                         out->append(a.ToString());
-                       });
+  return absl::StrJoin(
+      servers_, ",", [](std::string* out, const ServerAddress& a) {
+        out->append(absl::StrJoin(a.Members(), "|",
+                                  [](std::string* o, const ServerAddress& m) {
+                                    o->append(m.ToString());
+                                  }));
+      });
 }
 
 v1::ModelSpec ConstantSpec(const std::vector<std::vector<int64_t>>& shapes,

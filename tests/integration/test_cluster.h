@@ -19,16 +19,35 @@ class TestCluster {
  public:
   static absl::StatusOr<std::unique_ptr<TestCluster>> Start(
       int num_shards, const std::vector<std::string>& extra_flags = {});
+  // Each shard a group of `replicas` members (ps_server --replicas) on
+  // fixed ports, coordinated by the etcd at `etcd`; returns once every
+  // member serves (which is primary is the group's business).
+  static absl::StatusOr<std::unique_ptr<TestCluster>> StartReplicated(
+      int num_shards, int replicas, const std::string& etcd,
+      const std::vector<std::string>& extra_flags = {});
   const std::vector<ServerAddress>& servers() const { return servers_; }
-  // "127.0.0.1:p0,127.0.0.1:p1,..."
+  // "127.0.0.1:p0,127.0.0.1:p1,...", a group's members joined by '|'.
   std::string ServerList() const;
-  Subprocess& process(int shard) { return *procs_[shard]; }
+  Subprocess& process(int shard) { return *procs_[shard * replicas_]; }
+  // Member `m` of shard `shard` (replicated).
+  Subprocess& member(int shard, int m) {
+    return *procs_[shard * replicas_ + m];
+  }
+  // Its address.
+  ServerAddress MemberAddress(int shard, int m) const {
+    return servers_[shard].Members()[m];
+  }
+  // SIGKILLs member `m` of `shard` and starts it again on its port with its
+  // flags: it joins its group as a backup.
+  absl::Status RestartMember(int shard, int m);
   // SIGKILLs shard `shard` (if still running) and starts it again on the
   // same port with `flags` (replacing the flags it was started with).
   absl::Status Restart(int shard, const std::vector<std::string>& flags);
 
  private:
   int num_shards_ = 0;
+  int replicas_ = 1;
+  std::vector<std::vector<std::string>> flags_;  // Per process, replicated.
   std::vector<std::unique_ptr<Subprocess>> procs_;
   std::vector<ServerAddress> servers_;
 };
