@@ -63,7 +63,9 @@ void Consistency::Tick() {
                    << ModeName(config_.mode) << " waits";
     }
   }
-  if (config_.mode == Mode::kBsp) AdvanceSteps();
+  // A replicated shard's backup changes nothing by itself: its primary
+  // streams what it did (Replication::AdvanceSteps).
+  if (config_.mode == Mode::kBsp && ReplicaServing().ok()) AdvanceSteps();
   DiagnoseStall(Recheck());
 }
 
@@ -73,16 +75,14 @@ void Consistency::AdvanceSteps() {
   // slice. A shard restored from an older checkpoint is behind that, and
   // its slices would hold pulls of those steps for gradients nobody sends
   // again (each worker has the step's weights already).
-  const int64_t done = membership_->MaxClock() - 1;
-  if (const int moved = store_->FastForwardTo(done); moved > 0) {
-    LOG(WARNING) << "shard " << store_->shard() << ": " << moved
-                 << " slice(s) behind step " << done
-                 << ", which the job has completed (restored from an older "
-                    "checkpoint), caught up to it";
-  }
+  ShardStore::StepAdvance advance;
+  advance.fast_forward_to = membership_->MaxClock() - 1;
   const int live = membership_->LiveCount();
   const absl::Time now = clock_->Now();
-  store_->CompletePendingSteps(Quorum(live), live, config_.step_deadline, now);
+  advance.quorum = Quorum(live);
+  advance.live_workers = live;
+  advance.deadline = config_.step_deadline;
+  advance.now = now;
   absl::flat_hash_set<int> stuck;
   std::vector<int> live_ranks;
   if (config_.heal_after > absl::ZeroDuration()) {
@@ -90,16 +90,27 @@ void Consistency::AdvanceSteps() {
     for (const v1::WorkerInfo& w : membership_->Workers()) {
       if (w.live()) live_ranks.push_back(w.rank());
     }
-    std::vector<std::string> healed;
-    store_->HealPendingSteps(live_ranks, stuck, config_.heal_after, now,
-                             &healed);
-    for (const std::string& h : healed) {
-      LOG(WARNING) << "shard " << store_->shard() << ": applied " << h
-                   << ": its gradient had not come after "
-                   << absl::FormatDuration(config_.heal_after)
-                   << " and every rank missing from it is waiting for the "
-                      "step";
-    }
+    advance.heal = true;
+    advance.live_ranks = live_ranks;
+    advance.stuck = stuck;
+    advance.heal_after = config_.heal_after;
+  }
+  // A replicated shard's backups do the same, in the primary's order.
+  const ShardStore::StepsAdvanced done =
+      replication_ != nullptr ? replication_->AdvanceSteps(advance)
+                              : store_->AdvanceSteps(advance);
+  if (done.moved > 0) {
+    LOG(WARNING) << "shard " << store_->shard() << ": " << done.moved
+                 << " slice(s) behind step " << advance.fast_forward_to
+                 << ", which the job has completed (restored from an older "
+                    "checkpoint), caught up to it";
+  }
+  for (const std::string& h : done.healed) {
+    LOG(WARNING) << "shard " << store_->shard() << ": applied " << h
+                 << ": its gradient had not come after "
+                 << absl::FormatDuration(config_.heal_after)
+                 << " and every rank missing from it is waiting for the "
+                    "step";
   }
   AdvanceRowSteps(Quorum(live), live_ranks, stuck, now);
 }

@@ -144,26 +144,29 @@ void ReplicaMember::Fence(const std::string& why) {
   coordinator_->Revoke(lease_).IgnoreError();
 }
 
-bool ReplicaMember::MayCampaign(absl::Time now) {
-  const bool lost = now - no_primary_since_ >= config_.join_wait;
+ReplicaMember::Campaign ReplicaMember::MayCampaign(absl::Time now) {
   absl::StatusOr<CoordinatedValue> insync = coordinator_->Get(Key("insync"));
   if (!insync.ok()) {
     // A new group (no primary ever) may start with any member.
-    return absl::IsNotFound(insync.status());
+    return absl::IsNotFound(insync.status()) ? Campaign::kNow : Campaign::kWait;
   }
-  if (following_ == 0) return lost;
-  const Replication::Role role = server_->replication()->role();
   std::pair<std::string, std::string> parts =
       absl::StrSplit(insync->value, absl::MaxSplits(':', 1));
   int64_t epoch = 0;
-  if (role != Replication::Role::kBackup ||
-      !absl::SimpleAtoi(parts.first, &epoch) || epoch != following_) {
-    return false;
+  if (!absl::SimpleAtoi(parts.first, &epoch)) return Campaign::kWait;
+  if (epoch == 0) return Campaign::kNow;  // The group starts afresh.
+  if (following_ != 0) {
+    if (server_->replication()->role() != Replication::Role::kBackup ||
+        epoch != following_) {
+      return Campaign::kWait;
+    }
+    for (absl::string_view b : absl::StrSplit(parts.second, ',')) {
+      if (b == member_) return Campaign::kNow;
+    }
+    return Campaign::kWait;
   }
-  for (absl::string_view b : absl::StrSplit(parts.second, ',')) {
-    if (b == member_) return true;
-  }
-  return false;
+  return now - no_primary_since_ >= config_.join_wait ? Campaign::kGroupLost
+                                                      : Campaign::kWait;
 }
 
 bool ReplicaMember::Round() {
@@ -179,6 +182,8 @@ bool ReplicaMember::Round() {
   absl::StatusOr<CoordinatedValue> primary = coordinator_->Get(Key("primary"));
   if (primary.ok()) {
     no_primary_since_ = absl::InfinitePast();
+    // This address's key from before a restart: gone with its lease soon.
+    if (primary->value == member_) return true;
     const int64_t epoch = primary->create_revision;
     if (following_ == 0) {
       following_ = epoch;
@@ -208,12 +213,31 @@ bool ReplicaMember::Round() {
   }
   if (!absl::IsNotFound(primary.status())) return true;  // Try again.
   if (no_primary_since_ == absl::InfinitePast()) no_primary_since_ = now;
-  if (!MayCampaign(now)) {
-    if (following_ != 0 && now - no_primary_since_ >= config_.join_wait) {
-      Fence("no primary came, and this member's state may lack changes");
+  switch (MayCampaign(now)) {
+    case Campaign::kWait:
+      if (following_ != 0 && now - no_primary_since_ >= config_.join_wait) {
+        Fence("no primary came, and this member's state may lack changes");
+        return false;
+      }
+      return true;
+    case Campaign::kGroupLost: {
+      // Every member that held the group's state is gone. The group starts
+      // again as a restarted shard does: a new incarnation (gradients
+      // computed on the lost weights are known as such) and the workers'
+      // copy of the weights (Consistency::Declare's restore).
+      LOG(ERROR) << "shard " << shard_ << ": no member holding the group's "
+                 << "state came back within "
+                 << absl::FormatDuration(config_.join_wait)
+                 << "; the group starts again from the workers' copy";
+      absl::Status s =
+          coordinator_->Put(Key("incarnation"), absl::StrCat(RandomId()), 0);
+      if (s.ok()) s = coordinator_->Put(Key("insync"), "0:", 0);
+      if (!s.ok()) return true;  // Again next round.
+      Fence("the group starts again with a new incarnation");
       return false;
     }
-    return true;
+    case Campaign::kNow:
+      break;
   }
   // With a lease granted now: an older one may have run out while the
   // coordinator was out of reach, and the coordinator may revoke it any
@@ -228,9 +252,12 @@ bool ReplicaMember::Round() {
     if (follower_fd_ >= 0) ShutdownSocket(follower_fd_);
   }
   if (follower_.joinable()) follower_.join();
-  if (absl::Status s =
-          coordinator_->Put(Key("insync"), absl::StrCat(*won, ":"), 0);
-      !s.ok()) {
+  // The group's incarnation is the primary's: a member that joins with
+  // another restarts and reads this one.
+  absl::Status s = coordinator_->Put(
+      Key("incarnation"), absl::StrCat(server_->store().incarnation()), 0);
+  if (s.ok()) s = coordinator_->Put(Key("insync"), absl::StrCat(*won, ":"), 0);
+  if (!s.ok()) {
     Fence(absl::StrCat("cannot record its epoch: ", s.message()));
     return false;
   }

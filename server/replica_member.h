@@ -15,9 +15,11 @@
 //
 // Who may be promoted: a backup listed in `insync` for the epoch it
 // followed, as soon as the primary key is gone; a member with no state
-// only once the group never had one (no `insync`) or after `join_wait`
-// with no primary (every member was lost; the workers' copy then restores
-// the weights, as after a restart without a checkpoint). A member that
+// only while the group has none (no `insync`, or epoch 0 in it). After
+// `join_wait` with no primary, a member with no state takes the group as
+// lost (every member holding its state is gone): it writes a new
+// incarnation and epoch 0, and starts again; the workers' copy then
+// restores the weights, as after a restart without a checkpoint. A member that
 // loses its lease, its stream, or an election it could not win with its
 // state ends (Ended()); ps_server then starts a fresh one in its place,
 // which joins as a backup. Thread-safe.
@@ -91,7 +93,13 @@ class ReplicaMember {
   bool Renew();
   // A backup's new lease in place of its old; false if none was granted.
   bool Regrant(absl::Time now);
-  bool MayCampaign(absl::Time now);
+  // Whether a member may campaign now that there is no primary.
+  enum class Campaign {
+    kWait,
+    kNow,        // A new group, or a backup holding every change.
+    kGroupLost,  // No one holding the state came back within join_wait.
+  };
+  Campaign MayCampaign(absl::Time now);
   void Fence(const std::string& why);
   // The primary's backups, written to `insync`.
   absl::Status RecordBackups(const std::vector<std::string>& backups);

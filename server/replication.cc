@@ -290,11 +290,57 @@ absl::Status Replication::Assign(const v1::AssignRequest& request,
   return CheckServing();
 }
 
+namespace {
+
+v1::ReplicaSteps ToProto(const ShardStore::StepAdvance& a) {
+  v1::ReplicaSteps p;
+  p.set_fast_forward_to(a.fast_forward_to);
+  p.set_quorum(a.quorum);
+  p.set_live_workers(a.live_workers);
+  p.set_deadline_nanos(absl::ToInt64Nanoseconds(a.deadline));
+  p.set_now_unix_nanos(absl::ToUnixNanos(a.now));
+  p.set_heal(a.heal);
+  for (int r : a.live_ranks) p.add_live_ranks(r);
+  for (int r : a.stuck) p.add_stuck(r);
+  p.set_heal_after_nanos(absl::ToInt64Nanoseconds(a.heal_after));
+  return p;
+}
+
+ShardStore::StepAdvance FromProto(const v1::ReplicaSteps& p) {
+  ShardStore::StepAdvance a;
+  a.fast_forward_to = p.fast_forward_to();
+  a.quorum = p.quorum();
+  a.live_workers = p.live_workers();
+  a.deadline = absl::Nanoseconds(p.deadline_nanos());
+  a.now = absl::FromUnixNanos(p.now_unix_nanos());
+  a.heal = p.heal();
+  a.live_ranks.assign(p.live_ranks().begin(), p.live_ranks().end());
+  a.stuck.insert(p.stuck().begin(), p.stuck().end());
+  a.heal_after = absl::Nanoseconds(p.heal_after_nanos());
+  return a;
+}
+
+}  // namespace
+
+ShardStore::StepsAdvanced Replication::AdvanceSteps(
+    const ShardStore::StepAdvance& advance) {
+  absl::MutexLock order(&order_mu_);
+  if (!CheckServing().ok()) return {};
+  ShardStore::StepsAdvanced done = store_->AdvanceSteps(advance);
+  if (done.changed()) {
+    v1::ReplicaOp op;
+    *op.mutable_steps() = ToProto(advance);
+    Broadcast(&op);
+  }
+  return done;
+}
+
 absl::StatusOr<v1::ReplicaSnapshot> Replication::Snapshot() {
   v1::ReplicaSnapshot snapshot;
   snapshot.set_incarnation(store_->incarnation());
   if (store_->declared()) {
-    ASSIGN_OR_RETURN(v1::ShardCheckpoint checkpoint, store_->Snapshot());
+    ASSIGN_OR_RETURN(v1::ShardCheckpoint checkpoint,
+                     store_->Snapshot(/*pending=*/true));
     checkpoint.set_unix_micros(absl::ToUnixMicros(clock_->Now()));
     if (!checkpoint.SerializeToString(snapshot.mutable_checkpoint())) {
       return absl::InternalError("cannot serialize the shard's snapshot");
@@ -407,6 +453,9 @@ absl::Status Replication::Apply(v1::ReplicaOp* op) {
     }
     case v1::ReplicaOp::kDeclare:
       RETURN_IF_ERROR(store_->Declare(op->declare().spec()).status());
+      break;
+    case v1::ReplicaOp::kSteps:
+      store_->AdvanceSteps(FromProto(op->steps()));
       break;
     case v1::ReplicaOp::kAssign:
       RETURN_IF_ERROR(op->assign().load_state()

@@ -104,6 +104,10 @@ class Replication {
   absl::StatusOr<v1::DeclareModelResponse> Declare(
       const v1::DeclareModelRequest& request);
   absl::Status Assign(const v1::AssignRequest& request, bool steps_unknown);
+  // bsp housekeeping (ShardStore::AdvanceSteps), streamed when it changed
+  // anything. Nothing is done unless this member serves.
+  ShardStore::StepsAdvanced AdvanceSteps(
+      const ShardStore::StepAdvance& advance);
 
   // Primary, on the data plane: serves a backup that sent `join` on
   // `stream` (after its hello): sends the snapshot, then the stream (from

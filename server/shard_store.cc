@@ -330,6 +330,17 @@ int ShardStore::HealPendingSteps(const std::vector<int>& live_ranks,
   return applied;
 }
 
+ShardStore::StepsAdvanced ShardStore::AdvanceSteps(const StepAdvance& a) {
+  StepsAdvanced r;
+  r.moved = FastForwardTo(a.fast_forward_to);
+  r.completed =
+      CompletePendingSteps(a.quorum, a.live_workers, a.deadline, a.now);
+  if (a.heal) {
+    HealPendingSteps(a.live_ranks, a.stuck, a.heal_after, a.now, &r.healed);
+  }
+  return r;
+}
+
 std::pair<int64_t, int64_t> ShardStore::Progress(bool bsp) const {
   std::shared_ptr<const Model> m = model();
   if (m == nullptr) return {0, 0};

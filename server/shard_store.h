@@ -109,6 +109,28 @@ class ShardStore {
                        const absl::flat_hash_set<int>& stuck,
                        absl::Duration bound, absl::Time now,
                        std::vector<std::string>* healed);
+  // bsp: what one housekeeping tick does to the steps (Consistency::
+  // AdvanceSteps): FastForwardTo(fast_forward_to), CompletePendingSteps,
+  // and with `heal`, HealPendingSteps. One value, so that a replicated
+  // shard's backups do exactly what the primary did.
+  struct StepAdvance {
+    int64_t fast_forward_to = 0;
+    int quorum = 1;
+    int live_workers = 0;
+    absl::Duration deadline;
+    absl::Time now;
+    bool heal = false;
+    std::vector<int> live_ranks;
+    absl::flat_hash_set<int> stuck;
+    absl::Duration heal_after;
+  };
+  struct StepsAdvanced {
+    int moved = 0;      // Slices fast-forwarded.
+    int completed = 0;  // Steps applied (quorum or deadline).
+    std::vector<std::string> healed;
+    bool changed() const { return moved + completed > 0 || !healed.empty(); }
+  };
+  StepsAdvanced AdvanceSteps(const StepAdvance& advance);
   // The lowest and highest step applied (bsp) or version (otherwise) over
   // this shard's slices; (0, 0) before Declare.
   std::pair<int64_t, int64_t> Progress(bool bsp) const;
@@ -116,8 +138,9 @@ class ShardStore {
   bool StepApplied(const std::vector<int>& slices, int64_t clock) const;
 
   // The whole state of this shard (weights, versions, optimizer slots, bsp
-  // steps), for a checkpoint. FAILED_PRECONDITION before Declare.
-  absl::StatusOr<v1::ShardCheckpoint> Snapshot() const;
+  // steps), for a checkpoint; with `pending`, also each slice's bsp step in
+  // progress (a replica's snapshot). FAILED_PRECONDITION before Declare.
+  absl::StatusOr<v1::ShardCheckpoint> Snapshot(bool pending = false) const;
   // Loads a checkpoint into an empty store: its spec is declared and every
   // slice's state restored. DATA_LOSS if it does not fit the model on this
   // shard; nothing changes on error.

@@ -12,7 +12,7 @@
 
 namespace asyncps {
 
-absl::StatusOr<v1::ShardCheckpoint> ShardStore::Snapshot() const {
+absl::StatusOr<v1::ShardCheckpoint> ShardStore::Snapshot(bool pending) const {
   std::shared_ptr<const Model> m = model();
   if (m == nullptr) {
     return absl::FailedPreconditionError("no model to checkpoint");
@@ -23,7 +23,7 @@ absl::StatusOr<v1::ShardCheckpoint> ShardStore::Snapshot() const {
   for (int i : m->model->local_slices()) {
     v1::SliceCheckpoint* out = c.add_slices();
     out->set_slice(static_cast<uint32_t>(i));
-    m->slices[i]->Save(out);
+    m->slices[i]->Save(out, pending);
   }
   return c;
 }
@@ -57,6 +57,13 @@ absl::Status ShardStore::Restore(const v1::ShardCheckpoint& checkpoint) {
   if (model_ != nullptr) {
     return absl::FailedPreconditionError(
         "a model is already declared; restore before serving");
+  }
+  {
+    // A replica's snapshot may hold steps in progress.
+    absl::MutexLock pending(&pending_mu_);
+    for (const v1::SliceCheckpoint& sc : checkpoint.slices()) {
+      if (sc.step_ranks_size() > 0) pending_.insert(sc.slice());
+    }
   }
   model_ = std::move(m);
   return absl::OkStatus();

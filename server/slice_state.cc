@@ -213,7 +213,7 @@ bool SliceState::LoadState(std::vector<float> slot1, std::vector<float> slot2,
   return slots_.Restore(std::move(slot1), std::move(slot2), steps);
 }
 
-void SliceState::Save(v1::SliceCheckpoint* out) const {
+void SliceState::Save(v1::SliceCheckpoint* out, bool pending) const {
   absl::MutexLock lock(&mu_);
   EncodeF32(weights_, out->mutable_weights());
   EncodeF32(slots_.slot1(), out->mutable_slot1());
@@ -221,13 +221,26 @@ void SliceState::Save(v1::SliceCheckpoint* out) const {
   out->set_version(version_);
   out->set_optimizer_steps(slots_.steps());
   out->set_applied_step(applied_step_);
+  if (!pending) return;
+  out->set_steps_unknown(steps_unknown_);
+  if (step_ranks_.empty()) return;
+  EncodeF32(step_sum_, out->mutable_step_sum());
+  for (int r : step_ranks_) out->add_step_ranks(r);
+  out->set_step_first_unix_nanos(absl::ToUnixNanos(step_first_));
+}
+
+bool SliceState::StepPending() const {
+  absl::MutexLock lock(&mu_);
+  return !step_ranks_.empty();
 }
 
 bool SliceState::Load(const v1::SliceCheckpoint& in) {
   absl::MutexLock lock(&mu_);
-  std::vector<float> w, s1, s2;
+  std::vector<float> w, s1, s2, sum;
   if (!DecodeF32Vector(in.weights(), &w) || w.size() != weights_.size() ||
       !DecodeF32Vector(in.slot1(), &s1) || !DecodeF32Vector(in.slot2(), &s2) ||
+      !DecodeF32Vector(in.step_sum(), &sum) ||
+      (in.step_ranks_size() > 0 && sum.size() != weights_.size()) ||
       in.version() < 0 || in.applied_step() < 0 ||
       !slots_.Restore(std::move(s1), std::move(s2), in.optimizer_steps())) {
     return false;
@@ -235,6 +248,12 @@ bool SliceState::Load(const v1::SliceCheckpoint& in) {
   weights_ = std::move(w);
   version_ = in.version();
   applied_step_ = in.applied_step();
+  steps_unknown_ = in.steps_unknown();
+  step_ranks_.assign(in.step_ranks().begin(), in.step_ranks().end());
+  if (!step_ranks_.empty()) {
+    step_sum_ = std::move(sum);
+    step_first_ = absl::FromUnixNanos(in.step_first_unix_nanos());
+  }
   return true;
 }
 

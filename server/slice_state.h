@@ -123,10 +123,13 @@ class SliceState {
   bool LoadState(std::vector<float> slot1, std::vector<float> slot2,
                  int64_t steps);
 
-  // Checkpoint form of the whole state (but the slice index).
-  void Save(v1::SliceCheckpoint* out) const;
+  // Checkpoint form of the whole state (but the slice index); with
+  // `pending`, also bsp's step in progress (a replica's snapshot).
+  void Save(v1::SliceCheckpoint* out, bool pending = false) const;
   // Loads state saved by Save; false (nothing changed) if it does not fit.
   bool Load(const v1::SliceCheckpoint& in);
+  // bsp: whether a step is in progress (some gradients are in).
+  bool StepPending() const;
 
  private:
   // FastForward, under the lock.

@@ -8,7 +8,7 @@ finished (exit 0). docs/RELIABILITY.md gives measured results.
   tools/chaos.sh [--mode async] [--shards 2] [--workers 2] [--epochs 6]
                  [--slowdown 3] [--seconds 40] [--every 4] [--seed 1]
                  [--seeds A-B] [--plan s,w,...] [--checkpoint_every 2s]
-                 [--bin DIR] [--out DIR]
+                 [--replicas N] [--bin DIR] [--out DIR]
 
 --checkpoint_every off runs the shards without checkpoints: a restarted
 shard then gets its weights back from a worker's copy. --seeds A-B runs the
@@ -18,6 +18,12 @@ in that order (s: a shard, w: a worker, picked by the seed) every --every
 seconds (fractions allowed) until the plan is done. --bin takes ps_server
 and ps_worker from DIR instead of building them. Shards are started through
 asyncps.cluster (python/package/cluster.py), as everywhere else.
+
+--replicas N runs each shard as a group of N ps_server processes on fixed
+ports with a private etcd (docs/DESIGN.md "Replicated shards"); a shard
+kill then SIGKILLs one member picked by the seed, primary or backup, and
+restarts it (it joins its group again as a backup). Members keep no
+checkpoints: their state comes from the group.
 """
 
 import argparse
@@ -26,6 +32,7 @@ import os
 import random
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -82,9 +89,33 @@ def parse():
     p.add_argument("--seeds", type=seed_range, default=None)
     p.add_argument("--plan", type=plan_arg, default=[])
     p.add_argument("--checkpoint_every", default="2s")
+    p.add_argument("--replicas", type=positive_int, default=None)
     p.add_argument("--bin", default="")
     p.add_argument("--out", default="")
     return p.parse_args()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_etcd(directory):
+    """A private etcd with elections fast enough for 1 s leases; returns
+    (Popen, "127.0.0.1:port"). The members wait for it themselves."""
+    client, peer = free_port(), free_port()
+    log = open(os.path.join(directory, "etcd.log"), "a")
+    proc = subprocess.Popen(
+        ["etcd", "--name=chaos", f"--data-dir={directory}/etcd",
+         f"--listen-client-urls=http://127.0.0.1:{client}",
+         f"--advertise-client-urls=http://127.0.0.1:{client}",
+         f"--listen-peer-urls=http://127.0.0.1:{peer}",
+         f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+         f"--initial-cluster=chaos=http://127.0.0.1:{peer}",
+         "--heartbeat-interval=50", "--election-timeout=500"],
+        stdout=log, stderr=log)
+    return proc, f"127.0.0.1:{client}"
 
 
 class Job:
@@ -95,8 +126,12 @@ class Job:
         self.dir = os.path.join(args.out, name)
         os.makedirs(self.dir, exist_ok=True)
         self.workers = {}  # rank -> Popen
+        self.etcd = None
         flags = ["--host=127.0.0.1", f"--mode={args.mode}",
                  "--worker_timeout=3s"]
+        if args.replicas:
+            self.start_groups(flags)
+            return
         if args.checkpoint_every != "off":
             ckpt = os.path.join(self.dir, "ckpt")
             os.makedirs(ckpt, exist_ok=True)
@@ -110,6 +145,32 @@ class Job:
             self.shards.append(shard)
             shard.start()
         self.servers = ",".join(s.address for s in self.shards)
+
+    def start_groups(self, flags):
+        """--replicas: etcd, then each shard's members (self.shards lists
+        every member; self.groups[s] shard s's)."""
+        a = self.args
+        self.etcd, endpoint = start_etcd(self.dir)
+        self.shards, self.groups = [], []
+        for s in range(a.shards):
+            group = []
+            for m in range(a.replicas):
+                port = free_port()
+                ready = os.path.join(self.dir, f"member{s}-{m}")
+                os.makedirs(ready, exist_ok=True)
+                log = open(os.path.join(self.dir, f"server{s}-{m}.log"), "a")
+                member = cluster.Shard(
+                    os.path.join(a.bin, "ps_server"), s, a.shards,
+                    flags + [f"--replicas={a.replicas}", f"--etcd={endpoint}",
+                             "--job=chaos", f"--advertise=127.0.0.1:{port}"],
+                    log, ready)
+                member.port = port  # Fixed: the group lists it.
+                member.start()
+                group.append(member)
+                self.shards.append(member)
+            self.groups.append(group)
+        self.servers = ",".join("|".join(m.address for m in g)
+                                for g in self.groups)
 
     def start_worker(self, rank):
         a = self.args
@@ -141,6 +202,9 @@ class Job:
             w.wait()
         for s in self.shards:
             s.stop()
+        if self.etcd is not None:
+            self.etcd.kill()
+            self.etcd.wait()
 
 
 def chaos(job, args, kill_seed, start):
@@ -155,20 +219,24 @@ def chaos(job, args, kill_seed, start):
         time.sleep(args.every)  # The pace of the chaos, not a sync.
         if all(w.poll() is not None for w in job.workers.values()):
             break  # The job is over: nothing left to disturb.
+        # Server processes: shards, or every member of every group.
+        servers = len(job.shards)
         if kinds:
-            victim = (rng.randrange(args.shards) if kinds[step] == "s"
-                      else args.shards + rng.randrange(args.workers))
+            victim = (rng.randrange(servers) if kinds[step] == "s"
+                      else servers + rng.randrange(args.workers))
         else:
-            victim = rng.randrange(args.shards + args.workers)
+            victim = rng.randrange(servers + args.workers)
         t = int(time.monotonic() - start)
-        if victim < args.shards:
-            print(f"  t={t}s: SIGKILL shard {victim}, restart",
-                  file=sys.stderr)
+        if victim < servers:
+            what = (f"shard {victim}" if not args.replicas else
+                    f"member {victim % args.replicas} of shard "
+                    f"{victim // args.replicas}")
+            print(f"  t={t}s: SIGKILL {what}, restart", file=sys.stderr)
             job.shards[victim].kill()
             job.shards[victim].start()  # Same port.
             shard_kills += 1
         else:
-            rank = victim - args.shards
+            rank = victim - servers
             if job.workers[rank].poll() is not None:
                 continue  # Done already.
             print(f"  t={t}s: SIGKILL worker {rank}, restart",
@@ -226,7 +294,10 @@ def main():
                 os.remove(target)
             shutil.copy(os.path.join(built, b), target)
     plan = f", plan {','.join(args.plan)}" if args.plan else ""
-    print(f"== mode {args.mode}, {args.shards} shards, {args.workers} "
+    if args.replicas:
+        args.checkpoint_every = "off"  # A member's state is its group's.
+    groups = f", {args.replicas} members each" if args.replicas else ""
+    print(f"== mode {args.mode}, {args.shards} shards{groups}, {args.workers} "
           f"workers, {args.epochs} epochs, slowdown {args.slowdown}, "
           f"checkpoints {args.checkpoint_every}, seeds {first}-{last}{plan}; "
           f"logs in {args.out}", flush=True)
@@ -243,7 +314,9 @@ def main():
         else:
             worst = max(worst, abs(float(base["accuracy"]) -
                                    float(r["accuracy"])))
-    print(f"summary mode {args.mode} checkpoints {args.checkpoint_every} runs "
+    replicas = f" replicas {args.replicas}" if args.replicas else ""
+    print(f"summary mode {args.mode}{replicas} checkpoints "
+          f"{args.checkpoint_every} runs "
           f"{last - first + 1} kills {totals['kills']} (shards "
           f"{totals['shards']}, workers {totals['workers']}) failed_workers "
           f"{totals['failed']} max_accuracy_difference {worst:g}")

@@ -3,9 +3,14 @@
 # with four shard kills (each restarted from its checkpoint) and two worker
 # kills (each restarted with the same rank), in a fixed order with fixed
 # seeds. Every worker must finish (exit 0) and the test accuracy must stay
-# within 0.03 of the undisturbed run. Usage (from BUILD): chaos_test.sh MODE.
+# within 0.03 of the undisturbed run. Usage (from BUILD): chaos_test.sh MODE
+# [REPLICAS]; with REPLICAS each shard is a group of that many processes
+# (and a private etcd): the four shard kills hit members, primary or backup,
+# which rejoin their group instead of restoring a checkpoint.
 set -euo pipefail
 mode=$1
+state=(--checkpoint_every 1s)
+if (($# > 1)); then state=(--replicas "$2"); fi
 root="$TEST_SRCDIR/$TEST_WORKSPACE"
 bin="$TEST_TMPDIR/bin"
 mkdir -p "$bin"
@@ -15,7 +20,7 @@ out="$TEST_TMPDIR/chaos"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 log="$TEST_TMPDIR/chaos.txt"
 "$root/tools/chaos.sh" --bin "$bin" --out "$out" --mode "$mode" --epochs 3 \
-  --every 1.5 --plan s,w,s,s,w,s --checkpoint_every 1s --seed 3 --seconds 60 |
+  --every 1.5 --plan s,w,s,s,w,s "${state[@]}" --seed 3 --seconds 60 |
   tee "$log"
 base=$(awk '$1 == "undisturbed" {print $3}' "$log")
 line=$(grep '^chaos ' "$log") || fail "no chaos run reported"
