@@ -183,7 +183,9 @@ class Job:
                  f"--num_workers={a.workers}", f"--epochs={a.epochs}",
                  f"--slowdown={a.slowdown}", f"--seed={a.seed}",
                  "--log_every=2s", "--heartbeat_every=500ms",
-                 "--optimizer=sgd", "--lr=0.1"], stdout=out, stderr=log)
+                 "--optimizer=sgd", "--lr=0.1",
+                 f"--result_json={self.dir}/result{rank}.json"],
+                stdout=out, stderr=log)
 
     def accuracy(self):
         """The servers' weights scored on the test set (the evaluator)."""

@@ -342,6 +342,20 @@ TEST_F(DataPlaneTest, BadMagicVersionOrOpClosesTheConnection) {
       absl::StatusCode::kInvalidArgument);
 }
 
+// The frames between a replicated shard's members (server/replication.h):
+// a join on a shard of one process, or an op sent to a shard, is refused,
+// the connection closed, and no weight moves.
+TEST_F(DataPlaneTest, ReplicationFramesOnAShardOfOneAreRefused) {
+  v1::ReplicaJoin join;
+  join.set_epoch(1);
+  join.set_member("127.0.0.1:1");
+  const std::string meta = join.SerializeAsString();
+  ExpectRefused({{Op(FrameOp::kJoin, meta.size()) + meta, "not replicated"}},
+                absl::StatusCode::kFailedPrecondition);
+  ExpectRefused({{Op(FrameOp::kReplicate, 0), "is not a request"}},
+                absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(DataPlaneTest, HugeFrameIsRefusedBeforeAnythingIsAllocated) {
   ExpectRefused(
       {

@@ -239,6 +239,43 @@ TEST_F(ShardStoreTest, BspQuorumShrinksWhenAWorkerDies) {
   EXPECT_EQ(Weight(), 8.0f);
 }
 
+// A replica's snapshot carries bsp's step in progress: a store restored
+// from it completes the step with the next rank's gradient as the original
+// does, and one restored from a checkpoint file's form has no such step.
+TEST_F(ShardStoreTest, ReplicaSnapshotCarriesTheStepInProgress) {
+  PushPolicy policy;
+  policy.mode = Mode::kBsp;
+  policy.quorum = 2;
+  policy.live_workers = 2;
+  policy.now = absl::UnixEpoch() + absl::Seconds(7);
+  v1::PushResponse resp;
+  ASSERT_TRUE(store_.Push(Grad(1.0f, 0, 0, 1), policy, &resp).ok());
+  auto with_step = store_.Snapshot(/*pending=*/true);
+  auto file_form = store_.Snapshot();
+  ASSERT_TRUE(with_step.ok() && file_form.ok());
+  EXPECT_EQ(with_step->slices(0).step_ranks_size(), 1);
+  EXPECT_EQ(file_form->slices(0).step_ranks_size(), 0);
+  ShardStore copy(0, 1, 64 << 20);
+  ASSERT_TRUE(copy.Restore(*with_step).ok());
+  // The step's first gradient came at the original's time: a deadline
+  // counts from it on the copy too.
+  EXPECT_EQ(copy.CompletePendingSteps(2, 2, absl::Seconds(5),
+                                      absl::UnixEpoch() + absl::Seconds(11)),
+            0);
+  ASSERT_TRUE(store_.Push(Grad(3.0f, 0, 1, 1), policy, &resp).ok());
+  ASSERT_TRUE(copy.Push(Grad(3.0f, 0, 1, 1), policy, &resp).ok());
+  EXPECT_TRUE(copy.StepApplied({0}, 1));
+  auto a = store_.Snapshot(true);
+  auto b = copy.Snapshot(true);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->slices(0).SerializeAsString(), b->slices(0).SerializeAsString());
+  // A snapshot with a step sum of the wrong size is refused whole.
+  v1::ShardCheckpoint bad = *with_step;
+  bad.mutable_slices(0)->mutable_step_sum()->resize(4);
+  ShardStore refused(0, 1, 64 << 20);
+  EXPECT_EQ(refused.Restore(bad).code(), absl::StatusCode::kDataLoss);
+}
+
 TEST_F(ShardStoreTest, AssignReplacesWeightsAndVersion) {
   v1::AssignRequest req;
   v1::SliceData* d = req.add_weights();
