@@ -327,10 +327,13 @@ absl::Status DataPlaneServer::Handle(Stream* stream, const FrameHeader& header,
           stream, header, &join, [&] { return PayloadFields(&join); },
           absl::Now() + t));
       if (config_.replication == nullptr) {
-        return WriteError(stream,
-                          absl::FailedPreconditionError(
-                              "this shard is not replicated (no --replicas)"),
-                          absl::Now() + t);
+        store_->CountRejected();
+        WriteError(stream,
+                   absl::FailedPreconditionError(
+                       "this shard is not replicated (no --replicas)"),
+                   absl::Now() + t)
+            .IgnoreError();
+        return absl::UnavailableError("a join on an unreplicated shard");
       }
       // The connection is the backup's stream until it ends.
       absl::Status s = config_.replication->ServeBackup(stream, join);
