@@ -110,6 +110,12 @@ struct ShardCall {
   Response response;
 };
 
+// The longest wait between two attempts of a call to a replicated shard
+// (ps_server --replicas): while it fails over, its members are asked again
+// this often (each attempt that finds a member down or a backup moves on to
+// the next member).
+inline constexpr absl::Duration kGroupBackoffMax = absl::Milliseconds(100);
+
 // Payload bytes kept free in each request for keys and framing.
 inline constexpr int64_t kRequestOverhead = 64 << 10;
 

@@ -60,7 +60,15 @@ absl::Status ShardCaller::Retry(std::vector<Call<Request, Response>>* calls,
     }
     if (retry.empty()) return absl::OkStatus();
     retries_ += static_cast<int64_t>(retry.size());
-    if (!backoff.Wait()) {
+    // A replicated shard being retried is most likely failing over: its
+    // new primary is asked for often, so that the pause is the promotion's
+    // and not the backoff's (which would have grown while the group had
+    // none).
+    bool group = false;
+    for (const Call<Request, Response>* call : retry) {
+      group |= members_[call->shard].size() > 1;
+    }
+    if (!backoff.Wait(group ? kGroupBackoffMax : absl::InfiniteDuration())) {
       return absl::UnavailableError(absl::StrCat(
           "giving up after ", absl::FormatDuration(options_.retry_for),
           " of retries: ", last_error));

@@ -23,11 +23,13 @@ class Backoff {
         max_(max),
         give_up_(clock->Now() + limit) {}
 
-  // Sleeps the next delay and returns true; or returns false at once if
-  // that delay would end past the limit (the caller gives up).
-  bool Wait() {
-    if (clock_->Now() + delay_ > give_up_) return false;
-    clock_->SleepFor(delay_);
+  // Sleeps the next delay (at most `cap`) and returns true; or returns
+  // false at once if that delay would end past the limit (the caller gives
+  // up).
+  bool Wait(absl::Duration cap = absl::InfiniteDuration()) {
+    const absl::Duration delay = std::min(delay_, cap);
+    if (clock_->Now() + delay > give_up_) return false;
+    clock_->SleepFor(delay);
     delay_ = std::min(delay_ * 2, max_);
     return true;
   }

@@ -14,7 +14,7 @@
               the next kill. Median and worst.
 
   tools/replica_bench.sh [--reps 3] [--kills 10] [--replicas 2] [--bin DIR]
-                         [--out DIR] [--epochs 2] [--slowdown 0]
+                         [--out DIR] [--epochs 2] [--slowdown 1]
 
 --bin takes ps_server, ps_worker and psctl from DIR instead of building them.
 """
@@ -51,7 +51,7 @@ def parse():
     p.add_argument("--kills", type=chaos.positive_int, default=10)
     p.add_argument("--replicas", type=chaos.positive_int, default=2)
     p.add_argument("--epochs", type=chaos.positive_int, default=2)
-    p.add_argument("--slowdown", default="0")
+    p.add_argument("--slowdown", default="1")
     p.add_argument("--bin", default="")
     p.add_argument("--out", default="")
     return p.parse_args()
