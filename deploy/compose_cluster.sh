@@ -6,7 +6,8 @@
 # ends or on Ctrl-C.
 #
 #   deploy/compose_cluster.sh [--workers N] [--mode async] [--epochs N]
-#                             [--out DIR] [--gpu] [--tls] [--keep]
+#                             [--out DIR] [--gpu] [--tls] [--replicated]
+#                             [--keep]
 #
 # Defaults: 2 workers, async, 3 epochs. --out (default: a fresh directory
 # under /tmp) gets the evaluator's curve.csv, the trained model
@@ -26,7 +27,8 @@ out=""
 gpu=0
 tls=0
 keep=0
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
+replicated=0
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case "$1" in
     --workers) workers="$2"; shift 2 ;;
@@ -36,6 +38,7 @@ while (($#)); do
     --gpu) gpu=1; shift ;;
     --tls) tls=1; shift ;;
     --keep) keep=1; shift ;;
+    --replicated) replicated=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "compose_cluster.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -46,6 +49,10 @@ for v in workers epochs; do
     exit 2
   fi
 done
+if ((replicated && (gpu || tls))); then
+  echo "compose_cluster.sh: --replicated goes without --gpu and --tls (not built yet)" >&2
+  exit 2
+fi
 if [[ -z "$out" ]]; then out=$(mktemp -d /tmp/asyncps-compose.XXXXXX); fi
 mkdir -p "$out"
 chmod a+rwx "$out"  # The containers' user (uid 10001) writes the curve.
@@ -66,6 +73,11 @@ fi
 deploy/docker/build_images.sh "$(bazel info bazel-bin 2>/dev/null)" ${cuda[@]+"${cuda[@]}"}
 
 files=(-f deploy/docker-compose.yml)
+servers=shard0:5000,shard1:5000
+if ((replicated)); then
+  files=(-f deploy/docker-compose.replicated.yml)
+  servers="shard0a:5000|shard0b:5000,shard1a:5000|shard1b:5000"
+fi
 if ((gpu)); then files+=(-f deploy/docker-compose.gpu.yml); fi
 if ((tls)); then
   deploy/gen_certs.sh "$out/certs" >/dev/null
@@ -89,11 +101,11 @@ down() {
 trap down EXIT
 trap 'echo; echo "== interrupted"; exit 130' INT TERM
 
-echo "== starting 2 shards, $workers workers (mode $mode, $epochs epochs), the evaluator, Prometheus"
+echo "== starting 2 shards$( ((replicated)) && echo " of 2 members each, etcd"), $workers workers (mode $mode, $epochs epochs), the evaluator, Prometheus"
 compose up -d --scale worker="$workers" 2>&1 | grep -v "^$" | sed 's/^/   /'
 echo "   curve:      $out/curve.csv"
 echo "   logs:       docker-compose -p asyncps ${files[*]} logs -f (saved to $out/cluster.log at the end)"
-echo "   status:     docker-compose -p asyncps ${files[*]} exec shard0 psctl --servers=shard0:5000,shard1:5000 status"
+echo "   status:     docker-compose -p asyncps ${files[*]} exec evaluator psctl --servers='$servers' status"
 echo "   Prometheus: http://127.0.0.1:$(compose port prometheus 9090 | cut -d: -f2)"
 
 # Follows the evaluator until every worker has exited.
@@ -122,7 +134,7 @@ if ((tls)); then
     --tls_ca=/certs/ca.pem --auth_token_file=/certs/token)
 fi
 chmod a+w "$out"
-if compose exec -T evaluator psctl --servers=shard0:5000,shard1:5000 \
+if compose exec -T evaluator psctl --servers="$servers" \
   ${export_flags[@]+"${export_flags[@]}"} export --format=npz \
   --out=/out/model.npz; then
   echo "== model: $out/model.npz"

@@ -4,6 +4,8 @@
 #   asyncps/debian:12       base (base_image.sh; once)
 #   asyncps/runtime:latest  ps_server, ps_worker, psctl (Dockerfile)
 #   asyncps/prometheus:latest  Debian's Prometheus (Dockerfile.prometheus; once)
+#   asyncps/etcd:latest     Debian's etcd, for replicated shards (Dockerfile.etcd;
+#                           once)
 #   asyncps/runtime-cuda:latest  with --cuda (Dockerfile.cuda)
 # The runtime image is rebuilt every time; Docker's layer cache makes that
 # a copy of the binaries when only they changed.
@@ -31,6 +33,11 @@ if ! docker image inspect asyncps/prometheus:latest >/dev/null 2>&1; then
     "$here" >/dev/null
 fi
 echo "== asyncps/prometheus:latest: $(docker image inspect -f '{{.Size}}' asyncps/prometheus:latest | awk '{printf "%.0f MB", $1 / 1e6}')"
+if ! docker image inspect asyncps/etcd:latest >/dev/null 2>&1; then
+  docker build -q -t asyncps/etcd:latest -f "$here/Dockerfile.etcd" \
+    "$here" >/dev/null
+fi
+echo "== asyncps/etcd:latest: $(docker image inspect -f '{{.Size}}' asyncps/etcd:latest | awk '{printf "%.0f MB", $1 / 1e6}')"
 if [[ "${1:-}" == --cuda ]]; then
   mkdir -p "$ctx/cuda"
   cp "$2" "$ctx/bin/ps_worker"

@@ -9,7 +9,12 @@
 # that the containers use only the project's own network. `docker-compose
 # down -v` runs at the end, pass or fail, and nothing of the project may
 # remain.
+#   compose_test.sh [replicated]
+# replicated: docker-compose.replicated.yml (etcd, each shard a group of two
+# members); the crash hits shard 0's primary, whose backup takes over; the
+# crashed member comes back by its restart policy and joins as a backup.
 set -euo pipefail
+variant=${1:-plain}
 root="$TEST_SRCDIR/$TEST_WORKSPACE"
 tmp="$TEST_TMPDIR/compose"
 mkdir -p "$tmp/out"
@@ -19,11 +24,20 @@ deploy="$root/deploy"
 
 started_dockerd=$("$deploy/docker/ensure_dockerd.sh")
 project="asyncpstest$$"
-export ASYNCPS_OUT="$tmp/out" ASYNCPS_WORKERS=2 ASYNCPS_EPOCHS=12 \
+# Fewer epochs replicated: its crash needs no checkpoint first.
+epochs=12
+if [[ "$variant" == replicated ]]; then epochs=8; fi
+export ASYNCPS_OUT="$tmp/out" ASYNCPS_WORKERS=2 ASYNCPS_EPOCHS=$epochs \
   ASYNCPS_EVAL_EVERY=1s ASYNCPS_CHECKPOINT_EVERY=1s ASYNCPS_MODE=async
 # The compose file's relative mounts resolve against its own folder; the
 # runfiles tree holds it and what it mounts.
-compose() { docker-compose -p "$project" -f "$deploy/docker-compose.yml" "$@"; }
+file="$deploy/docker-compose.yml"
+servers=shard0:5000,shard1:5000
+if [[ "$variant" == replicated ]]; then
+  file="$deploy/docker-compose.replicated.yml"
+  servers="shard0a:5000|shard0b:5000,shard1a:5000|shard1b:5000"
+fi
+compose() { docker-compose -p "$project" -f "$file" "$@"; }
 cleanup() {
   local rc=$?
   compose logs --no-color >"$tmp/cluster.log" 2>&1 || true
@@ -57,26 +71,46 @@ accurate() { awk -v a="$(accuracy)" 'BEGIN {exit !(a >= 0.80)}'; }
 wait_until 300 "test accuracy >= 0.80" accurate
 echo "accuracy $(accuracy) before the crash"
 
-shard0=$(compose ps -q shard0)
-wait_until 60 "a checkpoint of shard 0" \
-  sh -c "docker exec $shard0 sh -c 'ls /checkpoints/shard-0-*.ckpt' >/dev/null 2>&1"
 # Every container is on the project's network and no other.
 for id in $(compose ps -q); do
   nets=$(docker inspect -f '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}' "$id")
   [[ "$nets" == "${project}_asyncps " ]] || fail "container $id is on networks '$nets'"
 done
 
-pid=$(docker inspect -f '{{.State.Pid}}' "$shard0")
-started=$(docker inspect -f '{{.State.StartedAt}}' "$shard0")
+if [[ "$variant" == replicated ]]; then
+  # psctl status lists each group's members and roles.
+  primary=$(compose exec -T evaluator psctl --servers="$servers" status |
+    awk '$1 == 0 && $3 == "primary" {split($2, a, ":"); print a[1]}')
+  [[ "$primary" == shard0a || "$primary" == shard0b ]] ||
+    fail "no primary of shard 0 in psctl status"
+  backup=$([[ "$primary" == shard0a ]] && echo shard0b || echo shard0a)
+  victim=$(compose ps -q "$primary")
+  promoted() { docker logs "$(compose ps -q "$backup")" 2>&1 | grep -q "is the primary now"; }
+else
+  primary=shard0
+  victim=$(compose ps -q shard0)
+  wait_until 60 "a checkpoint of shard 0" \
+    sh -c "docker exec $victim sh -c 'ls /checkpoints/shard-0-*.ckpt' >/dev/null 2>&1"
+fi
+
+pid=$(docker inspect -f '{{.State.Pid}}' "$victim")
+started=$(docker inspect -f '{{.State.StartedAt}}' "$victim")
 kill -KILL "$pid"
 restarted() {
-  [[ "$(docker inspect -f '{{.State.Running}} {{.State.StartedAt}}' "$shard0")" == "true "* ]] &&
-    [[ "$(docker inspect -f '{{.State.StartedAt}}' "$shard0")" != "$started" ]]
+  [[ "$(docker inspect -f '{{.State.Running}} {{.State.StartedAt}}' "$victim")" == "true "* ]] &&
+    [[ "$(docker inspect -f '{{.State.StartedAt}}' "$victim")" != "$started" ]]
 }
-wait_until 60 "shard 0 restarted by its restart policy" restarted
-wait_until 60 "shard 0 restored from its checkpoint" \
-  sh -c "docker logs $shard0 2>&1 | grep -q 'restored'"
-echo "shard 0 restarted: $(docker logs "$shard0" 2>&1 | grep -m1 restored)"
+wait_until 60 "$primary restarted by its restart policy" restarted
+if [[ "$variant" == replicated ]]; then
+  wait_until 60 "$backup promoted" promoted
+  rejoined() { docker logs "$(compose ps -q "$backup")" 2>&1 | grep -q "backup $primary:5000 joined"; }
+  wait_until 60 "$primary back as a backup of $backup" rejoined
+  echo "$primary killed: $(docker logs "$(compose ps -q "$backup")" 2>&1 | grep -m1 'is the primary now')"
+else
+  wait_until 60 "shard 0 restored from its checkpoint" \
+    sh -c "docker logs $victim 2>&1 | grep -q 'restored'"
+  echo "shard 0 restarted: $(docker logs "$victim" 2>&1 | grep -m1 restored)"
+fi
 
 # Training goes on and finishes: both workers exit 0.
 workers_done() {
@@ -94,7 +128,7 @@ ranks=$(for id in $(compose ps -q worker); do docker logs "$id" 2>&1 | grep -o "
 [[ "$ranks" == "rank 0 done rank 1 done " ]] || fail "worker ranks: '$ranks'"
 # The trained model comes out to the host as compose_cluster.sh takes it:
 # psctl export from the evaluator's container into the mounted OUT.
-compose exec -T evaluator psctl --servers=shard0:5000,shard1:5000 \
+compose exec -T evaluator psctl --servers="$servers" \
   export --format=npz --out=/out/model.npz >"$tmp/export.log" 2>&1 ||
   { cat "$tmp/export.log" >&2; fail "psctl export in the evaluator"; }
 /usr/bin/python3 - "$tmp/out/model.npz" <<'PY' || fail "the exported model.npz"

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Drift between the deployment files and the binaries, checked offline.
 
-Every flag that deploy/docker-compose.yml (and its GPU override), every
+Every flag that deploy/docker-compose.yml (its GPU and TLS overrides, and the
+replicated docker-compose.replicated.yml), every
 Kubernetes overlay (deploy/k8s/overlays/*, as `kubectl kustomize` renders
 it) and deploy/local_cluster.sh pass to ps_server, ps_worker,
 psctl or the shards' launcher (python/package/cluster.py) exists in that
@@ -93,10 +94,11 @@ def value(args, flag):
 # --- docker-compose -------------------------------------------------------
 compose_files = [os.path.join(ROOT, "deploy", f)
                  for f in ("docker-compose.yml", "docker-compose.gpu.yml",
-                           "docker-compose.tls.yml")]
+                           "docker-compose.tls.yml",
+                           "docker-compose.replicated.yml")]
 env = dict(os.environ, ASYNCPS_OUT="/tmp")
 for files in ([compose_files[0]], compose_files[:2],
-              [compose_files[0], compose_files[2]]):
+              [compose_files[0], compose_files[2]], [compose_files[3]]):
     cmd = ["docker-compose"] + [x for f in files for x in ("-f", f)]
     r = subprocess.run(cmd + ["config", "-q"], capture_output=True, text=True,
                        env=env)
@@ -111,11 +113,15 @@ tls = yaml.safe_load(subprocess.run(
 plain = yaml.safe_load(subprocess.run(
     ["docker-compose", "-f", compose_files[0], "config"], capture_output=True,
     text=True, env=env, check=True).stdout)
+replicated = yaml.safe_load(subprocess.run(
+    ["docker-compose", "-f", compose_files[3], "config"], capture_output=True,
+    text=True, env=env, check=True).stdout)
 shard_ports = {}
 servers_named = []
 for conf, label in ((plain, "docker-compose.yml"),
                     (config, "docker-compose.gpu.yml"),
-                    (tls, "docker-compose.tls.yml")):
+                    (tls, "docker-compose.tls.yml"),
+                    (replicated, "docker-compose.replicated.yml")):
     for name, service in conf["services"].items():
         argv = list(service.get("entrypoint") or []) + list(
             service.get("command") or [])
@@ -129,7 +135,8 @@ for conf, label in ((plain, "docker-compose.yml"),
         for binary, args in commands([t for t in test if t != "CMD"]):
             check(f"{label} service {name} healthcheck", binary, args)
 for label, name, servers in servers_named:
-    for server in (servers or "").split(","):
+    # A replicated shard's members are joined by '|'.
+    for server in re.split(r"[,|]", servers or ""):
         host, _, port = server.partition(":")
         if shard_ports.get(host) != port:
             fail(f"{label} service {name}: --servers names {server}, but "
