@@ -355,10 +355,21 @@ else:
              "deploy/alerts.yml's")
 
 # --- local_cluster.sh -------------------------------------------------------
+ETCD_FLAGS = set(re.findall(r"^\s+--([a-z0-9-]+)", subprocess.run(
+    ["etcd", "--help"], capture_output=True, text=True).stderr +
+    subprocess.run(["etcd", "--help"], capture_output=True,
+                   text=True).stdout, re.M))
 for script in ("deploy/local_cluster.sh",):
     text = open(os.path.join(ROOT, script)).read().replace("\\\n", " ")
     for line in text.splitlines():
         if line.lstrip().startswith("#"):
+            continue
+        if re.match(r"\s*etcd\s", line):
+            # The private etcd of --replicas: its flags are etcd's.
+            for name in re.findall(r"--([a-z0-9-]+)=", line):
+                if name not in ETCD_FLAGS:
+                    fail(f"{script}: --{name} is not a flag of etcd: "
+                         f"{line.strip()[:100]}")
             continue
         names = re.findall(r"--([a-z0-9_]+)=", line)
         if not names:
