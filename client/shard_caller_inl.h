@@ -251,6 +251,11 @@ template <typename Response, typename Request, typename Method>
 absl::StatusOr<Response> ShardCaller::CallMember(int shard, int member,
                                                  const Request& request,
                                                  Method method) {
+  if (shard < 0 || shard >= num_shards() || member < 0 ||
+      member >= num_members(shard)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "no member ", member, " of shard ", shard, " in --servers"));
+  }
   std::unique_ptr<grpc::ClientContext> context =
       NewContext(absl::Now() + options_.rpc_timeout);
   Request r = request;

@@ -16,10 +16,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/admin_client.h"
 #include "client/ps_client.h"
 #include "gtest/gtest.h"
 #include "server/coordinator.h"
 #include "server/etcd_coordinator.h"
+#include "server/metrics.h"
 #include "server/replica_member.h"
 #include "tests/integration/etcd_process.h"
 #include "tests/integration/test_cluster.h"
@@ -196,6 +198,31 @@ TEST_P(ReplicaTest, PrimaryKilledMidStreamLosesNoAcknowledgedPush) {
   Push(client.get(), 5, &pushed);
   ExpectWeights(b, pushed);
   ExpectWeights(c, pushed);
+  // What psctl status and /metrics show of each member (a client that
+  // knows all three).
+  auto viewer = Client(Group());
+  AdminClient admin(viewer->caller());
+  EXPECT_FALSE(admin.MemberStats(0, 0).ok());  // a is gone.
+  auto stats = admin.MemberStats(0, 1);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  const v1::ReplicaStats& r = stats->replica();
+  EXPECT_EQ(r.role(), "primary");
+  EXPECT_EQ(r.failovers(), 1);
+  ASSERT_EQ(r.backups_size(), 1);
+  EXPECT_EQ(r.backups(0), c.member->member());
+  EXPECT_GT(r.replicated_bytes(), 0);
+  auto backup = admin.MemberStats(0, 2);
+  ASSERT_TRUE(backup.ok()) << backup.status();
+  EXPECT_EQ(backup->replica().role(), "backup");
+  EXPECT_EQ(backup->replica().epoch(), r.epoch());
+  EXPECT_EQ(backup->replica().applied_seq(), r.applied_seq());
+  double backups = -1;
+  for (const auto& family : StatsToMetrics(*stats)) {
+    if (family.name == "asyncps_replica_backups") {
+      backups = family.metric[0].gauge.value;
+    }
+  }
+  EXPECT_EQ(backups, 1);
 }
 
 TEST_P(ReplicaTest, RestartedBackupCatchesUpAndSurvivesThePrimary) {
