@@ -3,7 +3,9 @@
 #   ca.pem, ca.key          a CA of its own (keep ca.key off the cluster)
 #   server.pem, server.key  the shards' certificate: DNS names localhost,
 #                           shard0, shard1, shard-N.asyncps-shards (N < 8),
-#                           *.asyncps-shards, IP 127.0.0.1, and any NAME given
+#                           *.asyncps-shards, IP 127.0.0.1, and any NAME given;
+#                           for clients too (a replicated shard's backup
+#                           presents it to its primary)
 #   client.pem, client.key  the workers', the evaluator's and psctl's
 #   token                   a random bearer token (--auth_token_file)
 #   admin_token             the operators' token (--admin_token_file): give
@@ -35,7 +37,7 @@ sign() {
 names="DNS:localhost,IP:127.0.0.1,DNS:shard0,DNS:shard1,DNS:*.asyncps-shards"
 for ((n = 0; n < 8; n++)); do names+=",DNS:shard-$n.asyncps-shards"; done
 for extra in "$@"; do names+=",DNS:$extra"; done
-sign server "$names" serverAuth
+sign server "$names" serverAuth,clientAuth
 sign client "DNS:asyncps-client" clientAuth
 if [[ ! -f token ]]; then openssl rand -hex 32 >token; fi
 if [[ ! -f admin_token ]]; then openssl rand -hex 32 >admin_token; fi

@@ -25,13 +25,15 @@
 #include "server/replica_member.h"
 #include "tests/integration/etcd_process.h"
 #include "tests/integration/test_cluster.h"
+#include "tests/testing/certs.h"
 
 namespace asyncps::testing {
 namespace {
 
 struct Case {
   Transport transport;
-  bool etcd;  // A real etcd, else the in-memory coordinator.
+  bool etcd;         // A real etcd, else the in-memory coordinator.
+  bool tls = false;  // Mutual TLS and a token, between members too.
 };
 
 // etcd grants whole seconds only.
@@ -60,6 +62,7 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
   };
 
   void SetUp() override {
+    if (GetParam().tls) certs_ = MakeCerts("certs");
     if (!GetParam().etcd) return;
     auto etcd = StartEtcd("etcd");
     ASSERT_TRUE(etcd.ok()) << etcd.status();
@@ -80,6 +83,7 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
     // Unregistered ranks act on a promoted member while its membership
     // fills again (a worker's heartbeats would register it).
     c.rejoin_grace = absl::Hours(1);
+    if (GetParam().tls) c.security = LoadCerts(certs_, "server");
     ReplicaConfig rc;
     rc.prefix = "/test";
     rc.lease_ttl = Ttl(GetParam().etcd);
@@ -112,6 +116,7 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
     PsClientOptions options;
     options.servers = {group};
     options.transport = GetParam().transport;
+    if (GetParam().tls) options.security = LoadCerts(certs_, "client");
     options.backoff_initial = absl::Milliseconds(5);
     options.backoff_max = absl::Milliseconds(50);
     options.rpc_timeout = absl::Seconds(5);
@@ -151,6 +156,7 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
     if (GetParam().etcd) etcd_.process->Signal(SIGCONT);
   }
 
+  std::string certs_;
   EtcdProcess etcd_;
   MemoryCoordinator coordinator_;
   std::deque<Member> members_;
@@ -286,6 +292,7 @@ TEST_P(ReplicaTest,
   options.servers = {
       ServerAddress{"127.0.0.1", a.member->server()->port(), {}}};
   options.transport = GetParam().transport;
+  if (GetParam().tls) options.security = LoadCerts(certs_, "client");
   options.retry_for = absl::Milliseconds(300);
   auto only_a = PsClient::Create(options);
   ASSERT_TRUE(only_a.ok());
@@ -300,12 +307,14 @@ TEST_P(ReplicaTest,
 INSTANTIATE_TEST_SUITE_P(Coordinators, ReplicaTest,
                          ::testing::Values(Case{Transport::kTcp, false},
                                            Case{Transport::kGrpc, false},
-                                           Case{Transport::kTcp, true}),
+                                           Case{Transport::kTcp, true},
+                                           Case{Transport::kTcp, false, true}),
                          [](const auto& info) {
                            return absl::StrCat(
                                info.param.transport == Transport::kTcp ? "tcp"
                                                                        : "grpc",
-                               info.param.etcd ? "_etcd" : "_memory");
+                               info.param.etcd ? "_etcd" : "_memory",
+                               info.param.tls ? "_tls" : "");
                          });
 
 }  // namespace
