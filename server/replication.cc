@@ -253,7 +253,8 @@ absl::Status Replication::Push(const v1::PushRequest& request,
   op.set_live_workers(policy.live_workers);
   op.set_now_unix_nanos(absl::ToUnixNanos(policy.now));
   Broadcast(&op);
-  op.release_push();
+  // Back to its owner, the caller (not freed with `op`).
+  (void)op.release_push();
   // Acknowledged only within the lease: past it a backup may have been
   // promoted without this push, and the client must ask the new primary
   // (whose ledger knows the push if it got it).
@@ -286,7 +287,7 @@ absl::Status Replication::Assign(const v1::AssignRequest& request,
   op.set_allocated_assign(const_cast<v1::AssignRequest*>(&request));
   op.set_steps_unknown(steps_unknown);
   Broadcast(&op);
-  op.release_assign();
+  (void)op.release_assign();
   return CheckServing();
 }
 
