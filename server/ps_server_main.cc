@@ -142,7 +142,8 @@ ABSL_FLAG(std::string, job, "default",
           "/asyncps/<job>/.");
 ABSL_FLAG(std::string, advertise, "",
           "--replicas: this member's address (host:port) as the other "
-          "members and the workers reach it; default localhost:<port>.");
+          "members and the workers reach it; default --host:--port "
+          "(127.0.0.1 for a wildcard --host).");
 ABSL_FLAG(absl::Duration, lease_ttl, absl::Seconds(1),
           "--replicas: the etcd lease a primary holds; it is deposed this "
           "long after it stops renewing (etcd rounds up to whole seconds and "
@@ -245,7 +246,7 @@ absl::StatusOr<ShardServerConfig> ConfigFromFlags() {
     config.replicated = true;
     config.member = absl::GetFlag(FLAGS_advertise);
     if (config.member.empty()) {
-      config.member = absl::StrCat("localhost:", config.port);
+      config.member = DefaultMember(config.host, config.port);
     }
     config.replica_ack_timeout = absl::GetFlag(FLAGS_replica_ack_timeout);
   }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/cluster_spec.h"
 #include "common/random_id.h"
 #include "common/status.h"
 #include "glog/logging.h"
@@ -111,6 +112,11 @@ ConsistencyConfig Observed(ConsistencyConfig config, CallObserver* observer) {
 
 }  // namespace
 
+std::string DefaultMember(const std::string& host, int port) {
+  const bool any = host.empty() || host == "0.0.0.0" || host == "::";
+  return ServerAddress{any ? "127.0.0.1" : host, port, {}}.ToString();
+}
+
 // Who hears of each call: the metrics and the timeline, those there are.
 CallObservers Observers(CallObserver* metrics, CallObserver* timeline) {
   CallObservers all;
@@ -168,7 +174,7 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   if (server->replication_ != nullptr) {
     server->replication_->set_member(
         !config.member.empty() ? config.member
-                               : absl::StrCat("localhost:", server->port_));
+                               : DefaultMember(config.host, server->port_));
   }
   server->ticker_ = std::thread([s = server.get()] { s->Housekeeping(); });
   if (server->checkpointer_ != nullptr) {

@@ -88,7 +88,7 @@ struct ShardServerConfig {
   uint64_t incarnation = 0;
   // A member of a replicated shard group (ps_server --replicas; driven by
   // ReplicaMember): `member` is its address as the group lists it
-  // ("localhost:<port>" if empty). It
+  // (DefaultMember if empty). It
   // serves no worker until it is made the primary, restores no checkpoint
   // at start (it copies its primary's state) and needs a data plane.
   bool replicated = false;
@@ -100,6 +100,10 @@ struct ShardServerConfig {
   // OK, or INVALID_ARGUMENT naming the flag that is wrong.
   absl::Status Validate() const;
 };
+
+// A member's address when none is given: `host`, or 127.0.0.1 for a
+// wildcard one, and `port`.
+std::string DefaultMember(const std::string& host, int port);
 
 class ShardServer {
  public:

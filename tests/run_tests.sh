@@ -48,7 +48,8 @@ sanitized() {
 }
 
 # AddressSanitizer + UndefinedBehaviorSanitizer over the unit tests and the
-# in-process integration tests (those that start no process of their own),
+# in-process integration tests (those that start no process of their own
+# but etcd),
 # built by Debian's clang with -Wthread-safety -Werror (--config=asan), so
 # the same build checks every ABSL_GUARDED_BY / ABSL_EXCLUSIVE_LOCKS_REQUIRED
 # claim: the libraries and binaries that hold them are built with the tests
@@ -58,7 +59,7 @@ if ((${#@} == 0)); then
   asan_tests=(//tests/common/... //tests/server/... //tests/worker/...
     //tests/client/... //tests/transport/...)
   for t in checkpoint data_plane declare embedding exactly_once ps_exchange \
-    push_pull validation; do
+    push_pull validation replica; do
     asan_tests+=("//tests/integration:${t}_test")
   done
   sanitized asan "clang ASAN+UBSAN, -Wthread-safety -Werror" --config=asan \
