@@ -139,7 +139,7 @@ ABSL_FLAG(std::string, etcd, "",
           "and the shard map.");
 ABSL_FLAG(std::string, job, "default",
           "--replicas: the job's name; its keys in etcd are under "
-          "/asyncps/<job>/.");
+          "/asyncps/<job>/ (a new job, a new name: the keys outlive it).");
 ABSL_FLAG(std::string, advertise, "",
           "--replicas: this member's address (host:port) as the other "
           "members and the workers reach it; default --host:--port "
@@ -157,7 +157,9 @@ ABSL_FLAG(bool, exit_when_done, false,
           "workers registered with) has finished, serve reads for "
           "--done_linger (the evaluator's final score, psctl export), then "
           "drain (the last checkpoint) and exit 0, as a batch job's task "
-          "does. A SIGTERM during the linger drains at once.");
+          "does. A SIGTERM during the linger drains at once. With --replicas "
+          "every member ends: the primary that sees the job done says so in "
+          "etcd (/asyncps/<job>/done: give each job its own --job).");
 ABSL_FLAG(absl::Duration, done_linger, absl::Seconds(30),
           "--exit_when_done: how long the finished job's model stays "
           "readable before the shard exits.");
@@ -269,6 +271,18 @@ absl::Status WriteReadyFile(const ShardServerConfig& config,
                       server.data_port(), static_cast<int>(getpid())));
 }
 
+// --replicas --exit_when_done: whether the job is done, as the primary of
+// any group saw it (its workers finished) and wrote under `done_key`.
+bool GroupJobDone(ReplicaMember& member, Coordinator* coordinator,
+                  const std::string& done_key) {
+  if (member.role() == Replication::Role::kPrimary &&
+      member.server()->JobDone()) {
+    coordinator->Put(done_key, "1", 0).IgnoreError();
+    return true;
+  }
+  return coordinator->Get(done_key).ok();
+}
+
 // --replicas: one member of the shard's group, started again (fresh, as a
 // backup) each time it ends by itself (deposed, dropped from the stream),
 // until a signal; then it steps down (its lease revoked: a backup takes
@@ -278,6 +292,9 @@ int RunReplicated(const ShardServerConfig& config) {
   ReplicaConfig rc;
   rc.prefix = absl::StrCat("/asyncps/", absl::GetFlag(FLAGS_job));
   rc.lease_ttl = absl::GetFlag(FLAGS_lease_ttl);
+  // --exit_when_done: the primary, which the workers register with, says
+  // so here for every member of the job.
+  const std::string done_key = absl::StrCat(rc.prefix, "/done");
   bool ready = false;
   while (true) {
     auto member = ReplicaMember::Start(config, rc, &etcd);
@@ -305,8 +322,22 @@ int RunReplicated(const ShardServerConfig& config) {
       ready = true;
     }
     int sig;
+    absl::Time next_look = absl::InfinitePast();
     while ((sig = WaitForStopSignal(absl::Milliseconds(100))) < 0) {
       if ((*member)->Ended(absl::ZeroDuration())) break;
+      if (absl::GetFlag(FLAGS_exit_when_done) && absl::Now() >= next_look) {
+        next_look = absl::Now() + absl::Seconds(1);
+        if (GroupJobDone(**member, &etcd, done_key)) {
+          const absl::Duration linger = absl::GetFlag(FLAGS_done_linger);
+          LOG(INFO) << "shard " << config.shard << ": every worker of the "
+                    << "job finished; member " << config.member
+                    << " serves reads for " << linger
+                    << " (--done_linger), then exits";
+          sig = WaitForStopSignal(linger);
+          (*member)->Stop();
+          return 0;
+        }
+      }
     }
     if (sig >= 0) {
       LOG(INFO) << "signal " << sig << ": member " << config.member

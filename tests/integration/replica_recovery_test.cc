@@ -7,6 +7,7 @@
 // and the final accuracy is that of an undisturbed replicated run within the
 // noise between two runs.
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <cstdio>
 #include <string>
@@ -155,6 +156,25 @@ TEST_P(ReplicaRecovery, KilledMembersCostNoAccuracy) {
       mode.c_str(), undisturbed, disturbed,
       absl::ToDoubleMilliseconds(failovers[0]),
       absl::ToDoubleMilliseconds(failovers[1]));
+}
+
+// ps_server --exit_when_done with groups: once the job's worker finished,
+// every member (primary and backup) serves for --done_linger, then exits 0.
+TEST(ReplicaJob, EveryMemberEndsWithTheJob) {
+  auto etcd = StartEtcd("etcd-done");
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  auto cluster = TestCluster::StartReplicated(
+      1, 2, etcd->endpoint, {"--exit_when_done", "--done_linger=1s"});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto worker =
+      StartWorker(**cluster, 0, 1, {"--max_train_examples=600", "--epochs=1"});
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  ASSERT_TRUE(Finish(**worker).ok());
+  for (int m = 0; m < 2; ++m) {
+    const int status = (*cluster)->member(0, m).Wait(absl::Seconds(60));
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "member " << m << ": wait status " << status;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ReplicaRecovery,
