@@ -185,7 +185,9 @@ def check_restricted(label, objects, shards):
              "killed by liveness")
     shard_labels = shards["spec"]["template"]["metadata"]["labels"]
     for kind in ("PodDisruptionBudget", "NetworkPolicy"):
-        found = [d for d in objects if d["kind"] == kind]
+        # The job's own (etcd's, replicated, are apart).
+        found = [d for d in objects if d["kind"] == kind and
+                 d["metadata"].get("labels", {}).get("app") == "asyncps"]
         if not found:
             fail(f"{label}: no {kind} for the shards")
         for d in found:
@@ -196,6 +198,12 @@ def check_restricted(label, objects, shards):
 
 
 # --- Kubernetes ------------------------------------------------------------
+def is_etcd(container):
+    """The replicated overlay's etcd, which is not one of the job's."""
+    return (container.get("command") or [None])[0] == "etcd"
+
+
+
 # Each overlay as `kubectl kustomize` renders it (the manifests a user
 # applies), checked alike.
 def check_kubernetes(label, objects):
@@ -223,10 +231,14 @@ def check_kubernetes(label, objects):
               shlex.split(config.get(key, "")))
     service = next(d for d in objects if d["kind"] == "Service"
                    and d["spec"].get("clusterIP") == "None")
-    # The job ends: every workload is a Job (nothing that restarts forever).
+    # The job ends: every workload is a Job (nothing that restarts forever),
+    # but the replicated overlay's etcd, which its kustomization says to
+    # delete with the job.
     for d in objects:
         pod = pod_spec(d)
         if pod is None:
+            continue
+        if any(is_etcd(c) for c in pod.get("containers", [])):
             continue
         if d["kind"] != "Job" or pod.get("restartPolicy") not in (
                 "OnFailure", "Never"):
@@ -242,11 +254,12 @@ def check_kubernetes(label, objects):
             shards["spec"]["template"]["metadata"]["labels"].items():
         fail(f"{label}: the headless Service does not select the shards")
     service_ports = {p["port"] for p in service["spec"]["ports"]}
+    # Pods: NUM_SHARDS x REPLICAS (the members of each shard's group).
     replicas = shards["spec"]["completions"]
-    if str(replicas) != config.get("NUM_SHARDS") or \
-            shards["spec"]["parallelism"] != replicas:
+    pods = int(config.get("NUM_SHARDS", 0)) * int(config.get("REPLICAS", 1))
+    if replicas != pods or shards["spec"]["parallelism"] != replicas:
         fail(f"{label}: the shard Job's completions {replicas} and "
-             f"parallelism are not NUM_SHARDS {config.get('NUM_SHARDS')}")
+             f"parallelism are not NUM_SHARDS x REPLICAS {pods}")
     for d in objects:
         if d["kind"] == "PodDisruptionBudget" and \
                 d["spec"].get("minAvailable") != int(replicas) - 1:
@@ -278,13 +291,14 @@ def check_kubernetes(label, objects):
                     if p not in exposed or p not in service_ports:
                         fail(f"{where}: --{flag}={p} is not exposed by "
                              "the container and the Service")
-                if resolve(value(args, "num_shards")) != str(replicas):
-                    fail(f"{where}: --num_shards is not the replica count")
+                if resolve(value(args, "num_shards")) != \
+                        config.get("NUM_SHARDS"):
+                    fail(f"{where}: --num_shards is not NUM_SHARDS")
                 if "exit_when_done" not in " ".join(args):
                     fail(f"{where}: the shards do not --exit_when_done")
     # The workers and the evaluator build --servers from NUM_SHARDS: the
     # shard Job's pods through the headless Service on the shards' port.
-    name = (f"{shards['metadata']['name']}-$i."
+    name = (f"{shards['metadata']['name']}-$((i*REPLICAS+m))."
             f"{service['metadata']['name']}:{shard_port}")
     for d, c, argv in each_container(objects):
         for binary, args in commands(argv):
@@ -344,6 +358,8 @@ else:
     wanted = pod_monitor["spec"]["selector"]["matchLabels"]
     ports = {e["port"] for e in pod_monitor["spec"]["podMetricsEndpoints"]}
     for d, c, argv in each_container(workloads):
+        if is_etcd(c):
+            continue  # Not the job's: the replicated overlay's etcd.
         labels = d["spec"]["template"]["metadata"]["labels"]
         named = {p.get("name") for p in c.get("ports", [])}
         if wanted.items() - labels.items() or not ports <= named:
