@@ -26,7 +26,7 @@ started_dockerd=$("$deploy/docker/ensure_dockerd.sh")
 project="asyncpstest$$"
 # Fewer epochs replicated: its crash needs no checkpoint first.
 epochs=12
-if [[ "$variant" == replicated ]]; then epochs=8; fi
+if [[ "$variant" == replicated ]]; then epochs=5; fi
 export ASYNCPS_OUT="$tmp/out" ASYNCPS_WORKERS=2 ASYNCPS_EPOCHS=$epochs \
   ASYNCPS_EVAL_EVERY=1s ASYNCPS_CHECKPOINT_EVERY=1s ASYNCPS_MODE=async
 # The compose file's relative mounts resolve against its own folder; the
