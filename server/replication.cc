@@ -178,44 +178,34 @@ void Replication::Broadcast(v1::ReplicaOp* op) {
     op->set_epoch(epoch_);
   }
   const absl::Time deadline = absl::Now() + ack_timeout_;
+  const int64_t op_bytes = static_cast<int64_t>(op->ByteSizeLong());
   bool dropped = false;
-  int64_t bytes = 0;
-  uint64_t lag = 0;
-  std::vector<std::string> names;
+  auto drop = [&](Backup& b, const absl::Status& why) {
+    LOG(WARNING) << "shard " << store_->shard() << ": dropping backup "
+                 << b.member << " (op " << op->seq() << "): " << why;
+    dropped = true;
+    b.dropped = true;
+    ShutdownSocket(b.stream->fd());
+  };
   // Every backup gets the op before any is waited for, so they apply it
   // side by side.
   for (Backup& b : backups_) {
     if (b.dropped) continue;
-    if (absl::Status s = WriteOp(b.stream, op, deadline); !s.ok()) {
-      LOG(WARNING) << "shard " << store_->shard() << ": dropping backup "
-                   << b.member << ": " << s;
-      dropped = true;
-      b.dropped = true;
-      ShutdownSocket(b.stream->fd());
-    }
+    if (absl::Status s = WriteOp(b.stream, op, deadline); !s.ok()) drop(b, s);
   }
+  int64_t bytes = 0;
   for (Backup& b : backups_) {
     if (b.dropped) continue;
     if (absl::Status s = ReadAck(b.stream, op->seq(), deadline); !s.ok()) {
-      LOG(WARNING) << "shard " << store_->shard() << ": dropping backup "
-                   << b.member << " (no ack of op " << op->seq() << "): " << s;
-      dropped = true;
-      b.dropped = true;
-      ShutdownSocket(b.stream->fd());
-      continue;
+      drop(b, s);
+    } else {
+      bytes += op_bytes;
     }
-    b.acked = op->seq();
-    bytes += static_cast<int64_t>(op->ByteSizeLong());
-    names.push_back(b.member);
-  }
-  for (const Backup& b : backups_) {
-    if (!b.dropped) lag = std::max(lag, seq_ - b.acked);
   }
   {
     absl::MutexLock lock(&mu_);
     applied_ = seq_;
     bytes_ += bytes;
-    lag_ = lag;
   }
   if (dropped) NoteBackups();
 }
@@ -379,7 +369,7 @@ absl::Status Replication::ServeBackup(Stream* stream,
       absl::Now() + std::max(ack_timeout_, kSnapshotTimeout);
   RETURN_IF_ERROR(WriteOp(stream, &op, deadline));
   RETURN_IF_ERROR(ReadAck(stream, seq_, deadline));
-  backups_.push_back(Backup{stream, join.member(), false, seq_});
+  backups_.push_back(Backup{stream, join.member()});
   Backup* backup = &backups_.back();
   LOG(INFO) << "shard " << store_->shard() << ": backup " << join.member()
             << " joined at op " << seq_ << " ("
@@ -482,7 +472,9 @@ v1::ReplicaStats Replication::Stats() const {
   stats.set_primary(primary_);
   for (const std::string& b : backup_names_) stats.add_backups(b);
   stats.set_applied_seq(applied_);
-  stats.set_lag(lag_);
+  // Every backup still in the stream acknowledged every op before its
+  // push was answered (acks are not pipelined): none lags behind.
+  stats.set_lag(0);
   stats.set_replicated_bytes(bytes_);
   stats.set_failovers(failovers_);
   return stats;

@@ -128,7 +128,6 @@ class Replication {
     Stream* stream;
     std::string member;
     bool dropped = false;
-    uint64_t acked = 0;
   };
   // Sends `op` (its epoch and seq set here) to every backup and reads
   // their acknowledgements; drops those that fail. Called with order_mu_
@@ -166,7 +165,6 @@ class Replication {
   int64_t failovers_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time promoted_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::vector<std::string> backup_names_ ABSL_GUARDED_BY(mu_);
-  uint64_t lag_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace asyncps
