@@ -51,16 +51,6 @@ std::vector<std::string> WorkerFlags(const std::string& mode) {
           "--slowdown=10"};
 }
 
-// Reads `worker`'s progress lines until one says step >= `step`.
-void WaitForStep(Subprocess& worker, int rank, int step) {
-  while (true) {
-    auto line = worker.WaitForLine(absl::StrCat("rank ", rank, " step"),
-                                   absl::Seconds(60));
-    ASSERT_TRUE(line.ok()) << line.status() << "\n" << worker.output();
-    if (Field(*line, "step") >= step) return;
-  }
-}
-
 struct Job {
   std::unique_ptr<TestCluster> cluster;
   std::vector<std::unique_ptr<Subprocess>> workers;

@@ -77,15 +77,6 @@ absl::Duration WaitForRole(const TestCluster& cluster, int shard, int m,
   return absl::Now() - start;
 }
 
-void WaitForStep(Subprocess& worker, int rank, int step) {
-  while (true) {
-    auto line = worker.WaitForLine(absl::StrCat("rank ", rank, " step"),
-                                   absl::Seconds(60));
-    ASSERT_TRUE(line.ok()) << line.status() << "\n" << worker.output();
-    if (Field(*line, "step") >= step) return;
-  }
-}
-
 // Trains; with `disturb`, kills members mid-training. Returns the final
 // accuracy (-1 on failure) and the failover times in `failovers`.
 double Train(const std::string& mode, const std::string& etcd, bool disturb,

@@ -94,6 +94,15 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
     return m;
   }
 
+  // A member started and waited for until it has `role`.
+  Member& StartAs(Replication::Role role) {
+    Member& m = Start();
+    EXPECT_TRUE(WaitFor([&] { return Is(m, role); }))
+        << m.member->member() << " never became "
+        << Replication::RoleName(role);
+    return m;
+  }
+
   static bool Is(Member& m, Replication::Role role) {
     return m.member->role() == role;
   }
@@ -124,6 +133,16 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
     EXPECT_TRUE(client.ok()) << client.status();
     EXPECT_TRUE((*client)->Join(0, 1).ok());
     return *std::move(client);
+  }
+  // A client of the whole group, with the test's model declared (weights
+  // 0, SGD at learning rate 1).
+  std::unique_ptr<PsClient> DeclaredClient() {
+    auto client = Client(Group());
+    EXPECT_TRUE(
+        client
+            ->DeclareModel(ConstantSpec({{300, 10}, {10}}, 1, 0.0f, 1.0f, 1024))
+            .ok());
+    return client;
   }
 
   // Every weight of `m`'s store (its snapshot's slices), expected to be
@@ -181,14 +200,10 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
 };
 
 TEST_P(ReplicaTest, PrimaryKilledMidStreamLosesNoAcknowledgedPush) {
-  Member& a = Start();
-  ASSERT_TRUE(WaitFor([&] { return Is(a, Replication::Role::kPrimary); }));
-  Member& b = Start();
-  ASSERT_TRUE(WaitFor([&] { return Is(b, Replication::Role::kBackup); }));
-  auto client = Client(Group());
-  ASSERT_TRUE(
-      client->DeclareModel(ConstantSpec({{300, 10}, {10}}, 1, 0.0f, 1.0f, 1024))
-          .ok());
+  Member& a = StartAs(Replication::Role::kPrimary);
+  Member& b = StartAs(Replication::Role::kBackup);
+  auto client = DeclaredClient();
+  ASSERT_FALSE(HasFailure());
   int pushed = 0;
   Push(client.get(), 10, &pushed);
   // Killed while pushes go on.
@@ -199,8 +214,8 @@ TEST_P(ReplicaTest, PrimaryKilledMidStreamLosesNoAcknowledgedPush) {
   EXPECT_TRUE(Is(b, Replication::Role::kPrimary));
   ExpectWeights(b, pushed);
   // A new member joins the promoted one and holds the same.
-  Member& c = Start();
-  ASSERT_TRUE(WaitFor([&] { return Is(c, Replication::Role::kBackup); }));
+  Member& c = StartAs(Replication::Role::kBackup);
+  ASSERT_FALSE(HasFailure());
   Push(client.get(), 5, &pushed);
   ExpectWeights(b, pushed);
   ExpectWeights(c, pushed);
@@ -232,32 +247,26 @@ TEST_P(ReplicaTest, PrimaryKilledMidStreamLosesNoAcknowledgedPush) {
 }
 
 TEST_P(ReplicaTest, RestartedBackupCatchesUpAndSurvivesThePrimary) {
-  Member& a = Start();
-  ASSERT_TRUE(WaitFor([&] { return Is(a, Replication::Role::kPrimary); }));
-  Member& b = Start();
-  ASSERT_TRUE(WaitFor([&] { return Is(b, Replication::Role::kBackup); }));
-  Member& c = Start();  // The backup restarted below, at another address.
-  ASSERT_TRUE(WaitFor([&] { return Is(c, Replication::Role::kBackup); }));
-  auto client = Client(Group());
-  ASSERT_TRUE(
-      client->DeclareModel(ConstantSpec({{300, 10}, {10}}, 1, 0.0f, 1.0f, 1024))
-          .ok());
+  Member& a = StartAs(Replication::Role::kPrimary);
+  Member& b = StartAs(Replication::Role::kBackup);
+  // The backup restarted below, at another address.
+  Member& c = StartAs(Replication::Role::kBackup);
+  auto client = DeclaredClient();
+  ASSERT_FALSE(HasFailure());
   int pushed = 0;
   Push(client.get(), 5, &pushed);
   b.member->Kill();
   Push(client.get(), 5, &pushed);  // The group goes on with one backup.
   ExpectWeights(c, pushed);
-  Member& d = Start();  // b's replacement: copies the state mid-training.
-  ASSERT_TRUE(WaitFor([&] { return Is(d, Replication::Role::kBackup); }));
+  // b's replacement: copies the state mid-training.
+  Member& d = StartAs(Replication::Role::kBackup);
+  ASSERT_FALSE(HasFailure());
   Push(client.get(), 5, &pushed);
   ExpectWeights(d, pushed);
   c.member->Kill();
   a.member->Kill();  // Only d is left: it must be promoted.
-  auto survivor = Client(Group());
-  ASSERT_TRUE(
-      survivor
-          ->DeclareModel(ConstantSpec({{300, 10}, {10}}, 1, 0.0f, 1.0f, 1024))
-          .ok());
+  auto survivor = DeclaredClient();
+  ASSERT_FALSE(HasFailure());
   Push(survivor.get(), 5, &pushed);
   EXPECT_TRUE(Is(d, Replication::Role::kPrimary));
   ExpectWeights(d, pushed);
@@ -265,14 +274,10 @@ TEST_P(ReplicaTest, RestartedBackupCatchesUpAndSurvivesThePrimary) {
 
 TEST_P(ReplicaTest,
        PrimaryCutOffFromTheCoordinatorStopsBeforeABackupTakesOver) {
-  Member& a = Start();
-  ASSERT_TRUE(WaitFor([&] { return Is(a, Replication::Role::kPrimary); }));
-  Member& b = Start();
-  ASSERT_TRUE(WaitFor([&] { return Is(b, Replication::Role::kBackup); }));
-  auto client = Client(Group());
-  ASSERT_TRUE(
-      client->DeclareModel(ConstantSpec({{300, 10}, {10}}, 1, 0.0f, 1.0f, 1024))
-          .ok());
+  Member& a = StartAs(Replication::Role::kPrimary);
+  Member& b = StartAs(Replication::Role::kBackup);
+  auto client = DeclaredClient();
+  ASSERT_FALSE(HasFailure());
   int pushed = 0;
   Push(client.get(), 5, &pushed);
   // a keeps running but cannot renew its lease.

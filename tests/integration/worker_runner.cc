@@ -96,6 +96,15 @@ double Field(const std::string& line, const std::string& key) {
   return -1;
 }
 
+void WaitForStep(Subprocess& worker, int rank, int step) {
+  while (true) {
+    auto line = worker.WaitForLine(absl::StrCat("rank ", rank, " step"),
+                                   absl::Seconds(60));
+    ASSERT_TRUE(line.ok()) << line.status() << "\n" << worker.output();
+    if (Field(*line, "step") >= step) return;
+  }
+}
+
 int ExitCode(Subprocess& p, absl::Duration timeout) {
   const int status = p.Wait(timeout);
   if (status == -1) return -1;

@@ -43,6 +43,10 @@ std::string Text(const google::protobuf::Struct& result,
 // "key=value" (a test failure if absent).
 double Field(const std::string& line, const std::string& key);
 
+// Reads `worker`'s progress lines until one says rank `rank` is at step >=
+// `step` (a test failure if none comes within a minute of the last).
+void WaitForStep(Subprocess& worker, int rank, int step);
+
 // Waits for exit; the exit code, 128 + signal, or -1 on timeout.
 int ExitCode(Subprocess& p, absl::Duration timeout = absl::Seconds(120));
 
