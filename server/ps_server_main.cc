@@ -288,7 +288,6 @@ bool GroupJobDone(ReplicaMember& member, Coordinator* coordinator,
 // until a signal; then it steps down (its lease revoked: a backup takes
 // over at once) and drains.
 int RunReplicated(const ShardServerConfig& config) {
-  EtcdCoordinator etcd(absl::GetFlag(FLAGS_etcd));
   ReplicaConfig rc;
   rc.prefix = absl::StrCat("/asyncps/", absl::GetFlag(FLAGS_job));
   rc.lease_ttl = absl::GetFlag(FLAGS_lease_ttl);
@@ -297,6 +296,9 @@ int RunReplicated(const ShardServerConfig& config) {
   const std::string done_key = absl::StrCat(rc.prefix, "/done");
   bool ready = false;
   while (true) {
+    // A new channel for each member (it outlives the member): one that
+    // failed to connect (etcd not up yet) would back off for seconds.
+    EtcdCoordinator etcd(absl::GetFlag(FLAGS_etcd));
     auto member = ReplicaMember::Start(config, rc, &etcd);
     if (!member.ok()) {
       if (member.status().code() == absl::StatusCode::kInvalidArgument) {

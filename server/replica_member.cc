@@ -381,6 +381,10 @@ void ReplicaMember::Stop() {
   }
   if (loop_.joinable()) loop_.join();
   if (follower_.joinable()) follower_.join();
+  // Start failed before the server was up (the coordinator not reachable
+  // yet, the port taken): nothing serves and the lease, if one was
+  // granted, holds no key; it expires by itself.
+  if (server_ == nullptr) return;
   // Serves nothing more (calls in flight are answered UNAVAILABLE, as a
   // dead process's are to its clients), then lets the next primary in at
   // once, unless killed: then the lease is left to expire.

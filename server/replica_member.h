@@ -68,7 +68,9 @@ class ReplicaMember {
   const std::string& member() const { return member_; }
 
   // Ends the member: a primary gives up its lease at once (the next member
-  // is promoted without waiting it out), and the server stops. Idempotent.
+  // is promoted without waiting it out), and the server stops. Idempotent;
+  // also what the destructor does, so it must hold for a member whose Start
+  // failed before its server existed.
   void Stop();
   // Tests: ends the member as SIGKILL would: the lease is left to expire
   // and no one is told (calls in flight are answered UNAVAILABLE).

@@ -8,10 +8,12 @@
 
 namespace asyncps::testing {
 
-absl::StatusOr<EtcdProcess> StartEtcd(const std::string& name) {
+absl::StatusOr<EtcdProcess> StartEtcd(const std::string& name,
+                                      int client_port) {
   const std::string dir = TempPath(name);
   std::filesystem::remove_all(dir);
-  const std::string client = absl::StrCat("http://127.0.0.1:", FreePort());
+  const std::string client = absl::StrCat(
+      "http://127.0.0.1:", client_port != 0 ? client_port : FreePort());
   const std::string peer = absl::StrCat("http://127.0.0.1:", FreePort());
   EtcdProcess etcd;
   etcd.endpoint = client.substr(std::string("http://").size());

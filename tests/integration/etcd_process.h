@@ -18,8 +18,10 @@ struct EtcdProcess {
   std::string endpoint;  // "127.0.0.1:<client port>"
 };
 
-// Starts etcd in TEST_TMPDIR/<name> and waits until it answers.
-absl::StatusOr<EtcdProcess> StartEtcd(const std::string& name);
+// Starts etcd in TEST_TMPDIR/<name> and waits until it answers; its client
+// port is `client_port` (0: one the kernel picks).
+absl::StatusOr<EtcdProcess> StartEtcd(const std::string& name,
+                                      int client_port = 0);
 
 }  // namespace asyncps::testing
 
