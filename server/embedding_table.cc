@@ -136,10 +136,7 @@ uint32_t EmbeddingTable::Touch(int64_t id) {
   index_[id] = slot;
   LinkLast(slot);
   const size_t at = size_t{slot} * dim_;
-  // Element j of row `id` is element id * dim + j of the table's stream.
-  FillInitial(spec_.init(), spec_.seed(), spec_.name(),
-              static_cast<uint64_t>(id) * dim_,
-              absl::MakeSpan(&weights_[at], dim_));
+  InitialRow(id, absl::MakeSpan(&weights_[at], dim_));
   if (slots_ >= 1) {
     std::fill_n(&slot1_[at], dim_, InitialSlot1(spec_.optimizer()));
   }
@@ -149,23 +146,35 @@ uint32_t EmbeddingTable::Touch(int64_t id) {
 }
 
 absl::Status EmbeddingTable::Pull(absl::Span<const int64_t> ids,
-                                  absl::Span<float> rows) {
+                                  absl::Span<float> rows) const {
   if (rows.size() != ids.size() * dim_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a pull of ", ids.size(), " rows of embedding '", spec_.name(),
         "' (dim ", dim_, ") into ", rows.size(), " floats"));
   }
   RETURN_IF_ERROR(CheckIds(ids));
-  absl::MutexLock lock(&mu_);
-  const Distinct d = Dedupe(ids);
-  RETURN_IF_ERROR(CheckRoom(spec_.name(), d.ids.size(), capacity_));
-  std::vector<uint32_t> slot(d.ids.size());
-  for (size_t i = 0; i < d.ids.size(); ++i) slot[i] = Touch(d.ids[i]);
-  for (size_t k = 0; k < ids.size(); ++k) {
-    std::copy_n(&weights_[size_t{slot[d.of[k]]} * dim_], dim_, &rows[k * dim_]);
+  {
+    // A pull only reads: a row not held is answered with its initial
+    // values and stays not held, so a reader (an evaluator, psctl export,
+    // a pull of unseen ids) neither grows the table nor evicts a row.
+    absl::ReaderMutexLock lock(&mu_);
+    for (size_t k = 0; k < ids.size(); ++k) {
+      const absl::Span<float> to = rows.subspan(k * dim_, dim_);
+      if (auto it = index_.find(ids[k]); it != index_.end()) {
+        std::copy_n(&weights_[size_t{it->second} * dim_], dim_, to.data());
+      } else {
+        InitialRow(ids[k], to);
+      }
+    }
   }
-  pulled_ += static_cast<int64_t>(ids.size());
+  pulled_.fetch_add(static_cast<int64_t>(ids.size()));
   return absl::OkStatus();
+}
+
+void EmbeddingTable::InitialRow(int64_t id, absl::Span<float> row) const {
+  // Element j of row `id` is element id * dim + j of the table's stream.
+  FillInitial(spec_.init(), spec_.seed(), spec_.name(),
+              static_cast<uint64_t>(id) * dim_, row);
 }
 
 absl::Status EmbeddingTable::CheckPush(absl::Span<const int64_t> ids,
@@ -234,13 +243,13 @@ absl::Status EmbeddingTable::AddToStep(int rank, int64_t clock,
         " was applied on this shard (a bsp worker pulls the table from every "
         "shard each step before it pushes the next)"));
   }
-  if (clock <= applied_step_ ||
-      std::find(step_ranks_.begin(), step_ranks_.end(), rank) !=
-          step_ranks_.end()) {
-    return absl::OkStatus();  // Late, or sent twice: dropped.
-  }
+  if (clock <= applied_step_) return absl::OkStatus();  // Late: dropped.
+  // A rank's second push of the step (after a prefetching one) adds to
+  // its share: only its first counts towards the quorum.
+  const bool first = std::find(step_ranks_.begin(), step_ranks_.end(), rank) ==
+                     step_ranks_.end();
   if (step_ranks_.empty()) step_first_ = now;
-  step_ranks_.push_back(rank);
+  if (first) step_ranks_.push_back(rank);
   for (size_t k = 0; k < ids.size(); ++k) {
     auto [it, fresh] = step_index_.try_emplace(
         ids[k], static_cast<uint32_t>(step_ids_.size()));
@@ -423,7 +432,7 @@ v1::EmbeddingStats EmbeddingTable::Stats() const {
   s.set_dim(spec_.dim());
   s.set_rows(static_cast<int64_t>(index_.size()));
   s.set_evicted(evicted_);
-  s.set_rows_pulled(pulled_);
+  s.set_rows_pulled(pulled_.load());
   s.set_rows_pushed(pushed_);
   s.set_bytes_received(bytes_received_.load());
   s.set_bytes_sent(bytes_sent_.load());

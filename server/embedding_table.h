@@ -1,12 +1,15 @@
 // EmbeddingTable: one shard's part of a sparse embedding table
 // (v1::EmbeddingSpec, docs/SPARSE.md): the rows whose ids hash to this shard
-// (RowShard), each with its own optimizer state and step count. Rows are
-// made on first touch from the initializer (the same values on every shard
-// and at every restart), pulled by id in the caller's order, and pushed by
-// id: the gradients of a repeated id are summed, then the optimizer is
-// applied once to each distinct row and to no other (Adam is "lazy": a
-// row not pushed is not decayed). With max_rows_per_shard, a new row takes
-// the place of the least recently used (pulled or pushed) one.
+// (RowShard), each with its own optimizer state and step count. A row is
+// made by its first push, from the initializer (the same values on every
+// shard and at every restart); rows are pulled by id in the caller's
+// order, and pushed by id: the gradients of a repeated id are summed, then
+// the optimizer is applied once to each distinct row and to no other (Adam
+// is "lazy": a row not pushed is not decayed). A pull only reads: a row not
+// held is answered with its initial values and is not stored, so whoever
+// pulls (a worker, an evaluator, psctl export) neither grows the table nor
+// evicts a trained row. With max_rows_per_shard, a new row takes the place
+// of the least recently pushed one.
 //
 // In bsp a push is added to the table's step instead (AddToStep): the
 // step's mean, each row's summed gradient over the number of ranks that
@@ -58,10 +61,13 @@ class EmbeddingTable {
   const v1::EmbeddingSpec& spec() const { return spec_; }
 
   // Copies the rows of `ids` into `rows` (ids.size() x dim, in the ids'
-  // order). INVALID_ARGUMENT for an id outside [0, num_rows) of a bounded
-  // table or `rows` of another size; RESOURCE_EXHAUSTED for more than
-  // kMaxRowsPerCall ids, or more distinct new ids than the table may hold.
-  absl::Status Pull(absl::Span<const int64_t> ids, absl::Span<float> rows);
+  // order): a row not held gets its initial values, and the table does not
+  // change (no row made, none evicted, the eviction order kept).
+  // INVALID_ARGUMENT for an id outside [0, num_rows) of a bounded table or
+  // `rows` of another size; RESOURCE_EXHAUSTED for more than
+  // kMaxRowsPerCall ids.
+  absl::Status Pull(absl::Span<const int64_t> ids,
+                    absl::Span<float> rows) const;
 
   // Applies `grads` (ids.size() x dim, row k for ids[k]) with the learning
   // rate times `lr_scale`. Errors as for Pull, and INVALID_ARGUMENT naming
@@ -72,7 +78,8 @@ class EmbeddingTable {
   // bsp: adds `rank`'s gradients (checked as Push checks them) to step
   // `clock`; the step's mean is applied once `quorum` ranks pushed it (an
   // empty push counts: the rank had no rows here). A second push of the
-  // rank for the step, or one for a step applied, is dropped (OK). Until
+  // rank for the step adds to the step while it waits; a push for a step
+  // applied is dropped (OK). Until
   // the first, the table's step is not known (it was made or restored on
   // this shard): that push says the job completed step clock - 1. Later, a
   // push for a step past the next is FAILED_PRECONDITION (a bsp worker
@@ -138,6 +145,8 @@ class EmbeddingTable {
   // size, then CheckRows.
   absl::Status CheckIds(absl::Span<const int64_t> ids,
                         absl::Span<const float> grads = {}) const;
+  // Row `id`'s initial values into `row` (dim_ floats).
+  void InitialRow(int64_t id, absl::Span<float> row) const;
   // The slot of `id`, made (and initialized) if new, and marked most
   // recently used. REQUIRES: CheckIds passed for it.
   uint32_t Touch(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -171,7 +180,6 @@ class EmbeddingTable {
   uint32_t oldest_ ABSL_GUARDED_BY(mu_) = kNone;
   uint32_t newest_ ABSL_GUARDED_BY(mu_) = kNone;
   int64_t evicted_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t pulled_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pushed_ ABSL_GUARDED_BY(mu_) = 0;
   // bsp: the last step applied (known once a bsp push came), and the sum
   // of step applied_step_ + 1's gradients so far by row (step_ids_[i]'s at
@@ -183,6 +191,7 @@ class EmbeddingTable {
   absl::flat_hash_map<int64_t, uint32_t> step_index_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> step_ids_ ABSL_GUARDED_BY(mu_);
   std::vector<float> step_sum_ ABSL_GUARDED_BY(mu_);
+  mutable std::atomic<int64_t> pulled_{0};
   std::atomic<int64_t> bytes_received_{0};
   std::atomic<int64_t> bytes_sent_{0};
   std::atomic<int64_t> duplicates_{0};

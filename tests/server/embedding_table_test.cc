@@ -52,8 +52,8 @@ TEST(EmbeddingTable, PullAnswersInTheCallersOrderWithRepeats) {
   const std::vector<float> a = Rows(&t, {5, 9, 5, -3});
   EXPECT_EQ(Row(a, 0), Row(a, 2));
   EXPECT_NE(Row(a, 0), Row(a, 1));
-  EXPECT_EQ(t.rows(), 3);  // Unbounded: even a negative id is a row.
-  const std::vector<float> b = Rows(&t, {-3, 9});
+  EXPECT_EQ(t.rows(), 0) << "a pull stored rows";
+  const std::vector<float> b = Rows(&t, {-3, 9});  // Even a negative id.
   EXPECT_EQ(Row(b, 0), Row(a, 3));
   EXPECT_EQ(Row(b, 1), Row(a, 1));
   for (float v : a) EXPECT_TRUE(v >= -0.5f && v < 0.5f) << v;
@@ -131,23 +131,49 @@ TEST(EmbeddingTable, AdamIsLazyEachRowCountsItsOwnSteps) {
   }
 }
 
-TEST(EmbeddingTable, TheLeastRecentlyUsedRowGivesWay) {
+TEST(EmbeddingTable, TheLeastRecentlyPushedRowGivesWay) {
   EmbeddingTable t(Spec(v1::OptimizerSpec::SGD, 0, /*max_rows=*/3));
   const std::vector<float> initial = Rows(&t, {1, 2, 3});
+  const std::vector<float> zero(4, 0.0f);
+  for (int64_t id : {1, 2, 3}) ASSERT_TRUE(t.Push({id}, zero).ok());
   ASSERT_TRUE(t.Push({2}, {1, 1, 1, 1}).ok());
-  Rows(&t, {3});
-  Rows(&t, {1});  // Now 2 is the least recently used.
-  Rows(&t, {4});
+  ASSERT_TRUE(t.Push({3}, zero).ok());
+  ASSERT_TRUE(t.Push({1}, zero).ok());  // Now 2 is the least recently pushed.
+  Rows(&t, {2});                        // A pull does not change the order.
+  ASSERT_TRUE(t.Push({4}, zero).ok());
   EXPECT_EQ(t.rows(), 3);
   EXPECT_EQ(t.evicted(), 1);
   EXPECT_EQ(t.steps(2), 0) << "row 2 was not evicted";
   // Row 2 comes back at its initial values (and 3 gives way for it).
   EXPECT_EQ(Row(Rows(&t, {2}), 0), Row(initial, 1));
+  ASSERT_TRUE(t.Push({2}, zero).ok());
   EXPECT_EQ(t.evicted(), 2);
-  // A call with more distinct ids than the table holds is refused.
-  std::vector<float> out(16);
-  EXPECT_EQ(t.Pull({7, 8, 9, 10}, absl::MakeSpan(out)).code(),
+  EXPECT_EQ(t.steps(3), 0) << "row 3 was not evicted";
+  // A push with more distinct ids than the table holds is refused.
+  EXPECT_EQ(t.Push({7, 8, 9, 10}, std::vector<float>(16, 0.0f)).code(),
             absl::StatusCode::kResourceExhausted);
+}
+
+// Regression (issue #38, 4): a pull made each unseen row, so a reader
+// pulling unseen ids from a bounded table evicted every trained row.
+TEST(EmbeddingTable, PullsOfUnseenIdsChangeNoRowAndStoreNothing) {
+  EmbeddingTable t(Spec(v1::OptimizerSpec::SGD, 0, /*max_rows=*/200));
+  std::vector<int64_t> trained(50);
+  for (int64_t i = 0; i < 50; ++i) trained[i] = 1000 * i + 7;
+  ASSERT_TRUE(t.Push(trained, std::vector<float>(50 * 4, 0.25f)).ok());
+  const std::vector<float> before = Rows(&t, trained);
+  std::mt19937_64 random(38);
+  std::vector<int64_t> unseen(size_t{1} << 20);
+  for (int64_t& id : unseen) id = static_cast<int64_t>(random() >> 1);
+  std::vector<float> out(unseen.size() * 4);
+  ASSERT_TRUE(t.Pull(unseen, absl::MakeSpan(out)).ok());
+  EXPECT_EQ(t.rows(), 50);
+  EXPECT_EQ(t.evicted(), 0);
+  EXPECT_EQ(Rows(&t, trained), before);
+  // An unseen row reads as its initial values, and as a push would make it.
+  EmbeddingTable fresh(Spec(v1::OptimizerSpec::SGD));
+  ASSERT_TRUE(fresh.Push({unseen[5]}, std::vector<float>(4, 0.0f)).ok());
+  EXPECT_EQ(Row(out, 5), Rows(&fresh, {unseen[5]}));
 }
 
 TEST(EmbeddingTable, BadRequestsAreRefusedAndNoRowMoves) {
@@ -222,18 +248,19 @@ TEST(EmbeddingTable, BadSpecsNameTheField) {
 // exactly as the saved one.
 TEST(EmbeddingTable, ACheckpointRestoresRowsStateAndEvictionOrder) {
   EmbeddingTable saved(Spec(v1::OptimizerSpec::ADAM, 0, /*max_rows=*/4));
-  Rows(&saved, {10, 20, 30});
+  ASSERT_TRUE(saved.Push({30}, std::vector<float>(4, 0.25f)).ok());
   ASSERT_TRUE(saved.Push({20, 10}, std::vector<float>(8, 0.5f)).ok());
   ASSERT_TRUE(saved.Push({20}, {1, 2, 3, 4}).ok());
-  Rows(&saved, {30});  // Oldest now: 10, then 20, then 30.
+  ASSERT_TRUE(saved.Push({30}, {1, 2, 3, 4}).ok());
+  // Oldest now: 10, then 20, then 30.
   v1::EmbeddingCheckpoint checkpoint;
   saved.Save(&checkpoint);
   auto loaded = EmbeddingTable::Load(checkpoint);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   for (EmbeddingTable* t : {&saved, loaded->get()}) {
     ASSERT_TRUE(t->Push({20, 30}, std::vector<float>(8, -1.0f)).ok());
-    Rows(t, {40, 50});  // Full at 4: evicts 10.
-  }
+    ASSERT_TRUE(t->Push({40, 50}, std::vector<float>(8, 0.1f)).ok());
+  }  // Full at 4: evicts 10.
   EXPECT_EQ((*loaded)->steps(20), 3);
   EXPECT_EQ((*loaded)->evicted(), saved.evicted());
   EXPECT_EQ((*loaded)->rows(), 4);
@@ -244,7 +271,7 @@ TEST(EmbeddingTable, ACheckpointRestoresRowsStateAndEvictionOrder) {
 
 TEST(EmbeddingTable, ACorruptCheckpointIsRefusedNamingTheFault) {
   EmbeddingTable t(Spec(v1::OptimizerSpec::ADAGRAD, /*num_rows=*/100));
-  Rows(&t, {1, 2});
+  ASSERT_TRUE(t.Push({1, 2}, std::vector<float>(8, 0.5f)).ok());
   v1::EmbeddingCheckpoint good;
   t.Save(&good);
   std::vector<std::pair<v1::EmbeddingCheckpoint, std::string>> cases;

@@ -104,6 +104,12 @@ TEST_F(RowsTest, ARefusedPushChangesNothingAndMayBeSentAgain) {
 TEST_F(RowsTest, ReadRowsPagesThroughEveryRowHeld) {
   std::vector<int64_t> ids;
   for (int64_t id = 100; id < 110; ++id) ids.push_back(id);
+  v1::PushRowsResponse pushed;
+  ASSERT_TRUE(
+      ServePushRows(&tables_, 0, 1,
+                    Push(ids, std::vector<float>(ids.size() * kDim, 1), 9),
+                    &pushed)
+          .ok());
   const std::vector<float> rows = Pull(ids);
   absl::flat_hash_set<int64_t> seen;
   v1::ReadRowsRequest request;
