@@ -190,10 +190,17 @@ void PsClient::FillPush(const std::vector<int>& batch,
   }
   auto encode = [&](size_t k) {
     const SliceInfo& slice = partition_->slices()[batch[k]];
-    compressor_.Encode(batch[k],
-                       grads[slice.tensor].subspan(slice.begin, slice.count),
-                       wire_dtypes_[slice.tensor],
-                       request->mutable_gradients(static_cast<int>(k)), again);
+    const absl::Span<const float> values =
+        grads[slice.tensor].subspan(slice.begin, slice.count);
+    v1::SliceData* d = request->mutable_gradients(static_cast<int>(k));
+    if (spec_.tensors(slice.tensor).buffer()) {
+      // A buffer's push is its value (BatchNorm's running statistics), not
+      // a gradient: it travels exact, and error feedback never sees it.
+      d->set_dtype(v1::DTYPE_F32);
+      EncodeTensor(v1::DTYPE_F32, values, d->mutable_data());
+      return;
+    }
+    compressor_.Encode(batch[k], values, wire_dtypes_[slice.tensor], d, again);
   };
   // Compressing takes several passes over each slice (top-k of a
   // 33 M-parameter push: about 80 ms on one core, docs/COMPRESSION.md):
@@ -234,6 +241,28 @@ absl::Status PsClient::Push(absl::Span<const int> tensors,
     for (const auto& call : calls) AddPushResponse(call.response, result);
   }
   return absl::OkStatus();
+}
+
+absl::Status PsClient::PushNoGradient(absl::Span<const int> tensors, int rank,
+                                      int64_t clock) {
+  std::vector<std::vector<int>> batches = Batches(tensors);
+  std::vector<Call<v1::PushRequest, v1::PushResponse>> calls(batches.size());
+  for (size_t b = 0; b < batches.size(); ++b) {
+    calls[b].shard = partition_->slices()[batches[b][0]].shard;
+    v1::PushRequest& request = calls[b].request;
+    request.set_rank(rank);
+    request.set_clock(clock);
+    request.set_client_id(caller_->client_id());
+    request.set_sequence(caller_->NextSequence());
+    for (int i : batches[b]) {
+      v1::SliceData* d = request.add_gradients();
+      FillKey(spec_, partition_->slices()[i], d->mutable_key());
+      d->set_dtype(v1::DTYPE_F32);
+      d->set_no_gradient(true);
+    }
+  }
+  return caller_->Exchange(&calls, FrameOp::kPush, ASYNCPS_RPC(Push), "Push",
+                           /*idempotent=*/true);
 }
 
 absl::Status PsClient::PushPull(absl::Span<const int> tensors,

@@ -149,6 +149,12 @@ class PsClient {
                     const TensorOptimizers* optimizers = nullptr,
                     bool again = false);
 
+  // bsp: tells the shards of every slice of `tensors` that this rank has
+  // no gradient for them in step `clock` (SliceData.no_gradient): each
+  // counts the rank for the step and adds zero. Retried as Push is.
+  absl::Status PushNoGradient(absl::Span<const int> tensors, int rank,
+                              int64_t clock);
+
   // Push, then pull the same slices, in one round trip per shard: `weights`
   // and `new_versions` (indexed like Pull's) get the weights after the
   // gradients were applied (retried as Push is: applied once).

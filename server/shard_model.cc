@@ -118,7 +118,25 @@ absl::Status ShardModel::Decode(
           "slice ", SliceName(g.key()), " appears twice in one request"));
     }
     const SliceInfo& info = partition_.slices()[i];
+    if (g.no_gradient()) {
+      // Only a gradient may be absent, and then it carries nothing.
+      if (!compressed || !g.data().empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, " for slice ", SliceName(g.key()), " says no_gradient but ",
+            compressed ? "carries data" : "only a push may say it"));
+      }
+      out->indices.push_back(i);
+      out->values.emplace_back();
+      continue;
+    }
     const bool packed = compressed && IsCompressedDtype(g.dtype());
+    if (packed && spec_.tensors(info.tensor).buffer()) {
+      // A buffer's push is its value: top-k or one-bit would corrupt it.
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " for slice ", SliceName(g.key()), " is ", DTypeName(g.dtype()),
+          ", but '", spec_.tensors(info.tensor).name(),
+          "' is a buffer (a value, not a gradient): it travels uncompressed"));
+    }
     absl::Span<const float> v;
     if (packed) {
       out->converted.emplace_back(info.count);
