@@ -184,6 +184,10 @@ absl::Status Client::PushPull(const std::vector<std::string>& names,
   return absl::OkStatus();
 }
 void Client::EndStep() { impl_->EndStep(); }
+absl::Status Client::PushNoGradient(const std::vector<std::string>& names) {
+  ASSIGN_OR_RETURN(const TensorSet set, impl_->Resolve(names));
+  return impl_->PushNoGradient(set);
+}
 
 absl::Status Client::DeclareEmbedding(const std::string& name,
                                       const EmbeddingOptions& options) {

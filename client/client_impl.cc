@@ -12,6 +12,7 @@
 #include "common/optimizer.h"
 #include "common/status.h"
 #include "common/wire_dtype.h"
+#include "glog/logging.h"
 
 namespace asyncps {
 
@@ -123,6 +124,7 @@ absl::Status Client::Impl::DeclareSpec(
 absl::Status Client::Impl::Pull(const TensorSet& set,
                                 const std::vector<absl::Span<float>>& out,
                                 const CallOptions& options) {
+  RETURN_IF_ERROR(TakeStepError());
   RETURN_IF_ERROR(CheckSet(set, out.size()));
   const std::vector<int>& indices = set.indices_;
   TensorViews views(NumTensors());
@@ -136,9 +138,9 @@ absl::Status Client::Impl::Pull(const TensorSet& set,
   }
   versions->resize(ps_->partition().slices().size());
   const int64_t step = options.step >= 0 ? options.step : clock();
-  if (options.any_incarnation) {
-    // Not told to the shards, and not forgotten here: a gradient pushed
-    // again after a failed pull still says where its weights came from.
+  // Not told to the shards, and not forgotten here: a gradient pushed
+  // again after a failed pull still says where its weights came from.
+  auto any_incarnation = [&] {
     std::vector<SliceVersion> asked = *versions;
     for (int t : indices) {
       for (int i : ps_->partition().tensor_slices(t)) asked[i].incarnation = 0;
@@ -148,18 +150,43 @@ absl::Status Client::Impl::Pull(const TensorSet& set,
     for (int t : indices) {
       for (int i : ps_->partition().tensor_slices(t)) (*versions)[i] = asked[i];
     }
-  } else {
-    RETURN_IF_ERROR(
-        ps_->Pull(indices, views, versions, rank(), step, options.after_push));
+    return absl::OkStatus();
+  };
+  absl::Status s = options.any_incarnation
+                       ? any_incarnation()
+                       : ps_->Pull(indices, views, versions, rank(), step,
+                                   options.after_push);
+  // bsp: ABORTED asks for this rank's part of the step again. If it sent
+  // no gradient for any of these tensors (EndStep said so), that goes
+  // again here; a gradient it sent is the caller's to send again.
+  if (mode_ == Mode::kBsp && s.code() == absl::StatusCode::kAborted &&
+      NoGradientIn(indices, step)) {
+    LOG(WARNING) << "step " << step << ": " << s.message()
+                 << "; saying again that this rank had no gradient";
+    s = ps_->PushNoGradient(indices, rank(), step);
+    if (s.ok()) s = any_incarnation();
   }
+  RETURN_IF_ERROR(s);
   if (options.into == nullptr) KeepVersions(indices, own);
   return absl::OkStatus();
+}
+
+bool Client::Impl::NoGradientIn(const std::vector<int>& indices, int64_t step) {
+  absl::MutexLock lock(&step_mu_);
+  // EndStep of `step` ran (the clock is past it) and pushed none of these.
+  if (clock() < step || pushed_step_ > step) return false;  // Not known.
+  if (pushed_step_ < step) return true;  // Nothing pushed in the step.
+  for (int t : indices) {
+    if (static_cast<size_t>(t) < pushed_.size() && pushed_[t]) return false;
+  }
+  return true;
 }
 
 absl::Status Client::Impl::Push(
     const TensorSet& set, const std::vector<absl::Span<const float>>& grads,
     const CallOptions& options) {
   RETURN_IF_ERROR(MustBeWorker("Push"));
+  RETURN_IF_ERROR(TakeStepError());
   RETURN_IF_ERROR(CheckSet(set, grads.size()));
   const std::vector<int>& indices = set.indices_;
   const std::vector<std::string>& names = set.names_;
@@ -172,6 +199,7 @@ absl::Status Client::Impl::Push(
   std::vector<v1::OptimizerSpec> specs;
   TensorOptimizers per_tensor;
   RETURN_IF_ERROR(Optimizers(names, indices, options, &specs, &per_tensor));
+  MarkPushed(indices, step);
   PushStats r;
   RETURN_IF_ERROR(ps_->Push(indices, views, from, rank(), step, &r,
                             specs.empty() ? nullptr : &per_tensor,
@@ -213,6 +241,7 @@ absl::Status Client::Impl::PushPull(
     const TensorSet& set, const std::vector<absl::Span<const float>>& grads,
     const std::vector<absl::Span<float>>& out, const CallOptions& options) {
   RETURN_IF_ERROR(MustBeWorker("PushPull"));
+  RETURN_IF_ERROR(TakeStepError());
   RETURN_IF_ERROR(CheckSet(set, grads.size()));
   const std::vector<int>& indices = set.indices_;
   const std::vector<std::string>& names = set.names_;
@@ -236,12 +265,89 @@ absl::Status Client::Impl::PushPull(
   std::vector<v1::OptimizerSpec> specs;
   TensorOptimizers per_tensor;
   RETURN_IF_ERROR(Optimizers(names, indices, options, &specs, &per_tensor));
+  MarkPushed(indices, step);
   PushStats r;
-  RETURN_IF_ERROR(ps_->PushPull(indices, in, from, rank(), step, views, into,
-                                &r, specs.empty() ? nullptr : &per_tensor));
+  const TensorOptimizers* hyper = specs.empty() ? nullptr : &per_tensor;
+  absl::Status s =
+      ps_->PushPull(indices, in, from, rank(), step, views, into, &r, hyper);
+  // bsp: ABORTED says a shard's step waits without this rank's gradient
+  // (lost on the way): it goes again, as it went (error feedback counts it
+  // once), and then the step is pulled, as the per-tensor path does
+  // (CallOptions::after_push). A few times: a shard may restart again.
+  for (int again = 0; again < 3 && mode_ == Mode::kBsp &&
+                      s.code() == absl::StatusCode::kAborted;
+       ++again) {
+    LOG(WARNING) << "step " << step << ": " << s.message()
+                 << "; pushing the step's gradient again";
+    s = ps_->Push(indices, in, from, rank(), step, &r, hyper, /*again=*/true);
+    if (!s.ok()) break;
+    std::vector<SliceVersion> asked = *into;  // Any incarnation, as Pull's.
+    asked.resize(ps_->partition().slices().size());
+    for (int t : indices) {
+      for (int i : ps_->partition().tensor_slices(t)) asked[i].incarnation = 0;
+    }
+    s = ps_->Pull(indices, views, &asked, rank(), step, /*after_push=*/true);
+    if (s.ok()) *into = std::move(asked);
+  }
+  RETURN_IF_ERROR(s);
   if (options.stats != nullptr) options.stats->Add(r);
   if (options.into == nullptr) KeepVersions(indices, pulled);
   return absl::OkStatus();
+}
+
+absl::Status Client::Impl::PushNoGradient(const TensorSet& set) {
+  RETURN_IF_ERROR(MustBeWorker("PushNoGradient"));
+  RETURN_IF_ERROR(TakeStepError());
+  RETURN_IF_ERROR(CheckSet(set, set.indices_.size()));
+  if (mode_ != Mode::kBsp || set.indices_.empty()) return absl::OkStatus();
+  const int64_t step = clock() + 1;
+  MarkPushed(set.indices_, step);
+  return ps_->PushNoGradient(set.indices_, rank(), step);
+}
+
+void Client::Impl::MarkPushed(const std::vector<int>& indices, int64_t step) {
+  if (mode_ != Mode::kBsp) return;
+  absl::MutexLock lock(&step_mu_);
+  if (step != pushed_step_) {
+    pushed_step_ = step;
+    pushed_.assign(static_cast<size_t>(NumTensors()), false);
+  }
+  for (int t : indices) {
+    if (static_cast<size_t>(t) < pushed_.size()) pushed_[t] = true;
+  }
+}
+
+absl::Status Client::Impl::TakeStepError() {
+  absl::MutexLock lock(&step_mu_);
+  return std::exchange(step_error_, absl::OkStatus());
+}
+
+void Client::Impl::EndStep() {
+  // The rows' failure is kept by the embedding client for its next call.
+  embeddings_.EndStep().IgnoreError();
+  absl::Status failed;
+  if (mode_ == Mode::kBsp && rank() >= 0 && NumTensors() > 0) {
+    // A tensor this rank did not push in the step (a parameter its graph
+    // did not use) goes as "no gradient": it counts for the step with
+    // zero, as DDP's allreduce would count it, and nobody waits for it.
+    const int64_t step = clock() + 1;
+    std::vector<int> absent;
+    {
+      absl::MutexLock lock(&step_mu_);
+      for (int t = 0; t < NumTensors(); ++t) {
+        if (pushed_step_ != step || static_cast<size_t>(t) >= pushed_.size() ||
+            !pushed_[t]) {
+          absent.push_back(t);
+        }
+      }
+    }
+    if (!absent.empty()) failed = ps_->PushNoGradient(absent, rank(), step);
+  }
+  if (!failed.ok()) {
+    absl::MutexLock lock(&step_mu_);
+    step_error_ = std::move(failed);
+  }
+  if (membership_ != nullptr) membership_->clock()->fetch_add(1);
 }
 
 absl::Status Client::Impl::PullOptimizerState(

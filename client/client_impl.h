@@ -112,9 +112,17 @@ class Client::Impl {
     if (membership_ != nullptr) membership_->clock()->store(clock);
   }
 
-  void EndStep() {
-    if (membership_ != nullptr) membership_->clock()->fetch_add(1);
-  }
+  // bsp: the tensors of `set` have no gradient from this rank in the step
+  // in progress (Client::PushNoGradient).
+  absl::Status PushNoGradient(const TensorSet& set);
+
+  // Ends the step: in bsp, first tells the shards which tensors and
+  // tables this rank sent nothing for in it (they count it with zero), so
+  // no step waits for a gradient that will not come; a failure of that is
+  // kept and returned by the next Pull, Push or PushPull (of the rows': by
+  // the next row call).
+  // Then clock() grows by one.
+  void EndStep();
 
   int rank() const { return membership_ != nullptr ? membership_->rank() : -1; }
   int num_workers() const { return num_workers_; }
@@ -181,6 +189,16 @@ class Client::Impl {
     return versions_;
   }
 
+  // bsp: records that `indices` were pushed for `step`.
+  void MarkPushed(const std::vector<int>& indices, int64_t step)
+      ABSL_LOCKS_EXCLUDED(step_mu_);
+  // bsp: true if EndStep of `step` told the shards this rank had no
+  // gradient for any of `indices` in it.
+  bool NoGradientIn(const std::vector<int>& indices, int64_t step)
+      ABSL_LOCKS_EXCLUDED(step_mu_);
+  // The failure of the last EndStep's pushes, returned once.
+  absl::Status TakeStepError() ABSL_LOCKS_EXCLUDED(step_mu_);
+
   // Keeps what a pull of `indices` brought.
   void KeepVersions(const std::vector<int>& indices,
                     const std::vector<SliceVersion>& versions);
@@ -191,6 +209,12 @@ class Client::Impl {
   const int num_workers_;
   const int64_t slice_bytes_;
   std::unique_ptr<MembershipClient> membership_;
+
+  // bsp: which tensors this rank pushed for step pushed_step_.
+  absl::Mutex step_mu_;
+  int64_t pushed_step_ ABSL_GUARDED_BY(step_mu_) = -1;
+  std::vector<bool> pushed_ ABSL_GUARDED_BY(step_mu_);
+  absl::Status step_error_ ABSL_GUARDED_BY(step_mu_);
 
   mutable absl::Mutex mu_;
   v1::ModelSpec model_ ABSL_GUARDED_BY(mu_);

@@ -63,7 +63,9 @@ class ShardModel {
   // Validates payloads (gradients or weights, called `what` in errors):
   // slice, dtype (any wire dtype; decoded to f32; with `compressed`, a
   // compressed gradient's too, common/compress.h), byte length,
-  // non-negative version, finite values, no slice twice. Fills `out`.
+  // non-negative version, finite values, no slice twice. With `compressed`
+  // (a push's gradients) a slice may say no_gradient, with no data: its
+  // value is empty. Fills `out`.
   absl::Status Decode(
       const google::protobuf::RepeatedPtrField<v1::SliceData>& data,
       absl::string_view what, DecodedPayloads* out,

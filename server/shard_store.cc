@@ -207,6 +207,14 @@ absl::Status ShardStore::Push(const v1::PushRequest& request,
     return Reject(absl::InvalidArgumentError(absl::StrCat(
         "bsp push with clock ", request.clock(), "; steps count from 1")));
   }
+  for (const v1::SliceData& g : request.gradients()) {
+    if (g.no_gradient() && !bsp) {
+      return Reject(absl::InvalidArgumentError(absl::StrCat(
+          "gradient for slice ", SliceName(g.key()),
+          " says no_gradient, which only a bsp push may (in ",
+          ModeName(policy.mode), " a rank just does not push it)")));
+    }
+  }
   RETURN_IF_ERROR(CheckPush(*m, request, indices, bsp));
   const v1::OptimizerSpec& optimizer = m->model->spec().optimizer();
   response->clear_versions();

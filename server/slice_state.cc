@@ -75,6 +75,7 @@ SliceOutcome SliceState::AddToStep(const v1::OptimizerSpec& optimizer, int rank,
   absl::MutexLock lock(&mu_);
   if (steps_unknown_) {
     // The first step pushed after a restore is the one the job is on.
+    step_ranks_.clear();
     FastForwardLocked(clock - 1);
     steps_unknown_ = false;
   }
@@ -86,10 +87,15 @@ SliceOutcome SliceState::AddToStep(const v1::OptimizerSpec& optimizer, int rank,
     out.dropped = true;
   } else {
     if (step_ranks_.empty()) {
-      step_sum_.assign(grad.size(), 0.0f);
+      step_sum_.assign(weights_.size(), 0.0f);
+      step_absent_.clear();
       step_first_ = now;
     }
-    for (size_t e = 0; e < grad.size(); ++e) step_sum_[e] += grad[e];
+    if (grad.empty()) {
+      step_absent_.push_back(rank);  // No gradient: counts, adds zero.
+    } else {
+      for (size_t e = 0; e < grad.size(); ++e) step_sum_[e] += grad[e];
+    }
     step_ranks_.push_back(rank);
     if (static_cast<int>(step_ranks_.size()) >= quorum) {
       ApplyStep(optimizer, live_workers, &out);
@@ -132,16 +138,23 @@ SliceOutcome SliceState::Heal(const v1::OptimizerSpec& optimizer,
 void SliceState::ApplyStep(const v1::OptimizerSpec& optimizer, int live_workers,
                            SliceOutcome* outcome) {
   const size_t n = step_ranks_.size();
-  const float inv = 1.0f / static_cast<float>(n);
-  for (float& g : step_sum_) g *= inv;
-  if (buffer_) {
-    weights_ = step_sum_;  // The mean of the step's values.
-  } else {
-    slots_.Apply(optimizer, 1.0f, step_sum_, absl::MakeSpan(weights_));
+  const size_t sent = n - step_absent_.size();
+  // A gradient's mean is over every rank of the step, a rank without one
+  // adding zero (DDP's rule); a buffer's value is the mean of those sent.
+  // A step nobody sent anything for changes nothing but the step count.
+  if (sent > 0) {
+    const float inv = 1.0f / static_cast<float>(buffer_ ? sent : n);
+    for (float& g : step_sum_) g *= inv;
+    if (buffer_) {
+      weights_ = step_sum_;  // The mean of the step's values.
+    } else {
+      slots_.Apply(optimizer, 1.0f, step_sum_, absl::MakeSpan(weights_));
+    }
   }
   ++version_;
   ++applied_step_;
   step_ranks_.clear();
+  step_absent_.clear();
   outcome->applied = true;
   outcome->step_applied = true;
   outcome->step_short = static_cast<int>(n) < live_workers;
@@ -153,9 +166,13 @@ bool SliceState::FastForward(int64_t step) {
 }
 
 bool SliceState::FastForwardLocked(int64_t step) {
-  if (applied_step_ >= step) return false;
+  // A step with gradients in is one ranks are on now (a push is accepted
+  // only for the step after the applied one): it completes as usual, by
+  // quorum, deadline or healing, and no gradient sent is lost. (A rank
+  // that reported a later clock did not need this slice's step: it did
+  // not pull it.)
+  if (applied_step_ >= step || !step_ranks_.empty()) return false;
   applied_step_ = step;
-  step_ranks_.clear();
   return true;
 }
 
@@ -226,6 +243,7 @@ void SliceState::Save(v1::SliceCheckpoint* out, bool pending) const {
   if (step_ranks_.empty()) return;
   EncodeF32(step_sum_, out->mutable_step_sum());
   for (int r : step_ranks_) out->add_step_ranks(r);
+  for (int r : step_absent_) out->add_step_absent_ranks(r);
   out->set_step_first_unix_nanos(absl::ToUnixNanos(step_first_));
 }
 
@@ -250,6 +268,8 @@ bool SliceState::Load(const v1::SliceCheckpoint& in) {
   applied_step_ = in.applied_step();
   steps_unknown_ = in.steps_unknown();
   step_ranks_.assign(in.step_ranks().begin(), in.step_ranks().end());
+  step_absent_.assign(in.step_absent_ranks().begin(),
+                      in.step_absent_ranks().end());
   if (!step_ranks_.empty()) {
     step_sum_ = std::move(sum);
     step_first_ = absl::FromUnixNanos(in.step_first_unix_nanos());

@@ -60,9 +60,12 @@ class SliceState {
                           const StalePolicy& stale, int64_t version,
                           absl::Span<const float> grad, int live_workers = 1);
 
-  // bsp: adds rank's gradient to step `clock`'s sum; the step's mean is
-  // applied once `quorum` gradients are in. A gradient for a step already
-  // applied, or a second one from the same rank, is dropped.
+  // bsp: adds rank's gradient to step `clock`'s sum; the step's mean over
+  // its ranks is applied once `quorum` ranks are in. An empty `grad` is a
+  // rank without a gradient for the slice this step: it counts and adds
+  // zero (a buffer averages the values sent; a step with none leaves the
+  // slice as it is). A gradient for a step already applied, or a second
+  // one from the same rank, is dropped.
   SliceOutcome AddToStep(const v1::OptimizerSpec& optimizer, int rank,
                          int64_t clock, int64_t version,
                          absl::Span<const float> grad, int quorum,
@@ -76,10 +79,10 @@ class SliceState {
                             absl::Time now);
 
   // bsp: a shard restored from an older checkpoint rejoins the job at the
-  // step its workers are on: if fewer than `step` steps were applied, the
-  // slice counts `step` as applied and forgets the partial sum of the step
-  // it was in (its gradients belong to a step the job has finished).
-  // Returns true if it moved the slice.
+  // step its workers are on: if fewer than `step` steps were applied and
+  // no gradient of the next is in, the slice counts `step` as applied.
+  // A step with gradients in is never skipped (its ranks are on it now;
+  // it completes as steps do). Returns true if it moved the slice.
   bool FastForward(int64_t step);
 
   // bsp: true if step `clock` is the one this slice waits for and `rank`'s
@@ -149,6 +152,8 @@ class SliceState {
   bool steps_unknown_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<float> step_sum_ ABSL_GUARDED_BY(mu_);
   std::vector<int> step_ranks_ ABSL_GUARDED_BY(mu_);
+  // Of step_ranks_, those that sent no gradient (they add zero).
+  std::vector<int> step_absent_ ABSL_GUARDED_BY(mu_);
   absl::Time step_first_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -297,7 +297,16 @@ class Client {
   absl::Status PushPull(const std::vector<std::string>& names,
                         const std::vector<absl::Span<const float>>& grads,
                         const std::vector<absl::Span<float>>& out);
-  // Completes the step in progress: clock() grows by one.
+  // bsp: this rank has no gradient for `names` in the step in progress (a
+  // parameter its graph did not use): each counts it with zero, and its
+  // step does not wait for it (docs/MODES.md "A partial step"). Call it
+  // before waiting for the step (a pull, PushPull): a rank that waits first
+  // may wait for another rank that waits for this. EndStep says it for the
+  // tensors not pushed by then. OK and nothing sent in other modes.
+  absl::Status PushNoGradient(const std::vector<std::string>& names);
+  // Completes the step in progress: in bsp, first says PushNoGradient of
+  // every tensor not pushed in it (a failure is returned by the next call);
+  // then clock() grows by one.
   void EndStep();
   // What the next heartbeats report of this worker (a reader: nothing).
   void ReportProgress(const Progress& progress);

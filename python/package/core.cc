@@ -67,7 +67,15 @@ copy. reader=True joins no job: it may attach and pull (an evaluator).)")
            "checkpoint and lost the model: declares it there again, hands it "
            "this worker's copy (arrays: every tensor) and pulls every tensor "
            "afresh into them. False if no shard had lost it.")
-      .def("end_step", &PyClient::EndStep, "Completes the step in progress.")
+      .def("push_no_gradient", &PyClient::PushNoGradient, py::arg("names"),
+           "bsp: this rank has no gradient for `names` this step (a "
+           "parameter its graph did not use): each counts it as zero and "
+           "its step does not wait for it. Call it before waiting for the "
+           "step (a pull, push_pull); end_step says it for every tensor "
+           "not pushed by then. Does nothing in other modes.")
+      .def("end_step", &PyClient::EndStep,
+           "Completes the step in progress (in bsp, first push_no_gradient "
+           "of the tensors not pushed in it).")
       .def("declare_embedding", &PyClient::DeclareEmbedding, py::arg("name"),
            py::arg("dim"), py::arg("num_rows") = py::none(),
            py::arg("optimizer") = "adagrad", py::arg("lr") = 0.01f,

@@ -145,6 +145,16 @@ void PyClient::PullIntoArrays(py::dict arrays) {
   PullInto(names, &keep);
 }
 
+void PyClient::PushNoGradient(const std::vector<std::string>& names) {
+  if (names.empty()) return;
+  absl::Status s;
+  {
+    py::gil_scoped_release release;
+    s = client_->PushNoGradient(names);
+  }
+  Raise(s);
+}
+
 py::dict PyClient::Push(py::dict grads, py::object hyper) {
   std::vector<std::string> names;
   std::vector<py::array> keep;

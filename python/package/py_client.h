@@ -76,7 +76,12 @@ class PyClient {
   // initial_accumulator_value; missing ones take declare's defaults).
   void PushPullInto(py::dict grads, py::dict out, py::object hyper);
 
-  void EndStep() { client_->EndStep(); }
+  // bsp: no gradient from this rank for `names` this step.
+  void PushNoGradient(const std::vector<std::string>& names);
+  void EndStep() {
+    py::gil_scoped_release release;  // bsp: it may push (no gradients).
+    client_->EndStep();
+  }
 
   // Sparse embedding tables (asyncps.Client.declare_embedding, pull_rows,
   // push_rows): ids are int64 arrays (or anything numpy makes one of),

@@ -372,6 +372,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
         changed after it left, and takes the prefetched weights (and pulls
         those of parameters without a gradient, and the buffers)."""
         failure = None
+        if self._client.mode == "bsp":
+            # Before waiting: the other ranks' steps may wait for this.
+            try:
+                self._client.push_no_gradient(
+                    [n for n in self._params if n not in self._sent])
+            except RuntimeError as e:
+                failure = e
         for f in self._pending:
             try:
                 f.result()
@@ -393,6 +400,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     "after it was pushed (clipping or scaling after "
                     "backward?): use overlap=False")
         start = time.perf_counter()
+        ended = False
         with torch.no_grad():
             if failure is not None:
                 # A shard lost the model: everything afresh (the step in
@@ -411,13 +419,18 @@ class DistributedOptimizer(torch.optim.Optimizer):
                              for n in self._buffers},
                             {n: self._buffer_hyper for n in self._buffers})
                         rest += list(self._buffers)
+                    # bsp: the parameters without a gradient count as zero
+                    # from this rank (end_step), then their step is pulled.
+                    self._client.end_step()
+                    ended = True
                     if rest:  # Other workers may have moved them.
                         self._client.pull_into(self._arrays(rest))
                 except RuntimeError:
                     if not self._recover():
                         raise
         self._to_params()
-        self._client.end_step()
+        if not ended:
+            self._client.end_step()
         self._exchange_seconds += time.perf_counter() - start
         self._send_progress()
 
@@ -434,7 +447,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
             h = _hyper(self._kind, group)
             for p in group["params"]:
                 if p.grad is None:
-                    continue  # As PyTorch: no gradient, no update.
+                    # As PyTorch: no gradient, no update. In bsp the step
+                    # counts it as zero from this rank (below).
+                    continue
                 if p.grad.is_sparse:
                     raise ValueError(
                         f"parameter '{self._names[id(p)]}': sparse gradients "
@@ -449,7 +464,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     grads[name] = p.grad.detach().contiguous().numpy()
                 out[name] = self._host[name].numpy()
                 hyper[name] = h
-        if not grads:
+        if not grads and self._client.mode != "bsp":
             return
         self._buffers_to_host()
         for name in self._buffers:  # Their values, to be averaged in.
@@ -457,13 +472,18 @@ class DistributedOptimizer(torch.optim.Optimizer):
             hyper[name] = self._buffer_hyper
         if cuda:
             torch.cuda.synchronize()  # The gradients' copies have landed.
-        rest = self._arrays([n for n in self._params if n not in grads])
+        missing = [n for n in self._params if n not in grads]
+        rest = self._arrays(missing)
         grads = {n: g.copy() if n in self._buffers else g
                  for n, g in grads.items()}  # Sent before `out` is written.
         start = time.perf_counter()
         with torch.no_grad():
             try:
-                self._client.push_pull_into(grads, out, hyper)
+                # bsp: said before waiting for the step, whose other ranks
+                # may wait for this (docs/MODES.md "A partial step").
+                self._client.push_no_gradient(missing)
+                if grads:
+                    self._client.push_pull_into(grads, out, hyper)
             except RuntimeError:
                 if not self._recover():
                     raise
@@ -471,11 +491,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     # The step is applied once every gradient reached every
                     # slice: all of it again (a slice that has it drops it).
                     self._client.push_pull_into(grads, out, hyper)
+            # In bsp the pull after end_step waits for the step of the
+            # parameters without a gradient here: every rank holds the same
+            # weights.
+            self._client.end_step()
             if rest:  # Other workers may have moved them.
                 self._client.pull_into(rest)
         network = time.perf_counter() - start
         self._to_params()
-        self._client.end_step()
         self._exchange_seconds += network
         self._send_progress()
         # This wrapper's own cost: step() less the client's calls.

@@ -145,3 +145,99 @@ def test_gil_is_released_while_a_bsp_pull_waits(shards):
     np.testing.assert_array_equal(got["w"], model()["w"] - 2.0)  # Mean: 2.
     a.leave()
     b.leave()
+
+
+def run_ranks(work, n):
+    """work(rank) on n threads; re-raises the first failure."""
+    errors = []
+
+    def guarded(rank):
+        try:
+            work(rank)
+        except Exception as e:  # noqa: BLE001 (re-raised below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=guarded, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a rank hangs"
+    assert not errors, errors
+
+
+def test_bsp_issue_38_partial_step_neither_hangs_nor_refuses(shards):
+    """Regression (issue #38, 2): rank 0 pushes a and b, rank 1 only a; in
+    the next step rank 1 pushes both. That refused rank 1 (step 2 before
+    step 1) and held rank 0's pull of b until it gave up."""
+    servers = shards.start(2, "--mode=bsp")
+    init = {"a": np.zeros(4, np.float32), "b": np.zeros(4, np.float32)}
+    cs = [client(servers, rank=r, num_workers=2, mode="bsp")
+          for r in range(2)]
+    for c in cs:
+        c.declare(init, optimizer="sgd", lr=1.0)
+    got = [None, None]
+
+    def work(rank):
+        c = cs[rank]
+        one = np.ones(4, np.float32)
+        c.push_pull({"a": one, "b": one} if rank == 0 else {"a": one})
+        got[rank] = c.pull(["a", "b"])  # Step 1 of both, held till done.
+        c.push_pull({"a": one, "b": one})
+        c.end_step()
+
+    run_ranks(work, 2)
+    for g in got:  # b: rank 0's 1 and rank 1's zero, over two ranks.
+        np.testing.assert_array_equal(g["a"], -np.ones(4))
+        np.testing.assert_array_equal(g["b"], np.full(4, -0.5))
+    final = cs[0].pull()
+    np.testing.assert_array_equal(final["a"], np.full(4, -2.0))
+    np.testing.assert_array_equal(final["b"], np.full(4, -1.5))
+    for c in cs:
+        c.leave()
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_bsp_step_is_the_mean_with_a_missing_gradient_as_zero(shards,
+                                                             workers):
+    """Each rank pushes a different subset of the tensors each step (none
+    at all in some steps, some tensors pushed by nobody); SGD lr=1 from
+    zeros with gradients exact in float32. Every rank's pull of every
+    tensor after each step equals the sum computed here of what was pushed
+    over the number of ranks, in lock step."""
+    servers = shards.start(2, "--mode=bsp")
+    names = ("a", "b", "c")
+    init = {n: np.zeros(5, np.float32) for n in names}
+    steps = 6
+    rng = np.random.default_rng(workers)
+    plan = [[{n: rng.integers(-8, 9, 5).astype(np.float32) / 4
+              for n in names if rng.random() < 0.5}
+             for _ in range(workers)] for _ in range(steps)]
+    plan[1] = [{} for _ in range(workers)]  # A step nobody pushes.
+    cs = [client(servers, rank=r, num_workers=workers, mode="bsp")
+          for r in range(workers)]
+    for c in cs:
+        c.declare(init, optimizer="sgd", lr=1.0)
+    seen = [[None] * steps for _ in range(workers)]
+
+    def work(rank):
+        c = cs[rank]
+        for s in range(steps):
+            if plan[s][rank]:
+                c.push(plan[s][rank])
+            c.end_step()
+            seen[rank][s] = c.pull()  # Held until step s + 1 is applied.
+
+    run_ranks(work, workers)
+    want = {n: np.zeros(5) for n in names}
+    for s in range(steps):
+        for n in names:
+            for r in range(workers):
+                if n in plan[s][r]:
+                    want[n] -= plan[s][r][n] / workers
+        for r in range(workers):
+            for n in names:
+                np.testing.assert_array_equal(seen[r][s][n], want[n],
+                                              f"step {s} rank {r} {n}")
+    for c in cs:
+        c.leave()

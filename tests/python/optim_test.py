@@ -377,14 +377,21 @@ class BatchNormNet(nn.Module):
         return self.b(torch.relu(self.bn(self.a(x))))
 
 
-def test_batchnorm_buffers_are_kept_on_the_servers(shards, tmp_path):
+# Regression (issue #38, 5): top-k pulled buffers toward zero, one-bit made
+# them +-mean, bf16 rounded them: a buffer now travels uncompressed with
+# every codec, and error feedback never sees it.
+@pytest.mark.parametrize("compress", ["none", "bf16", "topk:0.1", "onebit"])
+def test_batchnorm_buffers_are_kept_on_the_servers(shards, tmp_path,
+                                                    compress):
     """sync_buffers: the servers hold the running statistics; with one
-    worker they equal its own, and a model filled from the servers
-    (asyncps.torch.load_state_dict) evaluates exactly as the worker's."""
+    worker they equal its own (whatever the gradients' codec), and a model
+    filled from the servers (asyncps.torch.load_state_dict) evaluates
+    exactly as the worker's."""
     servers = shards.start(2)
     torch.manual_seed(4)
     model = BatchNormNet()
-    client = asyncps.Client(servers, rank=0, num_workers=1, slice_bytes=64)
+    client = asyncps.Client(servers, rank=0, num_workers=1, slice_bytes=64,
+                            compress=compress)
     opt = asyncps.torch.DistributedOptimizer(
         torch.optim.SGD(model.parameters(), lr=0.1), client,
         named_parameters=model.named_parameters(),
@@ -410,3 +417,90 @@ def test_batchnorm_buffers_are_kept_on_the_servers(shards, tmp_path):
     x = torch.randn(32, 6, generator=g)
     torch.testing.assert_close(fresh(x), model(x))
     opt.close()
+
+
+class Branches(nn.Module):
+    """A shared trunk and three heads; each call uses the heads it is told
+    (an unused branch, a mixture of experts: grad None elsewhere)."""
+
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Linear(6, 5)
+        self.heads = nn.ModuleList(nn.Linear(5, 2) for _ in range(3))
+
+    def forward(self, x, used):
+        h = torch.tanh(self.trunk(x))
+        return sum(self.heads[k](h) for k in used)
+
+
+def used_heads(rank, step):
+    """Differs by rank and by step; at step 3 no rank uses head 2."""
+    return [k for k in range(3)
+            if (rank + step + k) % 3 != 0 and not (step == 3 and k == 2)]
+
+
+# Regression (issue #38, 2): a parameter with no gradient on one bsp rank
+# hung the job (its step waited for that rank). The rule: that rank counts
+# as zero and the step is the mean over every rank, as DDP's.
+@pytest.mark.parametrize("workers", [2, 4])
+def test_bsp_branches_used_by_some_ranks_step_as_the_mean_with_zeros(
+        shards, workers):
+    import threading
+
+    servers = shards.start(2, "--mode=bsp")
+    torch.manual_seed(8)
+    start = Branches()
+    steps = 5
+    g = torch.Generator().manual_seed(9)
+    data = [[(torch.randn(4, 6, generator=g), torch.randn(4, 2, generator=g))
+             for _ in range(workers)] for _ in range(steps)]
+    lr, momentum = 0.1, 0.9
+    models = [copy.deepcopy(start) for _ in range(workers)]
+    opts = []
+    for r, m in enumerate(models):
+        c = asyncps.Client(servers, rank=r, num_workers=workers, mode="bsp",
+                           slice_bytes=32, retry_for=10.0)
+        opts.append(asyncps.torch.DistributedOptimizer(
+            torch.optim.SGD(m.parameters(), lr=lr, momentum=momentum), c,
+            named_parameters=m.named_parameters()))
+    errors = []
+
+    def work(r):
+        try:
+            for s in range(steps):
+                x, y = data[s][r]
+                opts[r].zero_grad()
+                F.mse_loss(models[r](x, used_heads(r, s)), y).backward()
+                opts[r].step()
+        except Exception as e:  # noqa: BLE001 (re-raised below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(r,))
+               for r in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a rank hangs"
+    assert not errors, errors
+
+    # One process, the mean of the ranks' losses: DDP's gradient, with a
+    # head no rank used left without one (and so not stepped).
+    reference = copy.deepcopy(start)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=lr,
+                              momentum=momentum)
+    for s in range(steps):
+        ref_opt.zero_grad()
+        loss = sum(F.mse_loss(reference(*[data[s][r][0]],
+                                        used_heads(r, s)), data[s][r][1])
+                   for r in range(workers)) / workers
+        loss.backward()
+        ref_opt.step()
+    for r in range(workers):
+        for (n, p), (_, q) in zip(models[r].named_parameters(),
+                                  reference.named_parameters()):
+            np.testing.assert_allclose(p.detach().numpy(),
+                                       q.detach().numpy(), rtol=1e-5,
+                                       atol=1e-6, err_msg=f"rank {r} {n}")
+    for o in opts:
+        o.close()
