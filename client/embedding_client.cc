@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -93,6 +94,7 @@ absl::StatusOr<v1::EmbeddingSpec> EmbeddingClient::Spec(
 absl::Status EmbeddingClient::PullRows(const std::string& table,
                                        absl::Span<const int64_t> ids,
                                        absl::Span<float> rows) {
+  RETURN_IF_ERROR(TakeStepError());
   ASSIGN_OR_RETURN(const v1::EmbeddingSpec spec, Spec(table));
   const int64_t dim = spec.dim();
   const size_t d = static_cast<size_t>(dim);
@@ -143,6 +145,7 @@ absl::Status EmbeddingClient::Push(const std::string& table,
                                    absl::Span<const float> grads,
                                    absl::Span<const int64_t> pull_ids,
                                    absl::Span<float> rows, bool fused) {
+  RETURN_IF_ERROR(TakeStepError());
   ASSIGN_OR_RETURN(const v1::EmbeddingSpec spec, Spec(table));
   const int64_t dim = spec.dim();
   const size_t d = static_cast<size_t>(dim);
@@ -158,6 +161,23 @@ absl::Status EmbeddingClient::Push(const std::string& table,
   }
   RETURN_IF_ERROR(CheckRows(spec, ids, grads));
   RETURN_IF_ERROR(CheckRows(spec, pull_ids));
+  if (!every_shard()) return Send(spec, ids, grads, pull_ids, rows, fused);
+  // bsp: one push of the table per step, its pushes summed.
+  AddToStep(table, d, ids, grads);
+  if (!fused) return absl::OkStatus();
+  std::vector<int64_t> step_ids;
+  std::vector<float> step_grads;
+  TakeStep(table, &step_ids, &step_grads);
+  return Send(spec, step_ids, step_grads, pull_ids, rows, /*fused=*/true);
+}
+
+absl::Status EmbeddingClient::Send(const v1::EmbeddingSpec& spec,
+                                   absl::Span<const int64_t> ids,
+                                   absl::Span<const float> grads,
+                                   absl::Span<const int64_t> pull_ids,
+                                   absl::Span<float> rows, bool fused) {
+  const std::string& table = spec.name();
+  const size_t d = static_cast<size_t>(spec.dim());
   // Each shard gets its ids once, their gradients summed here (the shard
   // would sum them too; this sends fewer bytes), and the ids to pull.
   const int num_shards = caller_->num_shards();
@@ -196,6 +216,62 @@ absl::Status EmbeddingClient::Push(const std::string& table,
         Scatter("PushPullRows", c.shard, c.response.rows(), pull, d, rows));
   }
   return absl::OkStatus();
+}
+
+void EmbeddingClient::AddToStep(const std::string& table, size_t dim,
+                                absl::Span<const int64_t> ids,
+                                absl::Span<const float> grads) {
+  absl::MutexLock lock(&mu_);
+  StepRows& step = step_[table];
+  for (size_t k = 0; k < ids.size(); ++k) {
+    auto [it, fresh] = step.at.try_emplace(ids[k], step.ids.size());
+    if (fresh) {
+      step.ids.push_back(ids[k]);
+      step.grads.resize(step.grads.size() + dim, 0.0f);
+    }
+    float* to = &step.grads[it->second * dim];
+    for (size_t j = 0; j < dim; ++j) to[j] += grads[k * dim + j];
+  }
+}
+
+void EmbeddingClient::TakeStep(const std::string& table,
+                               std::vector<int64_t>* ids,
+                               std::vector<float>* grads) {
+  absl::MutexLock lock(&mu_);
+  step_sent_.insert(table);
+  auto it = step_.find(table);
+  if (it == step_.end()) return;
+  *ids = std::move(it->second.ids);
+  *grads = std::move(it->second.grads);
+  step_.erase(it);
+}
+
+absl::Status EmbeddingClient::TakeStepError() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(step_error_, absl::OkStatus());
+}
+
+absl::Status EmbeddingClient::EndStep() {
+  if (!every_shard()) return absl::OkStatus();
+  std::vector<v1::EmbeddingSpec> specs;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, spec] : specs_) {
+      if (!step_sent_.contains(name)) specs.push_back(spec);
+    }
+  }
+  absl::Status failed;
+  for (const v1::EmbeddingSpec& spec : specs) {
+    std::vector<int64_t> ids;
+    std::vector<float> grads;
+    TakeStep(spec.name(), &ids, &grads);
+    absl::Status s = Send(spec, ids, grads, {}, {}, /*fused=*/false);
+    if (failed.ok() && !s.ok()) failed = std::move(s);
+  }
+  absl::MutexLock lock(&mu_);
+  step_sent_.clear();
+  if (!failed.ok()) step_error_ = failed;
+  return failed;
 }
 
 absl::Status EmbeddingClient::Redeclaring(

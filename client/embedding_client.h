@@ -16,7 +16,13 @@
 // "Consistency"): pulls carry its clock, pushes the step they are of (the
 // clock + 1), as dense calls do; in bsp every shard gets each pull and
 // push, empty where the call has no ids for it, so each shard's table
-// sees every rank's step. Thread-safe.
+// sees every rank's step.
+// In bsp a step's pushes of a table are summed here by id and sent as one
+// push per table at the step's end (EndStep): a table looked up twice in a
+// step (two features sharing it, two forward calls) keeps every gradient,
+// and a declared table this rank did not push in the step gets an empty
+// push (it contributes zero to the step's mean) so no step waits for it.
+// Thread-safe.
 #ifndef ASYNCPS_CLIENT_EMBEDDING_CLIENT_H_
 #define ASYNCPS_CLIENT_EMBEDDING_CLIENT_H_
 
@@ -27,6 +33,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
@@ -68,14 +75,28 @@ class EmbeddingClient {
   // infinite gradient refused with nothing changed.
   absl::Status PushRows(const std::string& table, absl::Span<const int64_t> ids,
                         absl::Span<const float> grads);
+  // In bsp the push is added to the step's sum for the table (checked
+  // whole first), and goes out at EndStep; an error of that push is
+  // returned by the next call.
+  //
   // PushRows, then the rows of `pull_ids` (e.g. the next batch's) into
   // `rows` (pull_ids.size() x dim), in one round trip to each shard; the
-  // rows are read after this push is applied on their shard.
+  // rows are read after this push is applied on their shard. In bsp that
+  // sends the table's sum for the step now (with this push), and reads the
+  // rows of the step: a later push of the table in the same step goes out
+  // as a second push, which the shards add to the step while it waits.
   absl::Status PushPullRows(const std::string& table,
                             absl::Span<const int64_t> ids,
                             absl::Span<const float> grads,
                             absl::Span<const int64_t> pull_ids,
                             absl::Span<float> rows);
+
+  // bsp: sends each declared table's pushes of the step in progress
+  // (clock + 1), summed by id, to every shard, an empty push for a table
+  // not pushed in the step. Called before the clock moves on
+  // (ClientImpl::EndStep); does nothing in other modes. A failure is also
+  // kept for the next call to return.
+  absl::Status EndStep();
 
   // Every row of `table` the shards hold (in no particular order), its id
   // into `ids` and its values into `rows` (ids->size() x dim), read a page
@@ -96,8 +117,27 @@ class EmbeddingClient {
                     absl::Span<const int64_t> pull_ids, absl::Span<float> rows,
                     bool fused);
 
+  // Sends `ids`' gradients (and, `fused`, pulls `pull_ids` into `rows`)
+  // as the step's push of `spec`'s table, to every shard in bsp.
+  absl::Status Send(const v1::EmbeddingSpec& spec,
+                    absl::Span<const int64_t> ids,
+                    absl::Span<const float> grads,
+                    absl::Span<const int64_t> pull_ids, absl::Span<float> rows,
+                    bool fused);
+
   // The table's spec, from Declare.
   absl::StatusOr<v1::EmbeddingSpec> Spec(const std::string& table) const;
+
+  // bsp: `ids`' gradients added to the table's sum for the step.
+  void AddToStep(const std::string& table, size_t dim,
+                 absl::Span<const int64_t> ids, absl::Span<const float> grads)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // bsp: takes the table's summed pushes of the step (none: empty) into
+  // `ids` and `grads`, marking the table sent for the step.
+  void TakeStep(const std::string& table, std::vector<int64_t>* ids,
+                std::vector<float>* grads) ABSL_LOCKS_EXCLUDED(mu_);
+  // The failure of the last EndStep, returned once.
+  absl::Status TakeStepError() ABSL_LOCKS_EXCLUDED(mu_);
 
   int64_t clock() const { return steps_.clock ? steps_.clock() : 0; }
   // bsp: every shard gets each call.
@@ -108,6 +148,17 @@ class EmbeddingClient {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, v1::EmbeddingSpec> specs_
       ABSL_GUARDED_BY(mu_);
+  // bsp: the step in progress's pushes by table (ids in first-pushed
+  // order, `at` their index, grads ids.size() x dim), and the tables whose
+  // push for the step went out already (PushPullRows).
+  struct StepRows {
+    std::vector<int64_t> ids;
+    absl::flat_hash_map<int64_t, size_t> at;
+    std::vector<float> grads;
+  };
+  absl::flat_hash_map<std::string, StepRows> step_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> step_sent_ ABSL_GUARDED_BY(mu_);
+  absl::Status step_error_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace asyncps

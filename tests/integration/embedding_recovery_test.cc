@@ -62,6 +62,7 @@ TEST_P(EmbeddingRecovery, RowsComeBackAfterASigkilledShardRestarts) {
     for (size_t k = 0; k < g.size(); ++k) g[k] = 0.01f * (k % 17) - round;
     ASSERT_TRUE(rows.PushRows("users", ids, g).ok());
     ASSERT_TRUE(reference.Push(ids, g).ok());
+    ASSERT_TRUE(rows.EndStep().ok());  // As Client::EndStep, in bsp.
     ++clock;
   };
   auto expect_reference = [&](const char* when) {

@@ -157,6 +157,66 @@ def test_bsp_workers_rows_take_each_steps_mean_in_lock_step(shards):
         c.leave()
 
 
+# Regression (issue #38, 3): a rank's second row push in a bsp step was
+# dropped with OK, and a table a rank did not push in a step stalled it.
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_bsp_sums_a_ranks_pushes_and_counts_an_unused_table_as_zero(
+        shards, workers):
+    """SGD lr=1 from zeros, gradients exact in float32: each step moves a
+    row by the sum of every push of it in the step over the number of
+    ranks, whoever pushed it twice (two lookups of one table) and whoever
+    did not touch the table at all in that step (it counts as zero); with
+    one worker that is async's result."""
+    import threading
+
+    servers = shards.start(2, "--mode=bsp")
+    steps = 4
+    # plan[s][r]: (table, id, gradient) pushes of rank r in step s, each
+    # push its own call; ranks skip tables in some steps.
+    rng = np.random.default_rng(38 + workers)
+    plan = [[[(t, int(rng.integers(0, 6)), float(rng.integers(-8, 9)) / 4)
+              for t in ("a", "b") if (s + r + (t == "b")) % 3
+              for _ in range(int(rng.integers(1, 3)))]
+             for r in range(workers)] for s in range(steps)]
+    errors = []
+
+    def work(rank, c):
+        try:
+            for s in range(steps):
+                for t, i, g in plan[s][rank]:
+                    c.push_rows(t, [i], np.full((1, 2), g, np.float32))
+                c.end_step()
+                for t in ("a", "b"):  # Held until step s is applied.
+                    c.pull_rows(t, np.arange(6))
+        except Exception as e:  # noqa: BLE001 (re-raised below)
+            errors.append(e)
+
+    clients = [client(servers, rank=r, num_workers=workers, mode="bsp")
+               for r in range(workers)]
+    for c in clients:
+        for t in ("a", "b"):
+            c.declare_embedding(t, 2, num_rows=6, optimizer="sgd", lr=1.0,
+                                init_stddev=0.0)
+    threads = [threading.Thread(target=work, args=(r, c))
+               for r, c in enumerate(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    assert not any(t.is_alive() for t in threads)
+    want = {t: np.zeros((6, 2), np.float64) for t in ("a", "b")}
+    for s in range(steps):
+        for r in range(workers):
+            for t, i, g in plan[s][r]:
+                want[t][i] -= g / workers
+    for t in ("a", "b"):
+        np.testing.assert_array_equal(clients[0].pull_rows(t, np.arange(6)),
+                                      want[t].astype(np.float32), t)
+    for c in clients:
+        c.leave()
+
+
 @pytest.mark.parametrize("kind", ["sgd", "adagrad"])
 def test_torch_embedding_matches_a_dense_pytorch_embedding(shards, kind):
     torch = pytest.importorskip("torch")
@@ -299,6 +359,35 @@ def test_psctl_export_writes_each_tables_ids_and_rows(shards, tmp_path):
         order = np.argsort(got_ids)
         np.testing.assert_array_equal(got_ids[order], np.sort(ids))
         np.testing.assert_array_equal(got_rows[order], want[np.argsort(ids)])
+
+
+# Regression (issue #38, 4): a pull made every unseen row, so a reader's
+# pulls grew a bounded table and evicted the trained rows.
+def test_a_readers_pulls_change_no_row_and_store_nothing(shards, tmp_path):
+    servers = shards.start(2)
+    with client(servers, rank=0, num_workers=1) as c:
+        c.declare_embedding("items", 4, num_rows=None, optimizer="sgd",
+                            lr=1.0, max_rows_per_shard=200)
+        trained = np.arange(50, dtype=np.int64) * 7919
+        c.push_rows("items", trained, np.full((50, 4), 0.5, np.float32))
+        want = c.pull_rows("items", trained)
+        with client(servers, reader=True) as r:
+            r.declare_embedding("items", 4, num_rows=None, optimizer="sgd",
+                                lr=1.0, max_rows_per_shard=200)
+            unseen = np.random.default_rng(4).integers(
+                -2**62, 2**62, 1 << 20, dtype=np.int64)
+            got = r.pull_rows("items", unseen)
+            assert got.shape == (1 << 20, 4)
+            # A worker's pulls are read-only too.
+            c.pull_rows("items", unseen[:5000])
+        np.testing.assert_array_equal(c.pull_rows("items", trained), want)
+        out = tmp_path / "rows.npz"
+        done = subprocess.run(
+            [os.environ["ASYNCPS_PSCTL"], f"--servers={','.join(servers)}",
+             "export", f"--out={out}"], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        with np.load(out) as npz:
+            np.testing.assert_array_equal(np.sort(npz["items.ids"]), trained)
 
 
 def test_a_job_of_tables_alone_checkpoints_and_restores(shards, tmp_path):

@@ -173,15 +173,17 @@ TEST_F(ConsistencyRowsTest, BspAppliesTheMeanOfAStepOnceEveryRankPushed) {
   Answered held;
   Pull(&held, 0, 1, {1, 2, 5});
   EXPECT_FALSE(held.status.has_value());  // Step 1 waits for rank 1.
-  // A second push of rank 0 for the step is dropped.
+  // A second push of rank 0 for the step adds to its share (it was
+  // dropped: issue #38, 3), and does not count towards the quorum.
   ASSERT_TRUE(Push(0, 1, {1}, {100, 100}).ok());
+  EXPECT_FALSE(held.status.has_value());
   // Rank 1 touches row 1 and row 5; its push completes the step.
   ASSERT_TRUE(Push(1, 1, {1, 5}, {6, 6, 8, 8}).ok());
   ASSERT_TRUE(held.status.has_value());
   ASSERT_TRUE(held.status->ok());
-  // Each row's sum over the two ranks, halved: row 1 (2 + 6) / 2, row 2
-  // 4 / 2, row 5 8 / 2.
-  EXPECT_EQ(held.Rows(), (std::vector<float>{6, 6, 8, 8, 6, 6}));
+  // Each row's sum over the two ranks, halved: row 1 (2 + 100 + 6) / 2,
+  // row 2 4 / 2, row 5 8 / 2.
+  EXPECT_EQ(held.Rows(), (std::vector<float>{-44, -44, 8, 8, 6, 6}));
   // Step 2: rank 1 has no rows here; its empty push still counts.
   ASSERT_TRUE(Push(0, 2, {2}, {2, 2}).ok());
   EXPECT_EQ(Read({2}), (std::vector<float>{8, 8}));
