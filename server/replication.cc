@@ -235,6 +235,11 @@ absl::Status Replication::Push(const v1::PushRequest& request,
   absl::MutexLock order(&order_mu_);
   RETURN_IF_ERROR(CheckServing());
   RETURN_IF_ERROR(store_->Push(request, policy, response));
+  // The answer is recorded under the order lock, with the effect: a
+  // snapshot (taken under it) holds both or neither, so a backup that
+  // joins now and is promoted answers the client's retry instead of
+  // applying it again. (Consistency::Push records it again, the same.)
+  ledger_->Finish(request, absl::OkStatus(), *response);
   v1::ReplicaOp op;
   // The request travels as it is: its tensors go from its buffers to the
   // sockets (WriteFrame leaves it unchanged), not through a copy.
