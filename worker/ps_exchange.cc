@@ -238,22 +238,23 @@ void PsExchange::AdoptStaged() {
   in_flight_ = false;
 }
 
-absl::Status PsExchange::FinishLayered(int64_t clock, StepStats* stats) {
-  absl::Status s = queue_.Drain();
-  // A shard may restart again while this step recovers (chaos: kills a
-  // second apart): recover again, a few times.
+absl::Status PsExchange::RecoverStep(
+    absl::Status s, const std::vector<std::vector<float>>& grads,
+    int64_t clock) {
   for (int attempt = 0; attempt < 3 && !s.ok(); ++attempt) {
     s = Recover(s);  // Tries again itself.
     if (!s.ok() || !steps_) break;
-    // bsp: the step broke off part-way, and a step is applied only once
-    // every worker's gradient has reached every slice: send all of it
-    // again (a slice that has this worker's gradient drops the copy) and
-    // wait for the step's weights as usual.
-    s = PushTensors(all_set_, all_tensors_, *grads_, clock, /*count=*/true,
+    s = PushTensors(all_set_, all_tensors_, grads, clock, /*count=*/true,
                     /*again=*/true);
-    if (s.ok()) s = PullLayer(all_set_, all_tensors_, *grads_, clock);
+    if (s.ok()) s = PullLayer(all_set_, all_tensors_, grads, clock);
     if (s.code() != absl::StatusCode::kFailedPrecondition) break;
   }
+  return s;
+}
+
+absl::Status PsExchange::FinishLayered(int64_t clock, StepStats* stats) {
+  absl::Status s = queue_.Drain();
+  if (!s.ok()) s = RecoverStep(std::move(s), *grads_, clock);
   TakeStepStats(stats);
   return s;
 }
@@ -265,25 +266,28 @@ absl::Status PsExchange::FinishFused(int64_t clock, StepStats* stats) {
   call.from = &versions_;
   call.into = &versions_;
   call.stats = &r;
+  // An ABORTED pull half (the gradient lost on the way) is pushed again by
+  // the client itself (Client::PushPull).
   absl::Status s = client_->PushPull(all_set_, In(all_tensors_, *grads_),
                                      AllWeights(), call);
   if (s.ok()) {
     AddPushStats(r);
   } else {
-    RETURN_IF_ERROR(Recover(s));
+    s = RecoverStep(std::move(s), *grads_, clock);
   }
   TakeStepStats(stats);
-  return absl::OkStatus();
+  return s;
 }
 
 absl::Status PsExchange::FinishPrefetched(int64_t clock, StepStats* stats) {
   // The previous step's PushPull; its answer is the next weights.
   if (absl::Status s = queue_.Drain(); !s.ok()) {
     in_flight_ = false;  // Its answer never came.
-    RETURN_IF_ERROR(Recover(s));
+    RETURN_IF_ERROR(RecoverStep(std::move(s), sent_grads_, sent_clock_));
   }
   // This step's gradients came from the weights (and versions) in use now.
   sent_grads_ = *grads_;
+  sent_clock_ = clock;
   sent_versions_ = versions_;
   AdoptStaged();
   queue_.Enqueue([this, clock] {
@@ -307,7 +311,7 @@ absl::Status PsExchange::Finish(int64_t clock) {
   (void)clock;
   if (absl::Status s = queue_.Drain(); !s.ok()) {
     in_flight_ = false;
-    RETURN_IF_ERROR(Recover(s));
+    RETURN_IF_ERROR(RecoverStep(std::move(s), sent_grads_, sent_clock_));
   }
   AdoptStaged();
   return absl::OkStatus();

@@ -110,6 +110,15 @@ class PsExchange final : public GradientExchange {
   absl::Status PushAgain(const TensorSet& set, const std::vector<int>& tensors,
                          const std::vector<std::vector<float>>& grads,
                          int64_t clock);
+  // After the step's call failed with `failure`: Recover, and in bsp send
+  // every gradient of the step (`grads`, for step `clock`) again and pull
+  // the step's weights, as every exchange must: the step is applied only
+  // once every rank's gradient reached every slice, and a restarted shard
+  // has lost this worker's (a slice that has it drops the copy). A few
+  // times, as a shard may restart again meanwhile.
+  absl::Status RecoverStep(absl::Status failure,
+                           const std::vector<std::vector<float>>& grads,
+                           int64_t clock);
   absl::Status FinishLayered(int64_t clock, StepStats* stats);
   absl::Status FinishFused(int64_t clock, StepStats* stats);
   absl::Status FinishPrefetched(int64_t clock, StepStats* stats);
@@ -151,6 +160,7 @@ class PsExchange final : public GradientExchange {
   // the weights (and versions) the PushPull in flight brings.
   const std::vector<std::vector<float>>* grads_ = nullptr;
   std::vector<std::vector<float>> sent_grads_;
+  int64_t sent_clock_ = 0;
   Snapshot sent_versions_;
   std::vector<std::vector<float>> staged_;
   Snapshot staged_versions_;

@@ -357,6 +357,86 @@ TEST_F(BspShardRestartTest, AWorkerPastALayerPushesItAgainForTheOther) {
   EXPECT_EQ(b0, weights1[1]);
 }
 
+// Regression (issue #38, 7): after a shard lost the model mid-step and was
+// restored from a worker's copy, the layered exchange pushed the step's
+// gradient again but the fused one did not: its step waited on the
+// restored shard for a gradient nobody sent (or skipped it). Both ranks
+// here are exchanges of the mode under test; rank 1's step-2 call is held
+// on shard 1 when shard 1 restarts without a checkpoint. Every gradient
+// must be applied once: init - lr * (0.1 + 0.2) everywhere.
+class BspRecoverStepTest
+    : public BspShardRestartTest,
+      public ::testing::WithParamInterface<PsExchange::Mode> {};
+
+TEST_P(BspRecoverStepTest, AStepBrokenOffByALostModelIsPushedAgain) {
+  std::unique_ptr<Client> ranks[2] = {Connect(0), Connect(1)};
+  ASSERT_TRUE(ranks[0] != nullptr && ranks[1] != nullptr);
+  OptimizerOptions sgd;
+  sgd.kind = "sgd";
+  sgd.learning_rate = kLr;
+  ASSERT_TRUE(ranks[0]
+                  ->Declare({{"w", {40, 30}}, {"b", {600}}},
+                            {std::vector<float>(1200, kInit),
+                             std::vector<float>(600, kInit)},
+                            sgd)
+                  .ok());
+  ASSERT_TRUE(ranks[1]->Attach().ok());
+  std::vector<std::unique_ptr<PsExchange>> exchanges;
+  std::vector<std::vector<std::vector<float>>> weights(2);
+  for (int r = 0; r < 2; ++r) {
+    exchanges.push_back(std::make_unique<PsExchange>(
+        ranks[r].get(), std::vector<std::vector<int>>{{1}, {0}}, GetParam(),
+        /*steps=*/true));
+    weights[r] = {std::vector<float>(1200), std::vector<float>(600)};
+    ASSERT_TRUE(exchanges[r]->Start(&weights[r], 0).ok());
+  }
+  auto step = [&](int r, float g, int64_t clock, absl::Status* s) {
+    const std::vector<std::vector<float>> grads = {std::vector<float>(1200, g),
+                                                   std::vector<float>(600, g)};
+    exchanges[r]->LayerReady(0, grads, clock);
+    exchanges[r]->LayerReady(1, grads, clock);
+    StepStats stats;
+    *s = exchanges[r]->FinishStep(clock, &weights[r], &stats);
+  };
+  absl::Status done[2];
+  {
+    std::thread one([&] { step(1, 0.1f, 1, &done[1]); });
+    step(0, 0.1f, 1, &done[0]);
+    one.join();
+  }
+  ASSERT_TRUE(done[0].ok()) << done[0];
+  ASSERT_TRUE(done[1].ok()) << done[1];
+  // Step 2: rank 1's calls wait on both shards for rank 0.
+  auto before = AdminClient(admin_->caller()).Stats(1);
+  ASSERT_TRUE(before.ok()) << before.status();
+  std::thread two([&] { step(1, 0.2f, 2, &done[1]); });
+  ASSERT_TRUE(WaitForStats(1, [&](const v1::StatsResponse& now) {
+    return now.held_pulls() > before->held_pulls();
+  }));
+  const std::string empty = FreshTempDir("bsp-recover-none");
+  ASSERT_TRUE(RestartLocalShard(&shards_, 1, [&](ShardServerConfig* c) {
+                tweak_(c);
+                c->checkpoint_dir = empty;
+              }).ok());
+  step(0, 0.2f, 2, &done[0]);
+  two.join();
+  ASSERT_TRUE(done[0].ok()) << done[0];
+  ASSERT_TRUE(done[1].ok()) << done[1];
+  if (GetParam() == PsExchange::Mode::kPrefetch) {
+    for (int r = 0; r < 2; ++r) ASSERT_TRUE(exchanges[r]->Finish(2).ok());
+  }
+  const float expected = kInit - kLr * (0.1f + 0.2f);
+  for (int r = 0; r < 2; ++r) {
+    for (const auto& t : weights[r]) {
+      for (float v : t) ASSERT_FLOAT_EQ(v, expected) << "rank " << r;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, BspRecoverStepTest,
+                         ::testing::Values(PsExchange::Mode::kLayered,
+                                           PsExchange::Mode::kFused));
+
 INSTANTIATE_TEST_SUITE_P(Modes, PsExchangeTest,
                          ::testing::Values(PsExchange::Mode::kLayered,
                                            PsExchange::Mode::kFused,
