@@ -153,7 +153,8 @@ bool ShardStore::Restarted(const v1::SliceData& g) const {
 
 absl::Status ShardStore::CheckPush(const Model& m,
                                    const v1::PushRequest& request,
-                                   const std::vector<int>& indices, bool bsp) {
+                                   const std::vector<int>& indices, bool bsp,
+                                   int quorum) {
   const v1::OptimizerSpec& optimizer = m.model->spec().optimizer();
   for (int k = 0; k < request.gradients_size(); ++k) {
     const v1::SliceData& g = request.gradients(k);
@@ -176,7 +177,8 @@ absl::Status ShardStore::CheckPush(const Model& m,
     const v1::SliceData& g = request.gradients(k);
     if (Restarted(g)) continue;
     absl::Status ok = m.slices[indices[k]]->CheckPush(
-        g.version(), bsp, request.clock(), SliceName(g.key()));
+        g.version(), bsp, request.clock(), request.rank(), quorum,
+        SliceName(g.key()));
     if (!ok.ok()) return Reject(ok);
   }
   return absl::OkStatus();
@@ -215,7 +217,7 @@ absl::Status ShardStore::Push(const v1::PushRequest& request,
           ModeName(policy.mode), " a rank just does not push it)")));
     }
   }
-  RETURN_IF_ERROR(CheckPush(*m, request, indices, bsp));
+  RETURN_IF_ERROR(CheckPush(*m, request, indices, bsp, policy.quorum));
   const v1::OptimizerSpec& optimizer = m->model->spec().optimizer();
   response->clear_versions();
   response->clear_staleness();
@@ -237,7 +239,7 @@ absl::Status ShardStore::Push(const v1::PushRequest& request,
     // restarted: the whole shard catches up to it, not just these slices
     // (a slice left behind would hold every later pull of that step).
     if (lost && !caught_up) {
-      FastForwardTo(request.clock() - 1);
+      FastForwardTo(request.clock() - 1, /*discard_pending=*/true);
       caught_up = true;
     }
     const int64_t version =
@@ -292,12 +294,12 @@ int ShardStore::CompletePendingSteps(int quorum, int live_workers,
   return applied;
 }
 
-int ShardStore::FastForwardTo(int64_t step) {
+int ShardStore::FastForwardTo(int64_t step, bool discard_pending) {
   std::shared_ptr<const Model> m = model();
   if (m == nullptr) return 0;
   int moved = 0;
   for (int i : m->model->local_slices()) {
-    moved += m->slices[i]->FastForward(step);
+    moved += m->slices[i]->FastForward(step, discard_pending);
   }
   return moved;
 }

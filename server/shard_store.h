@@ -94,9 +94,11 @@ class ShardStore {
   int CompletePendingSteps(int quorum, int live_workers,
                            absl::Duration deadline, absl::Time now);
   // bsp: the job has completed step `step` (a worker said so): every slice
-  // behind it (restored from an older checkpoint) counts it as applied and
-  // forgets partial sums of steps up to it. Returns the slices moved.
-  int FastForwardTo(int64_t step);
+  // behind it (restored from an older checkpoint) counts it as applied,
+  // but one with gradients of its next step in (SliceState::FastForward),
+  // unless `discard_pending` (a push stamped with an earlier incarnation
+  // says the job completed it). Returns the slices moved.
+  int FastForwardTo(int64_t step, bool discard_pending = false);
   // bsp: true if some slice of `slices` waits for step `clock` without
   // `rank`'s gradient for it.
   bool LacksGradient(const std::vector<int>& slices, int rank,
@@ -191,9 +193,10 @@ class ShardStore {
   bool Restarted(const v1::SliceData& g) const;
   // A push's checks before any weight moves: each gradient's optimizer is
   // the declared kind and valid, and each slice takes it (SliceState::
-  // CheckPush). The error, counted as a rejection, names the slice.
+  // CheckPush, with `quorum` ranks to a bsp step). The error, counted as a
+  // rejection, names the slice.
   absl::Status CheckPush(const Model& m, const v1::PushRequest& request,
-                         const std::vector<int>& indices, bool bsp);
+                         const std::vector<int>& indices, bool bsp, int quorum);
 
   // Constant after construction.
   const int shard_;

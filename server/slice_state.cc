@@ -24,12 +24,24 @@ SliceState::SliceState(const v1::OptimizerSpec& optimizer, size_t n,
     : buffer_(buffer), weights_(n), slots_(SlotsFor(optimizer, buffer), n) {}
 
 absl::Status SliceState::CheckPush(int64_t version, bool bsp, int64_t clock,
+                                   int rank, int quorum,
                                    const std::string& name) const {
   absl::MutexLock lock(&mu_);
   if (version > version_) {
     return absl::InvalidArgumentError(
         absl::StrCat("gradient for slice ", name, " claims version ", version,
                      " but the slice is only at version ", version_));
+  }
+  if (bsp && clock == applied_step_ + 2 && !steps_unknown_ &&
+      !step_ranks_.empty() &&
+      std::find(step_ranks_.begin(), step_ranks_.end(), rank) ==
+          step_ranks_.end()) {
+    if (CompletesPendingLocked(rank, quorum)) return absl::OkStatus();
+    return absl::UnavailableError(
+        absl::StrCat("bsp step ", clock, " for slice ", name,
+                     " pushed while step ", applied_step_ + 1, " waits for ",
+                     quorum - static_cast<int>(step_ranks_.size()) - 1,
+                     " more rank(s); ask again"));
   }
   if (bsp && clock > applied_step_ + 1 && !steps_unknown_) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -81,6 +93,15 @@ SliceOutcome SliceState::AddToStep(const v1::OptimizerSpec& optimizer, int rank,
   }
   SliceOutcome out;
   out.staleness = version_ - version;
+  if (clock == applied_step_ + 2 && CompletesPendingLocked(rank, quorum)) {
+    // The rank is done with the pending step (CheckPush): its share there
+    // was lost and counts as zero, which completes the step.
+    step_ranks_.push_back(rank);
+    step_absent_.push_back(rank);
+    SliceOutcome done;
+    ApplyStep(optimizer, live_workers, &done);
+    out.step_short = true;
+  }
   const bool duplicate = std::find(step_ranks_.begin(), step_ranks_.end(),
                                    rank) != step_ranks_.end();
   if (clock <= applied_step_ || duplicate) {
@@ -160,18 +181,30 @@ void SliceState::ApplyStep(const v1::OptimizerSpec& optimizer, int live_workers,
   outcome->step_short = static_cast<int>(n) < live_workers;
 }
 
-bool SliceState::FastForward(int64_t step) {
+bool SliceState::FastForward(int64_t step, bool discard_pending) {
   absl::MutexLock lock(&mu_);
-  return FastForwardLocked(step);
+  return FastForwardLocked(step, discard_pending);
 }
 
-bool SliceState::FastForwardLocked(int64_t step) {
+bool SliceState::CompletesPendingLocked(int rank, int quorum) const {
+  return !step_ranks_.empty() &&
+         std::find(step_ranks_.begin(), step_ranks_.end(), rank) ==
+             step_ranks_.end() &&
+         static_cast<int>(step_ranks_.size()) + 1 >= quorum;
+}
+
+bool SliceState::FastForwardLocked(int64_t step, bool discard_pending) {
   // A step with gradients in is one ranks are on now (a push is accepted
   // only for the step after the applied one): it completes as usual, by
   // quorum, deadline or healing, and no gradient sent is lost. (A rank
   // that reported a later clock did not need this slice's step: it did
   // not pull it.)
-  if (applied_step_ >= step || !step_ranks_.empty()) return false;
+  if (applied_step_ >= step) return false;
+  if (!step_ranks_.empty()) {
+    if (!discard_pending) return false;
+    step_ranks_.clear();
+    step_absent_.clear();
+  }
   applied_step_ = step;
   return true;
 }

@@ -47,11 +47,17 @@ class SliceState {
     fill(absl::MakeSpan(weights_));
   }
 
-  // OK if a gradient computed from `version` may be pushed (in bsp, for
-  // step `clock`) now; else the reason, naming the slice as `name`. Versions
-  // and applied steps only grow, so what passes here still holds later.
-  absl::Status CheckPush(int64_t version, bool bsp, int64_t clock,
-                         const std::string& name) const;
+  // OK if a gradient computed from `version` may be pushed (in bsp, by
+  // `rank` for step `clock`, `quorum` ranks making a step) now; else the
+  // reason, naming the slice as `name`. Versions and applied steps only
+  // grow, so what passes here still holds later. bsp: a push for the step
+  // after the pending one (applied + 2) by a rank missing from the pending
+  // step says that rank is done with it: its share there was lost (a shard
+  // restarted since it was sent) and counts as zero. OK if that completes
+  // the pending step; UNAVAILABLE (ask again) if the step still waits for
+  // other ranks; FAILED_PRECONDITION for a step further ahead.
+  absl::Status CheckPush(int64_t version, bool bsp, int64_t clock, int rank,
+                         int quorum, const std::string& name) const;
 
   // async/ssp: applies `grad` (computed from `version`) with the learning
   // rate scaled, or drops it, per `stale`. A buffer moves 1/`live_workers`
@@ -61,7 +67,9 @@ class SliceState {
                           absl::Span<const float> grad, int live_workers = 1);
 
   // bsp: adds rank's gradient to step `clock`'s sum; the step's mean over
-  // its ranks is applied once `quorum` ranks are in. An empty `grad` is a
+  // its ranks is applied once `quorum` ranks are in (a push for the step
+  // after it, which CheckPush let through, first completes it with this
+  // rank's share as zero). An empty `grad` is a
   // rank without a gradient for the slice this step: it counts and adds
   // zero (a buffer averages the values sent; a step with none leaves the
   // slice as it is). A gradient for a step already applied, or a second
@@ -83,7 +91,10 @@ class SliceState {
   // no gradient of the next is in, the slice counts `step` as applied.
   // A step with gradients in is never skipped (its ranks are on it now;
   // it completes as steps do). Returns true if it moved the slice.
-  bool FastForward(int64_t step);
+  // `discard_pending`: the caller knows the pending step is one the job
+  // has completed elsewhere (a push stamped with an earlier incarnation
+  // says so): it is dropped and the slice moved all the same.
+  bool FastForward(int64_t step, bool discard_pending = false);
 
   // bsp: true if step `clock` is the one this slice waits for and `rank`'s
   // gradient for it has not come (a pull of `rank` that followed its push
@@ -136,7 +147,12 @@ class SliceState {
 
  private:
   // FastForward, under the lock.
-  bool FastForwardLocked(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool FastForwardLocked(int64_t step, bool discard_pending = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // bsp: true if `rank` is missing from the pending step, which it would
+  // complete with `quorum`.
+  bool CompletesPendingLocked(int rank, int quorum) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Applies the mean of the pending step.
   void ApplyStep(const v1::OptimizerSpec& optimizer, int live_workers,
                  SliceOutcome* outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

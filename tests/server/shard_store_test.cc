@@ -208,6 +208,70 @@ TEST_F(ShardStoreTest, BspAppliesTheMeanOnceTheQuorumIsIn) {
   EXPECT_EQ(c.steps_short, 0);
 }
 
+// Issue #38, 2: a rank's empty share (SliceData.no_gradient) counts for the
+// quorum and adds zero; the mean is over every rank of the step; a step no
+// rank sent a gradient for moves nothing; the tick's fast-forward never
+// skips a step with gradients in (it lost them silently).
+TEST_F(ShardStoreTest, BspAMissingGradientCountsAsZero) {
+  PushPolicy policy;
+  policy.mode = Mode::kBsp;
+  policy.quorum = 2;
+  policy.live_workers = 2;
+  v1::PushResponse resp;
+  auto none = [](int rank, int64_t clock) {
+    v1::PushRequest r = testing::SmallModelPush(0.0f, 0, rank, clock);
+    r.mutable_gradients(0)->clear_data();
+    r.mutable_gradients(0)->set_no_gradient(true);
+    return r;
+  };
+  ASSERT_TRUE(store_.Push(Grad(4.0f, 0, 0, 1), policy, &resp).ok());
+  // A worker that reported clock 2 elsewhere: step 1 here still waits.
+  EXPECT_EQ(store_.FastForwardTo(1), 0);
+  EXPECT_FALSE(store_.StepApplied({0}, 1));
+  ASSERT_TRUE(store_.Push(none(1, 1), policy, &resp).ok());
+  EXPECT_EQ(Weight(), 8.0f);  // 10 - (4 + 0) / 2.
+  ASSERT_TRUE(store_.Push(none(0, 2), policy, &resp).ok());
+  ASSERT_TRUE(store_.Push(none(1, 2), policy, &resp).ok());
+  int64_t version;
+  EXPECT_EQ(Weight(&version), 8.0f);  // Nobody sent one: nothing moves.
+  EXPECT_TRUE(store_.StepApplied({0}, 2));
+  // Data with no_gradient, or no_gradient outside bsp: refused.
+  v1::PushRequest both = Grad(1.0f, 0, 0, 3);
+  both.mutable_gradients(0)->set_no_gradient(true);
+  EXPECT_TRUE(absl::IsInvalidArgument(store_.Push(both, policy, &resp)));
+  EXPECT_TRUE(absl::IsInvalidArgument(store_.Push(none(0, 3), &resp)));
+  EXPECT_EQ(Weight(), 8.0f);
+}
+
+// A push for the step after the pending one says its rank is done with
+// the pending step: its share there was lost (a shard restarted since it
+// was sent; chaos found workers refused "step 230 ... before step 229 was
+// applied" and dying), so it counts as zero, if that completes the step;
+// while other ranks are still missing the push is UNAVAILABLE (ask again).
+TEST_F(ShardStoreTest, BspAPushOfTheNextStepCompletesTheStepItLeft) {
+  PushPolicy policy;
+  policy.mode = Mode::kBsp;
+  policy.quorum = 3;
+  policy.live_workers = 3;
+  v1::PushResponse resp;
+  ASSERT_TRUE(store_.Push(Grad(6.0f, 0, 0, 1), policy, &resp).ok());
+  const absl::Status early = store_.Push(Grad(3.0f, 0, 1, 2), policy, &resp);
+  EXPECT_TRUE(absl::IsUnavailable(early)) << early;
+  EXPECT_EQ(Weight(), 10.0f);
+  ASSERT_TRUE(store_.Push(Grad(3.0f, 0, 2, 1), policy, &resp).ok());
+  ASSERT_TRUE(store_.Push(Grad(3.0f, 0, 1, 2), policy, &resp).ok());
+  EXPECT_EQ(Weight(), 7.0f);  // 10 - (6 + 3 + 0) / 3.
+  EXPECT_TRUE(store_.StepApplied({0}, 1));
+  EXPECT_FALSE(store_.StepApplied({0}, 2));  // Rank 1's 3 waits in step 2.
+  for (int rank : {0, 2}) {
+    ASSERT_TRUE(store_.Push(Grad(3.0f, 1, rank, 2), policy, &resp).ok());
+  }
+  EXPECT_EQ(Weight(), 4.0f);
+  // Further ahead than that: refused, as before.
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      store_.Push(Grad(1.0f, 2, 0, 4), policy, &resp)));
+}
+
 TEST_F(ShardStoreTest, BspDeadlineAppliesAShortStep) {
   PushPolicy policy;
   policy.mode = Mode::kBsp;
