@@ -504,3 +504,63 @@ def test_bsp_branches_used_by_some_ranks_step_as_the_mean_with_zeros(
                                        atol=1e-6, err_msg=f"rank {r} {n}")
     for o in opts:
         o.close()
+
+
+# Issue #38, 7: after a bsp step broke off on a shard that lost the model
+# (restarted without a checkpoint), the optimizer restores it from its copy
+# and pushes the step again, so the step is exactly the mean of both ranks'
+# gradients on every shard (as the C++ exchanges do:
+# tests/integration/ps_exchange_test, BspRecoverStepTest).
+def test_bsp_step_after_a_lost_model_is_pushed_again(shards):
+    import threading
+
+    servers = shards.start(2, "--mode=bsp")
+    torch.manual_seed(11)
+    start = Branches()
+    g = torch.Generator().manual_seed(12)
+    data = [[(torch.randn(4, 6, generator=g), torch.randn(4, 2, generator=g))
+             for _ in range(2)] for _ in range(3)]
+    models = [copy.deepcopy(start) for _ in range(2)]
+    opts = [asyncps.torch.DistributedOptimizer(
+        torch.optim.SGD(m.parameters(), lr=0.1), asyncps.Client(
+            servers, rank=r, num_workers=2, mode="bsp", slice_bytes=32,
+            retry_for=20.0), named_parameters=m.named_parameters())
+        for r, m in enumerate(models)]
+    errors = []
+
+    def steps(r, which):
+        try:
+            for s in which:
+                x, y = data[s][r]
+                opts[r].zero_grad()
+                F.mse_loss(models[r](x, [0, 1, 2]), y).backward()
+                opts[r].step()
+        except Exception as e:  # noqa: BLE001 (re-raised below)
+            errors.append(e)
+
+    for which in ([0], [1, 2]):
+        threads = [threading.Thread(target=steps, args=(r, which))
+                   for r in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert not any(t.is_alive() for t in threads), "a rank hangs"
+        assert not errors, errors
+        if which == [0]:
+            shards.restart(1)  # Its model is lost between steps 1 and 2.
+    reference = copy.deepcopy(start)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for s in range(3):
+        ref_opt.zero_grad()
+        (sum(F.mse_loss(reference(data[s][r][0], [0, 1, 2]), data[s][r][1])
+             for r in range(2)) / 2).backward()
+        ref_opt.step()
+    for r in range(2):
+        for (n, p), (_, q) in zip(models[r].named_parameters(),
+                                  reference.named_parameters()):
+            np.testing.assert_allclose(p.detach().numpy(),
+                                       q.detach().numpy(), rtol=1e-5,
+                                       atol=1e-6, err_msg=f"rank {r} {n}")
+    for o in opts:
+        o.close()
