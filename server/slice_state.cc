@@ -194,14 +194,18 @@ bool SliceState::CompletesPendingLocked(int rank, int quorum) const {
 }
 
 bool SliceState::FastForwardLocked(int64_t step, bool discard_pending) {
-  // A step with gradients in is one ranks are on now (a push is accepted
-  // only for the step after the applied one): it completes as usual, by
-  // quorum, deadline or healing, and no gradient sent is lost. (A rank
-  // that reported a later clock did not need this slice's step: it did
-  // not pull it.)
+  // `step` is a step the job completed (a rank reported step + 1). The
+  // pending step may be that very step and still legitimately wait: a rank
+  // that did not pull this slice went on, and a slower rank's gradient is
+  // on its way. So it is kept, and completes as steps do (quorum, deadline,
+  // healing): no gradient sent is lost. A pending step before it is stale:
+  // every rank had sent its share of it (EndStep's no-gradient marks come
+  // before the next step's pushes) before any rank could complete `step`,
+  // so what is missing was lost with a restarted shard, and nobody will
+  // send it again.
   if (applied_step_ >= step) return false;
   if (!step_ranks_.empty()) {
-    if (!discard_pending) return false;
+    if (!discard_pending && applied_step_ + 1 >= step) return false;
     step_ranks_.clear();
     step_absent_.clear();
   }
