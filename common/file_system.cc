@@ -4,8 +4,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -61,8 +63,61 @@ class PosixWritableFile final : public WritableFile {
   int fd_;
 };
 
+class PosixSequentialFile final : public SequentialFile {
+ public:
+  PosixSequentialFile(std::string path, int fd)
+      : path_(std::move(path)), fd_(fd) {}
+  ~PosixSequentialFile() override { close(fd_); }
+
+  absl::Status Read(size_t n, std::string* out) override {
+    const size_t start = out->size();
+    out->resize(start + n);
+    size_t got = 0;
+    while (got < n) {
+      const ssize_t r = read(fd_, &(*out)[start + got], n - got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) {
+        const int err = errno;
+        out->resize(start + got);
+        return Errno("read", path_, err);
+      }
+      if (r == 0) break;
+      got += static_cast<size_t>(r);
+    }
+    out->resize(start + got);
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::string path_;
+  const int fd_;
+};
+
+// A whole file read up front, served piece by piece.
+class StringSequentialFile final : public SequentialFile {
+ public:
+  explicit StringSequentialFile(std::string data) : data_(std::move(data)) {}
+  absl::Status Read(size_t n, std::string* out) override {
+    n = std::min(n, data_.size() - at_);
+    out->append(data_, at_, n);
+    at_ += n;
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::string data_;
+  size_t at_ = 0;
+};
+
 class PosixFileSystem final : public FileSystem {
  public:
+  absl::StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(
+      const std::string& path) override {
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Errno("open", path, errno);
+    return std::make_unique<PosixSequentialFile>(path, fd);
+  }
+
   absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
       const std::string& path) override {
     const int fd =
@@ -127,6 +182,13 @@ class PosixFileSystem final : public FileSystem {
 };
 
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<SequentialFile>> FileSystem::NewSequentialFile(
+    const std::string& path) {
+  absl::StatusOr<std::string> data = ReadFile(path);
+  if (!data.ok()) return data.status();
+  return std::make_unique<StringSequentialFile>(*std::move(data));
+}
 
 FileSystem* FileSystem::Default() {
   static FileSystem* fs = new PosixFileSystem;

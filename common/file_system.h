@@ -26,6 +26,16 @@ class WritableFile {
   virtual absl::Status Close() = 0;
 };
 
+// A file being read from its start (a checkpoint, chunk by chunk, so a big
+// one never sits in memory whole). Not thread-safe.
+class SequentialFile {
+ public:
+  virtual ~SequentialFile() = default;
+  // Appends up to `n` bytes to `*out`: fewer only at the end of the file
+  // (none once there).
+  virtual absl::Status Read(size_t n, std::string* out) = 0;
+};
+
 // Thread-safe. Every error's message names the path and the operation.
 class FileSystem {
  public:
@@ -36,6 +46,10 @@ class FileSystem {
       const std::string& path) = 0;
   // The whole file; NOT_FOUND if it does not exist.
   virtual absl::StatusOr<std::string> ReadFile(const std::string& path) = 0;
+  // `path` to read from its start; NOT_FOUND if it does not exist. This
+  // default reads the whole file first (in-memory doubles need no more).
+  virtual absl::StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(
+      const std::string& path);
   // Atomically replaces `to` with `from`.
   virtual absl::Status Rename(const std::string& from,
                               const std::string& to) = 0;

@@ -1,7 +1,5 @@
 #include "server/checkpoint.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -10,27 +8,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/status.h"
+#include "common/status_macros.h"
 
 namespace asyncps {
 namespace {
-
-constexpr char kMagic[8] = {'A', 'S', 'Y', 'N', 'C', 'P', 'S', 'C'};
-constexpr uint32_t kFormat = 1;
-constexpr size_t kHeaderBytes = 8 + 4 + 8 + 4;
-
-void PutLe(std::string* out, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i)
-    out->push_back(static_cast<char>(v >> (8 * i)));
-}
-
-uint64_t GetLe(const char* p, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) {
-    v |= uint64_t{static_cast<unsigned char>(p[i])} << (8 * i);
-  }
-  return v;
-}
 
 std::string Prefix(int shard) { return absl::StrCat("shard-", shard, "-"); }
 
@@ -49,21 +30,6 @@ std::vector<std::string> List(FileSystem* fs, const std::string& dir,
   }
   std::sort(names.begin(), names.end());
   return names;
-}
-
-std::string DirOf(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
-
-// Writes `data` to `tmp` and makes it durable.
-absl::Status WriteDurably(FileSystem* fs, const std::string& tmp,
-                          absl::string_view data) {
-  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
-                   fs->NewWritableFile(tmp));
-  RETURN_IF_ERROR(file->Append(data));
-  RETURN_IF_ERROR(file->Sync());
-  return file->Close();
 }
 
 }  // namespace
@@ -94,71 +60,36 @@ absl::Status CheckJobTag(const std::string& tag) {
 }
 
 absl::Status WriteCheckpointFile(FileSystem* fs, const std::string& path,
-                                 const v1::ShardCheckpoint& checkpoint) {
-  std::string payload;
-  if (!checkpoint.SerializeToString(&payload)) {
-    return absl::InternalError(absl::StrCat(path, ": cannot serialize"));
-  }
-  std::string data(kMagic, sizeof(kMagic));
-  PutLe(&data, kFormat, 4);
-  PutLe(&data, payload.size(), 8);
-  PutLe(&data,
-        crc32(0L, reinterpret_cast<const Bytef*>(payload.data()),
-              static_cast<uInt>(payload.size())),
-        4);
-  data += payload;
-  const std::string tmp = path + ".tmp";
-  absl::Status s = WriteDurably(fs, tmp, data);
-  if (s.ok()) s = fs->Rename(tmp, path);
-  if (!s.ok()) {
-    fs->Delete(tmp).IgnoreError();  // It may not exist.
-    return s;
-  }
-  // The rename is in place; a failed directory fsync only risks losing
-  // this newest file at a power cut, which the older ones survive.
-  fs->SyncDir(DirOf(path)).IgnoreError();
-  return absl::OkStatus();
+                                 const v1::ShardCheckpoint& checkpoint,
+                                 size_t chunk_bytes) {
+  return WriteChunkedFile(
+      fs, path,
+      [&](CheckpointSink* sink) { return FeedCheckpoint(checkpoint, sink); },
+      chunk_bytes);
 }
 
 absl::StatusOr<v1::ShardCheckpoint> ReadCheckpointFile(
     FileSystem* fs, const std::string& path) {
-  ASSIGN_OR_RETURN(const std::string data, fs->ReadFile(path));
-  auto loss = [&](absl::string_view why) {
-    return absl::DataLossError(absl::StrCat(path, ": ", why));
-  };
-  if (data.size() < kHeaderBytes) return loss("truncated header");
-  if (std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0) {
-    return loss("bad magic: not an asyncps checkpoint");
+  CheckpointCollector collected;
+  RETURN_IF_ERROR(ReadChunkedFile(fs, path, &collected));
+  return std::move(collected.checkpoint());
+}
+
+std::vector<std::string> CheckpointFiles(FileSystem* fs, const std::string& dir,
+                                         int shard) {
+  std::vector<std::string> paths;
+  std::vector<std::string> names = List(fs, dir, shard);
+  for (auto it = names.rbegin(); it != names.rend(); ++it) {
+    paths.push_back(absl::StrCat(dir, "/", *it));
   }
-  const uint64_t format = GetLe(data.data() + 8, 4);
-  if (format != kFormat) {
-    return loss(absl::StrCat("unknown format version ", format));
-  }
-  const uint64_t length = GetLe(data.data() + 12, 8);
-  const uint64_t crc = GetLe(data.data() + 20, 4);
-  if (data.size() - kHeaderBytes != length) {
-    return loss(absl::StrCat("truncated: header says ", length,
-                             " payload bytes, file has ",
-                             data.size() - kHeaderBytes));
-  }
-  const char* payload = data.data() + kHeaderBytes;
-  if (crc32(0L, reinterpret_cast<const Bytef*>(payload),
-            static_cast<uInt>(length)) != crc) {
-    return loss("checksum mismatch");
-  }
-  v1::ShardCheckpoint checkpoint;
-  if (!checkpoint.ParseFromArray(payload, static_cast<int>(length))) {
-    return loss("payload does not parse");
-  }
-  return checkpoint;
+  return paths;
 }
 
 absl::StatusOr<v1::ShardCheckpoint> LoadNewestCheckpoint(
     FileSystem* fs, const std::string& dir, int shard,
     std::vector<std::string>* skipped) {
-  std::vector<std::string> names = List(fs, dir, shard);
-  for (auto it = names.rbegin(); it != names.rend(); ++it) {
-    auto c = ReadCheckpointFile(fs, absl::StrCat(dir, "/", *it));
+  for (const std::string& path : CheckpointFiles(fs, dir, shard)) {
+    auto c = ReadCheckpointFile(fs, path);
     if (c.ok()) return c;
     if (skipped != nullptr) skipped->push_back(c.status().ToString());
   }
@@ -190,28 +121,39 @@ bool Checkpointer::HasState() const {
   return store_->declared() || (tables_ != nullptr && tables_->size() > 0);
 }
 
-absl::StatusOr<v1::ShardCheckpoint> Checkpointer::Take() const {
-  v1::ShardCheckpoint snapshot;
+absl::Status Checkpointer::Take(int64_t unix_micros,
+                                CheckpointSink* sink) const {
   if (store_->declared()) {
-    ASSIGN_OR_RETURN(snapshot, store_->Snapshot());
+    RETURN_IF_ERROR(store_->Snapshot(/*pending=*/false, unix_micros, sink));
   } else if (HasState()) {
-    snapshot.set_shard(shard_);  // Tables alone: no spec, no slices.
+    v1::ShardCheckpoint head;  // Tables alone: no spec, no slices.
+    head.set_shard(shard_);
+    head.set_unix_micros(unix_micros);
+    RETURN_IF_ERROR(sink->Head(head));
   } else {
     return absl::FailedPreconditionError(
         "no model and no embedding table to checkpoint");
   }
-  if (tables_ != nullptr) tables_->Save(&snapshot);
-  return snapshot;
+  if (tables_ == nullptr) return absl::OkStatus();
+  // One table's copy at a time.
+  for (const EmbeddingTable* table : tables_->All()) {
+    v1::EmbeddingCheckpoint saved;
+    table->Save(&saved);
+    RETURN_IF_ERROR(sink->Table(&saved));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> Checkpointer::Write() {
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(v1::ShardCheckpoint snapshot, Take());
+  if (!HasState()) {
+    return absl::FailedPreconditionError(
+        "no model and no embedding table to checkpoint");
+  }
   const absl::Time now = clock_->Now();
-  snapshot.set_unix_micros(absl::ToUnixMicros(now));
   const std::string path =
       CheckpointPath(dir_, shard_, absl::ToUnixMicros(now));
-  RETURN_IF_ERROR(WriteAndRecord(path, snapshot));
+  RETURN_IF_ERROR(WriteAndRecord(path, now));
   last_ = now;
   PruneCheckpoints(fs_, dir_, shard_, keep_);
   return path;
@@ -220,20 +162,25 @@ absl::StatusOr<std::string> Checkpointer::Write() {
 absl::StatusOr<std::string> Checkpointer::WriteJob(const std::string& tag) {
   RETURN_IF_ERROR(CheckJobTag(tag));
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(v1::ShardCheckpoint snapshot, Take());
-  snapshot.set_unix_micros(absl::ToUnixMicros(clock_->Now()));
+  if (!HasState()) {
+    return absl::FailedPreconditionError(
+        "no model and no embedding table to checkpoint");
+  }
   const std::string path = JobCheckpointPath(dir_, tag, shard_);
-  RETURN_IF_ERROR(WriteAndRecord(path, snapshot));
+  RETURN_IF_ERROR(WriteAndRecord(path, clock_->Now()));
   return path;
 }
 
 absl::Status Checkpointer::WriteAndRecord(const std::string& path,
-                                          const v1::ShardCheckpoint& snapshot) {
+                                          absl::Time now) {
   const absl::Time start = clock_->Now();
-  const auto bytes = static_cast<int64_t>(snapshot.ByteSizeLong());
   ScopedSpan span(timeline_, "checkpoint", "checkpoint");
-  span.set_arg("bytes", bytes);
-  absl::Status s = WriteCheckpointFile(fs_, path, snapshot);
+  uint64_t bytes = 0;
+  absl::Status s = WriteChunkedFile(
+      fs_, path,
+      [&](CheckpointSink* sink) { return Take(absl::ToUnixMicros(now), sink); },
+      chunk_bytes_, &bytes);
+  span.set_arg("bytes", static_cast<int64_t>(bytes));
   if (!s.ok()) {
     ++record_.failed;
     return s;
@@ -241,7 +188,7 @@ absl::Status Checkpointer::WriteAndRecord(const std::string& path,
   ++record_.written;
   record_.last = clock_->Now();
   record_.took = record_.last - start;
-  record_.bytes = bytes;
+  record_.bytes = static_cast<int64_t>(bytes);
   return s;
 }
 

@@ -1,8 +1,10 @@
-// Shard checkpoints on disk. A file is a header ("ASYNCPSC", format version,
-// payload length, CRC-32 of the payload) and a ShardCheckpoint proto
-// (proto/checkpoint.proto). Files are written to a temporary name, fsync'd,
-// renamed into place and the directory fsync'd, so a crash leaves either the
-// old set of files or the new one.
+// Shard checkpoints on disk. A file is a header, the shard's state as
+// bounded chunks, each with its length and CRC-32, and a trailer with the
+// count and the CRC-32 of them all (server/checkpoint_format.h), written
+// and read a chunk at a time, so a shard of any size fits. Files are
+// written to a temporary name, fsync'd, renamed into place and the
+// directory fsync'd, so a crash leaves either the old set of files or the
+// new one.
 #ifndef ASYNCPS_SERVER_CHECKPOINT_H_
 #define ASYNCPS_SERVER_CHECKPOINT_H_
 
@@ -16,6 +18,8 @@
 #include "common/file_system.h"
 #include "common/timeline.h"
 #include "proto/checkpoint.pb.h"
+#include "server/checkpoint_format.h"
+#include "server/checkpoint_stream.h"
 #include "server/embedding_table.h"
 #include "server/shard_store.h"
 
@@ -37,14 +41,21 @@ absl::Status CheckJobTag(const std::string& tag);
 
 // Writes `path` through a temporary file: write, fsync, rename, fsync the
 // directory. On error the temporary file is removed (as far as `fs` lets)
-// and `path` is untouched.
+// and `path` is untouched. (WriteChunkedFile streams one from a producer.)
 absl::Status WriteCheckpointFile(FileSystem* fs, const std::string& path,
-                                 const v1::ShardCheckpoint& checkpoint);
+                                 const v1::ShardCheckpoint& checkpoint,
+                                 size_t chunk_bytes = kCheckpointChunkBytes);
 
 // DATA_LOSS naming the file and the problem (bad magic, unknown format,
 // truncated, checksum mismatch, unparsable), NOT_FOUND if it is missing.
+// The whole checkpoint in memory: ReadChunkedFile streams one into a sink.
 absl::StatusOr<v1::ShardCheckpoint> ReadCheckpointFile(FileSystem* fs,
                                                        const std::string& path);
+
+// The paths of the checkpoint files of `shard` in `dir`, newest first;
+// none if the directory cannot be listed.
+std::vector<std::string> CheckpointFiles(FileSystem* fs, const std::string& dir,
+                                         int shard);
 
 // The newest valid checkpoint of `shard` in `dir`; files that fail to read
 // are skipped and described in `skipped`. NOT_FOUND if there is none.
@@ -80,6 +91,9 @@ class Checkpointer {
   // Each checkpoint holds these tables' rows too (borrowed, may be null).
   // REQUIRES: no write in progress.
   void set_embeddings(const EmbeddingTables* tables) { tables_ = tables; }
+  // The chunk size of the files (tests make it tiny).
+  // REQUIRES: no write in progress.
+  void set_chunk_bytes(size_t bytes) { chunk_bytes_ = bytes; }
 
   // What was written so far.
   struct Record {
@@ -99,16 +113,17 @@ class Checkpointer {
   const int keep_;
   const absl::Duration every_;
   Clock* const clock_;
-  // The shard's state now: the model's slices (if declared) and every
-  // table's rows. FAILED_PRECONDITION if there is neither.
-  absl::StatusOr<v1::ShardCheckpoint> Take() const;
-  // Writes `snapshot` to `path` and keeps its record.
-  absl::Status WriteAndRecord(const std::string& path,
-                              const v1::ShardCheckpoint& snapshot)
+  // Gives `sink` the shard's state now, a slice or table at a time: the
+  // model's slices (if declared) and every table's rows.
+  // FAILED_PRECONDITION if there is neither.
+  absl::Status Take(int64_t unix_micros, CheckpointSink* sink) const;
+  // Writes the state now to `path` and keeps its record.
+  absl::Status WriteAndRecord(const std::string& path, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Timeline* timeline_ = nullptr;
   const EmbeddingTables* tables_ = nullptr;
+  size_t chunk_bytes_ = kCheckpointChunkBytes;
   mutable absl::Mutex mu_;
   absl::Time last_ ABSL_GUARDED_BY(mu_);
   Record record_ ABSL_GUARDED_BY(mu_);

@@ -340,7 +340,8 @@ absl::Status ReplicaMember::FollowOnce(const std::string& address,
   header = FrameHeader();
   header.op = FrameOp::kJoin;
   RETURN_IF_ERROR(WriteFrame(stream.get(), header, &join, {}, deadline));
-  // Ops as big as the shard (a snapshot: weights and two optimizer slots).
+  // Ops as big as a push or assign of the whole shard (a snapshot comes
+  // in bounded chunks); the bound is the old one, with room to spare.
   const uint64_t max_op_bytes =
       3 * static_cast<uint64_t>(sc.max_shard_bytes) + (64 << 20);
   Replication* r = server_->replication();

@@ -7,6 +7,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "proto/checkpoint.pb.h"
+#include "server/checkpoint_stream.h"
 #include "transport/frame.h"
 #include "transport/socket.h"
 
@@ -15,8 +16,8 @@ namespace {
 
 // An acknowledgement is a few bytes; anything bigger breaks the stream.
 constexpr uint64_t kMaxAckBytes = 4096;
-// A snapshot is the whole shard: its write and acknowledgement (the backup
-// restores it first) get at least this long.
+// Each op of a snapshot (a chunk, or the end, when the backup puts the
+// whole in place) gets at least this long to be written and acknowledged.
 constexpr absl::Duration kSnapshotTimeout = absl::Seconds(60);
 
 // Reads a backup's acknowledgement of op `seq`.
@@ -331,24 +332,54 @@ ShardStore::StepsAdvanced Replication::AdvanceSteps(
   return done;
 }
 
-absl::StatusOr<v1::ReplicaSnapshot> Replication::Snapshot() {
-  v1::ReplicaSnapshot snapshot;
-  snapshot.set_incarnation(store_->incarnation());
-  if (store_->declared()) {
-    ASSIGN_OR_RETURN(v1::ShardCheckpoint checkpoint,
-                     store_->Snapshot(/*pending=*/true));
-    checkpoint.set_unix_micros(absl::ToUnixMicros(clock_->Now()));
-    if (!checkpoint.SerializeToString(snapshot.mutable_checkpoint())) {
-      return absl::InternalError("cannot serialize the shard's snapshot");
-    }
-  }
+absl::StatusOr<uint64_t> Replication::SendSnapshot(Stream* stream,
+                                                   int64_t epoch) {
+  auto send = [&](v1::ReplicaOp* op) -> absl::Status {
+    op->set_seq(seq_);
+    op->set_epoch(epoch);
+    const absl::Time deadline =
+        absl::Now() + std::max(ack_timeout_, kSnapshotTimeout);
+    RETURN_IF_ERROR(WriteOp(stream, op, deadline));
+    return ReadAck(stream, seq_, deadline);
+  };
+  // The ledger and the weights are both read under the order lock: the
+  // snapshot holds each push's answer with its effect.
+  v1::ReplicaOp start;
+  v1::ReplicaSnapshot* begin = start.mutable_snapshot();
+  begin->set_incarnation(store_->incarnation());
   for (const PushLedger::Remembered& r : ledger_->Export()) {
-    v1::LedgerEntry* e = snapshot.add_ledger();
+    v1::LedgerEntry* e = begin->add_ledger();
     e->set_client_id(r.client_id);
     e->set_sequence(r.sequence);
     *e->mutable_answer() = r.answer;
   }
-  return snapshot;
+  RETURN_IF_ERROR(send(&start));
+  uint64_t index = 0;
+  ChunkEncoder encoder(
+      snapshot_chunk_bytes_, [&](std::string bytes, uint32_t crc) {
+        v1::ReplicaOp op;
+        v1::ReplicaSnapshotChunk* chunk = op.mutable_snapshot_chunk();
+        chunk->set_index(index++);
+        chunk->set_crc32(crc);
+        chunk->set_chunk(std::move(bytes));
+        return send(&op);
+      });
+  const int64_t now = absl::ToUnixMicros(clock_->Now());
+  if (store_->declared()) {
+    RETURN_IF_ERROR(store_->Snapshot(/*pending=*/true, now, &encoder));
+  } else {
+    v1::ShardCheckpoint head;  // No model yet: the head alone.
+    head.set_shard(store_->shard());
+    head.set_unix_micros(now);
+    RETURN_IF_ERROR(encoder.Head(head));
+  }
+  RETURN_IF_ERROR(encoder.Finish());
+  v1::ReplicaOp end;
+  end.mutable_snapshot_end()->set_chunks(encoder.chunks());
+  end.mutable_snapshot_end()->set_bytes(encoder.bytes());
+  end.mutable_snapshot_end()->set_crc32(encoder.crc());
+  RETURN_IF_ERROR(send(&end));
+  return encoder.bytes();
 }
 
 absl::Status Replication::ServeBackup(Stream* stream,
@@ -366,24 +397,56 @@ absl::Status Replication::ServeBackup(Stream* stream,
                        "; this primary's is ", epoch_));
     }
   }
-  v1::ReplicaOp op;
-  ASSIGN_OR_RETURN(*op.mutable_snapshot(), Snapshot());
-  op.set_seq(seq_);
-  op.set_epoch(join.epoch());
-  const absl::Time deadline =
-      absl::Now() + std::max(ack_timeout_, kSnapshotTimeout);
-  RETURN_IF_ERROR(WriteOp(stream, &op, deadline));
-  RETURN_IF_ERROR(ReadAck(stream, seq_, deadline));
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(const uint64_t bytes, SendSnapshot(stream, join.epoch()));
   backups_.push_back(Backup{stream, join.member()});
   Backup* backup = &backups_.back();
   LOG(INFO) << "shard " << store_->shard() << ": backup " << join.member()
-            << " joined at op " << seq_ << " ("
-            << op.snapshot().checkpoint().size() << " bytes of state)";
+            << " joined at op " << seq_ << " (" << bytes
+            << " bytes of state in " << absl::Now() - start << ")";
   NoteBackups();
   order_mu_.Await(absl::Condition(&backup->dropped));
   backups_.remove_if([backup](const Backup& b) { return &b == backup; });
   return absl::UnavailableError(
       absl::StrCat("backup ", join.member(), " left the stream"));
+}
+
+absl::StatusOr<bool> Replication::ApplySnapshot(v1::ReplicaOp* op) {
+  switch (op->op_case()) {
+    case v1::ReplicaOp::kSnapshot: {
+      const v1::ReplicaSnapshot& s = op->snapshot();
+      if (s.incarnation() != store_->incarnation()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("the primary's incarnation is ", s.incarnation(),
+                         ", this ", "backup's ", store_->incarnation()));
+      }
+      if (joining_ != nullptr) {
+        return absl::FailedPreconditionError("a second snapshot started");
+      }
+      joining_ = std::make_unique<SnapshotIn>(store_, s);
+      return false;
+    }
+    case v1::ReplicaOp::kSnapshotChunk:
+      if (joining_ == nullptr) {
+        return absl::FailedPreconditionError(
+            "a snapshot chunk before the snapshot's start");
+      }
+      RETURN_IF_ERROR(joining_->Chunk(op->snapshot_chunk()));
+      return false;
+    case v1::ReplicaOp::kSnapshotEnd: {
+      if (joining_ == nullptr) {
+        return absl::FailedPreconditionError(
+            "a snapshot's end before its start");
+      }
+      std::unique_ptr<SnapshotIn> in = std::move(joining_);
+      ASSIGN_OR_RETURN(std::vector<PushLedger::Remembered> remembered,
+                       in->End(op->snapshot_end()));
+      ledger_->Import(remembered);
+      return true;
+    }
+    default:
+      return absl::InternalError("not a snapshot op");
+  }
 }
 
 absl::Status Replication::Apply(v1::ReplicaOp* op) {
@@ -399,34 +462,28 @@ absl::Status Replication::Apply(v1::ReplicaOp* op) {
           absl::StrCat("an op of epoch ", op->epoch(), " where this backup ",
                        "follows epoch ", epoch_));
     }
-    const bool first = op->op_case() == v1::ReplicaOp::kSnapshot;
-    if (first != (role_ == Role::kJoining) ||
-        (!first && op->seq() != applied_ + 1)) {
+    const bool snapshot = op->op_case() == v1::ReplicaOp::kSnapshot ||
+                          op->op_case() == v1::ReplicaOp::kSnapshotChunk ||
+                          op->op_case() == v1::ReplicaOp::kSnapshotEnd;
+    if (snapshot != (role_ == Role::kJoining) ||
+        (!snapshot && op->seq() != applied_ + 1)) {
       return absl::FailedPreconditionError(
           absl::StrCat("op ", op->seq(), " out of order (applied: ", applied_,
                        ", ", RoleName(role_), ")"));
     }
   }
   switch (op->op_case()) {
-    case v1::ReplicaOp::kSnapshot: {
-      const v1::ReplicaSnapshot& s = op->snapshot();
-      if (s.incarnation() != store_->incarnation()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("the primary's incarnation is ", s.incarnation(),
-                         ", this ", "backup's ", store_->incarnation()));
+    case v1::ReplicaOp::kSnapshot:
+    case v1::ReplicaOp::kSnapshotChunk:
+    case v1::ReplicaOp::kSnapshotEnd: {
+      absl::StatusOr<bool> whole = ApplySnapshot(op);
+      if (!whole.ok()) joining_.reset();  // The member joins again afresh.
+      RETURN_IF_ERROR(whole.status());
+      if (!*whole) {
+        absl::MutexLock lock(&mu_);
+        bytes_ += static_cast<int64_t>(op->ByteSizeLong());
+        return absl::OkStatus();
       }
-      if (!s.checkpoint().empty()) {
-        v1::ShardCheckpoint checkpoint;
-        if (!checkpoint.ParseFromString(s.checkpoint())) {
-          return absl::DataLossError("the primary's snapshot does not parse");
-        }
-        RETURN_IF_ERROR(store_->Restore(checkpoint));
-      }
-      std::vector<PushLedger::Remembered> remembered;
-      for (const v1::LedgerEntry& e : s.ledger()) {
-        remembered.push_back({e.client_id(), e.sequence(), e.answer()});
-      }
-      ledger_->Import(remembered);
       break;
     }
     case v1::ReplicaOp::kPush: {

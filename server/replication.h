@@ -8,6 +8,9 @@
 // weights, optimizer state, versions, bsp steps and remembered push answers
 // (exactly-once survives a failover). A backup joins with a snapshot of the
 // primary's whole state, taken under the same lock, and then the stream.
+// The snapshot travels as bounded chunks (server/checkpoint_stream.h), each
+// acknowledged, between a start and an end that carries their checksum; the
+// backup serves none of it before the end checked out (SnapshotIn).
 //
 // The stream is data-plane frames (transport/frame.h): the backup's
 // connection opens with a hello and a kJoin; then the primary writes
@@ -26,6 +29,7 @@
 #include <cstdint>
 #include <functional>
 #include <list>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,7 +39,9 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "proto/asyncps.pb.h"
+#include "server/checkpoint_stream.h"
 #include "server/push_ledger.h"
+#include "server/replica_snapshot.h"
 #include "server/shard_store.h"
 #include "transport/stream.h"
 
@@ -123,6 +129,10 @@ class Replication {
 
   v1::ReplicaStats Stats() const;
 
+  // The chunk size of the snapshots this primary sends (tests make it
+  // tiny). REQUIRES: no backup being served.
+  void set_snapshot_chunk_bytes(size_t bytes) { snapshot_chunk_bytes_ = bytes; }
+
  private:
   struct Backup {
     Stream* stream;
@@ -137,8 +147,14 @@ class Replication {
   void NoteBackups() ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
   // UNAVAILABLE unless primary within its lease.
   absl::Status CheckPrimaryLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // The snapshot a joining backup starts from.
-  absl::StatusOr<v1::ReplicaSnapshot> Snapshot()
+  // Sends a joining backup the snapshot: its start (the ledger), the
+  // shard's chunks and its end, each op numbered `seq_` and acknowledged
+  // before the next. Returns the chunks' bytes.
+  absl::StatusOr<uint64_t> SendSnapshot(Stream* stream, int64_t epoch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
+  // Backup: applies one op of the snapshot (start, chunk, end); true once
+  // it is whole and in place.
+  absl::StatusOr<bool> ApplySnapshot(v1::ReplicaOp* op)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
 
   ShardStore* const store_;
@@ -147,11 +163,14 @@ class Replication {
   const PushPolicy base_policy_;
   const absl::Duration ack_timeout_;
   BackupsChanged backups_changed_;
+  size_t snapshot_chunk_bytes_ = kCheckpointChunkBytes;
 
   // Held while a change is applied and streamed: the one order.
   absl::Mutex order_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   uint64_t seq_ ABSL_GUARDED_BY(order_mu_) = 0;  // Primary: ops streamed.
   std::list<Backup> backups_ ABSL_GUARDED_BY(order_mu_);
+  // Backup: the snapshot coming in, between its start and end.
+  std::unique_ptr<SnapshotIn> joining_ ABSL_GUARDED_BY(order_mu_);
 
   mutable absl::Mutex mu_;
   std::string member_ ABSL_GUARDED_BY(mu_);

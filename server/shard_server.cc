@@ -13,6 +13,8 @@
 #include "common/status.h"
 #include "glog/logging.h"
 #include "rpc/grpc_credentials.h"
+#include "server/checkpoint_format.h"
+#include "server/checkpoint_restore.h"
 #include "transport/tls.h"
 
 namespace asyncps {
@@ -205,46 +207,40 @@ absl::Status ShardServer::Restore() {
         "--checkpoint_dir=", config_.checkpoint_dir,
         " is not a directory this shard can write to: ", writable.message()));
   }
-  std::vector<std::string> skipped;
-  absl::StatusOr<v1::ShardCheckpoint> newest;
+  // Each file streams into the store and tables, a slice at a time; they
+  // change only once a file checked out whole.
+  std::vector<std::string> paths;
   if (config_.restore_job.empty()) {
-    newest = LoadNewestCheckpoint(env_.fs, config_.checkpoint_dir,
-                                  config_.shard, &skipped);
+    paths = CheckpointFiles(env_.fs, config_.checkpoint_dir, config_.shard);
   } else {
     // A whole job restored to one consistent point: that file or nothing.
-    newest = ReadCheckpointFile(
-        env_.fs, JobCheckpointPath(config_.checkpoint_dir, config_.restore_job,
-                                   config_.shard));
-    if (!newest.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--restore_job=", config_.restore_job, ": ",
-                       newest.status().message()));
-    }
+    paths.push_back(JobCheckpointPath(config_.checkpoint_dir,
+                                      config_.restore_job, config_.shard));
   }
-  for (const std::string& why : skipped) {
-    LOG(WARNING) << "skipping checkpoint: " << why;
-  }
-  if (newest.ok()) {
-    // A checkpoint of tables alone has no model to restore.
-    if (newest->has_spec()) {
-      RETURN_IF_ERROR(
-          Annotate(store_.Restore(*newest),
-                   absl::StrCat("cannot restore the newest checkpoint in ",
-                                config_.checkpoint_dir)));
+  for (const std::string& path : paths) {
+    RestoreSink sink(&store_, &tables_);
+    absl::Status s = ReadChunkedFile(env_.fs, path, &sink);
+    if (s.ok()) {
+      LOG(INFO) << "restored model '" << sink.head().spec().name() << "' from "
+                << path << " (" << sink.slices() << " slices, " << sink.tables()
+                << " embedding tables, taken at "
+                << absl::FormatTime(
+                       absl::FromUnixMicros(sink.head().unix_micros()))
+                << ")";
+      break;
     }
-    RETURN_IF_ERROR(
-        Annotate(tables_.Restore(*newest),
-                 absl::StrCat("cannot restore the embedding tables of the "
-                              "newest checkpoint in ",
-                              config_.checkpoint_dir)));
-    LOG(INFO) << "restored model '" << newest->spec().name() << "' from "
-              << config_.checkpoint_dir << " (" << newest->slices_size()
-              << " slices, " << newest->embeddings_size()
-              << " embedding tables, taken at "
-              << absl::FormatTime(absl::FromUnixMicros(newest->unix_micros()))
-              << ")";
-  } else if (newest.status().code() != absl::StatusCode::kNotFound) {
-    return newest.status();
+    if (!config_.restore_job.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--restore_job=", config_.restore_job, ": ", s.message()));
+    }
+    // A file the model refuses (another model's) stops the start, as a
+    // damaged one does not: an older one would hide the mistake.
+    if (sink.refused()) {
+      return Annotate(s,
+                      absl::StrCat("cannot restore the newest checkpoint in ",
+                                   config_.checkpoint_dir));
+    }
+    LOG(WARNING) << "skipping checkpoint: " << s;
   }
   NewCheckpointer();
   return absl::OkStatus();

@@ -22,6 +22,7 @@
 #include "common/optimizer.h"
 #include "proto/asyncps.pb.h"
 #include "proto/checkpoint.pb.h"
+#include "server/checkpoint_stream.h"
 #include "server/shard_counters.h"
 #include "server/shard_model.h"
 #include "server/slice_state.h"
@@ -143,10 +144,26 @@ class ShardStore {
   // steps), for a checkpoint; with `pending`, also each slice's bsp step in
   // progress (a replica's snapshot). FAILED_PRECONDITION before Declare.
   absl::StatusOr<v1::ShardCheckpoint> Snapshot(bool pending = false) const;
+  // The same, given to `sink` piece by piece (server/checkpoint_stream.h):
+  // the head (spec, shard, `unix_micros`), then each slice, copied under its
+  // own lock one at a time, so a shard of any size costs one slice's copy.
+  // Does not call the sink's Finish; returns its first error.
+  absl::Status Snapshot(bool pending, int64_t unix_micros,
+                        CheckpointSink* sink) const;
   // Loads a checkpoint into an empty store: its spec is declared and every
   // slice's state restored. DATA_LOSS if it does not fit the model on this
   // shard; nothing changes on error.
   absl::Status Restore(const v1::ShardCheckpoint& checkpoint);
+  // The same, a slice at a time: StartRestore with the checkpoint's head
+  // (its spec and shard; FAILED_PRECONDITION if another shard's, the spec's
+  // own error if unusable), Load each slice into what it returns (the
+  // model, served by no one yet), then FinishRestore publishes it: DATA_LOSS
+  // if a slice of this shard did not come, FAILED_PRECONDITION if a model
+  // was declared meanwhile. Dropping the Restoring changes nothing.
+  class Restoring;
+  absl::StatusOr<std::unique_ptr<Restoring>> StartRestore(
+      const v1::ShardCheckpoint& head) const;
+  absl::Status FinishRestore(std::unique_ptr<Restoring> restoring);
 
   // Replaces weights (allreduce mode, or a restore), validated like a
   // push's gradients; each slice's version becomes the given one. With
@@ -216,6 +233,24 @@ class ShardStore {
   // bsp: slices with a step pending.
   mutable absl::Mutex pending_mu_;
   absl::flat_hash_set<int> pending_ ABSL_GUARDED_BY(pending_mu_);
+};
+
+// A restore in progress (ShardStore::StartRestore). Not thread-safe.
+class ShardStore::Restoring {
+ public:
+  // DATA_LOSS (nothing loaded) if `slice` is not on this shard, came
+  // before, or does not fit the model.
+  absl::Status Load(const v1::SliceCheckpoint& slice);
+
+ private:
+  friend class ShardStore;
+  explicit Restoring(std::shared_ptr<Model> model);
+
+  std::shared_ptr<Model> model_;
+  std::vector<bool> loaded_;
+  uint32_t count_ = 0;
+  // Slices with a bsp step in progress (a replica's snapshot).
+  std::vector<int> pending_;
 };
 
 }  // namespace asyncps

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "common/status_macros.h"
 #include "common/tensor_bytes.h"
 #include "common/wire_dtype.h"
 #include "server/shard_store.h"
@@ -13,45 +14,81 @@
 namespace asyncps {
 
 absl::StatusOr<v1::ShardCheckpoint> ShardStore::Snapshot(bool pending) const {
+  CheckpointCollector collected;
+  RETURN_IF_ERROR(Snapshot(pending, 0, &collected));
+  return std::move(collected.checkpoint());
+}
+
+absl::Status ShardStore::Snapshot(bool pending, int64_t unix_micros,
+                                  CheckpointSink* sink) const {
   std::shared_ptr<const Model> m = model();
   if (m == nullptr) {
     return absl::FailedPreconditionError("no model to checkpoint");
   }
-  v1::ShardCheckpoint c;
-  *c.mutable_spec() = m->model->spec();
-  c.set_shard(shard_);
+  v1::ShardCheckpoint head;
+  *head.mutable_spec() = m->model->spec();
+  head.set_shard(shard_);
+  head.set_unix_micros(unix_micros);
+  RETURN_IF_ERROR(sink->Head(head));
   for (int i : m->model->local_slices()) {
-    v1::SliceCheckpoint* out = c.add_slices();
-    out->set_slice(static_cast<uint32_t>(i));
-    m->slices[i]->Save(out, pending);
+    v1::SliceCheckpoint slice;
+    slice.set_slice(static_cast<uint32_t>(i));
+    m->slices[i]->Save(&slice, pending);
+    RETURN_IF_ERROR(sink->Slice(&slice));
   }
-  return c;
+  return absl::OkStatus();
 }
 
 absl::Status ShardStore::Restore(const v1::ShardCheckpoint& checkpoint) {
-  if (static_cast<int>(checkpoint.shard()) != shard_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("checkpoint is of shard ", checkpoint.shard(),
-                     ", this is shard ", shard_));
-  }
-  auto built = BuildModel(checkpoint.spec());
-  if (!built.ok()) return Annotate(built.status(), "checkpoint");
-  std::shared_ptr<Model> m = *std::move(built);
-  if (static_cast<uint32_t>(checkpoint.slices_size()) !=
-      m->model->num_slices()) {
-    return absl::DataLossError(absl::StrCat(
-        "checkpoint has ", checkpoint.slices_size(), " slices; the model puts ",
-        m->model->num_slices(), " here"));
-  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Restoring> restoring,
+                   StartRestore(checkpoint));
   for (const v1::SliceCheckpoint& sc : checkpoint.slices()) {
-    if (sc.slice() >= m->slices.size() || m->slices[sc.slice()] == nullptr) {
-      return absl::DataLossError(absl::StrCat(
-          "checkpoint has slice ", sc.slice(), " which is not on this shard"));
-    }
-    if (!m->slices[sc.slice()]->Load(sc)) {
-      return absl::DataLossError(absl::StrCat("checkpoint slice ", sc.slice(),
-                                              " does not fit the model"));
-    }
+    RETURN_IF_ERROR(restoring->Load(sc));
+  }
+  return FinishRestore(std::move(restoring));
+}
+
+ShardStore::Restoring::Restoring(std::shared_ptr<Model> model)
+    : model_(std::move(model)), loaded_(model_->slices.size(), false) {}
+
+absl::StatusOr<std::unique_ptr<ShardStore::Restoring>> ShardStore::StartRestore(
+    const v1::ShardCheckpoint& head) const {
+  if (static_cast<int>(head.shard()) != shard_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint is of shard ", head.shard(), ", this is shard ", shard_));
+  }
+  auto built = BuildModel(head.spec());
+  if (!built.ok()) return Annotate(built.status(), "checkpoint");
+  return std::unique_ptr<Restoring>(new Restoring(*std::move(built)));
+}
+
+absl::Status ShardStore::Restoring::Load(const v1::SliceCheckpoint& sc) {
+  if (sc.slice() >= model_->slices.size() ||
+      model_->slices[sc.slice()] == nullptr) {
+    return absl::DataLossError(absl::StrCat("checkpoint has slice ", sc.slice(),
+                                            " which is not on this shard"));
+  }
+  if (loaded_[sc.slice()]) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint has slice ", sc.slice(), " twice"));
+  }
+  if (!model_->slices[sc.slice()]->Load(sc)) {
+    return absl::DataLossError(absl::StrCat("checkpoint slice ", sc.slice(),
+                                            " does not fit the model"));
+  }
+  loaded_[sc.slice()] = true;
+  ++count_;
+  if (sc.step_ranks_size() > 0)
+    pending_.push_back(static_cast<int>(sc.slice()));
+  return absl::OkStatus();
+}
+
+absl::Status ShardStore::FinishRestore(std::unique_ptr<Restoring> restoring) {
+  std::shared_ptr<Model> m = std::move(restoring->model_);
+  if (restoring->count_ != m->model->num_slices()) {
+    return absl::DataLossError(absl::StrCat(
+        "checkpoint has ", restoring->count_, " slices; the model puts ",
+        m->model->num_slices(), " here"));
   }
   absl::MutexLock lock(&mu_);
   if (model_ != nullptr) {
@@ -61,9 +98,7 @@ absl::Status ShardStore::Restore(const v1::ShardCheckpoint& checkpoint) {
   {
     // A replica's snapshot may hold steps in progress.
     absl::MutexLock pending(&pending_mu_);
-    for (const v1::SliceCheckpoint& sc : checkpoint.slices()) {
-      if (sc.step_ranks_size() > 0) pending_.insert(sc.slice());
-    }
+    pending_.insert(restoring->pending_.begin(), restoring->pending_.end());
   }
   model_ = std::move(m);
   return absl::OkStatus();

@@ -82,8 +82,8 @@ std::vector<std::string*> PayloadFields(v1::ReplicaOp* m) {
     case v1::ReplicaOp::kAssign:
       AddSliceData(m->mutable_assign()->mutable_weights(), &out);
       break;
-    case v1::ReplicaOp::kSnapshot:
-      out.push_back(m->mutable_snapshot()->mutable_checkpoint());
+    case v1::ReplicaOp::kSnapshotChunk:
+      out.push_back(m->mutable_snapshot_chunk()->mutable_chunk());
       break;
     default:
       break;

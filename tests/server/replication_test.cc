@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -14,6 +15,8 @@
 #include "common/status_macros.h"
 #include "common/tensor_bytes.h"
 #include "gtest/gtest.h"
+#include "server/checkpoint_stream.h"
+#include "server/replica_snapshot.h"
 #include "tests/server/small_model.h"
 #include "transport/frame.h"
 
@@ -66,6 +69,18 @@ absl::Status FollowOne(Stream* stream, Replication* backup) {
   return WriteFrame(stream, answer, &ack, {}, deadline);
 }
 
+// The backup's side of a whole snapshot: every op until it is a backup.
+absl::Status FollowSnapshot(Stream* stream, Replication* backup,
+                            int* ops = nullptr) {
+  int n = 0;
+  while (backup->role() == Replication::Role::kJoining) {
+    RETURN_IF_ERROR(FollowOne(stream, backup));
+    ++n;
+  }
+  if (ops != nullptr) *ops = n;
+  return absl::OkStatus();
+}
+
 std::vector<float> Weights(ShardStore* store) {
   v1::PullRequest pull;
   *pull.add_slices() = testing::SmallModelKey();
@@ -113,7 +128,7 @@ TEST(Replication, ABackupJoiningBeforeAnAnswerIsRecordedKnowsThePush) {
     EXPECT_FALSE(s.ok());  // It ends when the primary is fenced below.
   });
   backup.replication.BecomeBackup(1, "p");
-  ASSERT_TRUE(FollowOne(streams.b.get(), &backup.replication).ok());
+  ASSERT_TRUE(FollowSnapshot(streams.b.get(), &backup.replication).ok());
   primary.ledger.Finish(push, absl::OkStatus(), answer);
 
   // The backup holds the push's effect...
@@ -126,6 +141,148 @@ TEST(Replication, ABackupJoiningBeforeAnAnswerIsRecordedKnowsThePush) {
 
   primary.replication.Fence("test over");
   serve.join();
+}
+
+// A snapshot in 1 KiB chunks: many ops, each slice cut over several, and the
+// backup ends with exactly the primary's state, then follows its stream.
+TEST(Replication, ASnapshotInManySmallChunksIsThePrimarysWholeState) {
+  Member primary("p"), backup("b");
+  primary.replication.set_snapshot_chunk_bytes(1024);
+  primary.replication.BecomePrimary(1, absl::InfiniteFuture());
+  v1::DeclareModelRequest declare;
+  *declare.mutable_spec() = testing::ChunkyModel();
+  ASSERT_TRUE(primary.replication.Declare(declare).ok());
+  v1::PushResponse answer;
+  for (float g : {1.0f, -0.5f}) {
+    ASSERT_TRUE(primary.replication
+                    .Push(testing::ChunkyModelPush(g), PushPolicy(), &answer)
+                    .ok());
+  }
+
+  StreamPair streams;
+  v1::ReplicaJoin join;
+  join.set_epoch(1);
+  join.set_member("b");
+  std::thread serve([&] {
+    EXPECT_FALSE(primary.replication.ServeBackup(streams.a.get(), join).ok());
+  });
+  backup.replication.BecomeBackup(1, "p");
+  int ops = 0;
+  ASSERT_TRUE(FollowSnapshot(streams.b.get(), &backup.replication, &ops).ok());
+  EXPECT_GT(ops, 30);  // A start, 36 KiB in 1 KiB chunks, an end.
+  EXPECT_EQ(backup.store.Snapshot(true)->SerializeAsString(),
+            primary.store.Snapshot(true)->SerializeAsString());
+
+  // The stream goes on from the snapshot.
+  std::thread push([&] {
+    v1::PushResponse r;
+    EXPECT_TRUE(primary.replication
+                    .Push(testing::ChunkyModelPush(0.25f), PushPolicy(), &r)
+                    .ok());
+  });
+  ASSERT_TRUE(FollowOne(streams.b.get(), &backup.replication).ok());
+  push.join();
+  EXPECT_EQ(backup.store.Snapshot(true)->SerializeAsString(),
+            primary.store.Snapshot(true)->SerializeAsString());
+
+  primary.replication.Fence("test over");
+  serve.join();
+}
+
+// The chunks of `store`'s snapshot, and the end that counts them.
+std::vector<v1::ReplicaSnapshotChunk> Chunks(const ShardStore& store,
+                                             v1::ReplicaSnapshotEnd* end) {
+  std::vector<v1::ReplicaSnapshotChunk> chunks;
+  ChunkEncoder encoder(1024, [&](std::string bytes, uint32_t crc) {
+    v1::ReplicaSnapshotChunk c;
+    c.set_index(chunks.size());
+    c.set_crc32(crc);
+    c.set_chunk(std::move(bytes));
+    chunks.push_back(std::move(c));
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(store.Snapshot(true, 0, &encoder).ok());
+  end->set_chunks(encoder.chunks());
+  end->set_bytes(encoder.bytes());
+  end->set_crc32(encoder.crc());
+  return chunks;
+}
+
+// A backup takes nothing of a snapshot that is not whole and intact: a
+// damaged chunk, one out of order, a bad whole checksum, a missing chunk.
+TEST(Replication, ABackupAppliesNoDamagedOrPartialSnapshot) {
+  ShardStore primary(0, 1, 64 << 20);
+  ASSERT_TRUE(primary.Declare(testing::ChunkyModel()).ok());
+  v1::PushResponse answer;
+  ASSERT_TRUE(primary.Push(testing::ChunkyModelPush(1.0f), &answer).ok());
+  v1::ReplicaSnapshotEnd end;
+  const std::vector<v1::ReplicaSnapshotChunk> chunks = Chunks(primary, &end);
+  ASSERT_GT(chunks.size(), 30u);
+  v1::ReplicaSnapshot begin;
+  v1::LedgerEntry* entry = begin.add_ledger();
+  entry->set_client_id(5);
+  entry->set_sequence(6);
+
+  // Feeds every chunk (`damage` may change one) and the end.
+  auto feed =
+      [&](ShardStore* store, const v1::ReplicaSnapshotEnd& last,
+          const std::function<void(size_t, v1::ReplicaSnapshotChunk*)>& damage)
+      -> absl::Status {
+    SnapshotIn in(store, begin);
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      v1::ReplicaSnapshotChunk c = chunks[i];
+      damage(i, &c);
+      if (c.index() == UINT64_MAX) continue;  // Dropped.
+      RETURN_IF_ERROR(in.Chunk(c));
+    }
+    return in.End(last).status();
+  };
+  auto none = [](size_t, v1::ReplicaSnapshotChunk*) {};
+  {
+    ShardStore store(0, 1, 64 << 20);
+    absl::Status s = feed(&store, end, [](size_t i, auto* c) {
+      if (i == 9) (*c->mutable_chunk())[5] ^= 1;
+    });
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(s.message().find("chunk 9: checksum mismatch"),
+              absl::string_view::npos)
+        << s;
+    EXPECT_FALSE(store.declared());
+  }
+  {
+    ShardStore store(0, 1, 64 << 20);
+    absl::Status s = feed(&store, end, [](size_t i, auto* c) {
+      if (i == 4) c->set_index(UINT64_MAX);
+    });
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(s.message().find("chunk 5 where 4 was due"),
+              absl::string_view::npos)
+        << s;
+    EXPECT_FALSE(store.declared());
+  }
+  {
+    ShardStore store(0, 1, 64 << 20);
+    v1::ReplicaSnapshotEnd bad = end;
+    bad.set_crc32(end.crc32() ^ 1);
+    absl::Status s = feed(&store, bad, none);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(s.message().find("whole checksum"), absl::string_view::npos);
+    EXPECT_FALSE(store.declared());
+    bad = end;
+    bad.set_chunks(end.chunks() + 1);
+    EXPECT_EQ(feed(&store, bad, none).code(), absl::StatusCode::kDataLoss);
+    EXPECT_FALSE(store.declared());
+  }
+  ShardStore store(0, 1, 64 << 20);
+  SnapshotIn in(&store, begin);
+  for (const auto& c : chunks) ASSERT_TRUE(in.Chunk(c).ok());
+  EXPECT_FALSE(store.declared());  // Not before the end.
+  auto ledger = in.End(end);
+  ASSERT_TRUE(ledger.ok()) << ledger.status();
+  ASSERT_EQ(ledger->size(), 1u);
+  EXPECT_EQ((*ledger)[0].sequence, 6u);
+  EXPECT_EQ(store.Snapshot(true)->SerializeAsString(),
+            primary.Snapshot(true)->SerializeAsString());
 }
 
 }  // namespace
