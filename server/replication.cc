@@ -334,13 +334,16 @@ ShardStore::StepsAdvanced Replication::AdvanceSteps(
 
 absl::StatusOr<uint64_t> Replication::SendSnapshot(Stream* stream,
                                                    int64_t epoch) {
+  // Every op of the snapshot carries the op the stream goes on from (a
+  // local: the lambda is not seen to run under order_mu_).
+  const uint64_t seq = seq_;
   auto send = [&](v1::ReplicaOp* op) -> absl::Status {
-    op->set_seq(seq_);
+    op->set_seq(seq);
     op->set_epoch(epoch);
     const absl::Time deadline =
         absl::Now() + std::max(ack_timeout_, kSnapshotTimeout);
     RETURN_IF_ERROR(WriteOp(stream, op, deadline));
-    return ReadAck(stream, seq_, deadline);
+    return ReadAck(stream, seq, deadline);
   };
   // The ledger and the weights are both read under the order lock: the
   // snapshot holds each push's answer with its effect.
