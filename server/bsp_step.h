@@ -7,12 +7,18 @@
 #define ASYNCPS_SERVER_BSP_STEP_H_
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/time/time.h"
 
 namespace asyncps {
+
+// The quorum of a shard that does not know how many ranks the job has (it
+// restarted, and no worker has registered again yet): no step goes by
+// count.
+inline constexpr int kUnknownQuorum = std::numeric_limits<int>::max();
 
 // True if a step with pushes from `ranks` (the first at `first`) may be
 // applied now: it has any, and `quorum` of them or its first came

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "glog/logging.h"
+#include "server/bsp_step.h"
 
 namespace asyncps {
 
@@ -73,8 +74,17 @@ bool Consistency::Joining() const {
 int Consistency::Quorum(int live) const {
   // Until every worker the job expects has registered once, a step waits
   // for all of them (as Horovod's first collective does); afterwards for
-  // the live ones.
-  const int members = Joining() ? membership_->Expected() : live;
+  // the live ones and, for --worker_timeout after this shard (re)started or
+  // was promoted, those it has not heard from since (Membership::Presumed):
+  // without them a step would go with the first rank back, whole, and drop
+  // the others' gradients as late. While the job's size is unknown in that
+  // window, no step goes by count (a deadline or the window's end moves it).
+  int members = membership_->Expected();
+  if (!Joining()) {
+    const int presumed = membership_->Presumed();
+    if (presumed < 0) return kUnknownQuorum;
+    members = live + presumed;
+  }
   return std::max(1, members - config_.backup_workers);
 }
 

@@ -15,8 +15,8 @@ Membership::Membership(Clock* clock, absl::Duration worker_timeout,
       worker_timeout_(worker_timeout),
       resume_(resume),
       job_workers_(job_workers),
-      started_(clock->Now()),
       rejoin_grace_(rejoin_grace),
+      started_(clock->Now()),
       expected_(job_workers) {}
 
 bool Membership::Live(const Worker& w, absl::Time now) const {
@@ -248,6 +248,26 @@ int Membership::LiveCount() const {
   int n = 0;
   for (const auto& [rank, w] : workers_) n += Live(w, now);
   return n;
+}
+
+int Membership::Presumed() const {
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  if (now - started_ >= worker_timeout_) return 0;
+  if (expected_ <= 0) return -1;
+  int n = 0;
+  for (int rank = 0; rank < expected_; ++rank) {
+    const auto it = workers_.find(rank);
+    n += it == workers_.end() ||
+         (!Live(it->second, now) && it->second.last_heard < started_);
+  }
+  return n;
+}
+
+void Membership::Restarted() {
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  started_ = now;
 }
 
 int64_t Membership::MinLiveClock() const {

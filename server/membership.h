@@ -83,6 +83,17 @@ class Membership {
   // none is live).
   int LiveCount() const;
   int64_t MinLiveClock() const;
+  // Ranks presumed in the job though not live here: a shard that (re)started
+  // or was promoted to primary does not know who is there until heartbeats
+  // register the ranks, so for --worker_timeout after it each rank of the
+  // job (in [0, Expected())) that is not live and has not been heard from
+  // since is counted, and none after. -1 within that window while the
+  // job's size is unknown (no worker has registered): any number may be
+  // there. A bsp step's quorum is the live ranks plus these.
+  int Presumed() const;
+  // Starts that window again now: a backup promoted to primary (the job's
+  // workers registered with the old primary), also for rejoin_grace.
+  void Restarted();
   // Highest clock any worker, live or not, has reported.
   int64_t MaxClock() const;
   // Workers the job expects (the num_workers its workers registered with) and
@@ -132,10 +143,11 @@ class Membership {
   const absl::Duration worker_timeout_;
   const Resume resume_;
   const int job_workers_;
-  const absl::Time started_;
   const absl::Duration rejoin_grace_;
 
   mutable absl::Mutex mu_;
+  // This object's creation, or the last Restarted().
+  absl::Time started_ ABSL_GUARDED_BY(mu_);
   std::map<int, Worker> workers_ ABSL_GUARDED_BY(mu_);
   int64_t next_incarnation_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t max_gap_ ABSL_GUARDED_BY(mu_) = 0;

@@ -261,6 +261,7 @@ bool ReplicaMember::Round() {
     Fence(absl::StrCat("cannot record its epoch: ", s.message()));
     return false;
   }
+  server_->BecomingPrimary();
   r->BecomePrimary(*won, lease_deadline_);
   coordinator_->Put(Key("members/" + member_), "primary", lease_).IgnoreError();
   LOG(WARNING) << "shard " << shard_ << ": member " << member_

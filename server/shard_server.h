@@ -139,6 +139,10 @@ class ShardServer {
   ShardStore& store() { return store_; }
   // The member's replication (null unless config.replicated).
   Replication* replication() { return replication_.get(); }
+  // Called by a member about to become its group's primary: the job's
+  // workers registered with the old one, so until their heartbeats register
+  // them here, they are presumed live (Membership::Restarted).
+  void BecomingPrimary() { membership_.Restarted(); }
   const ShardServerConfig& config() const { return config_; }
 
  private:

@@ -1,6 +1,7 @@
 #include "server/slice_state.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -37,11 +38,14 @@ absl::Status SliceState::CheckPush(int64_t version, bool bsp, int64_t clock,
       std::find(step_ranks_.begin(), step_ranks_.end(), rank) ==
           step_ranks_.end()) {
     if (CompletesPendingLocked(rank, quorum)) return absl::OkStatus();
-    return absl::UnavailableError(
-        absl::StrCat("bsp step ", clock, " for slice ", name,
-                     " pushed while step ", applied_step_ + 1, " waits for ",
-                     quorum - static_cast<int>(step_ranks_.size()) - 1,
-                     " more rank(s); ask again"));
+    const std::string waits =
+        quorum == kUnknownQuorum
+            ? std::string("ranks this restarted shard has not heard from")
+            : absl::StrCat(quorum - static_cast<int>(step_ranks_.size()) - 1,
+                           " more rank(s)");
+    return absl::UnavailableError(absl::StrCat(
+        "bsp step ", clock, " for slice ", name, " pushed while step ",
+        applied_step_ + 1, " waits for ", waits, "; ask again"));
   }
   if (bsp && clock > applied_step_ + 1 && !steps_unknown_) {
     return absl::FailedPreconditionError(absl::StrCat(

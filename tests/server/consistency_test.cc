@@ -403,7 +403,8 @@ TEST(ConsistencyConfig, NegativeValuesAreRefusedByName) {
 
 // A shard that restarts after a worker finished and left never sees it
 // register: once the job is past its start (a worker reports step 2, which
-// only the whole job could reach) steps go on with the live workers.
+// only the whole job could reach) and --worker_timeout has passed since the
+// restart without a word from it, steps go on with the live workers.
 TEST_F(ConsistencyTest, BspRestartedShardDoesNotWaitForAWorkerThatLeft) {
   ConsistencyConfig config;
   config.mode = Mode::kBsp;
@@ -416,9 +417,70 @@ TEST_F(ConsistencyTest, BspRestartedShardDoesNotWaitForAWorkerThatLeft) {
   consistency_->Tick();  // Catches up with step 39.
   ASSERT_TRUE(Push(0, 40, 1.0f).ok());
   Pulled p;
-  Pull(&p, 0, 40);
+  Pull(&p, 0, 40, absl::Seconds(60));
+  EXPECT_FALSE(p.answer.has_value()) << "rank 1 may be there still";
+  clock_.Advance(absl::Seconds(4));
+  membership_.Touch(0, 40);
+  consistency_->Tick();
+  EXPECT_FALSE(p.answer.has_value());
+  clock_.Advance(absl::Seconds(1.5));  // --worker_timeout since the restart.
+  consistency_->Tick();
   ASSERT_TRUE(p.answer.has_value()) << "waits for rank 1, which left";
   EXPECT_TRUE(p.answer->ok());
+  EXPECT_EQ(p.Weight(), 9.0f);  // Rank 0's gradient, the step's only one.
+}
+
+// Regression (issue #38, found by tools/history_check.sh): a bsp shard that
+// restarted went on with the ranks it had heard from since, so a step
+// completed with rank 0's gradient alone (applied whole) and rank 1's,
+// which came a moment later, was dropped as late. A rank of the job not
+// heard from since the restart is presumed there for --worker_timeout.
+TEST_F(ConsistencyTest, BspRestartedShardWaitsForEveryRankOfTheJob) {
+  ConsistencyConfig config;
+  config.mode = Mode::kBsp;
+  Start(config, 0);
+  for (int rank = 0; rank < 2; ++rank) {
+    v1::RegisterRequest again;
+    again.set_rank(rank);
+    again.set_num_workers(2);
+    again.set_clock(40);
+    if (rank == 0) {
+      ASSERT_TRUE(membership_.Register(again).ok());
+      consistency_->Tick();  // Catches up with step 39.
+      ASSERT_TRUE(Push(0, 40, 1.0f).ok());
+      continue;
+    }
+    clock_.Advance(absl::Seconds(1));
+    ASSERT_TRUE(membership_.Register(again).ok());
+  }
+  Pulled p;
+  Pull(&p, 0, 40, absl::Seconds(60));
+  consistency_->Tick();
+  EXPECT_FALSE(p.answer.has_value()) << "the step went without rank 1";
+  ASSERT_TRUE(Push(1, 40, 3.0f).ok());
+  ASSERT_TRUE(p.answer.has_value());
+  EXPECT_TRUE(p.answer->ok());
+  EXPECT_EQ(p.Weight(), 8.0f);  // 10 - (1 + 3) / 2.
+}
+
+// A restarted shard that knows neither the job's size nor any rank yet (a
+// worker's push reached it before any heartbeat registered one) completes
+// no step by count until a registration says the size or --worker_timeout
+// passes.
+TEST_F(ConsistencyTest, BspRestartedShardOfUnknownSizeCompletesNoStepByCount) {
+  ConsistencyConfig config;
+  config.mode = Mode::kBsp;
+  Start(config, 0);
+  ASSERT_TRUE(Push(0, 1, 1.0f).ok());
+  Pulled p;
+  Pull(&p, 0, 1, absl::Seconds(60));
+  consistency_->Tick();
+  EXPECT_FALSE(p.answer.has_value());
+  clock_.Advance(absl::Seconds(5.5));
+  consistency_->Tick();
+  ASSERT_TRUE(p.answer.has_value());
+  EXPECT_TRUE(p.answer->ok());
+  EXPECT_EQ(p.Weight(), 9.0f);
 }
 
 // Regression (issue #21, tools/chaos.sh --mode bsp --seed 7): a bsp shard

@@ -271,5 +271,40 @@ TEST(Membership, AFixedJobSizeBoundsWhatRegistrationsCanDo) {
   EXPECT_EQ(m.Expected(), 2);
 }
 
+// A restarted shard, or a backup promoted to primary, does not know who is
+// in the job until heartbeats register the ranks: each rank of the job it
+// has not heard from since is presumed there for --worker_timeout (so a
+// bsp step does not complete without it), and none is presumed after.
+TEST(Membership, RanksNotHeardSinceARestartArePresumedForTheWorkerTimeout) {
+  ManualClock clock;
+  Membership m(&clock, absl::Seconds(5));
+  EXPECT_EQ(m.Presumed(), -1);  // The job's size is not known yet.
+  ASSERT_TRUE(m.Register(Join(0, 3)).ok());
+  EXPECT_EQ(m.LiveCount(), 1);
+  EXPECT_EQ(m.Presumed(), 2);  // Ranks 1 and 2.
+  clock.Advance(absl::Seconds(2));
+  ASSERT_TRUE(m.Register(Join(2, 3)).ok());
+  EXPECT_EQ(m.Presumed(), 1);
+  clock.Advance(absl::Seconds(3.5));
+  EXPECT_EQ(m.Presumed(), 0);   // The window is over: rank 1 is not there.
+  EXPECT_EQ(m.LiveCount(), 1);  // Rank 0 fell silent meanwhile.
+
+  // Promoted: rank 2 was heard before, rank 0 not for a while; neither is
+  // counted twice (rank 2 is live) nor forgotten (rank 0 is presumed).
+  m.Restarted();
+  EXPECT_EQ(m.LiveCount(), 1);
+  EXPECT_EQ(m.Presumed(), 2);  // Ranks 0 and 1.
+  m.Touch(0, 7);
+  EXPECT_EQ(m.LiveCount(), 2);
+  EXPECT_EQ(m.Presumed(), 1);
+  clock.Advance(absl::Seconds(5.5));
+  EXPECT_EQ(m.Presumed(), 0);
+
+  // A job of known size (--num_workers) is presumed from the start.
+  Membership fixed(&clock, absl::Seconds(5), Membership::Resume::kJobFront,
+                   /*job_workers=*/4);
+  EXPECT_EQ(fixed.Presumed(), 4);
+}
+
 }  // namespace
 }  // namespace asyncps
