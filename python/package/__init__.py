@@ -18,6 +18,12 @@ worker, past retry_for), PermissionError (refused identity or token),
 RuntimeError (anything else: the message is
 the server's). A refused call changes no weight.
 
+bsp and a shard restart: a pull that follows this rank's push of a step
+may raise RuntimeError("ABORTED: ... push step N's gradient again, then
+pull") when a shard lost that gradient; push the same gradient again and
+pull. push_pull (and asyncps.torch.DistributedOptimizer) do that
+themselves, so prefer them in bsp.
+
 asyncps.torch.DistributedOptimizer turns a PyTorch training loop into an
 asyncps worker; `python3 -m asyncps.run` starts shards and workers.
 """
