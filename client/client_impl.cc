@@ -166,6 +166,18 @@ absl::Status Client::Impl::Pull(const TensorSet& set,
     s = ps_->PushNoGradient(indices, rank(), step);
     if (s.ok()) s = any_incarnation();
   }
+  // A gradient it sent in the implicit step goes again from the copy kept
+  // (the explicit form's caller sends it: CallOptions::again). A few
+  // times: a shard may restart again.
+  for (int again = 0; again < 3 && mode_ == Mode::kBsp && options.step < 0 &&
+                      s.code() == absl::StatusCode::kAborted;
+       ++again) {
+    absl::Status pushed = PushKeptAgain(indices, step);
+    if (absl::IsNotFound(pushed)) break;
+    LOG(WARNING) << "step " << step << ": " << s.message()
+                 << "; pushed the step's gradient again";
+    s = pushed.ok() ? any_incarnation() : pushed;
+  }
   RETURN_IF_ERROR(s);
   if (options.into == nullptr) KeepVersions(indices, own);
   return absl::OkStatus();
@@ -200,6 +212,9 @@ absl::Status Client::Impl::Push(
   TensorOptimizers per_tensor;
   RETURN_IF_ERROR(Optimizers(names, indices, options, &specs, &per_tensor));
   MarkPushed(indices, step);
+  if (mode_ == Mode::kBsp && options.step < 0 && !options.again) {
+    KeepPush(indices, views, from, specs, step);
+  }
   PushStats r;
   RETURN_IF_ERROR(ps_->Push(indices, views, from, rank(), step, &r,
                             specs.empty() ? nullptr : &per_tensor,
@@ -303,6 +318,61 @@ absl::Status Client::Impl::PushNoGradient(const TensorSet& set) {
   const int64_t step = clock() + 1;
   MarkPushed(set.indices_, step);
   return ps_->PushNoGradient(set.indices_, rank(), step);
+}
+
+void Client::Impl::KeepPush(const std::vector<int>& indices,
+                            const ConstTensorViews& views,
+                            const std::vector<SliceVersion>& from,
+                            const std::vector<v1::OptimizerSpec>& specs,
+                            int64_t step) {
+  KeptPush kept;
+  kept.indices = indices;
+  for (int t : indices) {
+    kept.grads.emplace_back(views[t].begin(), views[t].end());
+  }
+  kept.from = from;
+  kept.specs = specs;
+  absl::MutexLock lock(&kept_mu_);
+  if (step != kept_step_) {
+    kept_step_ = step;
+    kept_.clear();
+  }
+  kept_.push_back(std::move(kept));
+}
+
+absl::Status Client::Impl::PushKeptAgain(const std::vector<int>& indices,
+                                         int64_t step) {
+  std::vector<KeptPush> again;  // Copies: no lock held on the network.
+  {
+    absl::MutexLock lock(&kept_mu_);
+    if (step == kept_step_) {
+      for (const KeptPush& k : kept_) {
+        if (std::find_first_of(k.indices.begin(), k.indices.end(),
+                               indices.begin(),
+                               indices.end()) != k.indices.end()) {
+          again.push_back(k);
+        }
+      }
+    }
+  }
+  if (again.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("no gradient of step ", step, " kept for these tensors"));
+  }
+  for (const KeptPush& k : again) {
+    ConstTensorViews views(NumTensors());
+    TensorOptimizers per_tensor;
+    if (!k.specs.empty()) per_tensor.assign(NumTensors(), nullptr);
+    for (size_t i = 0; i < k.indices.size(); ++i) {
+      views[k.indices[i]] = k.grads[i];
+      if (!k.specs.empty()) per_tensor[k.indices[i]] = &k.specs[i];
+    }
+    PushStats r;
+    RETURN_IF_ERROR(ps_->Push(k.indices, views, k.from, rank(), step, &r,
+                              k.specs.empty() ? nullptr : &per_tensor,
+                              /*again=*/true));
+  }
+  return absl::OkStatus();
 }
 
 void Client::Impl::MarkPushed(const std::vector<int>& indices, int64_t step) {

@@ -198,6 +198,19 @@ class Client::Impl {
       ABSL_LOCKS_EXCLUDED(step_mu_);
   // The failure of the last EndStep's pushes, returned once.
   absl::Status TakeStepError() ABSL_LOCKS_EXCLUDED(step_mu_);
+  // bsp, the implicit step: keeps a copy of a push's gradients (with the
+  // versions and hyper-parameters it went with) until a push of a later
+  // step, so that a pull of the step answered ABORTED (a shard lost them
+  // with a restart) sends them again (PushKeptAgain) as the caller could
+  // not: EndStep has moved the clock by then.
+  void KeepPush(const std::vector<int>& indices, const ConstTensorViews& views,
+                const std::vector<SliceVersion>& from,
+                const std::vector<v1::OptimizerSpec>& specs, int64_t step)
+      ABSL_LOCKS_EXCLUDED(kept_mu_);
+  // Pushes again, as they went, the kept pushes of `step` that touch
+  // `indices`. NOT_FOUND if none is kept.
+  absl::Status PushKeptAgain(const std::vector<int>& indices, int64_t step)
+      ABSL_LOCKS_EXCLUDED(kept_mu_);
 
   // Keeps what a pull of `indices` brought.
   void KeepVersions(const std::vector<int>& indices,
@@ -215,6 +228,17 @@ class Client::Impl {
   int64_t pushed_step_ ABSL_GUARDED_BY(step_mu_) = -1;
   std::vector<bool> pushed_ ABSL_GUARDED_BY(step_mu_);
   absl::Status step_error_ ABSL_GUARDED_BY(step_mu_);
+
+  // bsp: this step's pushes, as KeepPush keeps them.
+  struct KeptPush {
+    std::vector<int> indices;
+    std::vector<std::vector<float>> grads;  // Per index.
+    std::vector<SliceVersion> from;
+    std::vector<v1::OptimizerSpec> specs;  // Per index, or none.
+  };
+  absl::Mutex kept_mu_;
+  int64_t kept_step_ ABSL_GUARDED_BY(kept_mu_) = -1;
+  std::vector<KeptPush> kept_ ABSL_GUARDED_BY(kept_mu_);
 
   mutable absl::Mutex mu_;
   v1::ModelSpec model_ ABSL_GUARDED_BY(mu_);

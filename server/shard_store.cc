@@ -299,7 +299,13 @@ int ShardStore::FastForwardTo(int64_t step, bool discard_pending) {
   if (m == nullptr) return 0;
   int moved = 0;
   for (int i : m->model->local_slices()) {
-    moved += m->slices[i]->FastForward(step, discard_pending);
+    SliceOutcome applied;
+    moved += m->slices[i]->FastForward(m->model->spec().optimizer(), step,
+                                       discard_pending, &applied);
+    if (applied.step_applied) {
+      counters_.Count(applied, /*bsp=*/true);
+      NotPending(i);
+    }
   }
   return moved;
 }

@@ -96,9 +96,10 @@ class ShardStore {
                            absl::Duration deadline, absl::Time now);
   // bsp: the job has completed step `step` (a worker said so): every slice
   // behind it (restored from an older checkpoint) counts it as applied,
-  // but one with gradients of its next step in (SliceState::FastForward),
+  // but one with gradients of that step in (SliceState::FastForward),
   // unless `discard_pending` (a push stamped with an earlier incarnation
-  // says the job completed it). Returns the slices moved.
+  // says the job completed it); a pending step it passes is applied short
+  // with the gradients it has. Returns the slices moved.
   int FastForwardTo(int64_t step, bool discard_pending = false);
   // bsp: true if some slice of `slices` waits for step `clock` without
   // `rank`'s gradient for it.

@@ -92,7 +92,7 @@ SliceOutcome SliceState::AddToStep(const v1::OptimizerSpec& optimizer, int rank,
   if (steps_unknown_) {
     // The first step pushed after a restore is the one the job is on.
     step_ranks_.clear();
-    FastForwardLocked(clock - 1);
+    FastForwardLocked(clock - 1, /*discard_pending=*/false, nullptr, nullptr);
     steps_unknown_ = false;
   }
   SliceOutcome out;
@@ -185,9 +185,10 @@ void SliceState::ApplyStep(const v1::OptimizerSpec& optimizer, int live_workers,
   outcome->step_short = static_cast<int>(n) < live_workers;
 }
 
-bool SliceState::FastForward(int64_t step, bool discard_pending) {
+bool SliceState::FastForward(const v1::OptimizerSpec& optimizer, int64_t step,
+                             bool discard_pending, SliceOutcome* applied) {
   absl::MutexLock lock(&mu_);
-  return FastForwardLocked(step, discard_pending);
+  return FastForwardLocked(step, discard_pending, &optimizer, applied);
 }
 
 bool SliceState::CompletesPendingLocked(int rank, int quorum) const {
@@ -197,23 +198,26 @@ bool SliceState::CompletesPendingLocked(int rank, int quorum) const {
          static_cast<int>(step_ranks_.size()) + 1 >= quorum;
 }
 
-bool SliceState::FastForwardLocked(int64_t step, bool discard_pending) {
+bool SliceState::FastForwardLocked(int64_t step, bool discard_pending,
+                                   const v1::OptimizerSpec* optimizer,
+                                   SliceOutcome* applied) {
   // `step` is a step the job completed (a rank reported step + 1). The
   // pending step may be that very step and still legitimately wait: a rank
   // that did not pull this slice went on, and a slower rank's gradient is
   // on its way. So it is kept, and completes as steps do (quorum, deadline,
-  // healing): no gradient sent is lost. A pending step before it is stale:
-  // every rank had sent its share of it (EndStep's no-gradient marks come
-  // before the next step's pushes) before any rank could complete `step`,
-  // so what is missing was lost with a restarted shard, and nobody will
-  // send it again.
+  // healing). A pending step before it is stale: every rank had sent its
+  // share of it (EndStep's no-gradient marks come before the next step's
+  // pushes) before any rank could complete `step`, so what is missing was
+  // lost with a restarted shard (or its rank went on without it), and
+  // nobody will send it again. Its gradients were acknowledged: it is
+  // applied with them, short, never dropped.
   if (applied_step_ >= step) return false;
   if (!step_ranks_.empty()) {
     if (!discard_pending && applied_step_ + 1 >= step) return false;
-    step_ranks_.clear();
-    step_absent_.clear();
+    ApplyStep(*optimizer, /*live_workers=*/0, applied);
+    applied->step_short = true;
   }
-  applied_step_ = step;
+  applied_step_ = std::max(applied_step_, step);
   return true;
 }
 

@@ -87,14 +87,18 @@ class SliceState {
                             absl::Time now);
 
   // bsp: a shard restored from an older checkpoint rejoins the job at the
-  // step its workers are on: if fewer than `step` steps were applied and
-  // no gradient of the next is in, the slice counts `step` as applied.
-  // A step with gradients in is never skipped (its ranks are on it now;
-  // it completes as steps do). Returns true if it moved the slice.
-  // `discard_pending`: the caller knows the pending step is one the job
-  // has completed elsewhere (a push stamped with an earlier incarnation
-  // says so): it is dropped and the slice moved all the same.
-  bool FastForward(int64_t step, bool discard_pending = false);
+  // step its workers are on: if fewer than `step` steps were applied, the
+  // slice counts `step` as applied. A pending step `step` itself is kept
+  // (its ranks are on it now; it completes as steps do); one before it
+  // will not be completed by its ranks (its missing shares were lost with
+  // a restart, or their ranks went on without it), and is applied first
+  // with what it has, counted as short (`*applied` says so): no gradient
+  // sent is dropped. Returns true if it moved the slice.
+  // `discard_pending`: the caller knows the job completed the pending step
+  // elsewhere (a push stamped with an earlier incarnation says so): it is
+  // applied short even if it is `step` itself.
+  bool FastForward(const v1::OptimizerSpec& optimizer, int64_t step,
+                   bool discard_pending, SliceOutcome* applied);
 
   // bsp: true if step `clock` is the one this slice waits for and `rank`'s
   // gradient for it has not come (a pull of `rank` that followed its push
@@ -147,7 +151,10 @@ class SliceState {
 
  private:
   // FastForward, under the lock.
-  bool FastForwardLocked(int64_t step, bool discard_pending = false)
+  // `optimizer` and `applied` may be null only while no step is pending.
+  bool FastForwardLocked(int64_t step, bool discard_pending,
+                         const v1::OptimizerSpec* optimizer,
+                         SliceOutcome* applied)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // bsp: true if `rank` is missing from the pending step, which it would
   // complete with `quorum`.

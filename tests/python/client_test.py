@@ -241,3 +241,35 @@ def test_bsp_step_is_the_mean_with_a_missing_gradient_as_zero(shards,
                                               f"step {s} rank {r} {n}")
     for c in cs:
         c.leave()
+
+
+def test_bsp_pull_after_a_shard_restart_pushes_the_step_again(shards,
+                                                               tmp_path):
+    """Regression (issue #38, 7, found by tools/history_check.sh): a pull
+    after end_step on a shard restored from an older checkpoint was
+    answered ABORTED ("push step N's gradient again, then pull"), which the
+    Python API could not do (end_step had moved the clock): the worker's
+    gradient was lost. The client keeps the step's gradients in bsp and
+    pushes them again itself."""
+    servers = shards.start(1, "--mode=bsp", f"--checkpoint_dir={tmp_path}",
+                           "--checkpoint_every=0s")
+    c = client(servers, rank=0, num_workers=1, mode="bsp", retry_for=20.0)
+    c.declare(model(), lr=1.0)
+    ones = {"w": np.ones((3, 4), np.float32), "b": np.ones(4, np.float32)}
+    c.push(ones)
+    c.end_step()
+    c.pull()
+    shards.shards[0].stop()  # Drains: its checkpoint holds step 1.
+    shards.shards[0].start()
+    c.pull()  # The restored incarnation's weights, step 1.
+    twos = {k: 2 * v for k, v in ones.items()}
+    c.push(twos)  # Step 2, applied (one rank), then lost with the shard:
+    c.end_step()
+    shards.restart(0)  # SIGKILL; restored from step 1's checkpoint.
+    got = c.pull()
+    np.testing.assert_array_equal(got["w"], model()["w"] - 3.0)
+    np.testing.assert_array_equal(got["b"], model()["b"] - 3.0)
+    c.push(ones)  # And the job goes on at step 3.
+    c.end_step()
+    np.testing.assert_array_equal(c.pull()["b"], model()["b"] - 4.0)
+    c.leave()
