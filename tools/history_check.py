@@ -25,6 +25,7 @@ server logs, worker journals and logs stay under --out.
 """
 
 import argparse
+import json
 import os
 import random
 import re
@@ -138,6 +139,17 @@ def read_state(servers, rows_used, pypath):
     return dense, rows
 
 
+def save(d, job, dense, rows):
+    """The run's faults and final state, beside its journals (evidence)."""
+    import numpy as np
+    with open(os.path.join(d, "faults.json"), "w") as f:
+        json.dump({"t0": job.t0, "faults": job.faults}, f, indent=1)
+    np.savez(os.path.join(d, "final.npz"), **dense,
+             row_ids=np.array(sorted(rows), dtype=np.int64),
+             rows=np.array([rows[i] for i in sorted(rows)],
+                           dtype=np.float32).reshape(-1, hw.DIM))
+
+
 def run_one(args, seed, combo, pypath):
     """One seed of one combo; returns (line, violations, counts)."""
     label = f"seed {seed} combo {combo}"
@@ -156,6 +168,7 @@ def run_one(args, seed, combo, pypath):
         return line, [("stuck", line)], (0, 0, len(job.faults))
     finally:
         job.stop()
+    save(d, job, dense, rows)
     history = history_model.History(job.journals(), job.faults, dense, rows,
                                     job.model_config())
     checker = history_model.Checker(history, label)
@@ -198,8 +211,10 @@ def main(argv=None):
     args.out = os.path.abspath(args.out)
     args.bin = os.path.abspath(args.bin) if args.bin else build(args.out)
     pypath = python_path()
+    seeds = ("-".join(map(str, args.seeds)) if isinstance(args.seeds, tuple)
+             else f"up to {args.seeds}")
     print(f"== history check: combos {','.join(args.combos)}, seeds "
-          f"{args.seeds}, {args.seconds:g} s each, a fault every "
+          f"{seeds}, {args.seconds:g} s each, a fault every "
           f"{args.every:g} s; logs in {args.out}", flush=True)
     start = time.monotonic()
     runs, by_kind, failed = 0, {}, []

@@ -269,12 +269,13 @@ class Job:
         offset = os.path.getsize(shard.log_path)
         t = time.time()
         shard.kill()
+        killed = time.time()  # SIGKILLed and reaped: no call reaches it.
         try:
             shard.start()
         except cluster.ShardFailed as e:
             raise JobFailed(f"shard {s} did not restart: {e}")
         self.faults.append({"t": t, "kind": "shard_kill", "shard": s,
-                            "end": time.time(),
+                            "killed": killed, "end": time.time(),
                             "ckpt": restored_at(shard.log_path, offset)})
 
     def member_fault(self, kind, s):

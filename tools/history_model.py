@@ -66,6 +66,7 @@ class History:
         self.pushes = {}
         self.pulls = []  # (rank, clock, t, diff)
         self.ends = []  # Times a rank's process ended its run.
+        self.starts = []  # (rank, time) a process joined the job.
         for (rank, gen), events in sorted(journals.items()):
             for ev in events:
                 self._take(ev, rank, gen)
@@ -88,6 +89,8 @@ class History:
             self.pulls.append((rank, ev["clock"], ev["t"], ev["diff"]))
         elif e == "end":
             self.ends.append(ev["t"])
+        elif e == "start":
+            self.starts.append((rank, ev["t"]))
 
     # Allowances: the documented limits, each a predicate on the faults.
 
@@ -115,16 +118,16 @@ class History:
         done = self.step_done(p)
         for f in self.restarts(shard):
             ckpt = f.get("ckpt")
-            if p.sent < f["t"] and (done is None or ckpt is None or
-                                    done >= ckpt):
+            if p.sent < f["killed"] and (done is None or ckpt is None or
+                                         done >= ckpt):
                 return f
         return None
 
     def may_repeat(self, p, shard):
         """Applied twice: in flight across a restart (ledger forgotten)."""
         for f in self.restarts(shard):
-            if p.sent < f["t"] and (p.answered is None or
-                                    p.answered > f["t"]):
+            if p.sent < f["killed"] and (p.answered is None or
+                                         p.answered > f["t"]):
                 return f
         return None
 
@@ -135,12 +138,17 @@ class History:
     def short_allowed(self, lo, hi):
         """A step sent in [lo, hi] may be short: a worker was dead or
         stalled then, or a rank had finished."""
-        wt = self.cfg["worker_timeout"]
         for f in self.faults:
             if f["kind"] in ("worker_kill", "worker_exit") and (
-                    f["t"] - 1.0 <= hi and lo <= f["end"] + wt + 3.0):
+                    f["t"] - 0.5 <= hi and lo <= self.back(f) + 2.0):
                 return True
         return any(t - 1.0 <= hi for t in self.ends)
+
+    def back(self, f):
+        """When the replacement of a killed worker joined (its journal's
+        start), or the end of the run."""
+        starts = [t for r, t in self.starts if r == f["rank"] and t > f["t"]]
+        return min(starts, default=float("inf"))
 
     def recent_change(self, shard, lo):
         """The latest primary change (restart, promotion) of `shard` in
@@ -153,7 +161,7 @@ class History:
         return found
 
     def faults_before(self, t):
-        out = [f for f in self.faults if f["t"] <= t + 1.0]
+        out = [f for f in self.faults if f["t"] <= t]
         return "; ".join(fault_text(f, self.t0) for f in out[-4:]) or "none"
 
 
@@ -225,14 +233,11 @@ class Checker:
                 self.judge_async(*o)
         return self.violations
 
-    def expect(self, init, share, p):
-        return init - share * self.h.g * (1 if p.kind == "dense" else 1)
-
     def judge_async(self, p, unit, shard, a, where, init, got):
         h = self.h
         kind_lost = "lost_ack" if p.kind == "dense" else "row_mismatch"
         kind_twice = "double_apply" if p.kind == "dense" else "row_mismatch"
-        once = f"{init - (got - init) / a if a else init - h.g} (applied once)"
+        once = f"{init - h.g} (applied once)"
         if a != int(a) or a < 0:
             self.add("bad_value", where, p, f"a whole number of "
                      f"applications", f"{got} ({a} applications)", shard)
@@ -293,8 +298,8 @@ class Checker:
         silent = p.kind == "rows"  # A late row push is dropped silently.
         if (p.dropped or silent) and short_ok:
             return
-        if change:
-            kind = "restart_quorum"
+        if change and (p.dropped or silent):
+            kind = "restart_quorum"  # Dropped as late from a short step.
         elif p.kind == "rows":
             kind = "row_mismatch"
         else:
