@@ -289,17 +289,21 @@ class Checker:
                          f"share 1/{n_seen} ({len(pushes)} pushes)", shard)
             for p, _, _, a, where, init, got in items:
                 self.judge_bsp_zero(p, a, where, init, got, shard, short_ok,
-                                    change)
+                                    change, n_seen)
 
-    def judge_bsp_zero(self, p, a, where, init, got, shard, short_ok, change):
+    def judge_bsp_zero(self, p, a, where, init, got, shard, short_ok, change,
+                       n_seen):
         h = self.h
         if a != 0 or p.outcome != "acked" or h.may_lose(p, shard):
             return
         silent = p.kind == "rows"  # A late row push is dropped silently.
         if (p.dropped or silent) and short_ok:
             return
-        if change and (p.dropped or silent):
-            kind = "restart_quorum"  # Dropped as late from a short step.
+        if change and (p.dropped or silent or n_seen is None or
+                       n_seen < h.cfg["workers"]):
+            # Dropped as late from a step the restarted shard completed
+            # with the ranks it had heard since (or answered as applied).
+            kind = "restart_quorum"
         elif p.kind == "rows":
             kind = "row_mismatch"
         else:

@@ -249,6 +249,8 @@ def run(args):
         try:
             client.end_step()
             previous = pull_diff(client, np, journal, previous, bsp)
+            if args.rows:  # bsp: every shard's table step, before the next.
+                client.pull_rows(TABLE, np.array(row_ids(slot), np.int64))
         except Exception as e:
             journal.write(ev="err", kind="step", slot=slot,
                           err=f"{type(e).__name__}: {e}")
