@@ -239,7 +239,8 @@ absl::Status ShardStore::Push(const v1::PushRequest& request,
     // restarted: the whole shard catches up to it, not just these slices
     // (a slice left behind would hold every later pull of that step).
     if (lost && !caught_up) {
-      FastForwardTo(request.clock() - 1, /*discard_pending=*/true);
+      FastForwardTo(request.clock() - 1, policy.quorum,
+                    /*discard_pending=*/true);
       caught_up = true;
     }
     const int64_t version =
@@ -294,14 +295,14 @@ int ShardStore::CompletePendingSteps(int quorum, int live_workers,
   return applied;
 }
 
-int ShardStore::FastForwardTo(int64_t step, bool discard_pending) {
+int ShardStore::FastForwardTo(int64_t step, int quorum, bool discard_pending) {
   std::shared_ptr<const Model> m = model();
   if (m == nullptr) return 0;
   int moved = 0;
   for (int i : m->model->local_slices()) {
     SliceOutcome applied;
     moved += m->slices[i]->FastForward(m->model->spec().optimizer(), step,
-                                       discard_pending, &applied);
+                                       discard_pending, quorum, &applied);
     if (applied.step_applied) {
       counters_.Count(applied, /*bsp=*/true);
       NotPending(i);
@@ -348,7 +349,7 @@ int ShardStore::HealPendingSteps(const std::vector<int>& live_ranks,
 
 ShardStore::StepsAdvanced ShardStore::AdvanceSteps(const StepAdvance& a) {
   StepsAdvanced r;
-  r.moved = FastForwardTo(a.fast_forward_to);
+  r.moved = FastForwardTo(a.fast_forward_to, a.quorum);
   r.completed =
       CompletePendingSteps(a.quorum, a.live_workers, a.deadline, a.now);
   if (a.heal) {

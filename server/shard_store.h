@@ -99,8 +99,9 @@ class ShardStore {
   // but one with gradients of that step in (SliceState::FastForward),
   // unless `discard_pending` (a push stamped with an earlier incarnation
   // says the job completed it); a pending step it passes is applied short
-  // with the gradients it has. Returns the slices moved.
-  int FastForwardTo(int64_t step, bool discard_pending = false);
+  // with the gradients it has, the ranks of `quorum` missing from it
+  // counting as zero. Returns the slices moved.
+  int FastForwardTo(int64_t step, int quorum, bool discard_pending = false);
   // bsp: true if some slice of `slices` waits for step `clock` without
   // `rank`'s gradient for it.
   bool LacksGradient(const std::vector<int>& slices, int rank,

@@ -92,7 +92,8 @@ SliceOutcome SliceState::AddToStep(const v1::OptimizerSpec& optimizer, int rank,
   if (steps_unknown_) {
     // The first step pushed after a restore is the one the job is on.
     step_ranks_.clear();
-    FastForwardLocked(clock - 1, /*discard_pending=*/false, nullptr, nullptr);
+    FastForwardLocked(clock - 1, /*discard_pending=*/false, nullptr, 0,
+                      nullptr);
     steps_unknown_ = false;
   }
   SliceOutcome out;
@@ -161,9 +162,9 @@ SliceOutcome SliceState::Heal(const v1::OptimizerSpec& optimizer,
 }
 
 void SliceState::ApplyStep(const v1::OptimizerSpec& optimizer, int live_workers,
-                           SliceOutcome* outcome) {
-  const size_t n = step_ranks_.size();
-  const size_t sent = n - step_absent_.size();
+                           SliceOutcome* outcome, int ranks) {
+  const size_t sent = step_ranks_.size() - step_absent_.size();
+  const size_t n = std::max(step_ranks_.size(), static_cast<size_t>(ranks));
   // A gradient's mean is over every rank of the step, a rank without one
   // adding zero (DDP's rule); a buffer's value is the mean of those sent.
   // A step nobody sent anything for changes nothing but the step count.
@@ -186,9 +187,10 @@ void SliceState::ApplyStep(const v1::OptimizerSpec& optimizer, int live_workers,
 }
 
 bool SliceState::FastForward(const v1::OptimizerSpec& optimizer, int64_t step,
-                             bool discard_pending, SliceOutcome* applied) {
+                             bool discard_pending, int quorum,
+                             SliceOutcome* applied) {
   absl::MutexLock lock(&mu_);
-  return FastForwardLocked(step, discard_pending, &optimizer, applied);
+  return FastForwardLocked(step, discard_pending, &optimizer, quorum, applied);
 }
 
 bool SliceState::CompletesPendingLocked(int rank, int quorum) const {
@@ -200,7 +202,7 @@ bool SliceState::CompletesPendingLocked(int rank, int quorum) const {
 
 bool SliceState::FastForwardLocked(int64_t step, bool discard_pending,
                                    const v1::OptimizerSpec* optimizer,
-                                   SliceOutcome* applied) {
+                                   int quorum, SliceOutcome* applied) {
   // `step` is a step the job completed (a rank reported step + 1). The
   // pending step may be that very step and still legitimately wait: a rank
   // that did not pull this slice went on, and a slower rank's gradient is
@@ -210,11 +212,13 @@ bool SliceState::FastForwardLocked(int64_t step, bool discard_pending,
   // pushes) before any rank could complete `step`, so what is missing was
   // lost with a restarted shard (or its rank went on without it), and
   // nobody will send it again. Its gradients were acknowledged: it is
-  // applied with them, short, never dropped.
+  // applied with them, short, never dropped, the ranks of the quorum
+  // missing from it counting as zero (as a share lost with a restart does).
   if (applied_step_ >= step) return false;
   if (!step_ranks_.empty()) {
     if (!discard_pending && applied_step_ + 1 >= step) return false;
-    ApplyStep(*optimizer, /*live_workers=*/0, applied);
+    ApplyStep(*optimizer, /*live_workers=*/0, applied,
+              quorum == kUnknownQuorum ? 0 : quorum);
     applied->step_short = true;
   }
   applied_step_ = std::max(applied_step_, step);

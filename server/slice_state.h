@@ -92,13 +92,14 @@ class SliceState {
   // (its ranks are on it now; it completes as steps do); one before it
   // will not be completed by its ranks (its missing shares were lost with
   // a restart, or their ranks went on without it), and is applied first
-  // with what it has, counted as short (`*applied` says so): no gradient
-  // sent is dropped. Returns true if it moved the slice.
+  // with what it has, the ranks of `quorum` missing from it counting as
+  // zero, counted as short (`*applied` says so): no gradient sent is
+  // dropped. Returns true if it moved the slice.
   // `discard_pending`: the caller knows the job completed the pending step
   // elsewhere (a push stamped with an earlier incarnation says so): it is
   // applied short even if it is `step` itself.
   bool FastForward(const v1::OptimizerSpec& optimizer, int64_t step,
-                   bool discard_pending, SliceOutcome* applied);
+                   bool discard_pending, int quorum, SliceOutcome* applied);
 
   // bsp: true if step `clock` is the one this slice waits for and `rank`'s
   // gradient for it has not come (a pull of `rank` that followed its push
@@ -153,16 +154,18 @@ class SliceState {
   // FastForward, under the lock.
   // `optimizer` and `applied` may be null only while no step is pending.
   bool FastForwardLocked(int64_t step, bool discard_pending,
-                         const v1::OptimizerSpec* optimizer,
+                         const v1::OptimizerSpec* optimizer, int quorum,
                          SliceOutcome* applied)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // bsp: true if `rank` is missing from the pending step, which it would
   // complete with `quorum`.
   bool CompletesPendingLocked(int rank, int quorum) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Applies the mean of the pending step.
+  // Applies the mean of the pending step: over its ranks, or over `ranks`
+  // if more (the missing ones count as zero).
   void ApplyStep(const v1::OptimizerSpec& optimizer, int live_workers,
-                 SliceOutcome* outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                 SliceOutcome* outcome, int ranks = 0)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const bool buffer_;  // Constant after construction.
   mutable absl::Mutex mu_;

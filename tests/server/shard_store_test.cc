@@ -227,33 +227,42 @@ TEST_F(ShardStoreTest, BspAMissingGradientCountsAsZero) {
   };
   ASSERT_TRUE(store_.Push(Grad(4.0f, 0, 0, 1), policy, &resp).ok());
   // A worker that reported clock 2 elsewhere: step 1 here still waits.
-  EXPECT_EQ(store_.FastForwardTo(1), 0);
+  EXPECT_EQ(store_.FastForwardTo(1, /*quorum=*/2), 0);
   EXPECT_FALSE(store_.StepApplied({0}, 1));
   ASSERT_TRUE(store_.Push(none(1, 1), policy, &resp).ok());
   EXPECT_EQ(Weight(), 8.0f);  // 10 - (4 + 0) / 2.
   // A step before the one the job completed will not be completed by its
   // ranks (its missing shares were lost with a restart, or their rank
   // went on without it): the fast-forward applies it with what it has,
-  // counted as short, and moves past it. It never drops a gradient it was
-  // sent (tools/history_check.sh found acknowledged pushes lost so).
+  // the quorum's missing ranks counting as zero, counted as short, and moves
+  // past it. It never drops a gradient it was sent (tools/history_check.sh
+  // found acknowledged pushes lost so).
   ASSERT_TRUE(store_.Push(Grad(2.0f, 1, 0, 2), policy, &resp).ok());
-  EXPECT_EQ(store_.FastForwardTo(2), 0);  // Step 2 itself may still come.
+  EXPECT_EQ(store_.FastForwardTo(2, 2), 0);  // Step 2 itself may come.
   EXPECT_EQ(Weight(), 8.0f);
   const int64_t short_before = store_.Counters().steps_short;
-  EXPECT_EQ(store_.FastForwardTo(3), 1);
+  EXPECT_EQ(store_.FastForwardTo(3, 2), 1);
   EXPECT_TRUE(store_.StepApplied({0}, 3));
-  EXPECT_EQ(Weight(), 6.0f);  // Rank 0's 2, the step's only share.
+  EXPECT_EQ(Weight(), 7.0f);  // Rank 0's 2 and rank 1's lost share 0, / 2.
   EXPECT_EQ(store_.Counters().steps_short, short_before + 1);
   ASSERT_TRUE(store_.Push(none(0, 4), policy, &resp).ok());
   ASSERT_TRUE(store_.Push(none(1, 4), policy, &resp).ok());
-  EXPECT_EQ(Weight(), 6.0f);  // Nobody sent one: nothing moves.
+  EXPECT_EQ(Weight(), 7.0f);  // Nobody sent one: nothing moves.
   EXPECT_TRUE(store_.StepApplied({0}, 4));
   // Data with no_gradient, or no_gradient outside bsp: refused.
   v1::PushRequest both = Grad(1.0f, 0, 0, 5);
   both.mutable_gradients(0)->set_no_gradient(true);
   EXPECT_TRUE(absl::IsInvalidArgument(store_.Push(both, policy, &resp)));
   EXPECT_TRUE(absl::IsInvalidArgument(store_.Push(none(0, 5), &resp)));
-  EXPECT_EQ(Weight(), 6.0f);
+  EXPECT_EQ(Weight(), 7.0f);
+  // With one rank left (the other died), the stale step is its gradient.
+  policy.quorum = 1;
+  ASSERT_TRUE(store_.Push(Grad(2.0f, 2, 0, 5), policy, &resp).ok());
+  policy.quorum = 2;
+  ASSERT_TRUE(store_.Push(Grad(2.0f, 3, 0, 6), policy, &resp).ok());
+  EXPECT_EQ(Weight(), 5.0f);
+  EXPECT_EQ(store_.FastForwardTo(7, 1), 1);
+  EXPECT_EQ(Weight(), 3.0f);
 }
 
 // A push for the step after the pending one says its rank is done with
