@@ -158,12 +158,13 @@ absl::Status Client::Impl::Pull(const TensorSet& set,
                                    options.after_push);
   // bsp: ABORTED asks for this rank's part of the step again. If it sent
   // no gradient for any of these tensors (EndStep said so), that goes
-  // again here; a gradient it sent is the caller's to send again.
+  // again here (stamped with the incarnation held: a restored shard then
+  // catches up with the step); a gradient it sent, below.
   if (mode_ == Mode::kBsp && s.code() == absl::StatusCode::kAborted &&
       NoGradientIn(indices, step)) {
     LOG(WARNING) << "step " << step << ": " << s.message()
                  << "; saying again that this rank had no gradient";
-    s = ps_->PushNoGradient(indices, rank(), step);
+    s = ps_->PushNoGradient(indices, rank(), step, versions);
     if (s.ok()) s = any_incarnation();
   }
   // A gradient it sent in the implicit step goes again from the copy kept
@@ -317,7 +318,8 @@ absl::Status Client::Impl::PushNoGradient(const TensorSet& set) {
   if (mode_ != Mode::kBsp || set.indices_.empty()) return absl::OkStatus();
   const int64_t step = clock() + 1;
   MarkPushed(set.indices_, step);
-  return ps_->PushNoGradient(set.indices_, rank(), step);
+  const std::vector<SliceVersion> held = Versions();
+  return ps_->PushNoGradient(set.indices_, rank(), step, &held);
 }
 
 void Client::Impl::KeepPush(const std::vector<int>& indices,
@@ -411,7 +413,10 @@ void Client::Impl::EndStep() {
         }
       }
     }
-    if (!absent.empty()) failed = ps_->PushNoGradient(absent, rank(), step);
+    if (!absent.empty()) {
+      const std::vector<SliceVersion> held = Versions();
+      failed = ps_->PushNoGradient(absent, rank(), step, &held);
+    }
   }
   if (!failed.ok()) {
     absl::MutexLock lock(&step_mu_);

@@ -243,8 +243,9 @@ absl::Status PsClient::Push(absl::Span<const int> tensors,
   return absl::OkStatus();
 }
 
-absl::Status PsClient::PushNoGradient(absl::Span<const int> tensors, int rank,
-                                      int64_t clock) {
+absl::Status PsClient::PushNoGradient(
+    absl::Span<const int> tensors, int rank, int64_t clock,
+    const std::vector<SliceVersion>* versions) {
   std::vector<std::vector<int>> batches = Batches(tensors);
   std::vector<Call<v1::PushRequest, v1::PushResponse>> calls(batches.size());
   for (size_t b = 0; b < batches.size(); ++b) {
@@ -259,6 +260,9 @@ absl::Status PsClient::PushNoGradient(absl::Span<const int> tensors, int rank,
       FillKey(spec_, partition_->slices()[i], d->mutable_key());
       d->set_dtype(v1::DTYPE_F32);
       d->set_no_gradient(true);
+      if (versions != nullptr && static_cast<size_t>(i) < versions->size()) {
+        d->set_incarnation((*versions)[i].incarnation);
+      }
     }
   }
   return caller_->Exchange(&calls, FrameOp::kPush, ASYNCPS_RPC(Push), "Push",

@@ -152,8 +152,12 @@ class PsClient {
   // bsp: tells the shards of every slice of `tensors` that this rank has
   // no gradient for them in step `clock` (SliceData.no_gradient): each
   // counts the rank for the step and adds zero. Retried as Push is.
-  absl::Status PushNoGradient(absl::Span<const int> tensors, int rank,
-                              int64_t clock);
+  // `versions` (indexed by slice; may be null) stamps each slice with the
+  // incarnation of the weights held, as a push does, so a shard restored
+  // behind the job knows the steps it lost and catches up.
+  absl::Status PushNoGradient(
+      absl::Span<const int> tensors, int rank, int64_t clock,
+      const std::vector<SliceVersion>* versions = nullptr);
 
   // Push, then pull the same slices, in one round trip per shard: `weights`
   // and `new_versions` (indexed like Pull's) get the weights after the

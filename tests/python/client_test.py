@@ -273,3 +273,34 @@ def test_bsp_pull_after_a_shard_restart_pushes_the_step_again(shards,
     c.end_step()
     np.testing.assert_array_equal(c.pull()["b"], model()["b"] - 4.0)
     c.leave()
+
+
+def test_bsp_step_without_gradients_after_a_shard_restart(shards, tmp_path):
+    """Regression (found by tools/history_check.sh): a rank that pushed no
+    gradient in a step (end_step says so for every tensor) was refused by
+    a shard restored from an older checkpoint ("bsp step 4 ... pushed
+    before step 3 was applied"): its no-gradient marks named no
+    incarnation, so the shard could not tell it had lost those steps."""
+    servers = shards.start(1, "--mode=bsp", f"--checkpoint_dir={tmp_path}",
+                           "--checkpoint_every=0s")
+    c = client(servers, rank=0, num_workers=1, mode="bsp", retry_for=20.0)
+    c.declare(model(), lr=1.0)
+    ones = {"w": np.ones((3, 4), np.float32), "b": np.ones(4, np.float32)}
+    c.push(ones)
+    c.end_step()
+    c.pull()
+    shards.shards[0].stop()  # Drains: its checkpoint holds step 1.
+    shards.shards[0].start()
+    for _ in range(3):  # Steps 2-4 on the restored incarnation.
+        c.pull()
+        c.push(ones)
+        c.end_step()
+    c.pull()
+    shards.restart(0)  # SIGKILL; restored from step 1's checkpoint.
+    c.end_step()  # Step 5: no gradient at all.
+    got = c.pull()
+    np.testing.assert_array_equal(got["b"], model()["b"] - 1.0)
+    c.push(ones)  # And the job goes on at step 6.
+    c.end_step()
+    np.testing.assert_array_equal(c.pull()["b"], model()["b"] - 2.0)
+    c.leave()
