@@ -140,59 +140,80 @@ absl::Status Client::Impl::Pull(const TensorSet& set,
   const int64_t step = options.step >= 0 ? options.step : clock();
   // Not told to the shards, and not forgotten here: a gradient pushed
   // again after a failed pull still says where its weights came from.
-  auto any_incarnation = [&] {
+  auto any_incarnation = [&](bool after_push) {
     std::vector<SliceVersion> asked = *versions;
     for (int t : indices) {
       for (int i : ps_->partition().tensor_slices(t)) asked[i].incarnation = 0;
     }
     RETURN_IF_ERROR(
-        ps_->Pull(indices, views, &asked, rank(), step, options.after_push));
+        ps_->Pull(indices, views, &asked, rank(), step, after_push));
     for (int t : indices) {
       for (int i : ps_->partition().tensor_slices(t)) (*versions)[i] = asked[i];
     }
     return absl::OkStatus();
   };
   absl::Status s = options.any_incarnation
-                       ? any_incarnation()
+                       ? any_incarnation(options.after_push)
                        : ps_->Pull(indices, views, versions, rank(), step,
                                    options.after_push);
-  // bsp: ABORTED asks for this rank's part of the step again. If it sent
-  // no gradient for any of these tensors (EndStep said so), that goes
-  // again here (stamped with the incarnation held: a restored shard then
-  // catches up with the step); a gradient it sent, below.
-  if (mode_ == Mode::kBsp && s.code() == absl::StatusCode::kAborted &&
-      NoGradientIn(indices, step)) {
-    LOG(WARNING) << "step " << step << ": " << s.message()
-                 << "; saying again that this rank had no gradient";
-    s = ps_->PushNoGradient(indices, rank(), step, versions);
-    if (s.ok()) s = any_incarnation();
-  }
-  // A gradient it sent in the implicit step goes again from the copy kept
-  // (the explicit form's caller sends it: CallOptions::again). A few
-  // times: a shard may restart again.
-  for (int again = 0; again < 3 && mode_ == Mode::kBsp && options.step < 0 &&
+  // bsp: ABORTED asks for this rank's part of the step again (a shard lost
+  // it with a restart): SendStepAgain, then the step is pulled as one that
+  // follows the rank's own push (so a shard that restarts again asks
+  // again). A few times.
+  for (int again = 0; again < 3 && mode_ == Mode::kBsp &&
                       s.code() == absl::StatusCode::kAborted;
        ++again) {
-    absl::Status pushed = PushKeptAgain(indices, step);
-    if (absl::IsNotFound(pushed)) break;
+    absl::Status sent =
+        SendStepAgain(indices, step, *versions, /*kept=*/options.step < 0);
+    if (absl::IsNotFound(sent)) break;  // Nothing of the step known here.
     LOG(WARNING) << "step " << step << ": " << s.message()
-                 << "; pushed the step's gradient again";
-    s = pushed.ok() ? any_incarnation() : pushed;
+                 << "; sent this rank's part of the step again";
+    s = sent.ok() ? any_incarnation(/*after_push=*/true) : sent;
   }
   RETURN_IF_ERROR(s);
   if (options.into == nullptr) KeepVersions(indices, own);
   return absl::OkStatus();
 }
 
-bool Client::Impl::NoGradientIn(const std::vector<int>& indices, int64_t step) {
+std::vector<int> Client::Impl::NotPushedIn(const std::vector<int>& indices,
+                                           int64_t step) {
   absl::MutexLock lock(&step_mu_);
   // EndStep of `step` ran (the clock is past it) and pushed none of these.
-  if (clock() < step || pushed_step_ > step) return false;  // Not known.
-  if (pushed_step_ < step) return true;  // Nothing pushed in the step.
+  if (clock() < step || pushed_step_ > step) return {};  // Not known.
+  std::vector<int> absent;
   for (int t : indices) {
-    if (static_cast<size_t>(t) < pushed_.size() && pushed_[t]) return false;
+    if (pushed_step_ < step || static_cast<size_t>(t) >= pushed_.size() ||
+        !pushed_[t]) {
+      absent.push_back(t);
+    }
   }
-  return true;
+  return absent;
+}
+
+absl::Status Client::Impl::SendStepAgain(const std::vector<int>& indices,
+                                         int64_t step,
+                                         const std::vector<SliceVersion>& held,
+                                         bool kept) {
+  bool any = false;
+  if (kept) {
+    absl::Status pushed = PushKeptAgain(indices, step);
+    if (!absl::IsNotFound(pushed)) {
+      RETURN_IF_ERROR(pushed);
+      any = true;
+    }
+  }
+  // After the gradients: a mark for a tensor that has its gradient there
+  // would be dropped, but one that came first would count it as zero.
+  const std::vector<int> absent = NotPushedIn(indices, step);
+  if (!absent.empty()) {
+    RETURN_IF_ERROR(ps_->PushNoGradient(absent, rank(), step, &held));
+    any = true;
+  }
+  if (!any) {
+    return absl::NotFoundError(
+        absl::StrCat("nothing of step ", step, " known to send again"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Client::Impl::Push(

@@ -192,10 +192,17 @@ class Client::Impl {
   // bsp: records that `indices` were pushed for `step`.
   void MarkPushed(const std::vector<int>& indices, int64_t step)
       ABSL_LOCKS_EXCLUDED(step_mu_);
-  // bsp: true if EndStep of `step` told the shards this rank had no
-  // gradient for any of `indices` in it.
-  bool NoGradientIn(const std::vector<int>& indices, int64_t step)
+  // bsp: those of `indices` EndStep of `step` told the shards this rank had
+  // no gradient for (none if that step has not ended here).
+  std::vector<int> NotPushedIn(const std::vector<int>& indices, int64_t step)
       ABSL_LOCKS_EXCLUDED(step_mu_);
+  // bsp, after a pull of `step` was answered ABORTED: this rank's part of
+  // the step for `indices` again: with `kept`, the gradients KeepPush kept
+  // (the explicit form's caller sends its own: CallOptions::again), then
+  // the no-gradient marks for the rest, stamped with `held`'s
+  // incarnations. NOT_FOUND if nothing of the step is known here.
+  absl::Status SendStepAgain(const std::vector<int>& indices, int64_t step,
+                             const std::vector<SliceVersion>& held, bool kept);
   // The failure of the last EndStep's pushes, returned once.
   absl::Status TakeStepError() ABSL_LOCKS_EXCLUDED(step_mu_);
   // bsp, the implicit step: keeps a copy of a push's gradients (with the
