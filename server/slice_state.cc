@@ -227,7 +227,11 @@ bool SliceState::FastForwardLocked(int64_t step, bool discard_pending,
 
 bool SliceState::LacksGradient(int rank, int64_t clock) const {
   absl::MutexLock lock(&mu_);
-  return !steps_unknown_ && clock == applied_step_ + 1 &&
+  // Restored from a worker's copy and pushed nothing since: no gradient of
+  // any step the job has not completed is here (each went to the dead
+  // incarnation).
+  if (steps_unknown_) return clock > applied_step_;
+  return clock == applied_step_ + 1 &&
          std::find(step_ranks_.begin(), step_ranks_.end(), rank) ==
              step_ranks_.end();
 }

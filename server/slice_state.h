@@ -103,7 +103,9 @@ class SliceState {
 
   // bsp: true if step `clock` is the one this slice waits for and `rank`'s
   // gradient for it has not come (a pull of `rank` that followed its push
-  // of that step then knows the gradient was lost).
+  // of that step then knows the gradient was lost); also for any step not
+  // applied while the slice, restored from a worker's copy, has taken no
+  // push since (every gradient in flight went to the dead incarnation).
   bool LacksGradient(int rank, int64_t clock) const;
 
   // bsp healing: if the pending step's first gradient came at least `bound`

@@ -235,5 +235,54 @@ TEST(PushLedger, WindowBusyTooOldAndFailures) {
   EXPECT_EQ(ledger.Begin(r, &again), PushLedger::Verdict::kApply);
 }
 
+// Regression (issue #38, 9: tools/chaos.sh --mode bsp --workers 4
+// --checkpoint_every off, seed 5): a shard restarted without a checkpoint,
+// caught up with the job's step, then restored from a worker's copy (its
+// steps unknown). Every rank's gradient of the step in progress had gone
+// to the dead incarnation, and their pulls that followed those pushes
+// were held: the slice could not tell the gradients were missing, so no
+// one was asked to push again, and the job stalled until it gave up. Now
+// such a pull is answered ABORTED, and the push again completes the step.
+TEST_F(RecoveryTest, BspPullAfterPushOnAShardRestoredFromACopyAsksAgain) {
+  Start(Mode::kBsp, /*declare=*/false);
+  for (int rank = 0; rank < 2; ++rank) {
+    v1::RegisterRequest join;
+    join.set_rank(rank);
+    join.set_num_workers(2);
+    join.set_clock(569);
+    ASSERT_TRUE(membership_.Register(join).ok());
+  }
+  v1::DeclareModelRequest declare;
+  *declare.mutable_spec() = testing::SmallModel();
+  declare.set_recover(true);
+  ASSERT_TRUE(consistency_->Declare(declare).ok());
+  consistency_->Tick();  // Catches up with step 568.
+  v1::AssignRequest restore;
+  restore.set_restore(true);
+  *restore.add_weights() = testing::SmallModelSlice(3.0f, 569);
+  ASSERT_TRUE(consistency_->Assign(restore).ok());
+  v1::PullRequest req;
+  *req.add_slices() = testing::SmallModelKey();
+  req.set_rank(0);
+  req.set_clock(569);
+  req.set_after_push(true);
+  v1::PullResponse resp;
+  std::optional<absl::Status> answer;
+  PendingCall call;
+  call.deadline = clock_.Now() + absl::Seconds(30);
+  call.done = [&answer](absl::Status s) { answer = s; };
+  consistency_->Pull(req, &resp, std::move(call));
+  ASSERT_TRUE(answer.has_value()) << "held for a gradient nobody sends";
+  EXPECT_EQ(answer->code(), absl::StatusCode::kAborted) << *answer;
+  v1::PushResponse pushed;
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(
+        consistency_
+            ->Push(Grad(2.0f * (rank + 1), 568, 999, rank, 569), &pushed)
+            .ok());
+  }
+  EXPECT_EQ(*Weight(), 0.0f);  // 3 - (2 + 4) / 2.
+}
+
 }  // namespace
 }  // namespace asyncps
