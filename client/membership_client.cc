@@ -49,7 +49,6 @@ absl::StatusOr<std::unique_ptr<MembershipClient>> MembershipClient::Join(
       m->incarnations_[s] = r.incarnation();
     }
     m->start_clock_ = std::max(m->start_clock_, r.resume_clock());
-    if (s == 0) m->attempt_ = r.attempt();
   }
   m->left_ = false;
   m->clock_ = m->start_clock_;
@@ -63,22 +62,6 @@ v1::RegisterRequest MembershipClient::Again() const {
   v1::RegisterRequest again = join_;
   again.set_clock(clock_.load());
   return again;
-}
-
-absl::StatusOr<std::pair<int64_t, int64_t>> MembershipClient::Rejoin() {
-  int64_t resume = 0, attempt = 0;
-  const v1::RegisterRequest again = Again();
-  for (int s = 0; s < client_->num_shards(); ++s) {
-    ASSIGN_OR_RETURN(const v1::RegisterResponse r, client_->Register(s, again));
-    {
-      absl::MutexLock lock(&mu_);
-      incarnations_[s] = r.incarnation();
-    }
-    resume = std::max(resume, r.resume_clock());
-    if (s == 0) attempt = r.attempt();
-  }
-  clock_ = resume;
-  return std::make_pair(resume, attempt);
 }
 
 absl::Status MembershipClient::Heartbeat(int shard, bool leaving) {

@@ -37,20 +37,13 @@ class MembershipClient {
   // Leaves, if Leave was not called.
   ~MembershipClient();
 
-  // The job's clock when this worker joined, and the restart attempt (keeps
-  // allreduce rendezvous keys of a restarted job apart).
+  // The job's clock when this worker joined.
   int64_t start_clock() const { return start_clock_; }
   // This worker's rank (as assigned, if it asked for -1).
   int rank() const { return join_.rank(); }
-  int64_t attempt() const { return attempt_; }
   // The worker's clock (steps completed), which heartbeats report; the
   // trainer advances it.
   std::atomic<int64_t>* clock() { return &clock_; }
-
-  // Registers again with every shard, as a replacement would (allreduce:
-  // the ring re-forms after a peer died); the clock to resume from is set
-  // as the worker's clock. Returns (resume clock, attempt).
-  absl::StatusOr<std::pair<int64_t, int64_t>> Rejoin();
 
   // What the next heartbeats report of this worker's progress.
   void Report(const v1::WorkerProgress& progress) {
@@ -67,8 +60,7 @@ class MembershipClient {
                    absl::Duration heartbeat_every);
   absl::Status Heartbeat(int shard, bool leaving);
   // The join request again, saying where this worker is now: its clock may
-  // be ahead of its last heartbeat (a restarted shard, a replacement that
-  // must get the same resume clock in allreduce).
+  // be ahead of its last heartbeat (a restarted shard).
   v1::RegisterRequest Again() const;
   void HeartbeatLoop();
 
@@ -76,7 +68,6 @@ class MembershipClient {
   const v1::RegisterRequest join_;
   const absl::Duration heartbeat_every_;
   int64_t start_clock_ = 0;
-  int64_t attempt_ = 0;
   std::atomic<int64_t> clock_{0};
   absl::Mutex mu_;
   std::vector<int64_t> incarnations_ ABSL_GUARDED_BY(mu_);

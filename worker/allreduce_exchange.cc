@@ -1,6 +1,8 @@
 #include "worker/allreduce_exchange.h"
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -11,12 +13,47 @@
 
 namespace asyncps {
 
+namespace {
+
+// Sync's message per rank: whether it holds trained state, its clock and its
+// optimizer's step count, each count as two floats of 24 bits (exact).
+constexpr int kSaid = 5;
+// The longest one attempt at joining a ring may take; a ring's ranks have all
+// asked for it before they join, so only a rank that died meanwhile (or a
+// shard 0 that restarts) makes it slow, and the next attempt goes on without
+// waiting out the whole collective timeout.
+constexpr absl::Duration kJoinTimeout = absl::Seconds(10);
+
+void Put(int64_t v, float* out) {
+  out[0] = static_cast<float>(v >> 24);
+  out[1] = static_cast<float>(v & 0xFFFFFF);
+}
+
+int64_t Get(const float* in) {
+  return (static_cast<int64_t>(in[0]) << 24) + static_cast<int64_t>(in[1]);
+}
+
+CollectiveConfig CollectiveFor(const AllreduceConfig& config) {
+  CollectiveConfig cc;
+  cc.kind = config.collective;
+  cc.rank = config.rank;
+  cc.num_workers = config.num_workers;
+  cc.host = config.host;
+  cc.cuda_device = config.cuda_device;
+  cc.timeout = config.timeout;
+  cc.join_timeout = std::min(config.timeout, kJoinTimeout);
+  return cc;
+}
+
+}  // namespace
+
 AllreduceExchange::AllreduceExchange(
     PsClient* client, AllreduceConfig config,
     std::vector<std::vector<int>> layer_tensors)
     : client_(client),
       store_(client->caller()),
       config_(std::move(config)),
+      ring_(&store_, CollectiveFor(config_), config_.clock),
       layer_tensors_(std::move(layer_tensors)),
       all_tensors_(AllTensors(layer_tensors_)) {}
 
@@ -33,25 +70,79 @@ absl::Status AllreduceExchange::Start(std::vector<std::vector<float>>* weights,
     sums_.emplace_back(w.size());
     halves_.emplace_back();
   }
-  CollectiveConfig cc;
-  cc.kind = config_.collective;
-  cc.rank = config_.rank;
-  cc.num_workers = config_.num_workers;
-  cc.host = config_.host;
-  cc.cuda_device = config_.cuda_device;
-  cc.timeout = config_.timeout;
-  // Keys of an earlier attempt of the job must not be read again.
-  cc.prefix = absl::StrCat("allreduce/", clock, "/", config_.attempt, "/");
-  auto joined = JoinCollective(cc, &store_);
-  if (!joined.ok()) {
-    if (joined.status().code() != absl::StatusCode::kUnavailable) {
-      return joined.status();
-    }
-    return Explain(
-        absl::StrCat("joining the all-reduce: ", joined.status().message()),
-        clock);
+  s = FormRing(clock, config_.clock->Now() + config_.timeout);
+  if (s.ok() || (s.code() != absl::StatusCode::kUnavailable &&
+                 s.code() != absl::StatusCode::kDeadlineExceeded)) {
+    return s;
   }
-  collective_ = *std::move(joined);
+  return Explain(absl::StrCat("joining the all-reduce: ", s.message()), clock);
+}
+
+absl::Status AllreduceExchange::FormRing(int64_t clock, absl::Time deadline) {
+  while (true) {
+    auto joined = ring_.Join(deadline);
+    if (!joined.ok()) return joined.status();
+    collective_ = *std::move(joined);
+    absl::Status s = Sync(clock);
+    if (s.ok()) return s;
+    LOG(WARNING) << "rank " << config_.rank << ": ring generation "
+                 << ring_.generation() << " broke as it formed: " << s;
+    collective_.reset();
+    ring_.Broke();
+    if (config_.clock->Now() >= deadline) return s;
+  }
+}
+
+absl::Status AllreduceExchange::Sync(int64_t clock) {
+  const int n = config_.num_workers;
+  std::vector<float> said(kSaid * n, 0.0f);
+  float* mine = &said[kSaid * config_.rank];
+  mine[0] = trained_ ? 1.0f : 0.0f;
+  Put(clock, &mine[1]);
+  Put(slots_.empty() ? 0 : slots_[0].steps(), &mine[3]);
+  const uint32_t tag = static_cast<uint32_t>(weights_->size());
+  if (absl::Status s = collective_->AllreduceSum(&said, tag); !s.ok()) {
+    return s;
+  }
+  // The most trained state: a survivor's, then the highest clock.
+  int source = 0;
+  for (int r = 1; r < n; ++r) {
+    const float* a = &said[kSaid * r];
+    const float* b = &said[kSaid * source];
+    if (std::make_pair(a[0], Get(&a[1])) > std::make_pair(b[0], Get(&b[1]))) {
+      source = r;
+    }
+  }
+  const float* from = &said[kSaid * source];
+  // Every rank sends the same three buffers per tensor, in the same order,
+  // into copies: a ring that breaks halfway changes nothing here.
+  const size_t tensors = weights_->size();
+  std::vector<std::vector<float>> got;
+  got.reserve(3 * tensors);
+  for (size_t t = 0; t < tensors; ++t) {
+    got.push_back((*weights_)[t]);
+    got.push_back(slots_[t].slot1());
+    got.push_back(slots_[t].slot2());
+    for (size_t k = got.size() - 3; k < got.size(); ++k) {
+      if (config_.rank != source) std::fill(got[k].begin(), got[k].end(), 0.0f);
+      absl::Status s =
+          collective_->AllreduceSum(&got[k], static_cast<uint32_t>(t));
+      if (!s.ok()) return s;
+    }
+  }
+  for (size_t t = 0; t < tensors; ++t) {
+    (*weights_)[t] = std::move(got[3 * t]);
+    slots_[t].Restore(std::move(got[3 * t + 1]), std::move(got[3 * t + 2]),
+                      Get(&from[3]));
+  }
+  resumed_clock_ = Get(&from[1]);
+  if (source != config_.rank || resumed_clock_ != clock) {
+    LOG(INFO) << "rank " << config_.rank << ": ring generation "
+              << ring_.generation() << " goes on from rank " << source
+              << "'s step " << resumed_clock_ << " (this rank was at " << clock
+              << ")";
+  }
+  trained_ = true;
   return absl::OkStatus();
 }
 
@@ -143,32 +234,29 @@ absl::Status AllreduceExchange::Reform(int64_t clock,
                                        StepStats* stats) {
   const std::string what =
       absl::StrCat("all-reduce of step ", clock, ": ", failure.message());
-  if (!config_.rejoin || config_.num_workers == 1) return Explain(what, clock);
+  if (!config_.reform || config_.num_workers == 1) return Explain(what, clock);
   LOG(WARNING) << "rank " << config_.rank << ": " << what
                << "; re-forming the ring, waiting up to "
                << absl::FormatDuration(config_.timeout)
                << " for a replacement of the dead rank";
-  // Rank 0's weights are the newest the job has: hand them over first, so
-  // the ring resumes from them rather than from the last periodic upload.
+  // The servers' copy is what the evaluator scores and a shard restored
+  // from: bring it up to date before the wait.
   if (absl::Status flushed = Flush(clock - 1); !flushed.ok()) {
     LOG(WARNING) << "handing over the weights before re-forming: " << flushed;
   }
-  auto rejoined = config_.rejoin();
-  if (!rejoined.ok()) return Explain(what, clock);
-  const auto [resume, attempt] = *rejoined;
-  config_.attempt = attempt;
   collective_.reset();
-  slots_.clear();  // A replacement starts with none: so do we.
-  sums_.clear();
-  if (absl::Status s = Start(weights_, resume); !s.ok()) {
+  ring_.Broke();
+  // The step `clock` failed: this rank has completed the one before.
+  absl::Status s = FormRing(clock - 1, config_.clock->Now() + config_.timeout);
+  if (!s.ok()) {
     return Explain(absl::StrCat(what, "; re-forming the ring: ", s.message()),
                    clock);
   }
-  LOG(WARNING) << "rank " << config_.rank << ": the ring re-formed at step "
-               << resume;
+  LOG(WARNING) << "rank " << config_.rank << ": the ring re-formed (generation "
+               << ring_.generation() << ") at step " << resumed_clock_;
   if (stats != nullptr) {
     *stats = StepStats();
-    stats->next_clock = resume;
+    stats->next_clock = resumed_clock_;
   }
   return absl::OkStatus();
 }

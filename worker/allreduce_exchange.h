@@ -4,29 +4,33 @@
 // as backward produces the layer, divided by the worker count, and applied
 // locally with the same optimizer code the servers use (common/optimizer.h), so
 // every replica stays bit-identical. The servers are off the gradient path:
-// they give the initial weights, host the Gloo rendezvous (a store over our
-// gRPC service), and rank 0 hands them the weights every `assign_every` steps
-// and at the end, for the evaluator and checkpoints. When a peer dies the
-// survivors re-form the ring (Reform): they register again, start from the
-// servers' weights (rank 0, if alive, hands them its own first) and wait up
-// to the collective timeout for a replacement with the dead rank (started
-// with the same flags, it joins at the same clock and attempt); if none
-// comes, each exits naming the dead rank. Used by one trainer thread.
+// they give the initial weights, host the rendezvous store (RingRendezvous
+// agrees there which ring to form), and rank 0 hands them the weights every
+// `assign_every` steps and at the end, for the evaluator and checkpoints.
+// Each time a ring forms (at Start, and in Reform after a peer died: the
+// survivors wait up to the collective timeout for a replacement started with
+// the dead rank's flags), its ranks agree where the job is: the rank that
+// holds the most trained state (a survivor before a fresh process, then the
+// highest clock, then the lowest rank) sends every other its step, weights
+// and optimizer state. So a replacement that started with a stale clock (the
+// shards that would tell it the job's may have restarted) goes on at the
+// survivors' step with their model. No ring within the timeout: each rank
+// exits naming the dead ones. Used by one trainer thread.
 #ifndef ASYNCPS_WORKER_ALLREDUCE_EXCHANGE_H_
 #define ASYNCPS_WORKER_ALLREDUCE_EXCHANGE_H_
 
-#include <functional>
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
 #include "client/ps_client.h"
 #include "client/rendezvous_client.h"
+#include "common/clock.h"
 #include "common/optimizer.h"
 #include "worker/collective.h"
 #include "worker/exchange.h"
+#include "worker/ring_rendezvous.h"
 #include "worker/task_queue.h"
 
 namespace asyncps {
@@ -41,13 +45,14 @@ struct AllreduceConfig {
   // fp16 compression); the mean and the optimizer stay in f32. A sum that
   // overflows half fails the step with nothing applied.
   bool f16 = false;
+  // How long a ring may take to form (a replacement to come), and each
+  // collective operation.
   absl::Duration timeout = absl::Seconds(30);
   int64_t assign_every = 50;  // Steps between weight uploads (rank 0).
-  int64_t attempt = 1;        // From Register: keeps rendezvous keys apart.
-  // Registers this worker again after a peer died; returns the clock to
-  // resume from and the new attempt (as a replacement's Register gets
-  // them). Unset: a failed all-reduce ends the worker.
-  std::function<absl::StatusOr<std::pair<int64_t, int64_t>>()> rejoin;
+  // Whether a failed all-reduce re-forms the ring (ps_worker); false: it
+  // ends the worker.
+  bool reform = false;
+  Clock* clock = Clock::Real();  // Borrowed; the deadlines' clock.
 };
 
 class AllreduceExchange final : public GradientExchange {
@@ -57,9 +62,11 @@ class AllreduceExchange final : public GradientExchange {
                     std::vector<std::vector<int>> layer_tensors);
 
   // Pulls the initial weights and joins the ring (rendezvous through the
-  // servers' store under a key prefix made of `clock` and the attempt).
+  // servers' store); the ring's step, weights and optimizer state then
+  // replace this worker's if another rank holds more (resumed_clock()).
   absl::Status Start(std::vector<std::vector<float>>* weights,
                      int64_t clock) override;
+  int64_t resumed_clock() const override { return resumed_clock_; }
   void LayerReady(int layer, const std::vector<std::vector<float>>& grads,
                   int64_t clock) override;
   absl::Status FinishStep(int64_t clock,
@@ -78,13 +85,24 @@ class AllreduceExchange final : public GradientExchange {
   absl::Status Reform(int64_t clock, const absl::Status& failure,
                       StepStats* stats);
 
+  // Joins a ring (again after each failure, until `deadline`) and takes up
+  // its state (Sync); `clock` is the steps this worker has completed.
+  absl::Status FormRing(int64_t clock, absl::Time deadline);
+
+  // On a ring just joined: every rank says its clock and whether it holds
+  // trained state; the rank with the most sends its step, weights and
+  // optimizer state to all (a sum where the others add zeros: the same
+  // bits). Sets resumed_clock_.
+  absl::Status Sync(int64_t clock);
+
   // Turns a collective failure into an error naming the dead ranks, as far
   // as the servers' membership can tell within the worker timeout.
   absl::Status Explain(const std::string& what, int64_t clock);
 
   PsClient* const client_;
   RendezvousClient store_;  // The collectives meet here (shard 0).
-  AllreduceConfig config_;  // attempt changes when the ring re-forms.
+  const AllreduceConfig config_;
+  RingRendezvous ring_;
   const std::vector<std::vector<int>> layer_tensors_;
   const std::vector<int> all_tensors_;  // Every tensor, ascending.
   std::unique_ptr<Collective> collective_;
@@ -96,7 +114,11 @@ class AllreduceExchange final : public GradientExchange {
   // hand-off to the collective's thread).
   const std::vector<std::vector<float>>* alone_grads_ = nullptr;
   std::vector<OptimizerSlots> slots_;  // Per tensor.
-  TaskQueue queue_;                    // Last: its thread stops first.
+  // Whether weights_ came from a ring (training, or a Sync); a fresh
+  // process holds the servers' copy, older than any survivor's.
+  bool trained_ = false;
+  int64_t resumed_clock_ = -1;  // Where the last ring formed goes on from.
+  TaskQueue queue_;             // Last: its thread stops first.
 };
 
 }  // namespace asyncps

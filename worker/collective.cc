@@ -127,11 +127,15 @@ absl::StatusOr<std::unique_ptr<Collective>> JoinGloo(
     gloo::transport::tcp::attr attr;
     attr.hostname = config.host;
     auto device = gloo::transport::tcp::CreateDevice(attr);
-    GlooStore gloo_store(store, config.timeout);
+    const absl::Duration join_timeout =
+        config.join_timeout > absl::ZeroDuration() ? config.join_timeout
+                                                   : config.timeout;
+    GlooStore gloo_store(store, join_timeout);
     gloo::rendezvous::PrefixStore prefixed(config.prefix, gloo_store);
     auto context = std::make_shared<gloo::rendezvous::Context>(
         config.rank, config.num_workers);
-    context->setTimeout(absl::ToChronoMilliseconds(config.timeout));
+    // Each operation sets its own (GlooCollective).
+    context->setTimeout(absl::ToChronoMilliseconds(join_timeout));
     context->connectFullMesh(prefixed, device);
     return std::unique_ptr<Collective>(
         new GlooCollective(std::move(context), config.timeout));

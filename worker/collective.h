@@ -40,7 +40,10 @@ struct CollectiveConfig {
   int num_workers = 1;
   std::string host = "127.0.0.1";  // gloo: the address peers reach us on.
   int cuda_device = -1;            // nccl: this worker's GPU.
-  absl::Duration timeout = absl::Seconds(30);
+  absl::Duration timeout = absl::Seconds(30);  // Of each operation.
+  // Of joining: waiting for the others' addresses and connecting to them
+  // (0: `timeout`).
+  absl::Duration join_timeout = absl::ZeroDuration();
   // Rendezvous keys go under this prefix in the servers' store.
   std::string prefix;
 };

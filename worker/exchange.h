@@ -41,6 +41,10 @@ class GradientExchange {
   // worker resumes).
   virtual absl::Status Start(std::vector<std::vector<float>>* weights,
                              int64_t clock) = 0;
+  // After Start: if >= 0, the clock the worker goes on from instead of
+  // Start's `clock` (allreduce: the ring's step, which a replacement that
+  // was told a stale clock takes up).
+  virtual int64_t resumed_clock() const { return -1; }
   // Layer `layer`'s gradients are ready in grads; the exchange may start
   // sending them. `grads` stays untouched until FinishStep returns.
   virtual void LayerReady(int layer,

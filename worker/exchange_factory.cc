@@ -9,8 +9,7 @@ namespace asyncps {
 
 std::unique_ptr<GradientExchange> MakeExchange(
     const WorkerConfig& config, const WorkerClient& worker, int cuda_device,
-    int64_t attempt, std::vector<std::vector<int>> layer_tensors,
-    std::function<absl::StatusOr<std::pair<int64_t, int64_t>>()> rejoin) {
+    std::vector<std::vector<int>> layer_tensors) {
   if (config.ParsedMode() != Mode::kAllreduce) {
     auto exchange = std::make_unique<PsExchange>(
         worker.client.get(), std::move(layer_tensors), config.Exchange(),
@@ -28,9 +27,8 @@ std::unique_ptr<GradientExchange> MakeExchange(
   ar.host = config.collective_host;
   ar.timeout = config.collective_timeout;
   ar.assign_every = config.assign_every;
-  ar.attempt = attempt;
   ar.cuda_device = cuda_device;
-  ar.rejoin = std::move(rejoin);
+  ar.reform = true;
   ar.collective = config.CollectiveKind(cuda_device);
   ar.f16 = config.compress == "f16";
   return std::make_unique<AllreduceExchange>(worker.ps, ar,

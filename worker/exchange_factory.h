@@ -2,10 +2,7 @@
 #ifndef ASYNCPS_WORKER_EXCHANGE_FACTORY_H_
 #define ASYNCPS_WORKER_EXCHANGE_FACTORY_H_
 
-#include <cstdint>
-#include <functional>
 #include <memory>
-#include <utility>
 #include <vector>
 
 #include "client/worker_client.h"
@@ -16,16 +13,13 @@ namespace asyncps {
 
 // allreduce: an AllreduceExchange over the collective of --collective
 // (nccl chosen by "auto" when `cuda_device` >= 0); otherwise a PsExchange
-// through the servers. `attempt` comes from the worker's membership, and
-// `rejoin` (allreduce: re-forming the ring after a peer died; see
-// AllreduceConfig) registers it again; `layer_tensors` come from the model.
-// `worker` is borrowed and must outlive the exchange.
+// through the servers. An allreduce ring re-forms after a peer died (see
+// AllreduceConfig). `layer_tensors` come from the model. `worker` is
+// borrowed and must outlive the exchange.
 // REQUIRES: config.Validate().ok().
 std::unique_ptr<GradientExchange> MakeExchange(
     const WorkerConfig& config, const WorkerClient& worker, int cuda_device,
-    int64_t attempt, std::vector<std::vector<int>> layer_tensors,
-    std::function<absl::StatusOr<std::pair<int64_t, int64_t>>()> rejoin =
-        nullptr);
+    std::vector<std::vector<int>> layer_tensors);
 
 }  // namespace asyncps
 

@@ -227,11 +227,21 @@ absl::Status Train(const TrainerConfig& config, Mlp* model, DataLoader* loader,
   std::vector<std::vector<float>> weights;
   for (size_t n : model->TensorSizes()) weights.emplace_back(n, 0.0f);
   RETURN_IF_ERROR(exchange->Start(&weights, config.start_clock));
+  // Steps done by this rank: where it resumes, or where the exchange found
+  // the job (the loader follows it there).
+  int64_t done_clock = config.start_clock;
+  if (exchange->resumed_clock() >= 0) {
+    done_clock = exchange->resumed_clock();
+    if (done_clock > config.start_clock) {
+      loader->Skip((done_clock - config.start_clock) * config.accumulate,
+                   config.batch_size);
+    }
+    if (config.steps_done != nullptr) config.steps_done->store(done_clock);
+  }
   *result = TrainerResult();
   RunProgress progress(config, loader);
   std::vector<float> x;
   std::vector<int> y;
-  int64_t done_clock = config.start_clock;  // Steps done by this rank.
   while (!stop->load(std::memory_order_relaxed)) {
     if (config.steps > 0 && done_clock >= config.steps) break;
     if (loader->epoch() >= config.epochs) break;

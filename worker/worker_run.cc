@@ -207,8 +207,7 @@ absl::Status Train(const WorkerConfig& flags, const v1::ModelSpec& spec,
   loader.Skip(membership->start_clock() * config.accumulate, config.batch_size);
   Mlp model(backend, config.Layers(), config.batch_size);
   std::unique_ptr<GradientExchange> exchange = MakeExchange(
-      config, worker, backend->cuda_device(), membership->attempt(),
-      model.LayerTensors(), [membership] { return membership->Rejoin(); });
+      config, worker, backend->cuda_device(), model.LayerTensors());
   TrainerConfig tc = TrainerConfigFor(config, data, membership);
   tc.timeline = timeline;
   tc.on_step = HeartbeatProgress(membership, metrics, tc.clock);
