@@ -22,7 +22,7 @@ constexpr int kSaid = 5;
 // asked for it before they join, so only a rank that died meanwhile (or a
 // shard 0 that restarts) makes it slow, and the next attempt goes on without
 // waiting out the whole collective timeout.
-constexpr absl::Duration kJoinTimeout = absl::Seconds(10);
+constexpr absl::Duration kJoinTimeout = absl::Seconds(5);
 
 void Put(int64_t v, float* out) {
   out[0] = static_cast<float>(v >> 24);

@@ -134,8 +134,10 @@ absl::StatusOr<std::unique_ptr<Collective>> JoinGloo(
     gloo::rendezvous::PrefixStore prefixed(config.prefix, gloo_store);
     auto context = std::make_shared<gloo::rendezvous::Context>(
         config.rank, config.num_workers);
-    // Each operation sets its own (GlooCollective).
-    context->setTimeout(absl::ToChronoMilliseconds(join_timeout));
+    // Gloo waits five times this for a peer to connect (a peer whose address
+    // was left by a process that died never does); each operation sets its
+    // own (GlooCollective).
+    context->setTimeout(absl::ToChronoMilliseconds(join_timeout / 5));
     context->connectFullMesh(prefixed, device);
     return std::unique_ptr<Collective>(
         new GlooCollective(std::move(context), config.timeout));

@@ -41,7 +41,7 @@ struct CollectiveConfig {
   std::string host = "127.0.0.1";  // gloo: the address peers reach us on.
   int cuda_device = -1;            // nccl: this worker's GPU.
   absl::Duration timeout = absl::Seconds(30);  // Of each operation.
-  // Of joining: waiting for the others' addresses and connecting to them
+  // Of joining: waiting for the others' addresses, and for each to connect
   // (0: `timeout`).
   absl::Duration join_timeout = absl::ZeroDuration();
   // Rendezvous keys go under this prefix in the servers' store.

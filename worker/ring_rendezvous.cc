@@ -11,7 +11,7 @@ namespace asyncps {
 namespace {
 
 // How often Agree looks at what the others ask for.
-constexpr absl::Duration kPoll = absl::Milliseconds(50);
+constexpr absl::Duration kPoll = absl::Milliseconds(100);
 // How long a join's wait for a key goes on before it looks whether the
 // others have moved to a newer generation (long enough for the store's
 // client to set its keys again in between, see RendezvousClient).
