@@ -18,11 +18,11 @@ worker, past retry_for), PermissionError (refused identity or token),
 RuntimeError (anything else: the message is
 the server's). A refused call changes no weight.
 
-bsp and a shard restart: a pull that follows this rank's push of a step
-may raise RuntimeError("ABORTED: ... push step N's gradient again, then
-pull") when a shard lost that gradient; push the same gradient again and
-pull. push_pull (and asyncps.torch.DistributedOptimizer) do that
-themselves, so prefer them in bsp.
+bsp and a shard restart: when a shard loses this rank's part of a step
+(its gradients, or end_step's marks for the tensors it did not push), the
+pull of that step sends it again from a copy the client keeps until the
+next step's push, and pulls again (up to three times); push_pull and
+asyncps.torch.DistributedOptimizer do the same.
 
 asyncps.torch.DistributedOptimizer turns a PyTorch training loop into an
 asyncps worker; `python3 -m asyncps.run` starts shards and workers.
