@@ -182,12 +182,14 @@ std::vector<int> Client::Impl::NotPushedIn(const std::vector<int>& indices,
   if (clock() < step || pushed_step_ > step) return {};  // Not known.
   std::vector<int> absent;
   for (int t : indices) {
-    if (pushed_step_ < step || static_cast<size_t>(t) >= pushed_.size() ||
-        !pushed_[t]) {
-      absent.push_back(t);
-    }
+    if (!PushedLocked(t, step)) absent.push_back(t);
   }
   return absent;
+}
+
+bool Client::Impl::PushedLocked(int tensor, int64_t step) const {
+  return pushed_step_ == step && static_cast<size_t>(tensor) < pushed_.size() &&
+         pushed_[tensor];
 }
 
 absl::Status Client::Impl::SendStepAgain(const std::vector<int>& indices,
@@ -428,10 +430,7 @@ void Client::Impl::EndStep() {
     {
       absl::MutexLock lock(&step_mu_);
       for (int t = 0; t < NumTensors(); ++t) {
-        if (pushed_step_ != step || static_cast<size_t>(t) >= pushed_.size() ||
-            !pushed_[t]) {
-          absent.push_back(t);
-        }
+        if (!PushedLocked(t, step)) absent.push_back(t);
       }
     }
     if (!absent.empty()) {

@@ -196,6 +196,10 @@ class Client::Impl {
   // no gradient for (none if that step has not ended here).
   std::vector<int> NotPushedIn(const std::vector<int>& indices, int64_t step)
       ABSL_LOCKS_EXCLUDED(step_mu_);
+  // bsp: whether `tensor` was pushed (or said to have no gradient) for
+  // `step`, as MarkPushed recorded it.
+  bool PushedLocked(int tensor, int64_t step) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_);
   // bsp, after a pull of `step` was answered ABORTED: this rank's part of
   // the step for `indices` again: with `kept`, the gradients KeepPush kept
   // (the explicit form's caller sends its own: CallOptions::again), then

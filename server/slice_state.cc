@@ -92,8 +92,7 @@ SliceOutcome SliceState::AddToStep(const v1::OptimizerSpec& optimizer, int rank,
   if (steps_unknown_) {
     // The first step pushed after a restore is the one the job is on.
     step_ranks_.clear();
-    FastForwardLocked(clock - 1, /*discard_pending=*/false, nullptr, 0,
-                      nullptr);
+    applied_step_ = std::max(applied_step_, clock - 1);
     steps_unknown_ = false;
   }
   SliceOutcome out;
@@ -186,13 +185,6 @@ void SliceState::ApplyStep(const v1::OptimizerSpec& optimizer, int live_workers,
   outcome->step_short = static_cast<int>(n) < live_workers;
 }
 
-bool SliceState::FastForward(const v1::OptimizerSpec& optimizer, int64_t step,
-                             bool discard_pending, int quorum,
-                             SliceOutcome* applied) {
-  absl::MutexLock lock(&mu_);
-  return FastForwardLocked(step, discard_pending, &optimizer, quorum, applied);
-}
-
 bool SliceState::CompletesPendingLocked(int rank, int quorum) const {
   return !step_ranks_.empty() &&
          std::find(step_ranks_.begin(), step_ranks_.end(), rank) ==
@@ -200,9 +192,10 @@ bool SliceState::CompletesPendingLocked(int rank, int quorum) const {
          static_cast<int>(step_ranks_.size()) + 1 >= quorum;
 }
 
-bool SliceState::FastForwardLocked(int64_t step, bool discard_pending,
-                                   const v1::OptimizerSpec* optimizer,
-                                   int quorum, SliceOutcome* applied) {
+bool SliceState::FastForward(const v1::OptimizerSpec& optimizer, int64_t step,
+                             bool discard_pending, int quorum,
+                             SliceOutcome* applied) {
+  absl::MutexLock lock(&mu_);
   // `step` is a step the job completed (a rank reported step + 1). The
   // pending step may be that very step and still legitimately wait: a rank
   // that did not pull this slice went on, and a slower rank's gradient is
@@ -217,7 +210,7 @@ bool SliceState::FastForwardLocked(int64_t step, bool discard_pending,
   if (applied_step_ >= step) return false;
   if (!step_ranks_.empty()) {
     if (!discard_pending && applied_step_ + 1 >= step) return false;
-    ApplyStep(*optimizer, /*live_workers=*/0, applied,
+    ApplyStep(optimizer, /*live_workers=*/0, applied,
               quorum == kUnknownQuorum ? 0 : quorum);
     applied->step_short = true;
   }

@@ -153,12 +153,6 @@ class SliceState {
   bool StepPending() const;
 
  private:
-  // FastForward, under the lock.
-  // `optimizer` and `applied` may be null only while no step is pending.
-  bool FastForwardLocked(int64_t step, bool discard_pending,
-                         const v1::OptimizerSpec* optimizer, int quorum,
-                         SliceOutcome* applied)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // bsp: true if `rank` is missing from the pending step, which it would
   // complete with `quorum`.
   bool CompletesPendingLocked(int rank, int quorum) const
