@@ -164,6 +164,15 @@ class Client::Impl {
   absl::Status CheckWholeModel(
       const std::vector<absl::Span<float>>& weights) const;
 
+  // Recover: true if `versions` hold a slice of `shard` pulled from the
+  // servers (a worker that just started holds only initial weights).
+  bool PulledFrom(int shard, const std::vector<SliceVersion>& versions) const;
+  // Recover, with a copy never pulled while the job has trained: waits up to
+  // kAwaitRestore for another worker to restore `shard`; true if one did.
+  absl::StatusOr<bool> AwaitRestoreByAnother(int shard);
+  // As long as a shard waits for a worker's copy (ps_server --restore_wait).
+  static constexpr absl::Duration kAwaitRestore = absl::Seconds(10);
+
   // Takes the model PsClient adopted: names, and versions all unknown.
   absl::Status Adopt();
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "client/client_impl.h"
+#include "common/backoff.h"
 #include "common/status.h"
 #include "glog/logging.h"
 
@@ -21,7 +22,8 @@ absl::Status Client::Impl::Recover(
   for (int t = 0; t < n; ++t) all[t] = t;
   std::vector<SliceVersion>& versions = snapshot->rep_->versions;
   versions.resize(ps_->partition().slices().size());
-  ASSIGN_OR_RETURN(const std::vector<int> lost, ps_->ShardsWithoutModel());
+  ASSIGN_OR_RETURN(const PsClient::ModelPresence presence, ps_->Presence());
+  const std::vector<int>& lost = presence.lost;
   if (lost.empty()) {
     // Another worker may have declared the model again meanwhile: then a
     // shard's incarnation is not the one our weights came from.
@@ -43,6 +45,15 @@ absl::Status Client::Impl::Recover(
   }
   const ConstTensorViews held(weights.begin(), weights.end());
   for (int shard : lost) {
+    if (presence.trained && !PulledFrom(shard, versions)) {
+      ASSIGN_OR_RETURN(const bool restored, AwaitRestoreByAnother(shard));
+      if (restored) continue;
+      LOG(WARNING) << "shard " << shard
+                   << " lost the model and no worker that pulled its "
+                      "weights restored it within "
+                   << absl::FormatDuration(kAwaitRestore)
+                   << ": this worker's copy, never pulled, is all there is";
+    }
     ASSIGN_OR_RETURN(const bool created, ps_->Redeclare(shard));
     if (!created) continue;  // Another worker restores it.
     LOG(WARNING) << "shard " << shard
@@ -59,6 +70,28 @@ absl::Status Client::Impl::Recover(
   // hold this pull.
   const TensorViews views(weights.begin(), weights.end());
   return ps_->Pull(all, views, &versions, -1, 0);
+}
+
+bool Client::Impl::PulledFrom(int shard,
+                              const std::vector<SliceVersion>& versions) const {
+  const std::vector<SliceInfo>& slices = ps_->partition().slices();
+  for (size_t i = 0; i < slices.size() && i < versions.size(); ++i) {
+    if (slices[i].shard == shard && versions[i].incarnation != 0) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<bool> Client::Impl::AwaitRestoreByAnother(int shard) {
+  Backoff backoff(absl::Milliseconds(20), absl::Milliseconds(500),
+                  kAwaitRestore);
+  while (backoff.Wait()) {
+    ASSIGN_OR_RETURN(const PsClient::ModelPresence presence, ps_->Presence());
+    if (std::find(presence.lost.begin(), presence.lost.end(), shard) ==
+        presence.lost.end()) {
+      return true;
+    }
+  }
+  return false;
 }
 
 absl::Status Client::Impl::Recover(

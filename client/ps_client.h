@@ -186,6 +186,16 @@ class PsClient {
   // the model (its pulls and pushes fail with FAILED_PRECONDITION):
   // The shards that answer that no model is declared.
   absl::StatusOr<std::vector<int>> ShardsWithoutModel();
+  // Which shards lost the model, and whether the job has trained: some
+  // shard that has the model holds weights changed since the initial ones.
+  // A worker whose copy never came from the servers (it just started)
+  // holds only the initial weights then, which must not replace a lost
+  // shard's trained ones while a worker that pulled them can.
+  struct ModelPresence {
+    std::vector<int> lost;
+    bool trained = false;
+  };
+  absl::StatusOr<ModelPresence> Presence();
 
   // The optimizer state of `tensors`, read as no worker (nothing waits):
   // (*state)[t] for each t in `tensors`.
@@ -230,10 +240,11 @@ class PsClient {
   // Declares the adopted model on `shard`, as lost (recover) or as new
   // (weights follow); true if this call created it.
   absl::StatusOr<bool> DeclareOne(int shard, bool recover);
-  // Declares `spec` on every shard (`calls` gets their answers) and, once
-  // they took it, adopts it.
-  absl::Status DeclareOnEveryShard(
+  // Declares `spec` on every shard but those in `skip` (`calls` gets their
+  // answers) and, once they took it, adopts it.
+  absl::Status DeclareOnShards(
       const v1::ModelSpec& spec, bool weights_follow,
+      const std::vector<int>& skip,
       std::vector<Call<v1::DeclareModelRequest, v1::DeclareModelResponse>>*
           calls);
 

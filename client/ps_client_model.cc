@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/ps_client.h"
 #include "client/slice_data.h"
 #include "common/backoff.h"
@@ -63,11 +64,12 @@ absl::Status PsClient::FetchModel() {
 
 absl::Status PsClient::DeclareModel(const v1::ModelSpec& spec) {
   std::vector<Call<v1::DeclareModelRequest, v1::DeclareModelResponse>> calls;
-  return DeclareOnEveryShard(spec, /*weights_follow=*/false, &calls);
+  return DeclareOnShards(spec, /*weights_follow=*/false, {}, &calls);
 }
 
-absl::Status PsClient::DeclareOnEveryShard(
+absl::Status PsClient::DeclareOnShards(
     const v1::ModelSpec& spec, bool weights_follow,
+    const std::vector<int>& skip,
     std::vector<Call<v1::DeclareModelRequest, v1::DeclareModelResponse>>*
         calls) {
   // Checked here as UseModel would, but adopted only once the shards took
@@ -75,11 +77,13 @@ absl::Status PsClient::DeclareOnEveryShard(
   if (static_cast<int>(spec.num_shards()) != num_shards()) {
     return UseModel(spec);
   }
-  calls->assign(num_shards(), {});
+  calls->clear();
   for (int s = 0; s < num_shards(); ++s) {
-    (*calls)[s].shard = s;
-    *(*calls)[s].request.mutable_spec() = spec;
-    (*calls)[s].request.set_weights_follow(weights_follow);
+    if (std::find(skip.begin(), skip.end(), s) != skip.end()) continue;
+    auto& call = calls->emplace_back();
+    call.shard = s;
+    *call.request.mutable_spec() = spec;
+    call.request.set_weights_follow(weights_follow);
   }
   RETURN_IF_ERROR(
       caller_->CallAll(calls, ASYNCPS_RPC(DeclareModel), "DeclareModel"));
@@ -99,8 +103,22 @@ absl::Status PsClient::DeclareModel(const v1::ModelSpec& spec,
                        " elements but its initial buffer ", have));
     }
   }
+  // A shard that lost the model while the job has trained waits for a
+  // worker that pulled its weights (Client::Impl::Recover): these initial
+  // ones would set its part of the model back to the start (a chaos sweep
+  // did so, in bsp with no checkpoints: accuracy 0.06).
+  std::vector<int> skip;
+  if (static_cast<int>(spec.num_shards()) == num_shards()) {
+    ASSIGN_OR_RETURN(const ModelPresence presence, Presence());
+    if (presence.trained) skip = presence.lost;
+  }
+  if (!skip.empty()) {
+    LOG(WARNING) << "shard(s) " << absl::StrJoin(skip, ",")
+                 << " lost the model after the job trained: left to a "
+                    "worker that holds their trained weights";
+  }
   std::vector<Call<v1::DeclareModelRequest, v1::DeclareModelResponse>> calls;
-  RETURN_IF_ERROR(DeclareOnEveryShard(spec, /*weights_follow=*/true, &calls));
+  RETURN_IF_ERROR(DeclareOnShards(spec, /*weights_follow=*/true, skip, &calls));
   for (const auto& call : calls) {
     if (!call.response.created()) continue;
     RETURN_IF_ERROR(SendInitialWeights(call.shard, initial));
@@ -236,10 +254,16 @@ absl::Status PsClient::AssignSlices(absl::Span<const int> tensors, int rank,
 }
 
 absl::StatusOr<std::vector<int>> PsClient::ShardsWithoutModel() {
+  ASSIGN_OR_RETURN(ModelPresence presence, Presence());
+  return std::move(presence.lost);
+}
+
+absl::StatusOr<PsClient::ModelPresence> PsClient::Presence() {
   std::vector<Call<v1::GetModelRequest, v1::GetModelResponse>> calls(
       num_shards());
   for (int s = 0; s < num_shards(); ++s) calls[s].shard = s;
-  std::vector<int> lost;
+  ModelPresence presence;
+  std::vector<int>& lost = presence.lost;
   // One attempt per shard (a FAILED_PRECONDITION is an answer, not an
   // error, here); UNAVAILABLE ones are retried.
   RETURN_IF_ERROR(caller_->Retry(
@@ -259,7 +283,10 @@ absl::StatusOr<std::vector<int>> PsClient::ShardsWithoutModel() {
       },
       "GetModel", /*idempotent=*/true));
   std::sort(lost.begin(), lost.end());
-  return lost;
+  for (const auto& call : calls) {
+    presence.trained |= call.response.newest_version() > 0;
+  }
+  return presence;
 }
 
 absl::StatusOr<bool> PsClient::Redeclare(int shard) {

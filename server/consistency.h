@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -196,10 +197,25 @@ class Consistency {
   // this shard restarted); meanwhile bsp and ssp wait for the missing ones.
   bool Joining() const;
   int Quorum(int live) const;
+  // A rank's held pulls of slices: the lowest step they wait for, and
+  // since when the first of them waits.
+  struct HeldSince {
+    int64_t clock = 0;
+    absl::Time since = absl::InfiniteFuture();
+  };
+  using HeldByRank = absl::flat_hash_map<int, HeldSince>;
   // Answers every held pull that may go, or whose deadline passed; returns
   // the longest-held of those still waiting.
-  // `stuck`, if given, gets the ranks with a pull still held.
-  Oldest Recheck(absl::flat_hash_set<int>* stuck = nullptr);
+  // `stuck`, if given, gets the ranks with a pull still held (of slices or
+  // rows); `held`, if given, each rank's held pulls of slices.
+  Oldest Recheck(absl::flat_hash_set<int>* stuck = nullptr,
+                 HeldByRank* held = nullptr);
+  // bsp healing: the step every live rank has waited for, each for at least
+  // --heal_after, in a pull held without any gradient of it coming (the
+  // lowest step they wait for); -1 if some live rank waits less or not at
+  // all. No rank will send a gradient of that step: it is skipped.
+  int64_t StepNobodySends(const std::vector<int>& live_ranks,
+                          const HeldByRank& held, absl::Time now) const;
 
   // A held pull of rows.
   struct RowWait {

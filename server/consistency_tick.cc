@@ -11,18 +11,27 @@
 
 namespace asyncps {
 
-Consistency::Oldest Consistency::Recheck(absl::flat_hash_set<int>* stuck) {
+Consistency::Oldest Consistency::Recheck(absl::flat_hash_set<int>* stuck,
+                                         HeldByRank* held) {
   std::vector<HeldCalls<Wait>::Held> ready, expired;
   Oldest oldest;
   const absl::Time now = clock_->Now();
   waiters_.Sweep(
       now,
-      [this, &oldest, stuck](const Wait& w) {
+      [this, &oldest, stuck, held](const Wait& w) {
         if (Ready(w) || MustPushAgain(w)) return true;
         if (w.since < oldest.since) {
           oldest = {w.request->rank(), w.request->clock(), w.since};
         }
         if (stuck != nullptr) stuck->insert(w.request->rank());
+        if (held != nullptr) {
+          auto [it, first] = held->try_emplace(
+              w.request->rank(), HeldSince{w.request->clock(), w.since});
+          if (!first) {
+            it->second.clock = std::min(it->second.clock, w.request->clock());
+            it->second.since = std::min(it->second.since, w.since);
+          }
+        }
         return false;
       },
       &ready, &expired);
@@ -85,11 +94,15 @@ void Consistency::AdvanceSteps() {
   advance.now = now;
   absl::flat_hash_set<int> stuck;
   std::vector<int> live_ranks;
+  int64_t skip = -1;
   if (config_.heal_after > absl::ZeroDuration()) {
-    Recheck(&stuck);
+    HeldByRank held;
+    Recheck(&stuck, &held);
     for (const v1::WorkerInfo& w : membership_->Workers()) {
       if (w.live()) live_ranks.push_back(w.rank());
     }
+    skip = StepNobodySends(live_ranks, held, now);
+    advance.fast_forward_to = std::max(advance.fast_forward_to, skip);
     advance.heal = true;
     advance.live_ranks = live_ranks;
     advance.stuck = stuck;
@@ -99,7 +112,14 @@ void Consistency::AdvanceSteps() {
   const ShardStore::StepsAdvanced done =
       replication_ != nullptr ? replication_->AdvanceSteps(advance)
                               : store_->AdvanceSteps(advance);
-  if (done.moved > 0) {
+  if (done.moved > 0 && skip == advance.fast_forward_to) {
+    LOG(WARNING) << "shard " << store_->shard() << ": " << done.moved
+                 << " slice(s) skipped to step " << skip
+                 << ": every live rank has waited "
+                 << absl::FormatDuration(config_.heal_after)
+                 << " or more for it, and none will send its gradient (each "
+                    "lost it with a restart)";
+  } else if (done.moved > 0) {
     LOG(WARNING) << "shard " << store_->shard() << ": " << done.moved
                  << " slice(s) behind step " << advance.fast_forward_to
                  << ", which the job has completed (restored from an older "
@@ -113,6 +133,21 @@ void Consistency::AdvanceSteps() {
                     "step";
   }
   AdvanceRowSteps(Quorum(live), live_ranks, stuck, now);
+}
+
+int64_t Consistency::StepNobodySends(const std::vector<int>& live_ranks,
+                                     const HeldByRank& held,
+                                     absl::Time now) const {
+  if (live_ranks.empty()) return -1;
+  int64_t step = -1;
+  for (int rank : live_ranks) {
+    auto it = held.find(rank);
+    if (it == held.end() || now - it->second.since < config_.heal_after) {
+      return -1;
+    }
+    step = step < 0 ? it->second.clock : std::min(step, it->second.clock);
+  }
+  return step;
 }
 
 void Consistency::DiagnoseStall(const Oldest& oldest) {

@@ -187,7 +187,10 @@ grpc::ServerUnaryReactor* ParameterServerService::GetModel(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!Admit(context, reactor)) return reactor;
   auto spec = store_->Spec();
-  if (spec.ok()) *response->mutable_spec() = *std::move(spec);
+  if (spec.ok()) {
+    *response->mutable_spec() = *std::move(spec);
+    response->set_newest_version(store_->Progress(/*bsp=*/false).second);
+  }
   reactor->Finish(ToGrpcStatus(spec.status()));
   return reactor;
 }

@@ -304,3 +304,58 @@ def test_bsp_step_without_gradients_after_a_shard_restart(shards, tmp_path):
     c.end_step()
     np.testing.assert_array_equal(c.pull()["b"], model()["b"] - 2.0)
     c.leave()
+
+
+def test_a_starting_worker_never_restores_a_lost_shard_with_initial_weights(
+        shards):
+    """Regression (issue #38, chaos sweep in bsp with no checkpoints: final
+    accuracy 0.06): a worker starting while a shard had lost the model
+    declared it there and sent its initial weights, which replaced that
+    shard's trained ones while another worker held them. Neither its
+    declare nor its recover does so now: the worker that pulled them
+    restores the shard."""
+    servers = shards.start(2, "--mode=async")
+    trained = client(servers, rank=0, num_workers=2)
+    trained.declare(model(), lr=1.0)
+    trained.push({"w": np.ones((3, 4), np.float32),
+                  "b": np.ones(4, np.float32)})
+    held = trained.pull()
+    want = {k: v - 1.0 for k, v in model().items()}
+
+    def recovered_pull(c, arrays):
+        try:
+            return c.pull()
+        except RuntimeError:
+            assert c.recover(arrays)
+            return c.pull()
+
+    # A worker starting while shard 1 has lost the model: its declare
+    # leaves that shard alone.
+    shards.restart(1)
+    starting = client(servers, rank=1, num_workers=2)
+    starting.declare(model(), lr=1.0)
+    got = recovered_pull(trained, held)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+    for k, v in recovered_pull(starting, model()).items():
+        np.testing.assert_array_equal(v, want[k])
+    starting.leave()
+    # Its recover with a copy it never pulled waits for one that was.
+    shards.restart(1)
+    again = client(servers, rank=1, num_workers=2)
+    again.declare(model(), lr=1.0)
+    initial = model()
+    with pytest.raises(RuntimeError):
+        again.pull()
+    waited = {}
+    t = threading.Thread(
+        target=lambda: waited.update(ok=again.recover(initial)))
+    t.start()
+    got = recovered_pull(trained, held)
+    t.join()
+    assert waited["ok"]
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+        np.testing.assert_array_equal(initial[k], want[k])
+    again.leave()
+    trained.leave()

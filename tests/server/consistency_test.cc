@@ -310,6 +310,56 @@ TEST_F(ConsistencyTest, BspHealsAStepWhoseMissingRanksAllWait) {
   EXPECT_EQ(store_.Counters().steps_short, 1);
 }
 
+// Regression (issue #38, chaos sweep bsp, 2 workers, no checkpoints): a
+// shard declared again after a restart caught up with the step before the
+// highest clock it heard (86), while both ranks, restarted too, resumed at
+// 87 and pulled it without pushing it (they hold no gradient of it). Step
+// 87 had no gradient anywhere and never would: both pulls were held until
+// the workers gave up. Once every live rank has waited --heal_after in a
+// pull of a step nobody sent anything for, the step is skipped (changes no
+// weight); a rank not waiting, or waiting less, may still push it.
+TEST_F(ConsistencyTest, BspSkipsAStepNobodySentOnceEveryRankWaitsForIt) {
+  ConsistencyConfig config;
+  config.mode = Mode::kBsp;
+  config.heal_after = absl::Seconds(3);
+  Start(config, 0);
+  for (int rank = 0; rank < 2; ++rank) {  // Both resume at step 40.
+    v1::RegisterRequest again;
+    again.set_rank(rank);
+    again.set_num_workers(2);
+    again.set_clock(40);
+    ASSERT_TRUE(membership_.Register(again).ok());
+  }
+  consistency_->Tick();  // Catches up with step 39.
+  Pulled first;
+  Pull(&first, 0, 40, absl::Seconds(60));
+  auto tick = [&](absl::Duration d) {
+    clock_.Advance(d);
+    membership_.Touch(0, 40);
+    membership_.Touch(1, 40);
+    consistency_->Tick();
+  };
+  tick(absl::Seconds(4));
+  EXPECT_FALSE(first.answer.has_value()) << "rank 1 may still push step 40";
+  Pulled second;
+  Pull(&second, 1, 40, absl::Seconds(60));
+  tick(absl::Seconds(2));
+  EXPECT_FALSE(second.answer.has_value()) << "rank 1 waited only 2 s";
+  tick(absl::Seconds(2));
+  ASSERT_TRUE(first.answer.has_value()) << "step 40 held for ever";
+  ASSERT_TRUE(second.answer.has_value());
+  EXPECT_TRUE(first.answer->ok());
+  EXPECT_TRUE(second.answer->ok());
+  EXPECT_EQ(first.Weight(), 10.0f);  // Nothing applied: no gradient came.
+  EXPECT_EQ(second.Weight(), 10.0f);
+  ASSERT_TRUE(Push(0, 41, 2.0f).ok());  // The job goes on.
+  ASSERT_TRUE(Push(1, 41, 4.0f).ok());
+  Pulled next;
+  Pull(&next, 0, 41, absl::Seconds(60), /*after_push=*/true);
+  ASSERT_TRUE(next.answer.has_value());
+  EXPECT_EQ(next.Weight(), 7.0f);  // 10 - (2 + 4) / 2.
+}
+
 // A compressed gradient (common/compress.h) is decoded and applied as the
 // codec says; a malformed one is refused naming the fault, nothing moved.
 TEST_F(ConsistencyTest, CompressedPushesApplyExactlyOrChangeNothing) {
