@@ -1,7 +1,10 @@
+// EmbeddingTable's rows: validation, the slots and their eviction order,
+// pull, push, the bsp step, reads and counts. Its checkpoint is in
+// server/embedding_table_checkpoint.cc, EmbeddingTables in
+// server/embedding_tables.cc.
 #include "server/embedding_table.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/initializer.h"
@@ -310,105 +313,6 @@ int64_t EmbeddingTable::applied_step() const {
   return applied_step_;
 }
 
-namespace {
-
-template <typename T>
-std::string BytesOf(const std::vector<T>& v) {
-  return std::string(reinterpret_cast<const char*>(v.data()),
-                     v.size() * sizeof(T));
-}
-
-// `bytes` as `n` values of T, or DATA_LOSS naming `what`.
-template <typename T>
-absl::StatusOr<std::vector<T>> ValuesOf(const std::string& bytes, size_t n,
-                                        absl::string_view what) {
-  if (bytes.size() != n * sizeof(T)) {
-    return absl::DataLossError(absl::StrCat("embedding checkpoint: ", what,
-                                            " holds ", bytes.size(),
-                                            " bytes, want ", n * sizeof(T)));
-  }
-  std::vector<T> v(n);
-  // memcpy of nothing into an empty vector's null data() is undefined.
-  if (n > 0) std::memcpy(v.data(), bytes.data(), bytes.size());
-  return v;
-}
-
-}  // namespace
-
-void EmbeddingTable::Save(v1::EmbeddingCheckpoint* out) const {
-  absl::MutexLock lock(&mu_);
-  *out->mutable_spec() = spec_;
-  out->set_evicted(evicted_);
-  // Least recently used first, so a restored table evicts in the same
-  // order.
-  std::vector<int64_t> ids, steps;
-  std::vector<float> weights, slot1, slot2;
-  for (uint32_t s = oldest_; s != kNone; s = next_[s]) {
-    const size_t at = size_t{s} * dim_;
-    ids.push_back(ids_[s]);
-    steps.push_back(steps_[s]);
-    weights.insert(weights.end(), &weights_[at], &weights_[at] + dim_);
-    if (slots_ >= 1) slot1.insert(slot1.end(), &slot1_[at], &slot1_[at] + dim_);
-    if (slots_ >= 2) slot2.insert(slot2.end(), &slot2_[at], &slot2_[at] + dim_);
-  }
-  out->set_ids(BytesOf(ids));
-  out->set_steps(BytesOf(steps));
-  out->set_weights(BytesOf(weights));
-  out->set_slot1(BytesOf(slot1));
-  out->set_slot2(BytesOf(slot2));
-}
-
-absl::StatusOr<std::unique_ptr<EmbeddingTable>> EmbeddingTable::Load(
-    const v1::EmbeddingCheckpoint& in) {
-  absl::Status valid = ValidateEmbedding(in.spec());
-  if (!valid.ok()) {
-    return absl::DataLossError(
-        absl::StrCat("embedding checkpoint: ", valid.message()));
-  }
-  auto table = std::make_unique<EmbeddingTable>(in.spec());
-  const size_t n = in.ids().size() / sizeof(int64_t);
-  const size_t d = table->dim_;
-  ASSIGN_OR_RETURN(std::vector<int64_t> ids,
-                   ValuesOf<int64_t>(in.ids(), n, "ids"));
-  ASSIGN_OR_RETURN(std::vector<int64_t> steps,
-                   ValuesOf<int64_t>(in.steps(), n, "steps"));
-  ASSIGN_OR_RETURN(std::vector<float> weights,
-                   ValuesOf<float>(in.weights(), n * d, "weights"));
-  ASSIGN_OR_RETURN(
-      std::vector<float> slot1,
-      ValuesOf<float>(in.slot1(), table->slots_ >= 1 ? n * d : 0, "slot1"));
-  ASSIGN_OR_RETURN(
-      std::vector<float> slot2,
-      ValuesOf<float>(in.slot2(), table->slots_ >= 2 ? n * d : 0, "slot2"));
-  if (n > table->capacity_) {
-    return absl::DataLossError(absl::StrCat("embedding checkpoint: ", n,
-                                            " rows of '", in.spec().name(),
-                                            "', more than max_rows_per_shard"));
-  }
-  absl::MutexLock lock(&table->mu_);
-  for (size_t k = 0; k < n; ++k) {
-    const int64_t rows = in.spec().num_rows();
-    if (rows > 0 && (ids[k] < 0 || ids[k] >= rows)) {
-      return absl::DataLossError(
-          absl::StrCat("embedding checkpoint: id ", ids[k], " is outside '",
-                       in.spec().name(), "' of ", rows, " rows"));
-    }
-    if (table->index_.contains(ids[k])) {
-      return absl::DataLossError(absl::StrCat("embedding checkpoint: id ",
-                                              ids[k], " of '", in.spec().name(),
-                                              "' appears twice"));
-    }
-    const uint32_t slot = table->Touch(ids[k]);
-    const size_t at = size_t{slot} * d;
-    std::copy_n(&weights[k * d], d, &table->weights_[at]);
-    if (table->slots_ >= 1) std::copy_n(&slot1[k * d], d, &table->slot1_[at]);
-    if (table->slots_ >= 2) std::copy_n(&slot2[k * d], d, &table->slot2_[at]);
-    table->steps_[slot] = steps[k];
-  }
-  table->evicted_ = in.evicted();
-  return table;
-}
-
 int64_t EmbeddingTable::Read(int64_t start, int64_t max_rows,
                              std::vector<int64_t>* ids,
                              std::vector<float>* rows) const {
@@ -454,86 +358,6 @@ int64_t EmbeddingTable::steps(int64_t id) const {
   absl::MutexLock lock(&mu_);
   auto it = index_.find(id);
   return it == index_.end() ? 0 : steps_[it->second];
-}
-
-absl::Status EmbeddingTables::Declare(const v1::EmbeddingSpec& spec,
-                                      const absl::Status& may_create) {
-  RETURN_IF_ERROR(ValidateEmbedding(spec));
-  absl::MutexLock lock(&mu_);
-  auto it = tables_.find(spec.name());
-  if (it != tables_.end()) {
-    if (it->second->spec().SerializeAsString() != spec.SerializeAsString()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "embedding '", spec.name(), "' is declared with another spec (",
-          it->second->spec().ShortDebugString(), ")"));
-    }
-    return absl::OkStatus();
-  }
-  RETURN_IF_ERROR(may_create);
-  if (tables_.size() >= kMaxTables) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "a shard holds at most ", kMaxTables, " embedding tables"));
-  }
-  tables_.emplace(spec.name(), std::make_unique<EmbeddingTable>(spec));
-  return absl::OkStatus();
-}
-
-absl::StatusOr<EmbeddingTable*> EmbeddingTables::Find(
-    const std::string& name) const {
-  absl::MutexLock lock(&mu_);
-  auto it = tables_.find(name);
-  if (it == tables_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("no embedding '", name.substr(0, 64),
-                     "' on this shard (DeclareEmbedding first)"));
-  }
-  return it->second.get();
-}
-
-size_t EmbeddingTables::size() const {
-  absl::MutexLock lock(&mu_);
-  return tables_.size();
-}
-
-std::vector<EmbeddingTable*> EmbeddingTables::All() const {
-  absl::MutexLock lock(&mu_);
-  std::vector<EmbeddingTable*> all;
-  all.reserve(tables_.size());
-  for (const auto& [name, table] : tables_) all.push_back(table.get());
-  return all;
-}
-
-std::vector<v1::EmbeddingStats> EmbeddingTables::Stats() const {
-  std::vector<v1::EmbeddingStats> out;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [name, table] : tables_) out.push_back(table->Stats());
-  }
-  std::sort(out.begin(), out.end(),
-            [](const auto& a, const auto& b) { return a.name() < b.name(); });
-  return out;
-}
-
-void EmbeddingTables::Save(v1::ShardCheckpoint* checkpoint) const {
-  absl::MutexLock lock(&mu_);
-  for (const auto& [name, table] : tables_) {
-    table->Save(checkpoint->add_embeddings());
-  }
-}
-
-absl::Status EmbeddingTables::Restore(const v1::ShardCheckpoint& checkpoint) {
-  absl::flat_hash_map<std::string, std::unique_ptr<EmbeddingTable>> loaded;
-  for (const v1::EmbeddingCheckpoint& e : checkpoint.embeddings()) {
-    ASSIGN_OR_RETURN(std::unique_ptr<EmbeddingTable> table,
-                     EmbeddingTable::Load(e));
-    if (!loaded.emplace(e.spec().name(), std::move(table)).second) {
-      return absl::DataLossError(absl::StrCat("checkpoint holds embedding '",
-                                              e.spec().name(), "' twice"));
-    }
-  }
-  absl::MutexLock lock(&mu_);
-  tables_ = std::move(loaded);
-  return absl::OkStatus();
 }
 
 }  // namespace asyncps
