@@ -105,13 +105,13 @@ def evaluate(model, test_ids, test_labels, auc):
     return auc(scores.numpy(), test_labels)
 
 
-def worker(rank, args, config, port, servers, out):
-    """One training process; puts its result on `out`."""
-    torch.set_num_threads(1)
-    from asyncps.ctr import CtrData, auc
-    data = CtrData(args.rows, seed=args.seed)
-    fields, dim = data.fields, args.dim
-    client = opt = None
+def make_model(rank, args, config, port, servers, fields):
+    """Worker `rank`'s (model, table, asyncps client, asyncps optimizer,
+    every optimizer): for async and bsp the table is an
+    asyncps.torch.Embedding and the MLP trains through DistributedOptimizer;
+    for the DDP configurations (client and optimizer None) both are local,
+    under DDP over gloo on `port`."""
+    dim = args.dim
     if config in ("async", "bsp"):
         import asyncps
         import asyncps.torch
@@ -125,18 +125,27 @@ def worker(rank, args, config, port, servers, out):
         opt = asyncps.torch.DistributedOptimizer(
             torch.optim.Adagrad(model.top.parameters(), lr=0.01), client,
             named_parameters=model.top.named_parameters())
-        opts = [opt]
-    else:
-        os.environ["MASTER_ADDR"] = "127.0.0.1"
-        os.environ["MASTER_PORT"] = str(port)
-        dist.init_process_group("gloo", rank=rank, world_size=args.workers)
-        table = nn.Embedding(args.rows, dim, sparse=config == "ddp_sparse")
-        with torch.no_grad():
-            table.weight.normal_(0.0, 0.01,
-                                 generator=torch.Generator().manual_seed(0))
-        model = nn.parallel.DistributedDataParallel(Ctr(table, fields, dim))
-        opts = [torch.optim.Adagrad(model.module.table.parameters(), lr=0.05),
-                torch.optim.Adagrad(model.module.top.parameters(), lr=0.01)]
+        return model, table, client, opt, [opt]
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=args.workers)
+    table = nn.Embedding(args.rows, dim, sparse=config == "ddp_sparse")
+    with torch.no_grad():
+        table.weight.normal_(0.0, 0.01,
+                             generator=torch.Generator().manual_seed(0))
+    model = nn.parallel.DistributedDataParallel(Ctr(table, fields, dim))
+    opts = [torch.optim.Adagrad(model.module.table.parameters(), lr=0.05),
+            torch.optim.Adagrad(model.module.top.parameters(), lr=0.01)]
+    return model, table, None, None, opts
+
+
+def worker(rank, args, config, port, servers, out):
+    """One training process; puts its result on `out`."""
+    torch.set_num_threads(1)
+    from asyncps.ctr import CtrData, auc
+    data = CtrData(args.rows, seed=args.seed)
+    model, table, client, opt, opts = make_model(rank, args, config, port,
+                                                  servers, data.fields)
     loss_fn = nn.BCEWithLogitsLoss()
     test_ids, test_labels, _ = (data.test_set(args.test) if rank == 0 else
                                 (None, None, None))

@@ -142,7 +142,7 @@ def train(model, opt, data, steps=None, log_every=0, clip=1.0,
     return samples, time.perf_counter() - start - paused
 
 
-def main():
+def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     env = os.environ
     p.add_argument("--servers", default=env.get(
@@ -185,76 +185,102 @@ def main():
     p.add_argument("--declare_only", action="store_true",
                    help="--evaluate: declare the model first (as a worker "
                    "would), to score the initial weights")
-    args = p.parse_args()
+    return p.parse_args()
 
+
+def evaluate(args, model, tx, ty):
+    """--evaluate: the servers' weights (after declaring the model, with
+    --declare_only) scored on the test set."""
+    import asyncps
+    if args.declare_only:
+        import asyncps.torch
+        worker = asyncps.Client(args.servers, rank=args.rank,
+                                num_workers=args.num_workers,
+                                mode=args.mode)
+        asyncps.torch.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=args.lr,
+                            momentum=args.momentum),
+            worker, named_parameters=model.named_parameters()).close()
+    import asyncps.torch
+    asyncps.torch.load_state_dict(model, args.servers)
+    if args.test_examples > 0:
+        tx, ty = tx[:args.test_examples], ty[:args.test_examples]
+    print(f"test_accuracy {accuracy(model, tx, ty):.4f}", flush=True)
+
+
+def curve_writer(args, model, tx, ty):
+    """--curve on rank 0: train()'s `curve`, writing the CSV; else None."""
+    if not (args.curve and args.rank == 0):
+        return None
+    out = open(args.curve, "w")
+    out.write("seconds,step,test_accuracy\n")
+
+    def curve(step, seconds):
+        if step % args.curve_every == 0:
+            acc = accuracy(model, tx[:2000], ty[:2000])
+            out.write(f"{seconds:.3f},{step},{acc:.4f}\n")
+            out.flush()
+    return curve
+
+
+def train_ddp(args, model, data, curve, tx, ty):
+    """--ddp: trains under DistributedDataParallel (gloo); returns
+    (samples, seconds)."""
+    import torch.distributed as dist
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(args.port))
+    dist.init_process_group("gloo", rank=args.rank,
+                            world_size=args.num_workers)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr,
+                          momentum=args.momentum)
+    samples, seconds = train(ddp, opt, data, args.steps, args.log_every,
+                             args.clip, curve=curve)
+    if args.rank == 0:
+        print(f"test_accuracy {accuracy(model, tx, ty):.4f}", flush=True)
+    dist.destroy_process_group()
+    return samples, seconds
+
+
+def train_asyncps(args, model, data, curve, tx, ty):
+    """Trains through the asyncps servers, the optimizer wrapped; returns
+    (samples, seconds)."""
+    import asyncps
+    import asyncps.torch
+    client = asyncps.Client(args.servers, rank=args.rank,
+                            num_workers=args.num_workers, mode=args.mode)
+    opt = asyncps.torch.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=args.lr,
+                        momentum=args.momentum),
+        client, named_parameters=model.named_parameters(),
+        overlap=args.overlap)
+    samples, seconds = train(model, opt, data, args.steps, args.log_every,
+                             args.clip, report=opt.report, curve=curve)
+    print(f"exchange_fraction {opt.exchange_seconds / seconds:.4f}",
+          flush=True)
+    print(f"wrapper_fraction {opt.wrapper_seconds / seconds:.4f}",
+          flush=True)
+    if args.rank == 0:
+        print(f"test_accuracy {accuracy(model, tx, ty):.4f}", flush=True)
+    opt.close()  # Leaves: the others stop waiting for this worker.
+    return samples, seconds
+
+
+def main():
+    args = parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)  # Every worker builds the same network.
     tx, ty = load("test", args.data)
     model = Net()
     if args.evaluate:
-        import asyncps
-        if args.declare_only:
-            import asyncps.torch
-            worker = asyncps.Client(args.servers, rank=args.rank,
-                                    num_workers=args.num_workers,
-                                    mode=args.mode)
-            asyncps.torch.DistributedOptimizer(
-                torch.optim.SGD(model.parameters(), lr=args.lr,
-                                momentum=args.momentum),
-                worker, named_parameters=model.named_parameters()).close()
-        import asyncps.torch
-        asyncps.torch.load_state_dict(model, args.servers)
-        if args.test_examples > 0:
-            tx, ty = tx[:args.test_examples], ty[:args.test_examples]
-        print(f"test_accuracy {accuracy(model, tx, ty):.4f}", flush=True)
+        evaluate(args, model, tx, ty)
         return 0
     x, y = load("train", args.data)
     data = batches(x, y, args.rank, args.num_workers, args.batch, args.epochs,
                    args.seed)
-    curve = None
-    if args.curve and args.rank == 0:
-        out = open(args.curve, "w")
-        out.write("seconds,step,test_accuracy\n")
-
-        def curve(step, seconds):
-            if step % args.curve_every == 0:
-                acc = accuracy(model, tx[:2000], ty[:2000])
-                out.write(f"{seconds:.3f},{step},{acc:.4f}\n")
-                out.flush()
-
-    if args.ddp:
-        import torch.distributed as dist
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(args.port))
-        dist.init_process_group("gloo", rank=args.rank,
-                                world_size=args.num_workers)
-        ddp = nn.parallel.DistributedDataParallel(model)
-        opt = torch.optim.SGD(ddp.parameters(), lr=args.lr,
-                              momentum=args.momentum)
-        samples, seconds = train(ddp, opt, data, args.steps, args.log_every,
-                                 args.clip, curve=curve)
-        if args.rank == 0:
-            print(f"test_accuracy {accuracy(model, tx, ty):.4f}", flush=True)
-        dist.destroy_process_group()
-    else:
-        import asyncps
-        import asyncps.torch
-        client = asyncps.Client(args.servers, rank=args.rank,
-                                num_workers=args.num_workers, mode=args.mode)
-        opt = asyncps.torch.DistributedOptimizer(
-            torch.optim.SGD(model.parameters(), lr=args.lr,
-                            momentum=args.momentum),
-            client, named_parameters=model.named_parameters(),
-            overlap=args.overlap)
-        samples, seconds = train(model, opt, data, args.steps, args.log_every,
-                                 args.clip, report=opt.report, curve=curve)
-        print(f"exchange_fraction {opt.exchange_seconds / seconds:.4f}",
-              flush=True)
-        print(f"wrapper_fraction {opt.wrapper_seconds / seconds:.4f}",
-              flush=True)
-        if args.rank == 0:
-            print(f"test_accuracy {accuracy(model, tx, ty):.4f}", flush=True)
-        opt.close()  # Leaves: the others stop waiting for this worker.
+    curve = curve_writer(args, model, tx, ty)
+    train_with = train_ddp if args.ddp else train_asyncps
+    samples, seconds = train_with(args, model, data, curve, tx, ty)
     print(f"done: rank {args.rank} samples/s {samples / seconds:.0f}",
           flush=True)
     return 0

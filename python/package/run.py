@@ -72,89 +72,108 @@ def parse(argv):
     return args, script
 
 
+def start_shards(args, ready_dir, shards):
+    """Starts --shards shards, each appended to `shards` before it starts
+    (so that the caller stops those that did), and returns their servers
+    line; SystemExit if one does not start."""
+    binary = find_server(args.ps_server)
+    if args.log_dir:
+        os.makedirs(args.log_dir, exist_ok=True)
+    for i in range(args.shards):
+        log = (open(os.path.join(args.log_dir, f"shard{i}.log"), "a")
+               if args.log_dir else None)
+        shards.append(Shard(binary, i, args.shards,
+                            [f"--mode={args.mode}", *args.server_flag],
+                            log, ready_dir))
+        try:
+            shards[-1].start()
+        except ShardFailed as e:
+            raise SystemExit(f"asyncps.run: {e}")
+    return ",".join(s.address for s in shards)
+
+
+def worker_env(args, servers, rank):
+    """The environment of worker `rank`: asyncps's variables and
+    torchrun's."""
+    return dict(os.environ,
+                ASYNCPS_SERVERS=servers, ASYNCPS_RANK=str(rank),
+                ASYNCPS_NUM_WORKERS=str(args.workers),
+                ASYNCPS_MODE=args.mode, RANK=str(rank),
+                WORLD_SIZE=str(args.workers), LOCAL_RANK=str(rank),
+                LOCAL_WORLD_SIZE=str(args.workers))
+
+
+def supervise(args, workers, shards, launch):
+    """Waits for every worker (rank -> Popen) to finish: a shard that exits
+    is started again, a worker that fails is launched again with its rank
+    while --max_restarts allows. Returns 0, or the exit status of the
+    worker that failed past the restarts (SystemExit if a shard does not
+    start again)."""
+    restarts = 0
+    running = set(workers)
+    while running:
+        pid, status = os.wait()
+        code = os.waitstatus_to_exitcode(status)
+        rank = next((r for r, w in workers.items() if w.pid == pid), None)
+        if rank is None:
+            shard = next((s for s in shards if s.proc.pid == pid), None)
+            if shard is not None:
+                shard.proc.returncode = code
+                print(f"asyncps.run: shard {shard.index} exited "
+                      f"({code}); starting it again", file=sys.stderr)
+                try:
+                    shard.start()
+                except ShardFailed as e:
+                    raise SystemExit(f"asyncps.run: {e}")
+            continue
+        workers[rank].returncode = code
+        if code == 0:
+            running.discard(rank)
+            continue
+        if restarts >= args.max_restarts:
+            print(f"asyncps.run: worker {rank} failed ({code}) and "
+                  f"--max_restarts={args.max_restarts} are used up",
+                  file=sys.stderr)
+            return code if code > 0 else 128 - code
+        restarts += 1
+        print(f"asyncps.run: worker {rank} failed ({code}); starting it "
+              f"again ({restarts}/{args.max_restarts})", file=sys.stderr)
+        launch(rank)
+    return 0
+
+
+def stop_all(workers, shards, ready_dir):
+    """Kills the workers still running, stops the shards and removes the
+    shards' files."""
+    for w in workers.values():
+        if w.poll() is None:
+            w.kill()
+    for w in workers.values():
+        w.wait()
+    for s in shards:
+        s.stop()
+    shutil.rmtree(ready_dir, ignore_errors=True)
+
+
 def main(argv=None):
     args, script = parse(sys.argv[1:] if argv is None else argv)
     shards = []
     workers = {}  # rank -> Popen
-    stopping = []
     ready_dir = tempfile.mkdtemp(prefix="asyncps-run-")  # The shards' files.
-
-    def teardown(signum=None, frame=None):
-        stopping.append(signum)
-        for w in workers.values():
-            if w.poll() is None:
-                w.kill()
-        for w in workers.values():
-            w.wait()
-        for s in shards:
-            s.stop()
-        shutil.rmtree(ready_dir, ignore_errors=True)
-
     signal.signal(signal.SIGTERM, lambda n, f: sys.exit(128 + n))
     try:
-        if args.servers:
-            servers = args.servers
-        else:
-            binary = find_server(args.ps_server)
-            if args.log_dir:
-                os.makedirs(args.log_dir, exist_ok=True)
-            for i in range(args.shards):
-                log = (open(os.path.join(args.log_dir, f"shard{i}.log"), "a")
-                       if args.log_dir else None)
-                shards.append(Shard(binary, i, args.shards,
-                                    [f"--mode={args.mode}", *args.server_flag],
-                                    log, ready_dir))
-                try:
-                    shards[-1].start()
-                except ShardFailed as e:
-                    raise SystemExit(f"asyncps.run: {e}")
-            servers = ",".join(s.address for s in shards)
+        servers = args.servers or start_shards(args, ready_dir, shards)
 
         def launch(rank):
-            env = dict(os.environ,
-                       ASYNCPS_SERVERS=servers, ASYNCPS_RANK=str(rank),
-                       ASYNCPS_NUM_WORKERS=str(args.workers),
-                       ASYNCPS_MODE=args.mode, RANK=str(rank),
-                       WORLD_SIZE=str(args.workers), LOCAL_RANK=str(rank),
-                       LOCAL_WORLD_SIZE=str(args.workers))
-            workers[rank] = subprocess.Popen([sys.executable, *script],
-                                             env=env)
+            workers[rank] = subprocess.Popen(
+                [sys.executable, *script],
+                env=worker_env(args, servers, rank))
 
         for rank in range(args.workers):
             launch(rank)
-        restarts = 0
-        running = set(workers)
-        while running:
-            pid, status = os.wait()
-            code = os.waitstatus_to_exitcode(status)
-            rank = next((r for r, w in workers.items() if w.pid == pid), None)
-            if rank is None:
-                shard = next((s for s in shards if s.proc.pid == pid), None)
-                if shard is not None:
-                    shard.proc.returncode = code
-                    print(f"asyncps.run: shard {shard.index} exited "
-                          f"({code}); starting it again", file=sys.stderr)
-                    try:
-                        shard.start()
-                    except ShardFailed as e:
-                        raise SystemExit(f"asyncps.run: {e}")
-                continue
-            workers[rank].returncode = code
-            if code == 0:
-                running.discard(rank)
-                continue
-            if restarts >= args.max_restarts:
-                print(f"asyncps.run: worker {rank} failed ({code}) and "
-                      f"--max_restarts={args.max_restarts} are used up",
-                      file=sys.stderr)
-                return code if code > 0 else 128 - code
-            restarts += 1
-            print(f"asyncps.run: worker {rank} failed ({code}); starting it "
-                  f"again ({restarts}/{args.max_restarts})", file=sys.stderr)
-            launch(rank)
-        return 0
+        return supervise(args, workers, shards, launch)
     finally:
-        teardown()
+        stop_all(workers, shards, ready_dir)
 
 
 if __name__ == "__main__":
