@@ -111,7 +111,7 @@ absl::Status Client::Impl::DeclareSpec(
                      initial.size(), " initial buffers"));
   }
   wire.resize(spec.tensors_size(), v1::DTYPE_UNSPECIFIED);
-  RETURN_IF_ERROR(ps_->DeclareModel(spec, initial));
+  RETURN_IF_ERROR(ps_->DeclareModel(spec, initial, JobTrained()));
   for (size_t t = 0; t < wire.size(); ++t) {
     if (wire[t] == v1::DTYPE_UNSPECIFIED) {
       wire[t] = ps_->WireDtype(static_cast<int>(t));

@@ -164,6 +164,11 @@ class Client::Impl {
   absl::Status CheckWholeModel(
       const std::vector<absl::Span<float>>& weights) const;
 
+  // True if this worker resumed past step 0 (its registration said so):
+  // the job has trained even where no shard holds its model any more.
+  bool JobTrained() const {
+    return membership_ != nullptr && membership_->start_clock() > 0;
+  }
   // Recover: true if `versions` hold a slice of `shard` pulled from the
   // servers (a worker that just started holds only initial weights).
   bool PulledFrom(int shard, const std::vector<SliceVersion>& versions) const;

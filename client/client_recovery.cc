@@ -45,7 +45,7 @@ absl::Status Client::Impl::Recover(
   }
   const ConstTensorViews held(weights.begin(), weights.end());
   for (int shard : lost) {
-    if (presence.trained && !PulledFrom(shard, versions)) {
+    if ((presence.trained || JobTrained()) && !PulledFrom(shard, versions)) {
       ASSIGN_OR_RETURN(const bool restored, AwaitRestoreByAnother(shard));
       if (restored) continue;
       LOG(WARNING) << "shard " << shard

@@ -93,9 +93,13 @@ class PsClient {
   // `spec`, in its order) instead of its initializers: every shard this
   // call creates the model on takes them, at version 0, before it serves
   // anyone; where the model was there already, they are not sent (the
-  // first declarer's weights hold).
+  // first declarer's weights hold). Nor where the shard lost the model
+  // after the job trained: some shard holds trained weights, or
+  // `job_trained` (this worker resumes past step 0) says so; a worker that
+  // pulled that shard's weights restores it (Client::Impl::Recover).
   absl::Status DeclareModel(const v1::ModelSpec& spec,
-                            const ConstTensorViews& initial);
+                            const ConstTensorViews& initial,
+                            bool job_trained = false);
 
   // Fetches the spec declared on shard 0, waiting (with backoff, up to
   // retry_for) while none is declared yet, and adopts it.

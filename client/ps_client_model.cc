@@ -91,7 +91,8 @@ absl::Status PsClient::DeclareOnShards(
 }
 
 absl::Status PsClient::DeclareModel(const v1::ModelSpec& spec,
-                                    const ConstTensorViews& initial) {
+                                    const ConstTensorViews& initial,
+                                    bool job_trained) {
   ASSIGN_OR_RETURN(const Partition partition, Partition::Create(spec));
   for (int t = 0; t < spec.tensors_size(); ++t) {
     const uint64_t have =
@@ -110,7 +111,7 @@ absl::Status PsClient::DeclareModel(const v1::ModelSpec& spec,
   std::vector<int> skip;
   if (static_cast<int>(spec.num_shards()) == num_shards()) {
     ASSIGN_OR_RETURN(const ModelPresence presence, Presence());
-    if (presence.trained) skip = presence.lost;
+    if (presence.trained || job_trained) skip = presence.lost;
   }
   if (!skip.empty()) {
     LOG(WARNING) << "shard(s) " << absl::StrJoin(skip, ",")
