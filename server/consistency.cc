@@ -101,8 +101,11 @@ bool Consistency::Ready(const Wait& w) const {
 
 bool Consistency::SspReady(int64_t clock) const {
   // Until every worker the job expects has registered once, the ones still
-  // to come count as being at clock 0 (as bsp waits for them).
-  const int64_t slowest = Joining() ? 0 : membership_->MinLiveClock();
+  // to come count as being at clock 0 (as bsp waits for them); so do, for
+  // --worker_timeout after this shard restarted or was promoted, the job's
+  // ranks not heard from since (their clocks died with the old process).
+  const bool unknown = Joining() || membership_->Presumed() != 0;
+  const int64_t slowest = unknown ? 0 : membership_->MinLiveClock();
   return clock - slowest <= config_.staleness;
 }
 

@@ -360,6 +360,58 @@ TEST_F(ConsistencyTest, BspSkipsAStepNobodySentOnceEveryRankWaitsForIt) {
   EXPECT_EQ(next.Weight(), 7.0f);  // 10 - (2 + 4) / 2.
 }
 
+// Issue #38 (the staleness bound at its edge): a restarted ssp shard took
+// the slowest clock from the ranks heard since, so rank 0 at clock 41 ran
+// on while rank 1, not heard yet, might be far behind. A rank of the job
+// not heard from since the restart counts as clock 0 for --worker_timeout,
+// as bsp presumes it there (Membership::Presumed).
+TEST_F(ConsistencyTest, SspRestartedShardHoldsForARankNotHeardSince) {
+  ConsistencyConfig config;
+  config.mode = Mode::kSsp;
+  config.staleness = 2;
+  Start(config, 0);
+  auto join = [&](int rank, int64_t clock) {
+    v1::RegisterRequest again;
+    again.set_rank(rank);
+    again.set_num_workers(2);
+    again.set_clock(clock);
+    ASSERT_TRUE(membership_.Register(again).ok());
+  };
+  join(0, 40);
+  Pulled ahead;
+  Pull(&ahead, 0, 41, absl::Seconds(60));
+  consistency_->Tick();
+  EXPECT_FALSE(ahead.answer.has_value()) << "rank 1's clock is unknown";
+  join(1, 39);  // Within the bound: 41 - 39 <= 2.
+  consistency_->Tick();
+  ASSERT_TRUE(ahead.answer.has_value());
+  EXPECT_TRUE(ahead.answer->ok());
+}
+
+// A rank that never comes back holds the others --worker_timeout at most.
+TEST_F(ConsistencyTest, SspRestartedShardHoldsForAGoneRankOnlyAWhile) {
+  ConsistencyConfig config;
+  config.mode = Mode::kSsp;
+  config.staleness = 2;
+  Start(config, 0);
+  v1::RegisterRequest again;
+  again.set_rank(0);
+  again.set_num_workers(2);
+  again.set_clock(50);
+  ASSERT_TRUE(membership_.Register(again).ok());
+  Pulled alone;
+  Pull(&alone, 0, 51, absl::Seconds(60));
+  clock_.Advance(absl::Seconds(4));
+  membership_.Touch(0, 51);
+  consistency_->Tick();
+  EXPECT_FALSE(alone.answer.has_value());
+  clock_.Advance(absl::Seconds(1.5));
+  membership_.Touch(0, 51);
+  consistency_->Tick();
+  ASSERT_TRUE(alone.answer.has_value()) << "waits for a rank that is gone";
+  EXPECT_TRUE(alone.answer->ok());
+}
+
 // A compressed gradient (common/compress.h) is decoded and applied as the
 // codec says; a malformed one is refused naming the fault, nothing moved.
 TEST_F(ConsistencyTest, CompressedPushesApplyExactlyOrChangeNothing) {
