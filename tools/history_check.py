@@ -166,6 +166,10 @@ def run_one(args, seed, combo, pypath):
     except hf.JobFailed as e:
         line = f"{label}: VIOLATION stuck: {e} (logs in {d})"
         return line, [("stuck", line)], (0, 0, len(job.faults))
+    except RuntimeError as e:  # The reader's pull: a shard without a model.
+        line = (f"{label}: VIOLATION model_lost: the final state cannot be "
+                f"read ({e}) (logs in {d})")
+        return line, [("model_lost", line)], (0, 0, len(job.faults))
     finally:
         job.stop()
     save(d, job, dense, rows)

@@ -215,8 +215,18 @@ def push_rows(client, np, journal, slot, step, g):
 
 def pull_diff(client, np, journal, previous, bsp):
     """Pulls every tensor; bsp journals what changed since the last pull
-    of this process (the step's update as this rank sees it)."""
-    now = client.pull()
+    of this process (the step's update as this rank sees it). A shard that
+    lost the model (killed before its first checkpoint) gets it back as the
+    API says: recover() with the weights this process holds."""
+    try:
+        now = client.pull()
+    except RuntimeError as e:
+        held = (previous if previous is not None else
+                {NAMES[t]: initial(t) for t in range(TENSORS)})
+        if "FAILED_PRECONDITION" not in str(e) or not client.recover(held):
+            raise
+        journal.write(ev="recover", clock=client.clock)
+        now = client.pull()
     if previous is not None and bsp:
         diff = []
         for t, name in enumerate(NAMES):
