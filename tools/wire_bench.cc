@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -218,12 +219,18 @@ bool GrpcRounds(int port, const std::string& op, int64_t bytes,
   return ok;
 }
 
-// The line that says what --transport measured, printed beside the result.
-std::string CeilingLine(const std::string& transport) {
+// The line that says what --transport measured, printed beside the result,
+// with the machine's load before the run: gRPC's hand-offs between threads
+// suffer far more than a socket loop when other processes share the cores.
+std::string CeilingLine(const std::string& transport, double load) {
+  const std::string machine = absl::StrCat(
+      "; machine: ", sysconf(_SC_NPROCESSORS_ONLN), " cores, load average ",
+      absl::SixDigits(load), " before the run");
   if (transport == "tcp") {
     return "wire_bench ceiling: raw TCP over loopback, one blocking socket "
            "with TCP_NODELAY, a 9-byte header then the payload, one round "
-           "at a time";
+           "at a time" +
+           machine;
   }
   std::string line = absl::StrCat(
       "wire_bench ceiling: naive gRPC = plain synchronous gRPC C++ ",
@@ -238,7 +245,7 @@ std::string CeilingLine(const std::string& transport) {
     absl::StrAppend(&line, "; TUNED stream_lookahead_bytes=", l);
   if (int r = absl::GetFlag(FLAGS_read_chunk))
     absl::StrAppend(&line, "; TUNED tcp_read_chunk_size=", r);
-  return line;
+  return line + machine;
 }
 
 int Run() {
@@ -250,6 +257,8 @@ int Run() {
     std::fprintf(stderr, "wire_bench: bad --transport, --op or --bytes\n");
     return 2;
   }
+  double load = -1;  // The last minute's, before this run adds to it.
+  getloadavg(&load, 1);
   int port = 0;
   int pipe_fds[2];
   if (pipe(pipe_fds) != 0) return 1;
@@ -289,7 +298,7 @@ int Run() {
     std::fprintf(stderr, "wire_bench: a call failed\n");
     return 1;
   }
-  std::printf("%s\n", CeilingLine(transport).c_str());
+  std::printf("%s\n", CeilingLine(transport, load).c_str());
   std::printf(
       "wire_bench transport=%s op=%s bytes=%lld rounds_per_s=%.1f "
       "gb_per_s=%.3f\n",
