@@ -8,6 +8,8 @@
 //                     `bytes` field (tools/bench.proto), against a plain
 //                     synchronous service; default options on both sides
 //                     except the max send/receive message size (unlimited).
+//                     Both processes keep MiB-sized buffers in the heap
+//                     (KeepLargeBuffers), as ps_bench and ps_server do.
 //                     --frame, --lookahead and --read_chunk leave the
 //                     defaults (tuning experiments only; the line says so).
 // Prints two lines: "wire_bench ceiling: ..." saying what was measured, then
@@ -35,6 +37,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/large_buffers.h"
 #include "tools/bench.grpc.pb.h"
 
 ABSL_FLAG(std::string, transport, "tcp", "tcp or grpc.");
@@ -238,7 +241,8 @@ std::string CeilingLine(const std::string& transport, double load) {
       ": generated Naive::Stub on one channel made once, one "
       "unary call at a time, payload in one proto3 bytes field, against a "
       "synchronous Naive::Service; default options except max send/receive "
-      "message size = unlimited");
+      "message size = unlimited; glibc malloc keeps MiB buffers "
+      "(KeepLargeBuffers, as in ps_bench and ps_server)");
   if (int f = absl::GetFlag(FLAGS_frame))
     absl::StrAppend(&line, "; TUNED max_frame_size=", f);
   if (int l = absl::GetFlag(FLAGS_lookahead))
@@ -311,6 +315,11 @@ int Run() {
 }  // namespace asyncps::bench
 
 int main(int argc, char** argv) {
+  // As every asyncps binary does (ps_bench and ps_server included), so that
+  // a ratio against this ceiling compares transports, not allocator
+  // settings: without it each MiB-sized message is mapped afresh and paid
+  // for in page faults.
+  asyncps::KeepLargeBuffers();
   absl::ParseCommandLine(argc, argv);
   return asyncps::bench::Run();
 }
