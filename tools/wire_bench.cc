@@ -226,9 +226,11 @@ bool GrpcRounds(int port, const std::string& op, int64_t bytes,
 // with the machine's load before the run: gRPC's hand-offs between threads
 // suffer far more than a socket loop when other processes share the cores.
 std::string CeilingLine(const std::string& transport, double load) {
-  const std::string machine = absl::StrCat(
-      "; machine: ", sysconf(_SC_NPROCESSORS_ONLN), " cores, load average ",
-      absl::SixDigits(load), " before the run");
+  char load_text[32];
+  std::snprintf(load_text, sizeof(load_text), "%.2f", load);
+  const std::string machine =
+      absl::StrCat("; machine: ", sysconf(_SC_NPROCESSORS_ONLN),
+                   " cores, load average ", load_text, " before the run");
   if (transport == "tcp") {
     return "wire_bench ceiling: raw TCP over loopback, one blocking socket "
            "with TCP_NODELAY, a 9-byte header then the payload, one round "
