@@ -3,8 +3,8 @@
 an otherwise idle machine (docs/BENCHMARKS.md shows a run); tools/bench.sh
 installs and builds, then runs this on the binaries.
 
-  1. ceilings: raw TCP over loopback and a naive gRPC unary service
-     (wire_bench), push and pull, at 64 KiB, 1 MiB and 16 MiB;
+  1. ceilings: raw TCP over loopback and the plain synchronous gRPC client
+     ("naive gRPC", wire_bench), push and pull, at 64 KiB, 1 MiB and 16 MiB;
   2. ps_bench through real shards: pull, push, the fused pushpull and
      pull+push, 1 and 2 shards, 1 and 2 client threads, over the data plane
      (--transport=tcp) and pushpull over gRPC beside it;
@@ -76,10 +76,13 @@ class Bench:
         for b in self.sizes:
             for op in ("push", "pull"):
                 for transport, into in (("tcp", self.tcp), ("grpc", self.grpc)):
-                    into[op, b] = field("gb_per_s", run([
-                        self.binary("wire_bench"), f"--transport={transport}",
-                        f"--op={op}", f"--bytes={b}",
-                        f"--seconds={self.secs}"]))
+                    out = run([self.binary("wire_bench"),
+                               f"--transport={transport}", f"--op={op}",
+                               f"--bytes={b}", f"--seconds={self.secs}"])
+                    into[op, b] = field("gb_per_s", out)
+                    if (op, b) == ("push", self.sizes[0]):
+                        # What the ceiling is, and the load it ran under.
+                        print(out.splitlines()[0])
                 print(f"{op:<6} {b:9d} B  raw TCP {self.tcp[op, b]:6.3f} GB/s"
                       f"   naive gRPC {self.grpc[op, b]:6.3f} GB/s   gRPC/TCP "
                       f"{ratio(self.grpc[op, b], self.tcp[op, b])}")

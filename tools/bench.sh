@@ -2,8 +2,9 @@
 # Every speed figure of asyncps against its ceiling, measured in one run on
 # an otherwise idle machine (docs/BENCHMARKS.md shows a run). This script
 # installs what is missing and builds; tools/bench.py measures:
-#   1. ceilings: raw TCP over loopback and a naive gRPC unary service
-#      (tools/wire_bench), push and pull, at 64 KiB, 1 MiB and 16 MiB;
+#   1. ceilings: raw TCP over loopback and the plain synchronous gRPC client
+#      ("naive gRPC", tools/wire_bench), push and pull, at 64 KiB, 1 MiB and
+#      16 MiB;
 #   2. ps_bench through real shards: pull, push, the fused pushpull and
 #      pull+push, 1 and 2 shards, 1 and 2 client threads, over the data
 #      plane (--transport=tcp, the default), and pushpull over gRPC beside it;

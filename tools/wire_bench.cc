@@ -2,10 +2,20 @@
 // loopback between two processes (this one and a child it forks):
 //   --transport=tcp   plain sockets: a 9-byte header, then the payload
 //                     (push: acknowledged with one byte; pull: answered);
-//   --transport=grpc  a naive gRPC unary service (tools/bench.proto) on the
-//                     synchronous API, one call at a time, `bytes` payload.
-// Prints one line: "wire_bench transport=... op=... bytes=N rounds_per_s=R
-// gb_per_s=G" (G counts payload bytes only).
+//   --transport=grpc  the "naive gRPC" ceiling: the plain client a user
+//                     writes first. A synchronous generated stub on one
+//                     channel made once, one unary call at a time, one
+//                     `bytes` field (tools/bench.proto), against a plain
+//                     synchronous service; default options on both sides
+//                     except the max send/receive message size (unlimited).
+//                     Both processes keep MiB-sized buffers in the heap
+//                     (KeepLargeBuffers), as ps_bench and ps_server do.
+//                     --frame, --lookahead and --read_chunk leave the
+//                     defaults (tuning experiments only; the line says so).
+// Prints two lines: "wire_bench ceiling: ..." saying what was measured, then
+// "wire_bench transport=... op=... bytes=N rounds_per_s=R gb_per_s=G"
+// (G counts payload bytes only). Connecting and a first call happen before
+// the clock starts.
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
@@ -16,6 +26,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -26,6 +37,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/large_buffers.h"
 #include "tools/bench.grpc.pb.h"
 
 ABSL_FLAG(std::string, transport, "tcp", "tcp or grpc.");
@@ -89,6 +101,7 @@ void ServeTcp(int listener) {
   _exit(0);
 }
 
+// The plain synchronous service: a handler per call on gRPC's own threads.
 class NaiveService final : public Naive::Service {
   grpc::Status Push(grpc::ServerContext*, const Blob* request,
                     Size* response) override {
@@ -97,7 +110,10 @@ class NaiveService final : public Naive::Service {
   }
   grpc::Status Pull(grpc::ServerContext*, const Size* request,
                     Blob* response) override {
-    response->mutable_data()->resize(static_cast<size_t>(request->bytes()));
+    if (request->bytes() < 0 || request->bytes() > (int64_t{1} << 31)) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad size");
+    }
+    response->set_data(std::string(static_cast<size_t>(request->bytes()), 'x'));
     return grpc::Status::OK;
   }
 };
@@ -159,12 +175,32 @@ bool TcpRounds(int port, const std::string& op, int64_t bytes,
   return ok;
 }
 
-// The same through the naive gRPC client of the Naive service.
+// One call of `op` as the plain client makes it: a fresh context, the
+// payload copied into the request (`set_data`), no deadline (the server is
+// our own child; if it dies the call fails UNAVAILABLE).
+bool GrpcCall(Naive::Stub& stub, const std::string& op, int64_t bytes,
+              const std::string& payload) {
+  grpc::ClientContext ctx;
+  if (op == "push") {
+    Blob blob;
+    blob.set_data(payload);
+    Size size;
+    return stub.Push(&ctx, blob, &size).ok();
+  }
+  Size size;
+  size.set_bytes(bytes);
+  Blob blob;
+  return stub.Pull(&ctx, size, &blob).ok() &&
+         static_cast<int64_t>(blob.data().size()) == bytes;
+}
+
+// The same rounds through the plain gRPC client of the Naive service: one
+// channel and stub made once and reused. The first call (connecting, HTTP/2
+// settings) is made before *start.
 bool GrpcRounds(int port, const std::string& op, int64_t bytes,
                 const std::string& payload, absl::Time* start,
                 int64_t* rounds) {
   const absl::Duration length = absl::Seconds(absl::GetFlag(FLAGS_seconds));
-  bool ok = true;
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
@@ -174,28 +210,48 @@ bool GrpcRounds(int port, const std::string& op, int64_t bytes,
     args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, l);
   if (int r = absl::GetFlag(FLAGS_read_chunk))
     args.SetInt(GRPC_ARG_TCP_READ_CHUNK_SIZE, r);
-  auto stub = Naive::NewStub(
+  std::unique_ptr<Naive::Stub> stub = Naive::NewStub(
       grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
                                 grpc::InsecureChannelCredentials(), args));
+  bool ok = GrpcCall(*stub, op, bytes, payload);
   *start = absl::Now();
   while (ok && absl::Now() - *start < length) {
-    grpc::ClientContext ctx;
-    ctx.set_wait_for_ready(true);
-    if (op == "push") {
-      Blob blob;
-      blob.set_data(payload);  // The naive client copies its payload.
-      Size size;
-      ok = stub->Push(&ctx, blob, &size).ok();
-    } else {
-      Size size;
-      size.set_bytes(bytes);
-      Blob blob;
-      ok = stub->Pull(&ctx, size, &blob).ok() &&
-           static_cast<int64_t>(blob.data().size()) == bytes;
-    }
+    ok = GrpcCall(*stub, op, bytes, payload);
     ++*rounds;
   }
   return ok;
+}
+
+// The line that says what --transport measured, printed beside the result,
+// with the machine's load before the run: gRPC's hand-offs between threads
+// suffer far more than a socket loop when other processes share the cores.
+std::string CeilingLine(const std::string& transport, double load) {
+  char load_text[32];
+  std::snprintf(load_text, sizeof(load_text), "%.2f", load);
+  const std::string machine =
+      absl::StrCat("; machine: ", sysconf(_SC_NPROCESSORS_ONLN),
+                   " cores, load average ", load_text, " before the run");
+  if (transport == "tcp") {
+    return "wire_bench ceiling: raw TCP over loopback, one blocking socket "
+           "with TCP_NODELAY, a 9-byte header then the payload, one round "
+           "at a time" +
+           machine;
+  }
+  std::string line = absl::StrCat(
+      "wire_bench ceiling: naive gRPC = plain synchronous gRPC C++ ",
+      grpc::Version(),
+      ": generated Naive::Stub on one channel made once, one "
+      "unary call at a time, payload in one proto3 bytes field, against a "
+      "synchronous Naive::Service; default options except max send/receive "
+      "message size = unlimited; glibc malloc keeps MiB buffers "
+      "(KeepLargeBuffers, as in ps_bench and ps_server)");
+  if (int f = absl::GetFlag(FLAGS_frame))
+    absl::StrAppend(&line, "; TUNED max_frame_size=", f);
+  if (int l = absl::GetFlag(FLAGS_lookahead))
+    absl::StrAppend(&line, "; TUNED stream_lookahead_bytes=", l);
+  if (int r = absl::GetFlag(FLAGS_read_chunk))
+    absl::StrAppend(&line, "; TUNED tcp_read_chunk_size=", r);
+  return line + machine;
 }
 
 int Run() {
@@ -207,6 +263,8 @@ int Run() {
     std::fprintf(stderr, "wire_bench: bad --transport, --op or --bytes\n");
     return 2;
   }
+  double load = -1;  // The last minute's, before this run adds to it.
+  getloadavg(&load, 1);
   int port = 0;
   int pipe_fds[2];
   if (pipe(pipe_fds) != 0) return 1;
@@ -246,6 +304,7 @@ int Run() {
     std::fprintf(stderr, "wire_bench: a call failed\n");
     return 1;
   }
+  std::printf("%s\n", CeilingLine(transport, load).c_str());
   std::printf(
       "wire_bench transport=%s op=%s bytes=%lld rounds_per_s=%.1f "
       "gb_per_s=%.3f\n",
@@ -258,6 +317,11 @@ int Run() {
 }  // namespace asyncps::bench
 
 int main(int argc, char** argv) {
+  // As every asyncps binary does (ps_bench and ps_server included), so that
+  // a ratio against this ceiling compares transports, not allocator
+  // settings: without it each MiB-sized message is mapped afresh and paid
+  // for in page faults.
+  asyncps::KeepLargeBuffers();
   absl::ParseCommandLine(argc, argv);
   return asyncps::bench::Run();
 }
