@@ -25,6 +25,7 @@ server logs, worker journals and logs stay under --out.
 """
 
 import argparse
+import glob
 import json
 import os
 import random
@@ -82,6 +83,9 @@ def parse(argv=None):
     p.add_argument("--minutes", type=float, default=0.0)
     p.add_argument("--combos", type=combo_arg, default=["async", "bsp"])
     p.add_argument("--known", default="")
+    p.add_argument("--replay", nargs="+", default=[], metavar="RUN_DIR",
+                   help="judge kept runs (OUT/seedN-COMBO) again with the "
+                   "current model; nothing is started")
     a = p.parse_args(argv)
     if a.seconds <= 0 or a.every <= 0:
         p.error("--seconds and --every must be positive")
@@ -207,8 +211,44 @@ def schedule(args):
         yield seed, args.combos[(seed - 1) % len(args.combos)]
 
 
+def replay(d):
+    """A kept run (its journals, faults.json and final.npz) judged again:
+    (line, violations)."""
+    import numpy as np
+    combo = re.match(r"seed\d+-(.+)$", os.path.basename(d.rstrip("/")))
+    if combo is None or not os.path.exists(os.path.join(d, "final.npz")):
+        raise SystemExit(f"history_check: {d} is not a kept run folder "
+                         "(seedN-COMBO with final.npz)")
+    parts = combo.group(1).split("-")
+    journals = {}
+    for path in glob.glob(os.path.join(d, "journal-*.jsonl")):
+        rank, gen = re.search(r"journal-(\d+)-(\d+)", path).groups()
+        journals[(int(rank), int(gen))] = hw.read_journal(path)
+    with open(os.path.join(d, "faults.json")) as f:
+        faults = json.load(f)
+    z = np.load(os.path.join(d, "final.npz"))
+    dense = {n: z[n] for n in hw.NAMES}
+    rows = {int(i): z["rows"][k] for k, i in enumerate(z["row_ids"])}
+    config = {"mode": parts[0], "workers": hf.WORKERS, "shards": hf.SHARDS,
+              "replicated": "r2" in parts, "t0": faults["t0"],
+              "worker_timeout": hf.WORKER_TIMEOUT}
+    history = history_model.History(journals, faults["faults"], dense, rows,
+                                    config)
+    violations = history_model.Checker(history, d).run()
+    return f"{d}: {len(violations) or 'no'} violation(s)", violations
+
+
 def main(argv=None):
     args = parse(argv)
+    if args.replay:
+        bad = 0
+        for d in args.replay:
+            line, violations = replay(d)
+            print(line)
+            for _, text in violations[:20]:
+                print("  " + text)
+            bad += bool(violations)
+        return 1 if bad else 0
     if not args.out:
         args.out = tempfile.mkdtemp(prefix="asyncps-history.")
     os.makedirs(args.out, exist_ok=True)

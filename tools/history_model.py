@@ -347,7 +347,11 @@ class Checker:
                         f"phantom_update: rank {rank} pulled {name}[{e}] = "
                         f"{v} after step {clock}, no push sent it"))
                     continue
-                later = [f for f in h.restarts(shard) if f["t"] > t]
+                # A restart after the pull's answer (its SIGKILL, not the
+                # fault's start: the pull may win that race) may roll the
+                # step back to the checkpoint before it.
+                later = [f for f in h.restarts(shard)
+                         if f.get("killed", f["t"]) > t]
                 final = float(h.dense[name][e])
                 where = (f"tensor {name} element {e} as rank {rank} pulled "
                          f"it after step {clock}")
