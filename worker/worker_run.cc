@@ -285,6 +285,20 @@ absl::StatusOr<Dataset> ReadData(const WorkerConfig& config, int rank) {
   return data;
 }
 
+// The evaluator's --until_done: true once every shard says every worker
+// has finished.
+JobDone EveryWorkerFinished(const WorkerClient& worker) {
+  return [ps = worker.ps]() -> absl::StatusOr<bool> {
+    if (ps == nullptr) return false;  // No shards to ask.
+    ASSIGN_OR_RETURN(const std::vector<v1::StatsResponse> stats,
+                     AdminClient(ps->caller()).StatsAll());
+    for (const v1::StatsResponse& s : stats) {
+      if (!s.job_done()) return false;
+    }
+    return !stats.empty();
+  };
+}
+
 }  // namespace
 
 absl::Status RunWorker(const WorkerConfig& config, std::atomic<bool>* stop,
@@ -350,18 +364,8 @@ absl::Status RunWorker(const WorkerConfig& config, std::atomic<bool>* stop,
     ~StopFirst() { endpoint->reset(); }
   } stop_first{&endpoint};
   if (config.evaluator()) {
-    // Done when every shard says every worker has finished.
-    JobDone done = [ps = worker.ps]() -> absl::StatusOr<bool> {
-      if (ps == nullptr) return false;  // No shards to ask.
-      ASSIGN_OR_RETURN(const std::vector<v1::StatsResponse> stats,
-                       AdminClient(ps->caller()).StatsAll());
-      for (const v1::StatsResponse& s : stats) {
-        if (!s.job_done()) return false;
-      }
-      return !stats.empty();
-    };
     return RunEvaluatorRole(config, client, backend.get(), &data, stopped,
-                            eval_metrics.get(), done);
+                            eval_metrics.get(), EveryWorkerFinished(worker));
   }
   return Train(config,
                MlpSpec(layers, config.optimizer, config.seed,
