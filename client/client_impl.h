@@ -1,9 +1,11 @@
 // Client::Impl, the asyncps::Client (include/asyncps/client.h) over
 // PsClient and MembershipClient: names to tensor indices, the worker's
 // clock and the versions of what it last pulled. Internal to //client:
-// client_impl.cc holds its calls, client_recovery.cc its recovery of a
-// shard that lost the model, asyncps_client.cc the public class, and
-// worker_client.h what ps_worker builds on it.
+// client_impl.cc holds the model (declare, adopt, names, optimizer state),
+// client_data.cc the data calls (Pull, Push, PushPull), client_step.cc
+// bsp's step (no-gradient marks, kept pushes, EndStep), client_recovery.cc
+// its recovery of a shard that lost the model, asyncps_client.cc the public
+// class, and worker_client.h what ps_worker builds on it.
 #ifndef ASYNCPS_CLIENT_CLIENT_IMPL_H_
 #define ASYNCPS_CLIENT_CLIENT_IMPL_H_
 

@@ -77,13 +77,6 @@ absl::StatusOr<std::unique_ptr<ShardCaller>> ShardCaller::Create(
   return client;
 }
 
-absl::StatusOr<Transport> ParseTransport(absl::string_view text) {
-  if (text == "tcp") return Transport::kTcp;
-  if (text == "grpc") return Transport::kGrpc;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--transport=", text, " is not one of tcp, grpc"));
-}
-
 uint64_t ShardCaller::SecretFor(int shard, int rank) const {
   if (rank < 0) return 0;
   absl::MutexLock lock(&secrets_mu_);

@@ -46,6 +46,7 @@
 #include "common/security.h"
 #include "common/status.h"
 #include "common/timeline.h"
+#include "common/transport_kind.h"
 #include "proto/asyncps.grpc.pb.h"
 #include "rpc/grpc_status.h"
 
@@ -57,15 +58,6 @@
   }
 
 namespace asyncps {
-
-// How Pull, Push and PushPull travel (the other calls always use gRPC).
-enum class Transport {
-  kTcp,   // The shards' data planes: framed TCP, no protobuf copies.
-  kGrpc,  // The gRPC service.
-};
-
-// "tcp" or "grpc" (--transport); INVALID_ARGUMENT naming the flag otherwise.
-absl::StatusOr<Transport> ParseTransport(absl::string_view text);
 
 // A client's connections to the shards, and how its tensors travel.
 struct PsClientOptions {

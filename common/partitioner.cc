@@ -47,6 +47,28 @@ absl::StatusOr<uint64_t> NumElements(const v1::TensorSpec& tensor) {
   return n;
 }
 
+namespace {
+
+// Each slice's shard: largest first, each to the shard with the fewest
+// elements so far; the stable sort keeps tensor and index order among
+// equals.
+void AssignShards(int num_shards, std::vector<SliceInfo>* slices) {
+  std::vector<int> order(slices->size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [slices](int a, int b) {
+    return (*slices)[a].count > (*slices)[b].count;
+  });
+  std::vector<uint64_t> load(num_shards, 0);
+  for (int i : order) {
+    const int shard = static_cast<int>(
+        std::min_element(load.begin(), load.end()) - load.begin());
+    (*slices)[i].shard = shard;
+    load[shard] += (*slices)[i].count;
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<Partition> Partition::Create(const v1::ModelSpec& spec) {
   if (spec.num_shards() == 0 || spec.num_shards() > kMaxShards) {
     return absl::InvalidArgumentError(
@@ -111,20 +133,7 @@ absl::StatusOr<Partition> Partition::Create(const v1::ModelSpec& spec) {
       p.slices_.push_back(s);
     }
   }
-
-  // Largest first; the stable sort keeps tensor and index order among equals.
-  std::vector<int> order(p.slices_.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&p](int a, int b) {
-    return p.slices_[a].count > p.slices_[b].count;
-  });
-  std::vector<uint64_t> load(p.num_shards_, 0);
-  for (int i : order) {
-    const int shard = static_cast<int>(
-        std::min_element(load.begin(), load.end()) - load.begin());
-    p.slices_[i].shard = shard;
-    load[shard] += p.slices_[i].count;
-  }
+  AssignShards(p.num_shards_, &p.slices_);
   return p;
 }
 

@@ -52,7 +52,7 @@ absl::StatusOr<Evaluation> RunEvaluator(
 // the job is done: then the final model); writes the last evaluation to
 // --result_json (JSON: role, seconds, updates, test_loss, accuracy) if
 // given. Pointers are borrowed; `test` may be cut to --max_test_examples.
-// REQUIRES: config.Validate().ok().
+// `config` comes from WorkerConfig::Parse.
 absl::Status RunEvaluatorRole(const WorkerConfig& config, Client* client,
                               Backend* backend, Dataset* test,
                               absl::Notification* stop,

@@ -10,10 +10,10 @@ namespace asyncps {
 std::unique_ptr<GradientExchange> MakeExchange(
     const WorkerConfig& config, const WorkerClient& worker, int cuda_device,
     std::vector<std::vector<int>> layer_tensors) {
-  if (config.ParsedMode() != Mode::kAllreduce) {
+  if (config.mode != Mode::kAllreduce) {
     auto exchange = std::make_unique<PsExchange>(
         worker.client.get(), std::move(layer_tensors), config.Exchange(),
-        /*steps=*/config.ParsedMode() == Mode::kBsp);
+        /*steps=*/config.mode == Mode::kBsp);
     // The shards draw the same initial weights from the spec's
     // initializers as ps_worker's declaration did.
     PsExchange::LostModelAtStart lost;
@@ -30,7 +30,7 @@ std::unique_ptr<GradientExchange> MakeExchange(
   ar.cuda_device = cuda_device;
   ar.reform = true;
   ar.collective = config.CollectiveKind(cuda_device);
-  ar.f16 = config.compress == "f16";
+  ar.f16 = config.compress.kind == Compression::kF16;
   return std::make_unique<AllreduceExchange>(worker.ps, ar,
                                              std::move(layer_tensors));
 }

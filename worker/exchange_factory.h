@@ -16,7 +16,7 @@ namespace asyncps {
 // through the servers. An allreduce ring re-forms after a peer died (see
 // AllreduceConfig). `layer_tensors` come from the model. `worker` is
 // borrowed and must outlive the exchange.
-// REQUIRES: config.Validate().ok().
+// `config` comes from WorkerConfig::Parse.
 std::unique_ptr<GradientExchange> MakeExchange(
     const WorkerConfig& config, const WorkerClient& worker, int cuda_device,
     std::vector<std::vector<int>> layer_tensors);

@@ -53,26 +53,6 @@ std::vector<absl::Span<const float>> PsExchange::In(
   return in;
 }
 
-const char* PsExchange::ModeName(Mode mode) {
-  switch (mode) {
-    case Mode::kFused:
-      return "fused";
-    case Mode::kPrefetch:
-      return "prefetch";
-    default:
-      return "layered";
-  }
-}
-
-absl::StatusOr<PsExchange::Mode> PsExchange::ParseMode(
-    const std::string& text) {
-  if (text == "layered") return Mode::kLayered;
-  if (text == "fused") return Mode::kFused;
-  if (text == "prefetch") return Mode::kPrefetch;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--exchange=", text, " (want layered, fused or prefetch)"));
-}
-
 absl::Status PsExchange::Start(std::vector<std::vector<float>>* weights,
                                int64_t clock) {
   weights_ = weights;

@@ -36,16 +36,19 @@
 #include "absl/types/span.h"
 #include "asyncps/client.h"
 #include "worker/exchange.h"
+#include "worker/exchange_mode.h"
 #include "worker/task_queue.h"
 
 namespace asyncps {
 
 class PsExchange final : public GradientExchange {
  public:
-  enum class Mode { kLayered, kFused, kPrefetch };
+  using Mode = ExchangeMode;  // worker/exchange_mode.h.
   // "layered", "fused", "prefetch" (--exchange).
-  static absl::StatusOr<Mode> ParseMode(const std::string& text);
-  static const char* ModeName(Mode mode);
+  static absl::StatusOr<Mode> ParseMode(const std::string& text) {
+    return ParseExchangeMode(text);
+  }
+  static const char* ModeName(Mode mode) { return ExchangeModeName(mode); }
 
   // `client` is borrowed, a worker, and must have a model;
   // `layer_tensors[l]` lists the indices (in client->tensors()) of layer

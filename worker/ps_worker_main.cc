@@ -138,8 +138,8 @@ ABSL_FLAG(absl::Duration, heartbeat_every, absl::Seconds(1),
 namespace asyncps {
 namespace {
 
-WorkerConfig ConfigFromFlags() {
-  WorkerConfig c;
+WorkerFlags FlagsFromCommandLine() {
+  WorkerFlags c;
   c.role = absl::GetFlag(FLAGS_role);
   c.servers = absl::GetFlag(FLAGS_servers);
   c.rank = absl::GetFlag(FLAGS_rank);
@@ -212,10 +212,9 @@ int main(int argc, char** argv) {
   asyncps::KeepLargeBuffers();
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
-  const asyncps::WorkerConfig config = asyncps::ConfigFromFlags();
-  if (absl::Status s = config.Validate(); !s.ok()) {
-    return asyncps::Fail(s, 2);
-  }
+  const absl::StatusOr<asyncps::WorkerConfig> config =
+      asyncps::WorkerConfig::Parse(asyncps::FlagsFromCommandLine());
+  if (!config.ok()) return asyncps::Fail(config.status(), 2);
 
   // A stop signal ends training after the current step, and makes the
   // evaluator score once more.
@@ -228,7 +227,7 @@ int main(int argc, char** argv) {
   });
   bool refused_at_start = false;
   const absl::Status s =
-      asyncps::RunWorker(config, &stop, &stopped, &refused_at_start);
+      asyncps::RunWorker(*config, &stop, &stopped, &refused_at_start);
   asyncps::WakeStopWaiter();
   watcher.join();
   return s.ok() ? 0 : asyncps::Fail(s, refused_at_start ? 2 : 1);

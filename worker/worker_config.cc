@@ -1,7 +1,8 @@
 #include "worker/worker_config.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
-#include "common/compress.h"
 #include "common/optimizer.h"
 #include "common/status.h"
 #include "common/wire_dtype.h"
@@ -9,15 +10,141 @@
 #include "worker/model/mlp.h"
 
 namespace asyncps {
-absl::StatusOr<v1::OptimizerSpec> OptimizerFromConfig(
-    const WorkerConfig& config) {
+namespace {
+
+absl::StatusOr<WorkerRole> ParseRole(const std::string& text) {
+  if (text == "worker") return WorkerRole::kWorker;
+  if (text == "evaluator") return WorkerRole::kEvaluator;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--role=", text, " (want worker or evaluator)"));
+}
+
+absl::StatusOr<CollectiveChoice> ParseCollective(const std::string& text) {
+  if (text == "auto") return CollectiveChoice::kAuto;
+  if (text == "gloo") return CollectiveChoice::kGloo;
+  if (text == "nccl") return CollectiveChoice::kNccl;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--collective=", text, " (want auto, gloo or nccl)"));
+}
+
+absl::StatusOr<DeviceChoice> ParseDeviceChoice(const std::string& text) {
+  ASSIGN_OR_RETURN(const int device, ParseDevice(text));
+  DeviceChoice d;
+  if (device == -1) d.kind = DeviceChoice::kCpu;
+  if (device >= 0) d.kind = DeviceChoice::kCuda, d.cuda_index = device;
+  return d;
+}
+
+// The checks of the plain numbers, in the order Parse runs them.
+absl::Status CheckCounts(const WorkerFlags& f) {
+  if (!(f.slowdown >= 1.0)) {
+    return absl::InvalidArgumentError("--slowdown must be >= 1");
+  }
+  if (f.num_workers < 1 || f.rank < -1 || f.rank >= f.num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rank=", f.rank, " must be in [0, --num_workers=", f.num_workers,
+        "), or -1 (the servers assign one)"));
+  }
+  if (f.batch_size < 1 || f.batch_size > 65536) {
+    return absl::InvalidArgumentError("--batch_size must be in [1, 65536]");
+  }
+  if (f.accumulate < 1) {
+    return absl::InvalidArgumentError("--accumulate must be >= 1");
+  }
+  if (f.epochs < 1) return absl::InvalidArgumentError("--epochs must be >= 1");
+  return absl::OkStatus();
+}
+
+absl::Status CheckPortThreadsAndPeriods(const WorkerFlags& f) {
+  if (f.metrics_port < 0 || f.metrics_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metrics_port=", f.metrics_port, " is not a TCP port (0: none)"));
+  }
+  if (f.blas_threads < 1) {
+    return absl::InvalidArgumentError("--blas_threads must be >= 1");
+  }
+  for (const auto& [name, d] :
+       {std::pair<const char*, absl::Duration>{"--rpc_timeout", f.rpc_timeout},
+        {"--heartbeat_every", f.heartbeat_every},
+        {"--collective_timeout", f.collective_timeout},
+        {"--eval_every", f.eval_every}}) {
+    if (d <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " must be positive"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// allreduce's ring compresses to f16 only, and with gloo only.
+absl::Status CheckAllreduceCompression(const WorkerFlags& f) {
+  if (f.mode == "allreduce" && f.compress != "none" && f.compress != "f16") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--compress=", f.compress,
+        " with --mode=allreduce: the ring compresses to f16 only (Horovod's "
+        "fp16 compression); top-k, one-bit and bf16 go to the servers"));
+  }
+  if (f.mode == "allreduce" && f.compress == "f16" && f.collective == "nccl") {
+    return absl::InvalidArgumentError(
+        "--compress=f16 with --collective=nccl is not built (gloo only)");
+  }
+  return absl::OkStatus();
+}
+
+// The values taken as given.
+void CopyPlain(const WorkerFlags& f, WorkerConfig* c) {
+  c->rank = f.rank;
+  c->num_workers = f.num_workers;
+  c->slowdown = f.slowdown;
+  c->collective_host = f.collective_host;
+  c->collective_timeout = f.collective_timeout;
+  c->assign_every = f.assign_every;
+  c->batch_size = f.batch_size;
+  c->accumulate = f.accumulate;
+  c->epochs = f.epochs;
+  c->steps = f.steps;
+  c->stop_at_version = f.stop_at_version;
+  c->seed = f.seed;
+  c->slice_bytes = f.slice_bytes;
+  c->data_dir = f.data_dir;
+  c->max_train_examples = f.max_train_examples;
+  c->max_test_examples = f.max_test_examples;
+  c->log_every = f.log_every;
+  c->eval_every = f.eval_every;
+  c->eval_once = f.eval_once;
+  c->until_done = f.until_done;
+  c->curve = f.curve;
+  c->blas_threads = f.blas_threads;
+  c->rpc_timeout = f.rpc_timeout;
+  c->retry_for = f.retry_for;
+  c->heartbeat_every = f.heartbeat_every;
+  c->metrics_port = f.metrics_port;
+  c->timeline = f.timeline;
+  c->result_json = f.result_json;
+  c->security = f.security;
+}
+
+}  // namespace
+
+std::string DeviceChoice::Name() const {
+  switch (kind) {
+    case kCpu:
+      return "cpu";
+    case kCuda:
+      return absl::StrCat("cuda:", cuda_index);
+    default:
+      return "auto";
+  }
+}
+
+absl::StatusOr<v1::OptimizerSpec> OptimizerFromFlags(const WorkerFlags& flags) {
   v1::OptimizerSpec o;
-  const std::string& name = config.optimizer;
+  const std::string& name = flags.optimizer;
   if (name == "sgd") {
     o.set_kind(v1::OptimizerSpec::SGD);
   } else if (name == "momentum" || name == "nesterov") {
     o.set_kind(v1::OptimizerSpec::MOMENTUM);
-    o.set_momentum(static_cast<float>(config.momentum));
+    o.set_momentum(static_cast<float>(flags.momentum));
     o.set_nesterov(name == "nesterov");
   } else if (name == "adam") {
     o.set_kind(v1::OptimizerSpec::ADAM);
@@ -33,112 +160,54 @@ absl::StatusOr<v1::OptimizerSpec> OptimizerFromConfig(
         absl::StrCat("--optimizer=", name,
                      " (want sgd, momentum, nesterov, adam, adagrad)"));
   }
-  o.set_learning_rate(static_cast<float>(config.lr));
-  o.set_weight_decay(static_cast<float>(config.weight_decay));
-  o.set_lr_decay(static_cast<float>(config.lr_decay));
+  o.set_learning_rate(static_cast<float>(flags.lr));
+  o.set_weight_decay(static_cast<float>(flags.weight_decay));
+  o.set_lr_decay(static_cast<float>(flags.lr_decay));
   RETURN_IF_ERROR(ValidateOptimizer(o));
   return o;
 }
 
-absl::Status WorkerConfig::Validate() const {
-  if (role != "worker" && role != "evaluator") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--role=", role, " (want worker or evaluator)"));
-  }
-  if (until_done && (role != "evaluator" || eval_once)) {
+absl::StatusOr<WorkerConfig> WorkerConfig::Parse(const WorkerFlags& f) {
+  WorkerConfig c;
+  ASSIGN_OR_RETURN(c.role, ParseRole(f.role));
+  if (f.until_done && (!c.evaluator() || f.eval_once)) {
     return absl::InvalidArgumentError(
         "--until_done is for --role=evaluator without --eval_once");
   }
-  RETURN_IF_ERROR(ParseMode(mode).status());
-  if (!(slowdown >= 1.0)) {
-    return absl::InvalidArgumentError("--slowdown must be >= 1");
-  }
-  if (num_workers < 1 || rank < -1 || rank >= num_workers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--rank=", rank, " must be in [0, --num_workers=", num_workers,
-        "), or -1 (the servers assign one)"));
-  }
-  if (batch_size < 1 || batch_size > 65536) {
-    return absl::InvalidArgumentError("--batch_size must be in [1, 65536]");
-  }
-  if (accumulate < 1) {
-    return absl::InvalidArgumentError("--accumulate must be >= 1");
-  }
-  if (epochs < 1) return absl::InvalidArgumentError("--epochs must be >= 1");
-  if (collective != "auto" && collective != "gloo" && collective != "nccl") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--collective=", collective, " (want auto, gloo or nccl)"));
-  }
-  if (metrics_port < 0 || metrics_port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--metrics_port=", metrics_port, " is not a TCP port (0: none)"));
-  }
-  if (blas_threads < 1) {
-    return absl::InvalidArgumentError("--blas_threads must be >= 1");
-  }
-  for (const auto& [name, d] :
-       {std::pair<const char*, absl::Duration>{"--rpc_timeout", rpc_timeout},
-        {"--heartbeat_every", heartbeat_every},
-        {"--collective_timeout", collective_timeout},
-        {"--eval_every", eval_every}}) {
-    if (d <= absl::ZeroDuration()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, " must be positive"));
-    }
-  }
-  RETURN_IF_ERROR(Annotate(ParseServerList(servers).status(), "--servers"));
-  RETURN_IF_ERROR(ParseLayers(layers).status());
-  RETURN_IF_ERROR(OptimizerFromConfig(*this).status());
-  RETURN_IF_ERROR(ParsePrecision(precision).status());
-  RETURN_IF_ERROR(ParseWireDtype(wire_dtype).status());
-  RETURN_IF_ERROR(ParseCompression(compress).status());
-  if (mode == "allreduce" && compress != "none" && compress != "f16") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--compress=", compress,
-        " with --mode=allreduce: the ring compresses to f16 only (Horovod's "
-        "fp16 compression); top-k, one-bit and bf16 go to the servers"));
-  }
-  if (mode == "allreduce" && compress == "f16" && collective == "nccl") {
-    return absl::InvalidArgumentError(
-        "--compress=f16 with --collective=nccl is not built (gloo only)");
-  }
-  RETURN_IF_ERROR(PsExchange::ParseMode(exchange).status());
-  RETURN_IF_ERROR(ParseTransport(transport).status());
-  return ParseDevice(device).status();
+  ASSIGN_OR_RETURN(c.mode, ParseMode(f.mode));
+  RETURN_IF_ERROR(CheckCounts(f));
+  ASSIGN_OR_RETURN(c.collective, ParseCollective(f.collective));
+  RETURN_IF_ERROR(CheckPortThreadsAndPeriods(f));
+  absl::StatusOr<std::vector<ServerAddress>> servers =
+      ParseServerList(f.servers);
+  if (!servers.ok()) return Annotate(servers.status(), "--servers");
+  c.servers = *std::move(servers);
+  ASSIGN_OR_RETURN(c.layers, ParseLayers(f.layers));
+  ASSIGN_OR_RETURN(c.optimizer, OptimizerFromFlags(f));
+  ASSIGN_OR_RETURN(c.precision, ParsePrecision(f.precision));
+  ASSIGN_OR_RETURN(c.wire_dtype, ParseWireDtype(f.wire_dtype));
+  ASSIGN_OR_RETURN(c.compress, ParseCompression(f.compress));
+  RETURN_IF_ERROR(CheckAllreduceCompression(f));
+  ASSIGN_OR_RETURN(c.exchange, ParseExchangeMode(f.exchange));
+  ASSIGN_OR_RETURN(c.transport, ParseTransport(f.transport));
+  ASSIGN_OR_RETURN(c.device, ParseDeviceChoice(f.device));
+  CopyPlain(f, &c);
+  return c;
 }
 
-Mode WorkerConfig::ParsedMode() const { return *ParseMode(mode); }
-
-std::vector<ServerAddress> WorkerConfig::ServerList() const {
-  return *ParseServerList(servers);
-}
-
-std::vector<int> WorkerConfig::Layers() const { return *ParseLayers(layers); }
-
-GemmPrecision WorkerConfig::Precision() const {
-  return *ParsePrecision(precision);
-}
-
-v1::OptimizerSpec WorkerConfig::Optimizer() const {
-  return *OptimizerFromConfig(*this);
-}
-
-v1::DType WorkerConfig::WireDtype() const {
-  return *ParseWireDtype(wire_dtype);
-}
-
-Transport WorkerConfig::TensorTransport() const {
-  return *ParseTransport(transport);
-}
-
-PsExchange::Mode WorkerConfig::Exchange() const {
-  if (ParsedMode() != Mode::kAsync) return PsExchange::Mode::kLayered;
-  return *PsExchange::ParseMode(exchange);
+ExchangeMode WorkerConfig::Exchange() const {
+  return mode == Mode::kAsync ? exchange : ExchangeMode::kLayered;
 }
 
 std::string WorkerConfig::CollectiveKind(int cuda_device) const {
-  if (collective != "auto") return collective;
-  return cuda_device >= 0 ? "nccl" : "gloo";
+  switch (collective) {
+    case CollectiveChoice::kGloo:
+      return "gloo";
+    case CollectiveChoice::kNccl:
+      return "nccl";
+    default:
+      return cuda_device >= 0 ? "nccl" : "gloo";
+  }
 }
 
 }  // namespace asyncps

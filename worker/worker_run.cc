@@ -9,17 +9,22 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
+#include "absl/strings/str_join.h"
 #include "asyncps/client.h"
 #include "client/admin_client.h"
 #include "client/membership_client.h"
 #include "client/ps_client.h"
 #include "client/worker_client.h"
+#include "common/cluster_spec.h"
+#include "common/compress.h"
 #include "common/file_system.h"
 #include "common/initializer.h"
 #include "common/metrics_endpoint.h"
+#include "common/mode.h"
 #include "common/partitioner.h"
 #include "common/status.h"
+#include "common/transport_kind.h"
+#include "common/wire_dtype.h"
 #include "glog/logging.h"
 #include "worker/data/data_loader.h"
 #include "worker/data/idx_reader.h"
@@ -35,16 +40,36 @@
 namespace asyncps {
 namespace {
 
+// --servers as the client library takes it: one entry a shard, a
+// replicated shard's members joined by '|'.
+std::vector<std::string> ServerEntries(
+    const std::vector<ServerAddress>& servers) {
+  std::vector<std::string> entries;
+  for (const ServerAddress& shard : servers) {
+    entries.push_back(absl::StrJoin(
+        shard.Members(), "|", [](std::string* out, const ServerAddress& a) {
+          out->append(a.ToString());
+        }));
+  }
+  return entries;
+}
+
+// --compress as the client library takes it (a top-k ratio exactly).
+std::string CompressText(const Compression& c) {
+  if (c.kind != Compression::kTopK) return c.Name();
+  return absl::StrFormat("topk:%.17g", c.ratio);
+}
+
 // The client library's options for `config`'s flags.
 ClientOptions ClientOptionsFrom(const WorkerConfig& config) {
   ClientOptions o;
-  o.servers = absl::StrSplit(config.servers, ',', absl::SkipEmpty());
+  o.servers = ServerEntries(config.servers);
   o.rank = config.rank;
   o.num_workers = config.num_workers;
-  o.mode = config.mode;
-  o.wire_dtype = config.evaluator() ? "f32" : config.wire_dtype;
-  o.compress = config.compress;
-  o.transport = config.transport;
+  o.mode = ModeName(config.mode);
+  o.wire_dtype = config.evaluator() ? "f32" : WireDtypeName(config.wire_dtype);
+  o.compress = CompressText(config.compress);
+  o.transport = TransportName(config.transport);
   o.rpc_timeout_seconds = absl::ToDoubleSeconds(config.rpc_timeout);
   o.retry_for_seconds = absl::ToDoubleSeconds(config.retry_for);
   o.heartbeat_seconds = absl::ToDoubleSeconds(config.heartbeat_every);
@@ -82,7 +107,7 @@ TrainerConfig TrainerConfigFor(const WorkerConfig& config, const Dataset& data,
   tc.accumulate = config.accumulate;
   tc.epochs = config.epochs;
   tc.steps = config.steps;
-  if (config.ParsedMode() == Mode::kAllreduce) {
+  if (config.mode == Mode::kAllreduce) {
     // Every rank must stop at the same clock, also after the ring re-formed
     // (a survivor's place in its data then differs from a replacement's):
     // --epochs become the step count of rank 0's share, the same number on
@@ -205,7 +230,7 @@ absl::Status Train(const WorkerConfig& flags, const v1::ModelSpec& spec,
                     config.max_train_examples);
   // A replacement picks the rank's share up where the job has it.
   loader.Skip(membership->start_clock() * config.accumulate, config.batch_size);
-  Mlp model(backend, config.Layers(), config.batch_size);
+  Mlp model(backend, config.layers, config.batch_size);
   std::unique_ptr<GradientExchange> exchange = MakeExchange(
       config, worker, backend->cuda_device(), model.LayerTensors());
   TrainerConfig tc = TrainerConfigFor(config, data, membership);
@@ -214,9 +239,9 @@ absl::Status Train(const WorkerConfig& flags, const v1::ModelSpec& spec,
   LOG(INFO) << "ps_worker rank " << config.rank << "/" << config.num_workers
             << " on " << backend->Name() << ": " << client->model_name() << ", "
             << loader.share() << " training examples, " << client->num_shards()
-            << " shards, wire " << config.wire_dtype << ", exchange "
-            << PsExchange::ModeName(config.Exchange()) << " over "
-            << config.transport;
+            << " shards, wire " << WireDtypeName(config.wire_dtype)
+            << ", exchange " << ExchangeModeName(config.Exchange()) << " over "
+            << TransportName(config.transport);
   TrainerResult r;
   absl::Status s =
       asyncps::Train(tc, &model, &loader, exchange.get(), stop, &r);
@@ -260,6 +285,20 @@ absl::StatusOr<Dataset> ReadData(const WorkerConfig& config, int rank) {
   return data;
 }
 
+// The evaluator's --until_done: true once every shard says every worker
+// has finished.
+JobDone EveryWorkerFinished(const WorkerClient& worker) {
+  return [ps = worker.ps]() -> absl::StatusOr<bool> {
+    if (ps == nullptr) return false;  // No shards to ask.
+    ASSIGN_OR_RETURN(const std::vector<v1::StatsResponse> stats,
+                     AdminClient(ps->caller()).StatsAll());
+    for (const v1::StatsResponse& s : stats) {
+      if (!s.job_done()) return false;
+    }
+    return !stats.empty();
+  };
+}
+
 }  // namespace
 
 absl::Status RunWorker(const WorkerConfig& config, std::atomic<bool>* stop,
@@ -291,7 +330,7 @@ absl::Status RunWorker(const WorkerConfig& config, std::atomic<bool>* stop,
     timeline->NameThread("train loop");
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
-                   MakeBackend(config.device, config.Precision(), rank,
+                   MakeBackend(config.device.Name(), config.precision, rank,
                                config.blas_threads));
   std::shared_ptr<GpuMetrics> gpu_metrics;
   if (endpoint != nullptr && backend->cuda_device() >= 0) {
@@ -306,7 +345,7 @@ absl::Status RunWorker(const WorkerConfig& config, std::atomic<bool>* stop,
   RETURN_IF_ERROR(LogSecurity(config));
   ASSIGN_OR_RETURN(Dataset data, ReadData(config, rank));
   *refused_at_start = false;
-  const std::vector<int> layers = config.Layers();
+  const std::vector<int>& layers = config.layers;
   if (!config.evaluator()) {
     // Before joining the job.
     RETURN_IF_ERROR(CheckLayersFit(layers, data.features));
@@ -325,21 +364,11 @@ absl::Status RunWorker(const WorkerConfig& config, std::atomic<bool>* stop,
     ~StopFirst() { endpoint->reset(); }
   } stop_first{&endpoint};
   if (config.evaluator()) {
-    // Done when every shard says every worker has finished.
-    JobDone done = [ps = worker.ps]() -> absl::StatusOr<bool> {
-      if (ps == nullptr) return false;  // No shards to ask.
-      ASSIGN_OR_RETURN(const std::vector<v1::StatsResponse> stats,
-                       AdminClient(ps->caller()).StatsAll());
-      for (const v1::StatsResponse& s : stats) {
-        if (!s.job_done()) return false;
-      }
-      return !stats.empty();
-    };
     return RunEvaluatorRole(config, client, backend.get(), &data, stopped,
-                            eval_metrics.get(), done);
+                            eval_metrics.get(), EveryWorkerFinished(worker));
   }
   return Train(config,
-               MlpSpec(layers, config.Optimizer(), config.seed,
+               MlpSpec(layers, config.optimizer, config.seed,
                        config.slice_bytes, client->num_shards()),
                worker, backend.get(), data, stop, endpoint.get(),
                timeline.get());

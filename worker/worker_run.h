@@ -12,10 +12,10 @@
 
 namespace asyncps {
 
-// Runs `config` (Validate()d) to the end: training stops after the current
-// step once `stop` is set; the evaluator scores once more and exits when
-// `stopped` is notified. `*refused_at_start` says whether an error came
-// before the job was joined (a bad device, data that cannot be trained on,
+// Runs `config` (WorkerConfig::Parse's) to the end: training stops after
+// the current step once `stop` is set; the evaluator scores once more and
+// exits when `stopped` is notified. `*refused_at_start` says whether an error
+// came before the job was joined (a bad device, data that cannot be trained on,
 // a busy metrics port: ps_worker exits 2 then, else 1).
 absl::Status RunWorker(const WorkerConfig& config, std::atomic<bool>* stop,
                        absl::Notification* stopped, bool* refused_at_start);

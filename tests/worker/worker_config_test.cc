@@ -1,6 +1,6 @@
-// WorkerConfig::Validate in-process: every bad flag is refused with a
-// message naming it, before the worker touches a device, a file or the
-// network.
+// WorkerConfig::Parse in-process: every bad flag is refused with a message
+// naming it (and, for a choice, the values it takes), before the worker
+// touches a device, a file or the network; good flags come out typed.
 #include "worker/worker_config.h"
 
 #include <functional>
@@ -14,92 +14,211 @@ namespace asyncps {
 namespace {
 
 TEST(WorkerConfig, DefaultsAreValid) {
-  WorkerConfig config;
-  EXPECT_TRUE(config.Validate().ok()) << config.Validate();
-  EXPECT_EQ(config.ParsedMode(), Mode::kAsync);
-  EXPECT_EQ(config.Layers(), (std::vector<int>{784, 256, 128, 10}));
-  EXPECT_EQ(config.Optimizer().kind(), v1::OptimizerSpec::MOMENTUM);
-  EXPECT_EQ(config.CollectiveKind(-1), "gloo");
-  EXPECT_EQ(config.CollectiveKind(0), "nccl");
-  EXPECT_EQ(config.WireDtype(), v1::DTYPE_F32);
-  EXPECT_EQ(config.Exchange(), PsExchange::Mode::kFused);
+  const absl::StatusOr<WorkerConfig> config = WorkerConfig::Parse({});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->role, WorkerRole::kWorker);
+  EXPECT_FALSE(config->evaluator());
+  EXPECT_EQ(config->mode, Mode::kAsync);
+  ASSERT_EQ(config->servers.size(), 1u);
+  EXPECT_EQ(config->servers[0].ToString(), "127.0.0.1:5000");
+  EXPECT_EQ(config->layers, (std::vector<int>{784, 256, 128, 10}));
+  EXPECT_EQ(config->optimizer.kind(), v1::OptimizerSpec::MOMENTUM);
+  EXPECT_FLOAT_EQ(config->optimizer.learning_rate(), 0.02f);
+  EXPECT_FLOAT_EQ(config->optimizer.momentum(), 0.9f);
+  EXPECT_EQ(config->collective, CollectiveChoice::kAuto);
+  EXPECT_EQ(config->CollectiveKind(-1), "gloo");
+  EXPECT_EQ(config->CollectiveKind(0), "nccl");
+  EXPECT_EQ(config->device.kind, DeviceChoice::kAuto);
+  EXPECT_EQ(config->device.Name(), "auto");
+  EXPECT_EQ(config->precision, GemmPrecision::kFp32);
+  EXPECT_EQ(config->wire_dtype, v1::DTYPE_F32);
+  EXPECT_EQ(config->compress.kind, Compression::kNone);
+  EXPECT_EQ(config->transport, Transport::kTcp);
+  EXPECT_EQ(config->exchange, ExchangeMode::kFused);
+  EXPECT_EQ(config->Exchange(), ExchangeMode::kFused);
+  EXPECT_EQ(config->rpc_timeout, absl::Seconds(30));
+  EXPECT_EQ(config->heartbeat_every, absl::Seconds(1));
+}
+
+TEST(WorkerConfig, FlagsComeOutTyped) {
+  WorkerFlags flags;
+  flags.role = "evaluator";
+  flags.servers = "a:1,b:2|c:3";
+  flags.mode = "allreduce";
+  flags.collective = "gloo";
+  flags.device = "cpu";
+  flags.layers = "10,3";
+  flags.optimizer = "nesterov";
+  flags.lr = 0.5;
+  flags.wire_dtype = "bf16";
+  flags.compress = "f16";
+  flags.exchange = "prefetch";
+  flags.transport = "grpc";
+  flags.rank = -1;
+  flags.num_workers = 4;
+  flags.log_every = absl::Milliseconds(250);
+  const absl::StatusOr<WorkerConfig> config = WorkerConfig::Parse(flags);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(config->evaluator());
+  EXPECT_EQ(config->mode, Mode::kAllreduce);
+  ASSERT_EQ(config->servers.size(), 2u);
+  EXPECT_EQ(config->servers[1].ToString(), "b:2");
+  ASSERT_EQ(config->servers[1].others.size(), 1u);
+  EXPECT_EQ(config->servers[1].others[0].ToString(), "c:3");
+  EXPECT_EQ(config->collective, CollectiveChoice::kGloo);
+  EXPECT_EQ(config->CollectiveKind(0), "gloo");
+  EXPECT_EQ(config->device.kind, DeviceChoice::kCpu);
+  EXPECT_EQ(config->device.Name(), "cpu");
+  EXPECT_EQ(config->layers, (std::vector<int>{10, 3}));
+  EXPECT_TRUE(config->optimizer.nesterov());
+  EXPECT_FLOAT_EQ(config->optimizer.learning_rate(), 0.5f);
+  EXPECT_EQ(config->wire_dtype, v1::DTYPE_BF16);
+  EXPECT_EQ(config->compress.kind, Compression::kF16);
+  EXPECT_EQ(config->transport, Transport::kGrpc);
+  EXPECT_EQ(config->exchange, ExchangeMode::kPrefetch);
+  EXPECT_EQ(config->Exchange(), ExchangeMode::kLayered);  // Not async.
+  EXPECT_EQ(config->rank, -1);
+  EXPECT_EQ(config->num_workers, 4);
+  EXPECT_EQ(config->log_every, absl::Milliseconds(250));
 }
 
 TEST(WorkerConfig, OnlyAsyncFusesItsExchange) {
-  WorkerConfig config;
-  config.exchange = "prefetch";
-  EXPECT_EQ(config.Exchange(), PsExchange::Mode::kPrefetch);
+  WorkerFlags flags;
+  flags.exchange = "prefetch";
+  EXPECT_EQ(WorkerConfig::Parse(flags)->Exchange(), ExchangeMode::kPrefetch);
   for (const char* mode : {"ssp", "bsp"}) {
-    config.mode = mode;
-    ASSERT_TRUE(config.Validate().ok());
-    EXPECT_EQ(config.Exchange(), PsExchange::Mode::kLayered) << mode;
+    flags.mode = mode;
+    const absl::StatusOr<WorkerConfig> config = WorkerConfig::Parse(flags);
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_EQ(config->Exchange(), ExchangeMode::kLayered) << mode;
   }
 }
 
 TEST(WorkerConfig, BadFlagsAreRefusedNamingThem) {
   struct Case {
-    std::function<void(WorkerConfig*)> set;
+    std::function<void(WorkerFlags*)> set;
     std::string words;
   };
   const std::vector<Case> cases = {
-      {[](WorkerConfig* c) { c->role = "trainer"; }, "--role=trainer"},
-      {[](WorkerConfig* c) { c->mode = "eventual"; }, "eventual"},
-      {[](WorkerConfig* c) { c->device = "tpu:0"; }, "--device=tpu:0"},
-      {[](WorkerConfig* c) { c->device = "cuda:x"; }, "--device=cuda:x"},
-      {[](WorkerConfig* c) { c->precision = "fp8"; }, "--precision=fp8"},
-      {[](WorkerConfig* c) { c->layers = "784,x,10"; }, "--layers"},
-      {[](WorkerConfig* c) { c->optimizer = "lion"; }, "--optimizer=lion"},
-      {[](WorkerConfig* c) { c->lr = -1; }, "learning_rate"},
-      {[](WorkerConfig* c) { c->servers = "nohostport"; }, "--servers"},
-      {[](WorkerConfig* c) { c->rank = 2, c->num_workers = 2; }, "--rank=2"},
-      {[](WorkerConfig* c) { c->num_workers = 0; }, "--num_workers=0"},
-      {[](WorkerConfig* c) { c->slowdown = 0.5; }, "--slowdown"},
-      {[](WorkerConfig* c) { c->until_done = true; }, "--until_done"},
-      {[](WorkerConfig* c) {
+      {[](WorkerFlags* c) { c->role = "trainer"; }, "--role=trainer"},
+      {[](WorkerFlags* c) { c->mode = "eventual"; }, "eventual"},
+      {[](WorkerFlags* c) { c->device = "tpu:0"; }, "--device=tpu:0"},
+      {[](WorkerFlags* c) { c->device = "cuda:x"; }, "--device=cuda:x"},
+      {[](WorkerFlags* c) { c->precision = "fp8"; }, "--precision=fp8"},
+      {[](WorkerFlags* c) { c->layers = "784,x,10"; }, "--layers"},
+      {[](WorkerFlags* c) { c->optimizer = "lion"; }, "--optimizer=lion"},
+      {[](WorkerFlags* c) { c->lr = -1; }, "learning_rate"},
+      {[](WorkerFlags* c) { c->servers = "nohostport"; }, "--servers"},
+      {[](WorkerFlags* c) { c->rank = 2, c->num_workers = 2; }, "--rank=2"},
+      {[](WorkerFlags* c) { c->num_workers = 0; }, "--num_workers=0"},
+      {[](WorkerFlags* c) { c->slowdown = 0.5; }, "--slowdown"},
+      {[](WorkerFlags* c) { c->until_done = true; }, "--until_done"},
+      {[](WorkerFlags* c) {
          c->role = "evaluator", c->until_done = c->eval_once = true;
        },
        "--until_done"},
-      {[](WorkerConfig* c) { c->batch_size = 0; }, "--batch_size"},
-      {[](WorkerConfig* c) { c->batch_size = 1 << 20; }, "--batch_size"},
-      {[](WorkerConfig* c) { c->accumulate = 0; }, "--accumulate"},
-      {[](WorkerConfig* c) { c->epochs = 0; }, "--epochs"},
-      {[](WorkerConfig* c) { c->collective = "mpi"; }, "--collective=mpi"},
-      {[](WorkerConfig* c) { c->blas_threads = 0; }, "--blas_threads"},
-      {[](WorkerConfig* c) { c->wire_dtype = "fp8"; }, "--wire_dtype=fp8"},
-      {[](WorkerConfig* c) { c->exchange = "gossip"; }, "--exchange=gossip"},
-      {[](WorkerConfig* c) { c->compress = "topk:2"; }, "--compress=topk:2"},
-      {[](WorkerConfig* c) {
-         c->mode = "allreduce", c->compress = "topk:0.01";
-       },
+      {[](WorkerFlags* c) { c->batch_size = 0; }, "--batch_size"},
+      {[](WorkerFlags* c) { c->batch_size = 1 << 20; }, "--batch_size"},
+      {[](WorkerFlags* c) { c->accumulate = 0; }, "--accumulate"},
+      {[](WorkerFlags* c) { c->epochs = 0; }, "--epochs"},
+      {[](WorkerFlags* c) { c->collective = "mpi"; }, "--collective=mpi"},
+      {[](WorkerFlags* c) { c->blas_threads = 0; }, "--blas_threads"},
+      {[](WorkerFlags* c) { c->wire_dtype = "fp8"; }, "--wire_dtype=fp8"},
+      {[](WorkerFlags* c) { c->exchange = "gossip"; }, "--exchange=gossip"},
+      {[](WorkerFlags* c) { c->compress = "topk:2"; }, "--compress=topk:2"},
+      {[](WorkerFlags* c) { c->mode = "allreduce", c->compress = "topk:0.01"; },
        "f16 only"},
-      {[](WorkerConfig* c) {
+      {[](WorkerFlags* c) {
          c->mode = "allreduce", c->compress = "f16", c->collective = "nccl";
        },
        "--collective=nccl"},
-      {[](WorkerConfig* c) { c->rpc_timeout = absl::ZeroDuration(); },
+      {[](WorkerFlags* c) { c->rpc_timeout = absl::ZeroDuration(); },
        "--rpc_timeout"},
-      {[](WorkerConfig* c) { c->heartbeat_every = absl::Seconds(-1); },
+      {[](WorkerFlags* c) { c->heartbeat_every = absl::Seconds(-1); },
        "--heartbeat_every"},
   };
   for (const Case& c : cases) {
-    WorkerConfig config;
-    c.set(&config);
-    absl::Status s = config.Validate();
-    EXPECT_FALSE(s.ok()) << c.words;
-    EXPECT_NE(s.message().find(c.words), absl::string_view::npos)
-        << c.words << ": " << s;
+    WorkerFlags flags;
+    c.set(&flags);
+    const absl::StatusOr<WorkerConfig> config = WorkerConfig::Parse(flags);
+    EXPECT_FALSE(config.ok()) << c.words;
+    EXPECT_NE(config.status().message().find(c.words), absl::string_view::npos)
+        << c.words << ": " << config.status();
+  }
+}
+
+// A choice's bad value: INVALID_ARGUMENT naming the flag, the value and
+// every value the flag takes.
+TEST(WorkerConfig, BadChoiceNamesTheFlagAndTheValuesItTakes) {
+  struct Case {
+    std::function<void(WorkerFlags*)> set;
+    std::string flag;
+    std::vector<std::string> allowed;
+  };
+  const std::vector<Case> cases = {
+      {[](WorkerFlags* c) { c->role = "x"; },
+       "--role=x",
+       {"worker", "evaluator"}},
+      {[](WorkerFlags* c) { c->mode = "x"; },
+       "--mode=x",
+       {"async", "ssp", "bsp", "allreduce"}},
+      {[](WorkerFlags* c) { c->collective = "x"; },
+       "--collective=x",
+       {"auto", "gloo", "nccl"}},
+      {[](WorkerFlags* c) { c->device = "x"; },
+       "--device=x",
+       {"auto", "cpu", "cuda:N"}},
+      {[](WorkerFlags* c) { c->precision = "x"; },
+       "--precision=x",
+       {"fp32", "tf32", "bf16"}},
+      {[](WorkerFlags* c) { c->optimizer = "x"; },
+       "--optimizer=x",
+       {"sgd", "momentum", "nesterov", "adam", "adagrad"}},
+      {[](WorkerFlags* c) { c->wire_dtype = "x"; },
+       "--wire_dtype=x",
+       {"f32", "bf16", "f16"}},
+      {[](WorkerFlags* c) { c->compress = "x"; },
+       "--compress=x",
+       {"none", "bf16", "f16", "topk:RATIO", "onebit"}},
+      {[](WorkerFlags* c) { c->exchange = "x"; },
+       "--exchange=x",
+       {"layered", "fused", "prefetch"}},
+      {[](WorkerFlags* c) { c->transport = "x"; },
+       "--transport=x",
+       {"tcp", "grpc"}},
+  };
+  for (const Case& c : cases) {
+    WorkerFlags flags;
+    c.set(&flags);
+    const absl::StatusOr<WorkerConfig> config = WorkerConfig::Parse(flags);
+    ASSERT_FALSE(config.ok()) << c.flag;
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument)
+        << config.status();
+    const absl::string_view message = config.status().message();
+    EXPECT_NE(message.find(c.flag), absl::string_view::npos)
+        << c.flag << ": " << message;
+    for (const std::string& value : c.allowed) {
+      EXPECT_NE(message.find(value), absl::string_view::npos)
+          << c.flag << " does not name " << value << ": " << message;
+    }
   }
 }
 
 TEST(WorkerConfig, CudaDeviceNeedsACudaBuild) {
-  WorkerConfig config;
-  config.device = "cuda:0";
-  absl::Status s = config.Validate();
+  WorkerFlags flags;
+  flags.device = "cuda:3";
+  const absl::StatusOr<WorkerConfig> config = WorkerConfig::Parse(flags);
   if (BuiltWithCuda()) {
-    EXPECT_TRUE(s.ok()) << s;  // Whether a GPU is there is the backend's call.
+    // Whether a GPU is there is the backend's call.
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_EQ(config->device.kind, DeviceChoice::kCuda);
+    EXPECT_EQ(config->device.cuda_index, 3);
+    EXPECT_EQ(config->device.Name(), "cuda:3");
   } else {
-    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_NE(s.message().find("without CUDA"), absl::string_view::npos) << s;
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(config.status().message().find("without CUDA"),
+              absl::string_view::npos)
+        << config.status();
   }
 }
 
