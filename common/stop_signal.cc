@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -42,14 +43,15 @@ void InstallStopSignalHandlers() {
 
 void WakeStopWaiter() { OnSignal(0); }
 
-int WaitForStopSignal(absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+int WaitForStopSignal(absl::Duration timeout, Clock* clock) {
+  const absl::Time deadline = clock->Now() + timeout;
   while (true) {
-    const absl::Duration left = deadline - absl::Now();
+    const absl::Duration left = deadline - clock->Now();
     if (left <= absl::ZeroDuration()) return -1;
     pollfd p{pipe_fds[0], POLLIN, 0};
+    const absl::Duration slice = std::min(left, absl::Milliseconds(100));
     const int ready =
-        poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
+        poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(slice)) + 1);
     if (ready > 0) return WaitForStopSignal();
     if (ready < 0 && errno != EINTR) return WaitForStopSignal();
   }

@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "absl/time/time.h"
+#include "common/clock.h"
 
 namespace asyncps {
 
@@ -18,8 +19,9 @@ void InstallStopSignalHandlers();
 // WakeStopWaiter is called, and returns 0.
 // REQUIRES: InstallStopSignalHandlers() was called.
 int WaitForStopSignal();
-// The same, giving up after `timeout`: then -1.
-int WaitForStopSignal(absl::Duration timeout);
+// The same, giving up after `timeout` on `clock`: then -1. The pipe is
+// polled at most 100 ms at a time, so a clock a test moves is followed.
+int WaitForStopSignal(absl::Duration timeout, Clock* clock = Clock::Real());
 
 // Makes one WaitForStopSignal return 0 (a process that finished on its own
 // ends the thread waiting for a signal).

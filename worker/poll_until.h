@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 
 namespace asyncps {
 
@@ -20,9 +21,12 @@ namespace asyncps {
 // `deadline` passes: DEADLINE_EXCEEDED saying "<what> did not complete
 // within the deadline". `done` is called at least once, so a deadline
 // already past still sees a finished operation. Between calls it yields
-// the CPU for the first millisecond, then sleeps 100 us at a time.
+// the CPU for the first millisecond (at most kSpins times), then sleeps
+// 100 us at a time; time is `clock`'s (a test's ManualClock moves as it
+// sleeps).
 absl::Status PollUntil(const std::function<absl::StatusOr<bool>()>& done,
-                       absl::Time deadline, absl::string_view what);
+                       absl::Time deadline, absl::string_view what,
+                       Clock* clock = Clock::Real());
 
 }  // namespace asyncps
 

@@ -6,8 +6,10 @@
 #include <signal.h>
 
 #include <atomic>
+#include <thread>
 
 #include "absl/synchronization/notification.h"
+#include "common/clock.h"
 #include "gtest/gtest.h"
 
 namespace asyncps {
@@ -59,6 +61,24 @@ TEST_F(StopSignalTest, TheBudgetEndsAStuckShutdown) {
         released.Notify();
       });
   EXPECT_EQ(forced.load(), -1);
+}
+
+// The wait's timeout is on the given clock: a test's ManualClock moved
+// past it ends the wait (within one 100 ms poll), not the hour it names.
+TEST_F(StopSignalTest, TheTimeoutIsOnTheGivenClock) {
+  ManualClock clock;
+  std::atomic<int> got{-2};
+  absl::Notification done;
+  std::thread waiter([&] {
+    got = WaitForStopSignal(absl::Hours(1), &clock);
+    done.Notify();
+  });
+  // Moved until the waiter notices (it may not have read the clock yet).
+  while (!done.WaitForNotificationWithTimeout(absl::Milliseconds(50))) {
+    clock.Advance(absl::Hours(2));
+  }
+  waiter.join();
+  EXPECT_EQ(got, -1);
 }
 
 }  // namespace

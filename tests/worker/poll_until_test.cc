@@ -5,6 +5,7 @@
 #include "worker/poll_until.h"
 
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "gtest/gtest.h"
 
 namespace asyncps {
@@ -50,6 +51,24 @@ TEST(PollUntil, GivesUpAtTheDeadlineAfterLookingOnce) {
                 start + absl::Milliseconds(30), "the op");
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(30));
+}
+
+// On the Env's clock: a ManualClock moves as PollUntil sleeps on it, so a
+// 5 s deadline passes at once and exactly.
+TEST(PollUntil, WaitsOnTheGivenClock) {
+  ManualClock clock(absl::UnixEpoch());
+  int calls = 0;
+  const absl::Status s = PollUntil(
+      [&calls]() -> absl::StatusOr<bool> {
+        ++calls;
+        return false;
+      },
+      absl::UnixEpoch() + absl::Seconds(5), "the op", &clock);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_GE(clock.Now(), absl::UnixEpoch() + absl::Seconds(5));
+  EXPECT_LT(clock.Now(),
+            absl::UnixEpoch() + absl::Seconds(5) + absl::Milliseconds(1));
+  EXPECT_GT(calls, 1000);
 }
 
 }  // namespace
