@@ -1,6 +1,6 @@
 // DataChannel: a client's connections to one shard's data plane
-// (server/data_plane.h), plain TCP or TLS, pooled so that several threads may
-// each have a request in flight. The shard's port and token come from its
+// (server/edge/data_plane.h), plain TCP or TLS, pooled so that several threads
+// may each have a request in flight. The shard's port and token come from its
 // DataPlane RPC when the first connection opens, and again after a connection
 // fails (a restarted shard has a new port and token). Thread-safe.
 #ifndef ASYNCPS_CLIENT_DATA_CHANNEL_H_

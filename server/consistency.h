@@ -29,8 +29,8 @@
 #include "common/clock.h"
 #include "common/mode.h"
 #include "proto/asyncps.pb.h"
-#include "server/call_observer.h"
 #include "server/held_calls.h"
+#include "server/held_pull_observer.h"
 #include "server/membership.h"
 #include "server/push_ledger.h"
 #include "server/replication.h"
@@ -65,7 +65,7 @@ struct ConsistencyConfig {
   // holding thousands would only eat the shard's memory).
   int max_held_per_rank = 64;
   // Told how long each held pull waited (metrics); borrowed, may be null.
-  CallObserver* observer = nullptr;
+  HeldPullObserver* observer = nullptr;
 
   // OK, or INVALID_ARGUMENT naming the bad field.
   absl::Status Validate() const;

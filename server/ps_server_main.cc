@@ -27,8 +27,8 @@
 #include "common/status.h"
 #include "common/stop_signal.h"
 #include "glog/logging.h"
-#include "server/etcd_coordinator.h"
-#include "server/replica_member.h"
+#include "server/replica/etcd_coordinator.h"
+#include "server/replica/replica_member.h"
 #include "server/shard_server.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0",

@@ -22,7 +22,7 @@
 // other. A primary acknowledges nothing once its lease may have expired
 // (lease_deadline), so a deposed primary cannot accept a push after a
 // backup could have been promoted. Which role a member has, and when, is
-// ReplicaMember's (server/replica_member.h) to decide. Thread-safe.
+// ReplicaMember's (server/replica/replica_member.h) to decide. Thread-safe.
 #ifndef ASYNCPS_SERVER_REPLICATION_H_
 #define ASYNCPS_SERVER_REPLICATION_H_
 

@@ -23,18 +23,18 @@
 #include "common/metrics_endpoint.h"
 #include "common/security.h"
 #include "common/timeline.h"
-#include "server/call_interceptor.h"
-#include "server/call_timeline.h"
 #include "server/checkpoint.h"
 #include "server/consistency.h"
-#include "server/data_plane.h"
+#include "server/edge/call_interceptor.h"
+#include "server/edge/call_timeline.h"
+#include "server/edge/data_plane.h"
+#include "server/edge/metrics.h"
+#include "server/edge/rpc_metrics.h"
+#include "server/edge/service.h"
 #include "server/embedding_table.h"
 #include "server/kv_store.h"
 #include "server/membership.h"
-#include "server/metrics.h"
 #include "server/replication.h"
-#include "server/rpc_metrics.h"
-#include "server/service.h"
 #include "server/shard_store.h"
 
 namespace asyncps {
@@ -45,7 +45,7 @@ inline constexpr int64_t kResponseOverhead = 64 << 10;
 struct ShardServerConfig {
   std::string host = "0.0.0.0";  // "" serves in-process only.
   int port = 0;                  // 0: the kernel picks one.
-  // The data plane's port (server/data_plane.h): 0, the kernel picks one;
+  // The data plane's port (server/edge/data_plane.h): 0, the kernel picks one;
   // -1, none (clients use gRPC for tensors too). Off whenever host is "".
   int data_port = 0;
   int max_data_connections = 1024;

@@ -1,6 +1,6 @@
 // Sparse embedding tables through two real shards over gRPC
-// (client/embedding_client.h, server/service_rows.cc): rows and updates are
-// exactly a single local table's fed the same calls (ids routed to their
+// (client/embedding_client.h, server/edge/service_rows.cc): rows and updates
+// are exactly a single local table's fed the same calls (ids routed to their
 // shards and back in the caller's order, repeated ids summed), for SGD and
 // AdaGrad; bad requests, strangers and mis-routed ids are refused with
 // nothing changed.
@@ -14,8 +14,8 @@
 #include "client/ps_client.h"
 #include "gtest/gtest.h"
 #include "proto/asyncps.grpc.pb.h"
+#include "server/edge/metrics.h"
 #include "server/embedding_table.h"
-#include "server/metrics.h"
 #include "tests/integration/local_shards.h"
 
 namespace asyncps::testing {

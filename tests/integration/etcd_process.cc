@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "server/etcd_coordinator.h"
+#include "server/replica/etcd_coordinator.h"
 
 namespace asyncps::testing {
 

@@ -18,9 +18,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
-#include "server/coordinator.h"
-#include "server/etcd_coordinator.h"
-#include "server/replica_member.h"
+#include "server/replica/etcd_coordinator.h"
+#include "server/replica/replica_member.h"
+#include "server/replica/testing/memory_coordinator.h"
 #include "tests/integration/etcd_process.h"
 #include "tests/integration/subprocess.h"
 

@@ -1,9 +1,9 @@
-// Replicated shards (server/replica_member.h), in process over real sockets,
-// coordinated by the in-memory coordinator or by a real etcd (a private
-// etcd-server process per test): a client pushes a known gradient stream
-// with SGD (weights 0, learning rate 1, gradient 1: every weight is exactly
-// minus the pushes applied) through a group of members while members die.
-// Afterwards every member's weights equal minus the number of acknowledged
+// Replicated shards (server/replica/replica_member.h), in process over real
+// sockets, coordinated by the in-memory coordinator or by a real etcd (a
+// private etcd-server process per test): a client pushes a known gradient
+// stream with SGD (weights 0, learning rate 1, gradient 1: every weight is
+// exactly minus the pushes applied) through a group of members while members
+// die. Afterwards every member's weights equal minus the number of acknowledged
 // pushes, exactly: nothing acknowledged was lost, nothing applied twice.
 #include <atomic>
 #include <csignal>
@@ -19,10 +19,10 @@
 #include "client/admin_client.h"
 #include "client/ps_client.h"
 #include "gtest/gtest.h"
-#include "server/coordinator.h"
-#include "server/etcd_coordinator.h"
-#include "server/metrics.h"
-#include "server/replica_member.h"
+#include "server/edge/metrics.h"
+#include "server/replica/etcd_coordinator.h"
+#include "server/replica/replica_member.h"
+#include "server/replica/testing/memory_coordinator.h"
 #include "tests/integration/etcd_process.h"
 #include "tests/integration/test_cluster.h"
 #include "tests/testing/certs.h"

@@ -1,7 +1,7 @@
 // What a shard reports about itself: the Stats RPC's answer, and the source
-// of its Prometheus metrics (server/metrics.h), assembled in one place.
-#ifndef ASYNCPS_SERVER_SHARD_STATS_H_
-#define ASYNCPS_SERVER_SHARD_STATS_H_
+// of its Prometheus metrics (server/edge/metrics.h), assembled in one place.
+#ifndef ASYNCPS_SERVER_EDGE_SHARD_STATS_H_
+#define ASYNCPS_SERVER_EDGE_SHARD_STATS_H_
 
 #include "absl/time/time.h"
 #include "common/clock.h"
@@ -31,4 +31,4 @@ v1::StatsResponse CollectStats(const ShardParts& parts);
 
 }  // namespace asyncps
 
-#endif  // ASYNCPS_SERVER_SHARD_STATS_H_
+#endif  // ASYNCPS_SERVER_EDGE_SHARD_STATS_H_

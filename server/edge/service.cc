@@ -1,4 +1,4 @@
-#include "server/service.h"
+#include "server/edge/service.h"
 
 #include <chrono>
 #include <utility>

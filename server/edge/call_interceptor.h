@@ -1,13 +1,13 @@
 // A gRPC server interceptor that tells a CallObserver what each call cost:
 // its method, status code, time from arrival to answer, and message bytes.
 // Every service of the server is covered (health and reflection too).
-#ifndef ASYNCPS_SERVER_CALL_INTERCEPTOR_H_
-#define ASYNCPS_SERVER_CALL_INTERCEPTOR_H_
+#ifndef ASYNCPS_SERVER_EDGE_CALL_INTERCEPTOR_H_
+#define ASYNCPS_SERVER_EDGE_CALL_INTERCEPTOR_H_
 
 #include <memory>
 
 #include "grpcpp/support/server_interceptor.h"
-#include "server/call_observer.h"
+#include "server/edge/call_observer.h"
 
 namespace asyncps {
 
@@ -18,4 +18,4 @@ CallInterceptorFactory(CallObserver* observer);
 
 }  // namespace asyncps
 
-#endif  // ASYNCPS_SERVER_CALL_INTERCEPTOR_H_
+#endif  // ASYNCPS_SERVER_EDGE_CALL_INTERCEPTOR_H_

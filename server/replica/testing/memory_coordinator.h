@@ -1,12 +1,9 @@
-// Coordinator: what a replicated shard group needs of a coordination service
-// (leases, keys bound to them, a revision that only grows), and nothing
-// more. EtcdCoordinator (server/etcd_coordinator.h) is the real one, over
-// etcd's v3 gRPC API; MemoryCoordinator, below, is an in-process one for
-// tests, with a switch that cuts one member off from it (a partition).
-// The election and the shard map are written once, against this interface
-// (server/replica_member.h). Thread-safe.
-#ifndef ASYNCPS_SERVER_COORDINATOR_H_
-#define ASYNCPS_SERVER_COORDINATOR_H_
+// MemoryCoordinator: the Coordinator (server/replica/coordinator.h) in
+// memory, for tests: one store of keys and leases shared by the members of a
+// group in one process, each through a View that a test can cut off from it
+// (a partition). Leases expire by an injected clock. Thread-safe.
+#ifndef ASYNCPS_SERVER_REPLICA_TESTING_MEMORY_COORDINATOR_H_
+#define ASYNCPS_SERVER_REPLICA_TESTING_MEMORY_COORDINATOR_H_
 
 #include <cstdint>
 #include <map>
@@ -20,45 +17,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "server/replica/coordinator.h"
 
 namespace asyncps {
-
-// A key's value and when it was written, as etcd's mvccpb.KeyValue.
-struct CoordinatedValue {
-  std::string value;
-  int64_t create_revision = 0;  // Grows with every key created anywhere.
-  int64_t mod_revision = 0;
-  int64_t lease = 0;  // 0: none.
-};
-
-class Coordinator {
- public:
-  virtual ~Coordinator() = default;
-
-  // A new lease that expires `ttl` after its grant or last KeepAlive
-  // (etcd rounds up to whole seconds and grants no less than its minimum).
-  // Returns its id and the TTL granted.
-  virtual absl::StatusOr<std::pair<int64_t, absl::Duration>> Grant(
-      absl::Duration ttl) = 0;
-  // Renews `lease`: NOT_FOUND once it expired or was revoked (its keys are
-  // gone), UNAVAILABLE if the service cannot be reached.
-  virtual absl::Status KeepAlive(int64_t lease) = 0;
-  // Ends `lease` now; its keys are deleted.
-  virtual absl::Status Revoke(int64_t lease) = 0;
-  // Creates `key` = `value`, bound to `lease` (0: none), unless the key
-  // exists. Returns the new key's create revision, or 0 if it existed.
-  virtual absl::StatusOr<int64_t> CreateIfAbsent(const std::string& key,
-                                                 const std::string& value,
-                                                 int64_t lease) = 0;
-  // Sets `key` = `value`, bound to `lease` (0: none).
-  virtual absl::Status Put(const std::string& key, const std::string& value,
-                           int64_t lease) = 0;
-  // NOT_FOUND if `key` does not exist.
-  virtual absl::StatusOr<CoordinatedValue> Get(const std::string& key) = 0;
-  // Every key that starts with `prefix`, in key order.
-  virtual absl::StatusOr<std::vector<std::pair<std::string, CoordinatedValue>>>
-  List(const std::string& prefix) = 0;
-};
 
 // The keys are in memory; leases expire by `clock`. Members each take a
 // View, which a test can cut off (every call UNAVAILABLE) to partition that
@@ -121,4 +82,4 @@ class MemoryCoordinator {
 
 }  // namespace asyncps
 
-#endif  // ASYNCPS_SERVER_COORDINATOR_H_
+#endif  // ASYNCPS_SERVER_REPLICA_TESTING_MEMORY_COORDINATOR_H_

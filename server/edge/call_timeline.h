@@ -2,14 +2,14 @@
 // each call as a span on the thread that served it (a data-plane
 // connection has a thread of its own, so a row per worker connection), and
 // each held pull's wait on a row of its own per rank. Thread-safe.
-#ifndef ASYNCPS_SERVER_CALL_TIMELINE_H_
-#define ASYNCPS_SERVER_CALL_TIMELINE_H_
+#ifndef ASYNCPS_SERVER_EDGE_CALL_TIMELINE_H_
+#define ASYNCPS_SERVER_EDGE_CALL_TIMELINE_H_
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "common/timeline.h"
-#include "server/call_observer.h"
+#include "server/edge/call_observer.h"
 
 namespace asyncps {
 
@@ -35,4 +35,4 @@ class CallTimeline final : public CallObserver {
 
 }  // namespace asyncps
 
-#endif  // ASYNCPS_SERVER_CALL_TIMELINE_H_
+#endif  // ASYNCPS_SERVER_EDGE_CALL_TIMELINE_H_

@@ -23,8 +23,8 @@
 // loses its lease, its stream, or an election it could not win with its
 // state ends (Ended()); ps_server then starts a fresh one in its place,
 // which joins as a backup. Thread-safe.
-#ifndef ASYNCPS_SERVER_REPLICA_MEMBER_H_
-#define ASYNCPS_SERVER_REPLICA_MEMBER_H_
+#ifndef ASYNCPS_SERVER_REPLICA_REPLICA_MEMBER_H_
+#define ASYNCPS_SERVER_REPLICA_REPLICA_MEMBER_H_
 
 #include <memory>
 #include <string>
@@ -35,7 +35,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/env.h"
-#include "server/coordinator.h"
+#include "server/replica/coordinator.h"
 #include "server/shard_server.h"
 
 namespace asyncps {
@@ -134,4 +134,4 @@ class ReplicaMember {
 
 }  // namespace asyncps
 
-#endif  // ASYNCPS_SERVER_REPLICA_MEMBER_H_
+#endif  // ASYNCPS_SERVER_REPLICA_REPLICA_MEMBER_H_

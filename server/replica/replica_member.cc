@@ -1,4 +1,4 @@
-#include "server/replica_member.h"
+#include "server/replica/replica_member.h"
 
 #include <grpcpp/grpcpp.h>
 

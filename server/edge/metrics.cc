@@ -1,4 +1,4 @@
-#include "server/metrics.h"
+#include "server/edge/metrics.h"
 
 #include <limits>
 #include <string>

@@ -1,13 +1,13 @@
-// EtcdCoordinator: the Coordinator (server/coordinator.h) on a real etcd, over
-// its v3 gRPC API (stubs generated from etcd's own protos, the part we call:
-// third_party/etcd/rpc.proto). gRPC rather than etcd's JSON gateway because
-// asyncps already builds and links gRPC and protobuf: typed messages, no
-// HTTP/JSON client and no base64 keys to hand-write, and the same deadlines
+// EtcdCoordinator: the Coordinator (server/replica/coordinator.h) on a real
+// etcd, over its v3 gRPC API (stubs generated from etcd's own protos, the part
+// we call: third_party/etcd/rpc.proto). gRPC rather than etcd's JSON gateway
+// because asyncps already builds and links gRPC and protobuf: typed messages,
+// no HTTP/JSON client and no base64 keys to hand-write, and the same deadlines
 // and status codes as every other call here. A lease's keep-alive is one
 // message each way on etcd's LeaseKeepAlive stream. Every call has a
 // deadline (`timeout`); an unreachable etcd is UNAVAILABLE. Thread-safe.
-#ifndef ASYNCPS_SERVER_ETCD_COORDINATOR_H_
-#define ASYNCPS_SERVER_ETCD_COORDINATOR_H_
+#ifndef ASYNCPS_SERVER_REPLICA_ETCD_COORDINATOR_H_
+#define ASYNCPS_SERVER_REPLICA_ETCD_COORDINATOR_H_
 
 #include <memory>
 #include <string>
@@ -16,7 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "server/coordinator.h"
+#include "server/replica/coordinator.h"
 #include "third_party/etcd/rpc.grpc.pb.h"
 
 namespace asyncps {
@@ -54,4 +54,4 @@ class EtcdCoordinator final : public Coordinator {
 
 }  // namespace asyncps
 
-#endif  // ASYNCPS_SERVER_ETCD_COORDINATOR_H_
+#endif  // ASYNCPS_SERVER_REPLICA_ETCD_COORDINATOR_H_

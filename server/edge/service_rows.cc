@@ -3,8 +3,8 @@
 // and pushes through Consistency, which may hold a pull).
 #include "absl/strings/str_cat.h"
 #include "rpc/grpc_status.h"
+#include "server/edge/service.h"
 #include "server/rows.h"
-#include "server/service.h"
 
 namespace asyncps {
 

@@ -1,4 +1,4 @@
-#include "server/shard_stats.h"
+#include "server/edge/shard_stats.h"
 
 namespace asyncps {
 

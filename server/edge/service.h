@@ -5,8 +5,8 @@
 // go to them as PendingCalls. Calls acting as a rank are authorized by
 // Membership (the rank's registration secret) before anything is applied.
 // Thread-safe.
-#ifndef ASYNCPS_SERVER_SERVICE_H_
-#define ASYNCPS_SERVER_SERVICE_H_
+#ifndef ASYNCPS_SERVER_EDGE_SERVICE_H_
+#define ASYNCPS_SERVER_EDGE_SERVICE_H_
 
 #include <functional>
 
@@ -14,11 +14,11 @@
 #include "proto/asyncps.grpc.pb.h"
 #include "server/checkpoint.h"
 #include "server/consistency.h"
+#include "server/edge/shard_stats.h"
 #include "server/embedding_table.h"
 #include "server/held_calls.h"
 #include "server/kv_store.h"
 #include "server/membership.h"
-#include "server/shard_stats.h"
 #include "server/shard_store.h"
 
 namespace asyncps {
@@ -148,4 +148,4 @@ inline constexpr absl::Duration kMaxPauseLease = absl::Minutes(5);
 
 }  // namespace asyncps
 
-#endif  // ASYNCPS_SERVER_SERVICE_H_
+#endif  // ASYNCPS_SERVER_EDGE_SERVICE_H_

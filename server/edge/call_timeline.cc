@@ -1,4 +1,4 @@
-#include "server/call_timeline.h"
+#include "server/edge/call_timeline.h"
 
 #include <string>
 

@@ -1,9 +1,9 @@
 // The shard's per-call metrics (ps_server --metrics_port): calls, bytes and
 // latency by method, transport and status code, and how long held pulls
 // wait. Fed by both transports as a CallObserver (gRPC through
-// server/call_interceptor.h). Thread-safe.
-#ifndef ASYNCPS_SERVER_RPC_METRICS_H_
-#define ASYNCPS_SERVER_RPC_METRICS_H_
+// server/edge/call_interceptor.h). Thread-safe.
+#ifndef ASYNCPS_SERVER_EDGE_RPC_METRICS_H_
+#define ASYNCPS_SERVER_EDGE_RPC_METRICS_H_
 
 #include <memory>
 
@@ -11,7 +11,7 @@
 #include "prometheus/family.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
-#include "server/call_observer.h"
+#include "server/edge/call_observer.h"
 
 namespace asyncps {
 
@@ -39,4 +39,4 @@ class RpcMetrics final : public CallObserver {
 
 }  // namespace asyncps
 
-#endif  // ASYNCPS_SERVER_RPC_METRICS_H_
+#endif  // ASYNCPS_SERVER_EDGE_RPC_METRICS_H_

@@ -1,4 +1,4 @@
-#include "server/rpc_metrics.h"
+#include "server/edge/rpc_metrics.h"
 
 #include <string>
 #include <utility>

@@ -1,4 +1,4 @@
-#include "server/etcd_coordinator.h"
+#include "server/replica/etcd_coordinator.h"
 
 #include <grpcpp/grpcpp.h>
 

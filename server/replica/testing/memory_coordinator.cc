@@ -1,4 +1,4 @@
-#include "server/coordinator.h"
+#include "server/replica/testing/memory_coordinator.h"
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"

@@ -13,8 +13,8 @@
 // with an error naming what was wrong and the connection closed; a request
 // the store refuses is answered with its error and the connection kept.
 // Thread-safe.
-#ifndef ASYNCPS_SERVER_DATA_PLANE_H_
-#define ASYNCPS_SERVER_DATA_PLANE_H_
+#ifndef ASYNCPS_SERVER_EDGE_DATA_PLANE_H_
+#define ASYNCPS_SERVER_EDGE_DATA_PLANE_H_
 
 #include <cstdint>
 #include <functional>
@@ -28,8 +28,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
-#include "server/call_observer.h"
 #include "server/consistency.h"
+#include "server/edge/call_observer.h"
 #include "server/held_calls.h"
 #include "server/membership.h"
 #include "server/replication.h"
@@ -138,4 +138,4 @@ class DataPlaneServer {
 
 }  // namespace asyncps
 
-#endif  // ASYNCPS_SERVER_DATA_PLANE_H_
+#endif  // ASYNCPS_SERVER_EDGE_DATA_PLANE_H_

@@ -1,4 +1,4 @@
-#include "server/call_interceptor.h"
+#include "server/edge/call_interceptor.h"
 
 #include <string>
 #include <utility>

@@ -1,4 +1,4 @@
-#include "server/data_plane.h"
+#include "server/edge/data_plane.h"
 
 #include <utility>
 

@@ -2,15 +2,15 @@
 // Stats RPC reports, read at scrape time (no work on the request path),
 // named by Prometheus' conventions (asyncps_shard_..._total for counters).
 // Thread-safe.
-#ifndef ASYNCPS_SERVER_METRICS_H_
-#define ASYNCPS_SERVER_METRICS_H_
+#ifndef ASYNCPS_SERVER_EDGE_METRICS_H_
+#define ASYNCPS_SERVER_EDGE_METRICS_H_
 
 #include <vector>
 
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 #include "proto/asyncps.pb.h"
-#include "server/shard_stats.h"
+#include "server/edge/shard_stats.h"
 
 namespace asyncps {
 
@@ -31,4 +31,4 @@ class ShardMetrics final : public prometheus::Collectable {
 
 }  // namespace asyncps
 
-#endif  // ASYNCPS_SERVER_METRICS_H_
+#endif  // ASYNCPS_SERVER_EDGE_METRICS_H_

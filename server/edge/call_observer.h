@@ -1,7 +1,9 @@
 // What each served call cost, as the shard's transports see it: the seam
-// between the request path (gRPC service, data plane) and the metrics.
-#ifndef ASYNCPS_SERVER_CALL_OBSERVER_H_
-#define ASYNCPS_SERVER_CALL_OBSERVER_H_
+// between the request path (gRPC service, data plane) and the metrics. It
+// extends the core's HeldPullObserver, through which Consistency reports
+// its held pulls without knowing the edge.
+#ifndef ASYNCPS_SERVER_EDGE_CALL_OBSERVER_H_
+#define ASYNCPS_SERVER_EDGE_CALL_OBSERVER_H_
 
 #include <cstdint>
 #include <vector>
@@ -9,24 +11,19 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "server/held_pull_observer.h"
 
 namespace asyncps {
 
 // Implementations are thread-safe: calls end on many threads at once.
-class CallObserver {
+class CallObserver : public HeldPullObserver {
  public:
-  virtual ~CallObserver() = default;
-
   // One call of `method` ("Push", "Pull", ...) over `transport` ("grpc" or
   // "tcp") ended with `code` after `took`, having read `received` and
   // written `sent` bytes of messages.
   virtual void CallEnded(absl::string_view transport, absl::string_view method,
                          absl::StatusCode code, absl::Duration took,
                          int64_t received, int64_t sent) = 0;
-
-  // Rank `rank`'s held pull (ssp clock, bsp step) was answered after
-  // waiting `waited`.
-  virtual void HeldPullAnswered(int rank, absl::Duration waited) = 0;
 };
 
 // Tells each of several observers in turn. Add them all before the first
@@ -56,4 +53,4 @@ class CallObservers final : public CallObserver {
 
 }  // namespace asyncps
 
-#endif  // ASYNCPS_SERVER_CALL_OBSERVER_H_
+#endif  // ASYNCPS_SERVER_EDGE_CALL_OBSERVER_H_
