@@ -1,9 +1,12 @@
-// ParameterServerService: the gRPC face of one shard (callback API), and the
-// only server code that knows gRPC. Each handler checks its deadline the
-// same way (Admit), hands the request to the ShardStore, Membership,
-// Consistency or KvStore, and answers the status they give; calls that wait
-// go to them as PendingCalls. Calls acting as a rank are authorized by
-// Membership (the rank's registration secret) before anything is applied.
+// ParameterServerService: the gRPC face of one shard (callback API). gRPC
+// stays out of the shard core (server/): it is known here at the edge (this
+// service, the interceptors, the RPC metrics), by the composition that
+// builds the gRPC server (shard_server, ps_server_main) and by the replica
+// member and etcd coordinator (server/replica/). Each handler checks its
+// deadline the same way (Admit), hands the request to the ShardStore,
+// Membership, Consistency or KvStore, and answers the status they give; calls
+// that wait go to them as PendingCalls. Calls acting as a rank are authorized
+// by Membership (the rank's registration secret) before anything is applied.
 // Thread-safe.
 #ifndef ASYNCPS_SERVER_EDGE_SERVICE_H_
 #define ASYNCPS_SERVER_EDGE_SERVICE_H_

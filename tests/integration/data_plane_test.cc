@@ -1,5 +1,5 @@
-// The data plane (server/data_plane.h, client/data_channel.h) against a real
-// shard over loopback: it gives exactly the weights gRPC gives, finds a
+// The data plane (server/edge/data_plane.h, client/data_channel.h) against a
+// real shard over loopback: it gives exactly the weights gRPC gives, finds a
 // restarted shard again, and meets every malformed or hostile frame with an
 // error naming what was wrong, no weight moved, and the shard still serving.
 #include <cmath>
