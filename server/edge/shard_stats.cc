@@ -1,20 +1,168 @@
 #include "server/edge/shard_stats.h"
 
 namespace asyncps {
+namespace {
+
+using S = v1::StatsResponse;
+using C = ShardCounters;
+constexpr StatKind kCounter = StatKind::kCounter;
+constexpr StatKind kGauge = StatKind::kGauge;
+
+// A row copied from ShardCounters; `reason`: a sample of
+// asyncps_shard_dropped_gradients_total.
+constexpr StatRow Counted(StatSection section, const char* name,
+                          const char* help, int64_t C::*counter,
+                          void (S::*set)(int64_t), int64_t (S::*get)() const,
+                          const char* reason = nullptr) {
+  StatRow row{section, name, help, kCounter};
+  if (reason != nullptr) {
+    row.label_name = "reason";
+    row.label_value = reason;
+  }
+  row.counter = counter;
+  row.set = set;
+  row.get = get;
+  return row;
+}
+
+// A row read from the rest of the answer.
+constexpr StatRow Read(StatSection section, const char* name, const char* help,
+                       StatKind kind, double (*read)(const S&)) {
+  StatRow row{section, name, help, kind};
+  row.read = read;
+  return row;
+}
+
+constexpr StatSection kCalls = StatSection::kCalls;
+constexpr StatSection kWorkers = StatSection::kWorkers;
+constexpr StatSection kShard = StatSection::kShard;
+constexpr StatSection kReplica = StatSection::kReplica;
+constexpr StatSection kSsp = StatSection::kSsp;
+constexpr char kDropped[] = "asyncps_shard_dropped_gradients_total";
+constexpr char kDroppedHelp[] = "Slice gradients not applied, by reason.";
+
+constexpr StatRow kRows[] = {
+    Counted(kCalls, "asyncps_shard_pushes_total", "Push calls accepted.",
+            &C::pushes, &S::set_pushes, &S::pushes),
+    Counted(kCalls, "asyncps_shard_pulls_total", "Pull calls answered.",
+            &C::pulls, &S::set_pulls, &S::pulls),
+    Counted(kCalls, "asyncps_shard_rejected_requests_total",
+            "Calls refused by validation.", &C::rejected,
+            &S::set_rejected_requests, &S::rejected_requests),
+    Counted(kCalls, "asyncps_shard_updates_applied_total",
+            "Slice updates applied (optimizer steps on one slice).",
+            &C::updates_applied, &S::set_updates_applied, &S::updates_applied),
+    Counted(kCalls, "asyncps_shard_duplicate_pushes_total",
+            "Retried pushes answered from the ledger, not applied again.",
+            &C::duplicate_pushes, &S::set_duplicate_pushes,
+            &S::duplicate_pushes),
+    Counted(kCalls, "asyncps_shard_bsp_steps_applied_total",
+            "bsp: slice steps applied.", &C::steps_applied,
+            &S::set_steps_applied, &S::steps_applied),
+    Counted(kCalls, "asyncps_shard_bsp_steps_short_total",
+            "bsp: slice steps applied with fewer gradients than live workers.",
+            &C::steps_short, &S::set_steps_short, &S::steps_short),
+    Read(kCalls, "asyncps_shard_held_pulls_total",
+         "ssp/bsp: pulls that had to wait.", kCounter,
+         [](const S& s) -> double { return s.held_pulls(); }),
+    Counted(kCalls, kDropped, kDroppedHelp, &C::dropped_stale,
+            &S::set_dropped_stale, &S::dropped_stale, "stale"),
+    Counted(kCalls, kDropped, kDroppedHelp, &C::dropped_late,
+            &S::set_dropped_late, &S::dropped_late, "late"),
+    Counted(kCalls, kDropped, kDroppedHelp, &C::dropped_restarted,
+            &S::set_dropped_restarted, &S::dropped_restarted, "restarted"),
+    Read(kWorkers, "asyncps_shard_live_workers", "Workers heard from lately.",
+         kGauge, [](const S& s) -> double { return s.live_workers(); }),
+    Read(kWorkers, "asyncps_shard_registered_workers",
+         "Ranks that have registered since the shard started.", kGauge,
+         [](const S& s) -> double { return s.workers_size(); }),
+    Read(kShard, "asyncps_shard_max_clock_gap",
+         "Largest gap seen between two live workers' clocks.", kGauge,
+         [](const S& s) -> double { return s.max_clock_gap(); }),
+    Read(kShard, "asyncps_shard_slices", "Slices this shard holds.", kGauge,
+         [](const S& s) -> double { return s.num_slices(); }),
+    Read(kShard, "asyncps_shard_weight_bytes", "Weight bytes this shard holds.",
+         kGauge, [](const S& s) -> double { return s.num_bytes(); }),
+    Read(kShard, "asyncps_shard_slice_version_min",
+         "Lowest slice version (bsp: step applied).", kGauge,
+         [](const S& s) -> double { return s.min_version(); }),
+    Read(kShard, "asyncps_shard_slice_version_max",
+         "Highest slice version (bsp: step applied).", kGauge,
+         [](const S& s) -> double { return s.max_version(); }),
+    Read(kShard, "asyncps_shard_awaiting_restore",
+         "1 while the shard waits for a worker's copy of a lost model.", kGauge,
+         [](const S& s) -> double { return s.awaiting_restore() ? 1 : 0; }),
+    Read(kShard, "asyncps_shard_oldest_held_pull_seconds",
+         "ssp/bsp: how long the longest-held pull has waited (0: none held).",
+         kGauge, [](const S& s) { return s.oldest_held_pull_seconds(); }),
+    Read(kShard, "asyncps_shard_stalled",
+         "1 while a held pull has waited past --stall_warn (psctl status says "
+         "for whom).",
+         kGauge,
+         [](const S& s) -> double { return s.stall().empty() ? 0 : 1; }),
+    Read(kShard, "asyncps_shard_checkpoints_written_total",
+         "Checkpoints written (periodic and job ones).", kCounter,
+         [](const S& s) -> double { return s.checkpoints_written(); }),
+    Read(kShard, "asyncps_shard_checkpoints_failed_total",
+         "Checkpoints that could not be written.", kCounter,
+         [](const S& s) -> double { return s.checkpoints_failed(); }),
+    Read(kShard, "asyncps_shard_last_checkpoint_timestamp_seconds",
+         "When the last checkpoint was written (Unix time; 0: none yet).",
+         kGauge,
+         [](const S& s) { return s.last_checkpoint_timestamp_seconds(); }),
+    Read(kShard, "asyncps_shard_checkpoint_write_seconds",
+         "How long the last checkpoint took to write.", kGauge,
+         [](const S& s) { return s.checkpoint_write_seconds(); }),
+    Read(kShard, "asyncps_shard_checkpoint_bytes",
+         "Size of the last checkpoint.", kGauge,
+         [](const S& s) -> double { return s.checkpoint_bytes(); }),
+    Read(kShard, "asyncps_shard_start_timestamp_seconds",
+         "When the shard started (Unix time).", kGauge,
+         [](const S& s) { return s.start_timestamp_seconds(); }),
+    Read(kReplica, "asyncps_replica_epoch",
+         "The epoch of the primary this member serves or follows.", kGauge,
+         [](const S& s) -> double { return s.replica().epoch(); }),
+    Read(kReplica, "asyncps_replica_backups",
+         "Primary: backups in its stream now (0: the group has no backup).",
+         kGauge,
+         [](const S& s) -> double {
+           const v1::ReplicaStats& r = s.replica();
+           return r.role() == "primary" ? r.backups_size() : 0;
+         }),
+    Read(kReplica, "asyncps_replica_lag_ops",
+         "Primary: the most changes a backup has not acknowledged.", kGauge,
+         [](const S& s) -> double { return s.replica().lag(); }),
+    Read(kReplica, "asyncps_replica_applied_ops",
+         "Changes this member applied (backup) or streamed (primary).", kGauge,
+         [](const S& s) -> double { return s.replica().applied_seq(); }),
+    Read(kReplica, "asyncps_replica_bytes_total",
+         "Bytes of changes streamed to backups (primary) or applied (backup).",
+         kCounter,
+         [](const S& s) -> double { return s.replica().replicated_bytes(); }),
+    Read(kReplica, "asyncps_replica_failovers_total",
+         "Times this member became its group's primary.", kCounter,
+         [](const S& s) -> double { return s.replica().failovers(); }),
+    Read(kSsp, "asyncps_shard_staleness_bound",
+         "ssp: --staleness, the clock gap pulls are held to.", kGauge,
+         [](const S& s) -> double { return s.staleness_bound(); }),
+};
+
+}  // namespace
+
+absl::Span<const StatRow> StatRows() { return kRows; }
 
 v1::StatsResponse CollectStats(const ShardParts& parts) {
   v1::StatsResponse r;
   ShardCounters c = parts.store->Counters();
+  for (const StatRow& row : kRows) {
+    if (row.counter != nullptr) (r.*row.set)(c.*row.counter);
+  }
   r.set_shard(parts.store->shard());
   r.set_num_shards(parts.num_shards);
   r.set_model_declared(parts.store->declared());
   r.set_model_name(parts.store->model_name());
   r.set_num_slices(parts.store->num_slices());
   r.set_num_bytes(parts.store->num_bytes());
-  r.set_updates_applied(c.updates_applied);
-  r.set_pushes(c.pushes);
-  r.set_pulls(c.pulls);
-  r.set_rejected_requests(c.rejected);
   for (int64_t n : c.staleness_histogram) {
     r.add_staleness_histogram(n);
   }
@@ -28,10 +176,6 @@ v1::StatsResponse CollectStats(const ShardParts& parts) {
   if (parts.consistency->config().mode == Mode::kSsp) {
     r.set_staleness_bound(parts.consistency->config().staleness);
   }
-  r.set_dropped_stale(c.dropped_stale);
-  r.set_dropped_late(c.dropped_late);
-  r.set_steps_applied(c.steps_applied);
-  r.set_steps_short(c.steps_short);
   r.set_held_pulls(parts.consistency->held_pulls());
   r.set_live_workers(parts.membership->LiveCount());
   r.set_job_done(parts.membership->AllFinished());
@@ -42,8 +186,6 @@ v1::StatsResponse CollectStats(const ShardParts& parts) {
   }
   r.set_max_clock_gap(parts.membership->MaxClockGap());
   r.set_incarnation(parts.store->incarnation());
-  r.set_dropped_restarted(c.dropped_restarted);
-  r.set_duplicate_pushes(c.duplicate_pushes);
   r.set_awaiting_restore(parts.consistency->AwaitingRestore());
   const auto [lo, hi] =
       parts.store->Progress(parts.consistency->config().mode == Mode::kBsp);

@@ -3,13 +3,17 @@
 #ifndef ASYNCPS_SERVER_EDGE_SHARD_STATS_H_
 #define ASYNCPS_SERVER_EDGE_SHARD_STATS_H_
 
+#include <cstdint>
+
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/clock.h"
 #include "proto/asyncps.pb.h"
 #include "server/checkpoint.h"
 #include "server/consistency.h"
 #include "server/embedding_table.h"
 #include "server/membership.h"
+#include "server/shard_counters.h"
 #include "server/shard_store.h"
 
 namespace asyncps {
@@ -28,6 +32,51 @@ struct ShardParts {
 
 // The shard's counters, workers and mode counters now.
 v1::StatsResponse CollectStats(const ShardParts& parts);
+
+// The scalar metrics of a Stats answer, in one table: each row names one
+// Prometheus sample and where its value lives. CollectStats copies the
+// counter rows into the answer and StatsToMetrics (server/edge/metrics.h)
+// writes every row, so a new counter is one new row (and its proto field).
+
+// A metric's Prometheus type (kept apart from prometheus-cpp's enum so that
+// the Stats answer does not depend on the metrics library).
+enum class StatKind { kCounter, kGauge };
+
+// Where a row's sample goes in StatsToMetrics' output: between the sections
+// are the families written by hand (the staleness histogram, per-worker
+// series, the replica's role, the shard's info, the embedding tables).
+enum class StatSection {
+  kCalls,    // Calls and slice updates, first.
+  kWorkers,  // Worker counts, before the per-worker series.
+  kShard,    // The shard's state and checkpoints.
+  kReplica,  // Only for a replicated shard (Stats has `replica`).
+  kSsp,      // Only in ssp mode.
+};
+
+struct StatRow {
+  StatSection section;
+  const char* name;  // Consecutive rows of one name are one family's samples.
+  const char* help;
+  StatKind kind;
+  // The sample's one label, or none (nullptr).
+  const char* label_name = nullptr;
+  const char* label_value = nullptr;
+  // A ShardCounters field: CollectStats sets it with `set`, and the metric
+  // reads it back with `get`.
+  int64_t ShardCounters::*counter = nullptr;
+  void (v1::StatsResponse::*set)(int64_t) = nullptr;
+  int64_t (v1::StatsResponse::*get)() const = nullptr;
+  // Any other row: the value, read from the answer.
+  double (*read)(const v1::StatsResponse&) = nullptr;
+
+  // The value of this row's sample in `stats`.
+  double Value(const v1::StatsResponse& stats) const {
+    return get != nullptr ? static_cast<double>((stats.*get)()) : read(stats);
+  }
+};
+
+// Every row, in output order within each section.
+absl::Span<const StatRow> StatRows();
 
 }  // namespace asyncps
 
