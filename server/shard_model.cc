@@ -1,7 +1,9 @@
 #include "server/shard_model.h"
 
 #include <cmath>
+#include <deque>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -103,6 +105,70 @@ absl::StatusOr<int> ShardModel::Resolve(const v1::SliceKey& key) const {
   return i;
 }
 
+namespace {
+
+// An uncompressed slice's payload: a dtype this server reads, and as many
+// bytes as the slice's elements need in it.
+absl::Status CheckPlain(const v1::SliceData& g, const SliceInfo& info,
+                        absl::string_view what, bool compressed) {
+  if (!IsWireDtype(g.dtype())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " for slice ", SliceName(g.key()), " has ", DTypeName(g.dtype()),
+        "; this server accepts DTYPE_F32, DTYPE_BF16, DTYPE_F16",
+        compressed ? " and, compressed, DTYPE_TOPK, DTYPE_ONEBIT" : ""));
+  }
+  const uint64_t want = info.count * DTypeSize(g.dtype());
+  if (g.data().size() != want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " for slice ", SliceName(g.key()), " has ",
+                     g.data().size(), " bytes; ", info.count, " ",
+                     DTypeName(g.dtype()), " elements need ", want));
+  }
+  return absl::OkStatus();
+}
+
+// The values of a slice that carries data, checked in this order: its
+// payload (compressed, or plain), its version. An f32 payload is read
+// where it lies; any other is decoded into a new entry of `converted`.
+absl::StatusOr<absl::Span<const float>> SliceValues(
+    const v1::SliceData& g, const SliceInfo& info, absl::string_view what,
+    bool compressed, bool packed, std::deque<std::vector<float>>* converted) {
+  absl::Span<const float> v;
+  if (packed) {
+    converted->emplace_back(info.count);
+    std::vector<float>& c = converted->back();
+    absl::Status valid =
+        DecodeCompressed(g.dtype(), g.data(), absl::MakeSpan(c));
+    if (!valid.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " for slice ", SliceName(g.key()), ": ", valid.message()));
+    }
+    v = c;
+  } else {
+    RETURN_IF_ERROR(CheckPlain(g, info, what, compressed));
+  }
+  if (g.version() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " for slice ", SliceName(g.key()),
+                     " has negative version ", g.version()));
+  }
+  const auto address = reinterpret_cast<uintptr_t>(g.data().data());
+  if (!packed && g.dtype() == v1::DTYPE_F32 && address % alignof(float) == 0) {
+    // The payload's own bytes, read as floats: no copy. (The buffer is
+    // only ever written as bytes, by the parser or recv.)
+    v = absl::MakeConstSpan(reinterpret_cast<const float*>(g.data().data()),
+                            info.count);
+  } else if (!packed) {
+    converted->emplace_back(info.count);
+    std::vector<float>& c = converted->back();
+    DecodeTensor(g.dtype(), g.data(), absl::MakeSpan(c));
+    v = c;
+  }
+  return v;
+}
+
+}  // namespace
+
 absl::Status ShardModel::Decode(
     const google::protobuf::RepeatedPtrField<v1::SliceData>& data,
     absl::string_view what, DecodedPayloads* out, bool compressed) const {
@@ -137,51 +203,9 @@ absl::Status ShardModel::Decode(
           ", but '", spec_.tensors(info.tensor).name(),
           "' is a buffer (a value, not a gradient): it travels uncompressed"));
     }
-    absl::Span<const float> v;
-    if (packed) {
-      out->converted.emplace_back(info.count);
-      std::vector<float>& c = out->converted.back();
-      absl::Status valid =
-          DecodeCompressed(g.dtype(), g.data(), absl::MakeSpan(c));
-      if (!valid.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            what, " for slice ", SliceName(g.key()), ": ", valid.message()));
-      }
-      v = c;
-    } else {
-      if (!IsWireDtype(g.dtype())) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            what, " for slice ", SliceName(g.key()), " has ",
-            DTypeName(g.dtype()),
-            "; this server accepts DTYPE_F32, DTYPE_BF16, DTYPE_F16",
-            compressed ? " and, compressed, DTYPE_TOPK, DTYPE_ONEBIT" : ""));
-      }
-      const uint64_t want = info.count * DTypeSize(g.dtype());
-      if (g.data().size() != want) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(what, " for slice ", SliceName(g.key()), " has ",
-                         g.data().size(), " bytes; ", info.count, " ",
-                         DTypeName(g.dtype()), " elements need ", want));
-      }
-    }
-    if (g.version() < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, " for slice ", SliceName(g.key()),
-                       " has negative version ", g.version()));
-    }
-    const auto address = reinterpret_cast<uintptr_t>(g.data().data());
-    if (!packed && g.dtype() == v1::DTYPE_F32 &&
-        address % alignof(float) == 0) {
-      // The payload's own bytes, read as floats: no copy. (The buffer is
-      // only ever written as bytes, by the parser or recv.)
-      v = absl::MakeConstSpan(reinterpret_cast<const float*>(g.data().data()),
-                              info.count);
-    } else if (!packed) {
-      out->converted.emplace_back(info.count);
-      std::vector<float>& c = out->converted.back();
-      DecodeTensor(g.dtype(), g.data(), absl::MakeSpan(c));
-      v = c;
-    }
+    ASSIGN_OR_RETURN(
+        const absl::Span<const float> v,
+        SliceValues(g, info, what, compressed, packed, &out->converted));
     const int64_t bad = FirstNonFinite(v);
     if (bad >= 0) {
       return absl::InvalidArgumentError(

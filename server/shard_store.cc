@@ -20,6 +20,29 @@ v1::DType PullDtype(const v1::PullRequest& request) {
                                                   : request.dtype();
 }
 
+// A push's fields that only bsp reads: a bsp push names its rank and its
+// step (from 1); only a bsp push may say a slice has no gradient.
+absl::Status CheckModeFields(const v1::PushRequest& request, Mode mode) {
+  const bool bsp = mode == Mode::kBsp;
+  if (bsp && request.rank() < 0) {
+    return absl::InvalidArgumentError(
+        "bsp push without a rank; steps count one gradient per rank");
+  }
+  if (bsp && request.clock() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bsp push with clock ", request.clock(), "; steps count from 1"));
+  }
+  for (const v1::SliceData& g : request.gradients()) {
+    if (g.no_gradient() && !bsp) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gradient for slice ", SliceName(g.key()),
+                       " says no_gradient, which only a bsp push may (in ",
+                       ModeName(mode), " a rank just does not push it)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 ShardStore::ShardStore(int shard, int num_shards, uint64_t max_response_bytes,
@@ -201,21 +224,8 @@ absl::Status ShardStore::Push(const v1::PushRequest& request,
   const std::vector<int>& indices = decoded.indices;
   const std::vector<absl::Span<const float>>& grads = decoded.values;
   const bool bsp = policy.mode == Mode::kBsp;
-  if (bsp && request.rank() < 0) {
-    return Reject(absl::InvalidArgumentError(
-        "bsp push without a rank; steps count one gradient per rank"));
-  }
-  if (bsp && request.clock() < 1) {
-    return Reject(absl::InvalidArgumentError(absl::StrCat(
-        "bsp push with clock ", request.clock(), "; steps count from 1")));
-  }
-  for (const v1::SliceData& g : request.gradients()) {
-    if (g.no_gradient() && !bsp) {
-      return Reject(absl::InvalidArgumentError(absl::StrCat(
-          "gradient for slice ", SliceName(g.key()),
-          " says no_gradient, which only a bsp push may (in ",
-          ModeName(policy.mode), " a rank just does not push it)")));
-    }
+  if (absl::Status fits = CheckModeFields(request, policy.mode); !fits.ok()) {
+    return Reject(fits);
   }
   RETURN_IF_ERROR(CheckPush(*m, request, indices, bsp, policy.quorum));
   const v1::OptimizerSpec& optimizer = m->model->spec().optimizer();
