@@ -25,7 +25,8 @@ namespace asyncps {
 namespace {
 
 // How long a step of joining (the DataPlane RPC, the connection, the hello)
-// may take.
+// may take. These and kFrameTimeout are real time (absl::Now()), not the
+// Env's clock: gRPC and the sockets' poll enforce them.
 constexpr absl::Duration kJoinStepTimeout = absl::Seconds(5);
 // How long a frame of the stream may take once it began.
 constexpr absl::Duration kFrameTimeout = absl::Seconds(60);
@@ -47,8 +48,9 @@ absl::StatusOr<uint64_t> GroupIncarnation(Coordinator* coordinator,
 
 }  // namespace
 
-ReplicaMember::ReplicaMember(ReplicaConfig config, Coordinator* coordinator)
-    : config_(std::move(config)), coordinator_(coordinator) {}
+ReplicaMember::ReplicaMember(ReplicaConfig config, Coordinator* coordinator,
+                             Clock* clock)
+    : config_(std::move(config)), coordinator_(coordinator), clock_(clock) {}
 
 std::string ReplicaMember::Key(const std::string& name) const {
   return absl::StrCat(config_.prefix, "/shard/", shard_, "/", name);
@@ -61,12 +63,12 @@ absl::StatusOr<std::unique_ptr<ReplicaMember>> ReplicaMember::Start(
     config.join_wait = 5 * config.lease_ttl;
   }
   std::unique_ptr<ReplicaMember> m(
-      new ReplicaMember(std::move(config), coordinator));
+      new ReplicaMember(std::move(config), coordinator, env.clock));
   m->shard_ = server.shard;
   ASSIGN_OR_RETURN(auto granted, coordinator->Grant(m->config_.lease_ttl));
   m->lease_ = granted.first;
   m->ttl_ = granted.second;
-  m->lease_deadline_ = absl::Now() + m->ttl_;
+  m->lease_deadline_ = m->clock_->Now() + m->ttl_;
   ASSIGN_OR_RETURN(server.incarnation,
                    GroupIncarnation(coordinator, m->Key("incarnation")));
   server.replicated = true;
@@ -91,7 +93,7 @@ absl::Status ReplicaMember::RecordBackups(
 }
 
 bool ReplicaMember::Renew() {
-  const absl::Time now = absl::Now();
+  const absl::Time now = clock_->Now();
   if (now < next_renewal_) return true;
   const bool primary =
       server_->replication()->role() == Replication::Role::kPrimary;
@@ -107,7 +109,7 @@ bool ReplicaMember::Renew() {
   absl::Status s = coordinator_->KeepAlive(lease_);
   // A primary whose lease ran out while it waited for the answer has
   // stopped serving already (Replication::CheckServing): for good.
-  if (primary && absl::Now() >= lease_deadline_) return false;
+  if (primary && clock_->Now() >= lease_deadline_) return false;
   if (s.ok()) {
     lease_deadline_ = now + ttl_;
     next_renewal_ = now + ttl_ / 4;
@@ -170,49 +172,55 @@ ReplicaMember::Campaign ReplicaMember::MayCampaign(absl::Time now) {
 }
 
 bool ReplicaMember::Round() {
-  const absl::Time now = absl::Now();
-  Replication* r = server_->replication();
+  const absl::Time now = clock_->Now();
   if (!Renew()) {
     Fence("its lease expired");
     return false;
   }
-  const Replication::Role role = r->role();
+  const Replication::Role role = server_->replication()->role();
   if (role == Replication::Role::kFenced) return false;
   if (role == Replication::Role::kPrimary) return true;
   absl::StatusOr<CoordinatedValue> primary = coordinator_->Get(Key("primary"));
-  if (primary.ok()) {
-    no_primary_since_ = absl::InfinitePast();
-    // This address's key from before a restart: gone with its lease soon.
-    if (primary->value == member_) return true;
-    const int64_t epoch = primary->create_revision;
-    if (following_ == 0) {
-      following_ = epoch;
-      r->BecomeBackup(epoch, primary->value);
-      follower_ = std::thread(
-          [this, address = primary->value, epoch] { Follow(address, epoch); });
-      return true;
-    }
-    if (following_ != epoch) {
-      Fence(absl::StrCat("member ", primary->value, " was promoted (epoch ",
-                         epoch, ")"));
-      return false;
-    }
-    bool ended;
-    {
-      absl::MutexLock lock(&mu_);
-      ended = stream_ended_;
-    }
-    if (ended) {
-      if (stream_ended_at_ == absl::InfinitePast()) stream_ended_at_ = now;
-      if (now - stream_ended_at_ > 2 * ttl_) {
-        Fence("its primary dropped it from the stream");
-        return false;
-      }
-    }
-    return true;
-  }
+  if (primary.ok()) return FollowRound(*primary, now);
   if (!absl::IsNotFound(primary.status())) return true;  // Try again.
   if (no_primary_since_ == absl::InfinitePast()) no_primary_since_ = now;
+  return CampaignRound(now);
+}
+
+bool ReplicaMember::FollowRound(const CoordinatedValue& primary,
+                                absl::Time now) {
+  no_primary_since_ = absl::InfinitePast();
+  // This address's key from before a restart: gone with its lease soon.
+  if (primary.value == member_) return true;
+  const int64_t epoch = primary.create_revision;
+  if (following_ == 0) {
+    following_ = epoch;
+    server_->replication()->BecomeBackup(epoch, primary.value);
+    follower_ = std::thread(
+        [this, address = primary.value, epoch] { Follow(address, epoch); });
+    return true;
+  }
+  if (following_ != epoch) {
+    Fence(absl::StrCat("member ", primary.value, " was promoted (epoch ", epoch,
+                       ")"));
+    return false;
+  }
+  bool ended;
+  {
+    absl::MutexLock lock(&mu_);
+    ended = stream_ended_;
+  }
+  if (ended) {
+    if (stream_ended_at_ == absl::InfinitePast()) stream_ended_at_ = now;
+    if (now - stream_ended_at_ > 2 * ttl_) {
+      Fence("its primary dropped it from the stream");
+      return false;
+    }
+  }
+  return true;
+}
+
+bool ReplicaMember::CampaignRound(absl::Time now) {
   switch (MayCampaign(now)) {
     case Campaign::kWait:
       if (following_ != 0 && now - no_primary_since_ >= config_.join_wait) {
@@ -220,22 +228,8 @@ bool ReplicaMember::Round() {
         return false;
       }
       return true;
-    case Campaign::kGroupLost: {
-      // Every member that held the group's state is gone. The group starts
-      // again as a restarted shard does: a new incarnation (gradients
-      // computed on the lost weights are known as such) and the workers'
-      // copy of the weights (Consistency::Declare's restore).
-      LOG(ERROR) << "shard " << shard_ << ": no member holding the group's "
-                 << "state came back within "
-                 << absl::FormatDuration(config_.join_wait)
-                 << "; the group starts again from the workers' copy";
-      absl::Status s =
-          coordinator_->Put(Key("incarnation"), absl::StrCat(RandomId()), 0);
-      if (s.ok()) s = coordinator_->Put(Key("insync"), "0:", 0);
-      if (!s.ok()) return true;  // Again next round.
-      Fence("the group starts again with a new incarnation");
-      return false;
-    }
+    case Campaign::kGroupLost:
+      return StartGroupAgain();
     case Campaign::kNow:
       break;
   }
@@ -246,6 +240,27 @@ bool ReplicaMember::Round() {
   absl::StatusOr<int64_t> won =
       coordinator_->CreateIfAbsent(Key("primary"), member_, lease_);
   if (!won.ok() || *won == 0) return true;
+  return Promote(*won);
+}
+
+bool ReplicaMember::StartGroupAgain() {
+  // Every member that held the group's state is gone. The group starts
+  // again as a restarted shard does: a new incarnation (gradients computed
+  // on the lost weights are known as such) and the workers' copy of the
+  // weights (Consistency::Declare's restore).
+  LOG(ERROR) << "shard " << shard_ << ": no member holding the group's "
+             << "state came back within "
+             << absl::FormatDuration(config_.join_wait)
+             << "; the group starts again from the workers' copy";
+  absl::Status s =
+      coordinator_->Put(Key("incarnation"), absl::StrCat(RandomId()), 0);
+  if (s.ok()) s = coordinator_->Put(Key("insync"), "0:", 0);
+  if (!s.ok()) return true;  // Again next round.
+  Fence("the group starts again with a new incarnation");
+  return false;
+}
+
+bool ReplicaMember::Promote(int64_t epoch) {
   // The stream of the old primary is over; its last ops are applied.
   {
     absl::MutexLock lock(&mu_);
@@ -256,16 +271,16 @@ bool ReplicaMember::Round() {
   // another restarts and reads this one.
   absl::Status s = coordinator_->Put(
       Key("incarnation"), absl::StrCat(server_->store().incarnation()), 0);
-  if (s.ok()) s = coordinator_->Put(Key("insync"), absl::StrCat(*won, ":"), 0);
+  if (s.ok()) s = coordinator_->Put(Key("insync"), absl::StrCat(epoch, ":"), 0);
   if (!s.ok()) {
     Fence(absl::StrCat("cannot record its epoch: ", s.message()));
     return false;
   }
   server_->BecomingPrimary();
-  r->BecomePrimary(*won, lease_deadline_);
+  server_->replication()->BecomePrimary(epoch, lease_deadline_);
   coordinator_->Put(Key("members/" + member_), "primary", lease_).IgnoreError();
   LOG(WARNING) << "shard " << shard_ << ": member " << member_
-               << " is the primary now (epoch " << *won << ")";
+               << " is the primary now (epoch " << epoch << ")";
   return true;
 }
 
@@ -341,18 +356,24 @@ absl::Status ReplicaMember::FollowOnce(const std::string& address,
   header = FrameHeader();
   header.op = FrameOp::kJoin;
   RETURN_IF_ERROR(WriteFrame(stream.get(), header, &join, {}, deadline));
+  return ApplyStream(stream.get());
+}
+
+absl::Status ReplicaMember::ApplyStream(Stream* stream) {
+  const ShardServerConfig& sc = server_->config();
   // Ops as big as a push or assign of the whole shard (a snapshot comes
   // in bounded chunks); the bound is the old one, with room to spare.
   const uint64_t max_op_bytes =
       3 * static_cast<uint64_t>(sc.max_shard_bytes) + (64 << 20);
   Replication* r = server_->replication();
+  FrameHeader header;
   while (true) {
     RETURN_IF_ERROR(stream->WaitReadable(absl::InfiniteFuture()));
-    deadline = absl::Now() + kFrameTimeout;
-    ASSIGN_OR_RETURN(header, ReadHeader(stream.get(), max_op_bytes, deadline));
+    const absl::Time deadline = absl::Now() + kFrameTimeout;
+    ASSIGN_OR_RETURN(header, ReadHeader(stream, max_op_bytes, deadline));
     if (header.op == FrameOp::kAnswer && header.code != 0) {
       absl::Status refused;
-      RETURN_IF_ERROR(ReadError(stream.get(), header, deadline, &refused));
+      RETURN_IF_ERROR(ReadError(stream, header, deadline, &refused));
       return refused;
     }
     if (header.op != FrameOp::kReplicate) {
@@ -360,17 +381,16 @@ absl::Status ReplicaMember::FollowOnce(const std::string& address,
     }
     v1::ReplicaOp op;
     RETURN_IF_ERROR(ReadBody(
-        stream.get(), header, &op, [&] { return PayloadFields(&op); },
-        deadline));
+        stream, header, &op, [&] { return PayloadFields(&op); }, deadline));
     if (absl::Status s = r->Apply(&op); !s.ok()) {
-      WriteError(stream.get(), s, deadline).IgnoreError();
+      WriteError(stream, s, deadline).IgnoreError();
       return s;
     }
     v1::ReplicaAck ack;
     ack.set_seq(op.seq());
     header = FrameHeader();
     header.op = FrameOp::kAnswer;
-    RETURN_IF_ERROR(WriteFrame(stream.get(), header, &ack, {}, deadline));
+    RETURN_IF_ERROR(WriteFrame(stream, header, &ack, {}, deadline));
   }
 }
 

@@ -23,6 +23,12 @@
 // loses its lease, its stream, or an election it could not win with its
 // state ends (Ended()); ps_server then starts a fresh one in its place,
 // which joins as a backup. Thread-safe.
+//
+// Time: the lease, the election's waits and Replication::CheckServing all
+// read the Env's clock, so a test can move them together (a ManualClock).
+// What the operating system or gRPC enforces (the join's connect and RPC
+// deadlines, a frame's deadline on the stream) and the loop's pause between
+// rounds stay on real time.
 #ifndef ASYNCPS_SERVER_REPLICA_REPLICA_MEMBER_H_
 #define ASYNCPS_SERVER_REPLICA_REPLICA_MEMBER_H_
 
@@ -37,6 +43,7 @@
 #include "common/env.h"
 #include "server/replica/coordinator.h"
 #include "server/shard_server.h"
+#include "transport/stream.h"
 
 namespace asyncps {
 
@@ -57,7 +64,8 @@ class ReplicaMember {
   // Starts the member's ShardServer (`server` with replicated set and
   // member = its gRPC address once listening, which must be reachable by
   // the other members and the workers) and its loop. `coordinator` is
-  // borrowed and must outlive this.
+  // borrowed and must outlive this; so must `env`'s clock, which the
+  // member and its server both read.
   static absl::StatusOr<std::unique_ptr<ReplicaMember>> Start(
       ShardServerConfig server, ReplicaConfig config, Coordinator* coordinator,
       Env env = Env());
@@ -80,16 +88,33 @@ class ReplicaMember {
   bool Ended(absl::Duration timeout);
 
  private:
-  ReplicaMember(ReplicaConfig config, Coordinator* coordinator);
+  ReplicaMember(ReplicaConfig config, Coordinator* coordinator, Clock* clock);
   std::string Key(const std::string& name) const;
   // The loop: lease, election, following, until stopped or fenced.
   void Run();
-  // One round of Run; false once the member is fenced.
+  // One round of Run; false once the member is fenced. It renews the
+  // lease, then acts on the group's primary key: follows the primary it
+  // names (FollowRound), or, with none, campaigns (CampaignRound) and, if
+  // elected, takes the role (Promote).
   bool Round();
+  // The states of a round; each returns false once the member is fenced.
+  // A backup (or a member about to become one) of `primary`.
+  bool FollowRound(const CoordinatedValue& primary, absl::Time now);
+  // No primary since `no_primary_since_`: waits, starts the group again, or
+  // stands for election.
+  bool CampaignRound(absl::Time now);
+  // Every member holding the group's state is gone (Campaign::kGroupLost).
+  bool StartGroupAgain();
+  // Won the election as epoch `epoch`: ends the old stream, records the
+  // epoch and serves.
+  bool Promote(int64_t epoch);
   // Backup: joins the primary `address` of `epoch` and applies its stream
   // until it ends (on the follower thread).
   void Follow(std::string address, int64_t epoch);
   absl::Status FollowOnce(const std::string& address, int64_t epoch);
+  // Applies and acknowledges the primary's ops on a joined `stream` until
+  // it ends (an error: the primary went, or refused an op).
+  absl::Status ApplyStream(Stream* stream);
   // Renews the lease; false if a primary's is lost (a backup's is
   // replaced: Regrant).
   bool Renew();
@@ -108,6 +133,7 @@ class ReplicaMember {
 
   const ReplicaConfig config_;
   Coordinator* const coordinator_;
+  Clock* const clock_;  // The Env's; the server's Replication reads it too.
   std::unique_ptr<ShardServer> server_;
   std::string member_;
   int shard_ = 0;

@@ -1,0 +1,120 @@
+// ReplicaMember's states driven by a ManualClock and the in-memory
+// coordinator: the member's lease, the coordinator's and the server's
+// Replication::CheckServing read the one Env clock, so moving it moves all
+// three (issue #39: before, the lease deadline was wall time while
+// CheckServing read the Env's clock).
+#include "server/replica/replica_member.h"
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "common/env.h"
+#include "gtest/gtest.h"
+#include "server/replica/testing/memory_coordinator.h"
+
+namespace asyncps::testing {
+namespace {
+
+constexpr absl::Duration kTtl = absl::Seconds(1);
+
+ShardServerConfig MemberConfig() {
+  ShardServerConfig c;
+  c.host = "127.0.0.1";
+  return c;
+}
+
+ReplicaConfig FastConfig() {
+  ReplicaConfig rc;
+  rc.lease_ttl = kTtl;
+  rc.poll = absl::Milliseconds(10);  // Real time between rounds.
+  return rc;
+}
+
+// Waits in real time (the member's loop runs on its own thread) until
+// `done`, up to 20 s.
+template <typename F>
+bool Eventually(F done) {
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < give_up) {
+    if (done()) return true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return done();
+}
+
+class ReplicaMemberClockTest : public ::testing::Test {
+ protected:
+  ReplicaMemberClockTest() : coordinator_(&clock_) { env_.clock = &clock_; }
+
+  std::unique_ptr<ReplicaMember> StartMember(MemoryCoordinator::View* view) {
+    auto m = ReplicaMember::Start(MemberConfig(), FastConfig(), view, env_);
+    EXPECT_TRUE(m.ok()) << m.status();
+    return m.ok() ? std::move(*m) : nullptr;
+  }
+
+  // Declared first: outlive the members.
+  ManualClock clock_{absl::FromUnixSeconds(1000)};
+  MemoryCoordinator coordinator_;
+  Env env_;
+  std::unique_ptr<MemoryCoordinator::View> view_a_ = coordinator_.NewView();
+  std::unique_ptr<MemoryCoordinator::View> view_b_ = coordinator_.NewView();
+};
+
+TEST_F(ReplicaMemberClockTest, PrimaryStopsServingWhenItsLeaseRunsOut) {
+  std::unique_ptr<ReplicaMember> a = StartMember(view_a_.get());
+  ASSERT_NE(a, nullptr);
+  // A new group: the only member campaigns and wins at once.
+  ASSERT_TRUE(
+      Eventually([&] { return a->role() == Replication::Role::kPrimary; }));
+  EXPECT_TRUE(a->server()->replication()->CheckServing().ok());
+  EXPECT_FALSE(a->Ended(absl::Milliseconds(100)));
+
+  // Without any wall time passing, the lease runs out on the Env's clock:
+  // the server refuses at once, the member fences itself, and the
+  // coordinator (same clock) has dropped the primary key.
+  clock_.Advance(2 * kTtl);
+  EXPECT_FALSE(a->server()->replication()->CheckServing().ok());
+  EXPECT_TRUE(a->Ended(absl::Seconds(20)));
+  EXPECT_EQ(a->role(), Replication::Role::kFenced);
+  EXPECT_TRUE(absl::IsNotFound(
+      view_b_->Get("/asyncps/default/shard/0/primary").status()));
+}
+
+TEST_F(ReplicaMemberClockTest, InSyncBackupCampaignsOnceThePrimaryKeyIsGone) {
+  std::unique_ptr<ReplicaMember> a = StartMember(view_a_.get());
+  ASSERT_NE(a, nullptr);
+  ASSERT_TRUE(
+      Eventually([&] { return a->role() == Replication::Role::kPrimary; }));
+  std::unique_ptr<ReplicaMember> b = StartMember(view_b_.get());
+  ASSERT_NE(b, nullptr);
+  // B follows A and A lists it in sync.
+  ASSERT_TRUE(Eventually([&] {
+    auto insync = view_b_->Get("/asyncps/default/shard/0/insync");
+    return b->role() == Replication::Role::kBackup && insync.ok() &&
+           absl::StrContains(insync->value, b->member());
+  }));
+
+  // A dies without a word; its key stays while its lease lasts.
+  a->Kill();
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(b->role(), Replication::Role::kBackup);
+  EXPECT_TRUE(view_b_->Get("/asyncps/default/shard/0/primary").ok());
+
+  // The lease runs out on the clock: B campaigns and is promoted.
+  clock_.Advance(kTtl + kTtl / 2);
+  ASSERT_TRUE(
+      Eventually([&] { return b->role() == Replication::Role::kPrimary; }));
+  auto primary = view_b_->Get("/asyncps/default/shard/0/primary");
+  ASSERT_TRUE(primary.ok()) << primary.status();
+  EXPECT_EQ(primary->value, b->member());
+  EXPECT_TRUE(b->server()->replication()->CheckServing().ok());
+  EXPECT_FALSE(b->Ended(absl::Milliseconds(100)));
+}
+
+}  // namespace
+}  // namespace asyncps::testing
