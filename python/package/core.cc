@@ -7,27 +7,25 @@
 
 namespace py = pybind11;
 
-PYBIND11_MODULE(_core, m) {
-  using asyncps::PyClient;
-  m.doc() = "asyncps's client library (see asyncps.Client).";
-  py::class_<PyClient>(m, "Client", R"(One worker of an asyncps job.
+namespace {
 
-Connects to every shard and joins the job (a rank, heartbeats, the
-servers' mode); arrays are float32 and C-contiguous, and cross without a
-copy. reader=True joins no job: it may attach and pull (an evaluator).)")
-      .def(
-          py::init<py::object, int, int, const std::string&, const std::string&,
-                   const std::string&, double, double, double, int64_t,
-                   const std::string&, const std::string&, const std::string&,
-                   const std::string&, bool, const std::string&>(),
-          py::arg("servers"), py::arg("rank") = -1, py::arg("num_workers") = 1,
-          py::arg("mode") = "async", py::arg("wire_dtype") = "f32",
-          py::arg("transport") = "tcp", py::arg("rpc_timeout") = 30.0,
-          py::arg("retry_for") = 60.0, py::arg("heartbeat") = 1.0,
-          py::arg("slice_bytes") = 256 << 10, py::arg("tls_cert") = "",
-          py::arg("tls_key") = "", py::arg("tls_ca") = "",
-          py::arg("auth_token_file") = "", py::arg("reader") = false,
-          py::arg("compress") = "none")
+using asyncps::PyClient;
+using Bound = py::class_<PyClient>;
+
+// Construction, the model, dense pulls and pushes, the bsp step, recover.
+void BindDense(Bound& c) {
+  c.def(py::init<py::object, int, int, const std::string&, const std::string&,
+                 const std::string&, double, double, double, int64_t,
+                 const std::string&, const std::string&, const std::string&,
+                 const std::string&, bool, const std::string&>(),
+        py::arg("servers"), py::arg("rank") = -1, py::arg("num_workers") = 1,
+        py::arg("mode") = "async", py::arg("wire_dtype") = "f32",
+        py::arg("transport") = "tcp", py::arg("rpc_timeout") = 30.0,
+        py::arg("retry_for") = 60.0, py::arg("heartbeat") = 1.0,
+        py::arg("slice_bytes") = 256 << 10, py::arg("tls_cert") = "",
+        py::arg("tls_key") = "", py::arg("tls_ca") = "",
+        py::arg("auth_token_file") = "", py::arg("reader") = false,
+        py::arg("compress") = "none")
       .def("declare", &PyClient::Declare, py::arg("arrays"),
            py::arg("optimizer") = "sgd", py::arg("lr") = 0.01f,
            py::arg("momentum") = 0.9f, py::arg("nesterov") = false,
@@ -75,20 +73,24 @@ copy. reader=True joins no job: it may attach and pull (an evaluator).)")
            "not pushed by then. Does nothing in other modes.")
       .def("end_step", &PyClient::EndStep,
            "Completes the step in progress (in bsp, first push_no_gradient "
-           "of the tensors not pushed in it).")
-      .def("declare_embedding", &PyClient::DeclareEmbedding, py::arg("name"),
-           py::arg("dim"), py::arg("num_rows") = py::none(),
-           py::arg("optimizer") = "adagrad", py::arg("lr") = 0.01f,
-           py::arg("eps") = 1e-10f, py::arg("beta1") = 0.9f,
-           py::arg("beta2") = 0.999f, py::arg("weight_decay") = 0.0f,
-           py::arg("initial_accumulator_value") = 0.0f,
-           py::arg("init_stddev") = 0.01f, py::arg("max_rows_per_shard") = 0,
-           py::arg("seed") = 0,
-           "Declares a sparse embedding table of `dim`-wide rows: ids in "
-           "[0, num_rows), or any int64 id if num_rows is None (hashed "
-           "features). Rows start N(0, init_stddev^2); the optimizer "
-           "(sgd, adagrad, adam: lazy, per-row steps) is applied row by "
-           "row. Idempotent; a reader may declare a table that exists.")
+           "of the tensors not pushed in it).");
+}
+
+// Embedding tables: declare, pull and push rows.
+void BindRows(Bound& c) {
+  c.def("declare_embedding", &PyClient::DeclareEmbedding, py::arg("name"),
+        py::arg("dim"), py::arg("num_rows") = py::none(),
+        py::arg("optimizer") = "adagrad", py::arg("lr") = 0.01f,
+        py::arg("eps") = 1e-10f, py::arg("beta1") = 0.9f,
+        py::arg("beta2") = 0.999f, py::arg("weight_decay") = 0.0f,
+        py::arg("initial_accumulator_value") = 0.0f,
+        py::arg("init_stddev") = 0.01f, py::arg("max_rows_per_shard") = 0,
+        py::arg("seed") = 0,
+        "Declares a sparse embedding table of `dim`-wide rows: ids in "
+        "[0, num_rows), or any int64 id if num_rows is None (hashed "
+        "features). Rows start N(0, init_stddev^2); the optimizer "
+        "(sgd, adagrad, adam: lazy, per-row steps) is applied row by "
+        "row. Idempotent; a reader may declare a table that exists.")
       .def("pull_rows", &PyClient::PullRows, py::arg("name"), py::arg("ids"),
            "The rows of int64 `ids`: a new float32 array (len(ids), dim), "
            "in the ids' order.")
@@ -99,10 +101,14 @@ copy. reader=True joins no job: it may attach and pull (an evaluator).)")
       .def("push_pull_rows", &PyClient::PushPullRows, py::arg("name"),
            py::arg("ids"), py::arg("grads"), py::arg("pull_ids"),
            "push_rows, then the rows of `pull_ids` (e.g. the next batch's) "
-           "as pull_rows gives them, in one round trip to each shard.")
-      .def("pull_state", &PyClient::PullState, py::arg("names") = py::none(),
-           "The optimizer state on the servers: {name: {slot1, slot2, "
-           "steps}} (a slot None where the optimizer keeps none).")
+           "as pull_rows gives them, in one round trip to each shard.");
+}
+
+// Optimizer state, progress, properties and the context manager.
+void BindRest(Bound& c) {
+  c.def("pull_state", &PyClient::PullState, py::arg("names") = py::none(),
+        "The optimizer state on the servers: {name: {slot1, slot2, "
+        "steps}} (a slot None where the optimizer keeps none).")
       .def("load_state", &PyClient::LoadState, py::arg("state"),
            "Replaces the optimizer state on the servers ({name: {slot1, "
            "slot2, steps}}); the weights stay.")
@@ -128,4 +134,18 @@ copy. reader=True joins no job: it may attach and pull (an evaluator).)")
                              "client's tensor calls so far.")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyClient& self, py::args) { self.Leave(); });
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "asyncps's client library (see asyncps.Client).";
+  Bound client(m, "Client", R"(One worker of an asyncps job.
+
+Connects to every shard and joins the job (a rank, heartbeats, the
+servers' mode); arrays are float32 and C-contiguous, and cross without a
+copy. reader=True joins no job: it may attach and pull (an evaluator).)");
+  BindDense(client);
+  BindRows(client);
+  BindRest(client);
 }
