@@ -102,6 +102,7 @@ void Consistency::AdvanceSteps() {
       if (w.live()) live_ranks.push_back(w.rank());
     }
     skip = StepNobodySends(live_ranks, held, now);
+    if (skip <= advance.fast_forward_to) skip = -1;  // Completed anyway.
     advance.fast_forward_to = std::max(advance.fast_forward_to, skip);
     advance.heal = true;
     advance.live_ranks = live_ranks;
@@ -112,7 +113,7 @@ void Consistency::AdvanceSteps() {
   const ShardStore::StepsAdvanced done =
       replication_ != nullptr ? replication_->AdvanceSteps(advance)
                               : store_->AdvanceSteps(advance);
-  if (done.moved > 0 && skip == advance.fast_forward_to) {
+  if (done.moved > 0 && skip >= 0) {
     LOG(WARNING) << "shard " << store_->shard() << ": " << done.moved
                  << " slice(s) skipped to step " << skip
                  << ": every live rank has waited "
