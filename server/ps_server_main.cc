@@ -277,8 +277,8 @@ bool GroupJobDone(ReplicaMember& member, Coordinator* coordinator,
                   const std::string& done_key) {
   if (member.role() == Replication::Role::kPrimary &&
       member.server()->JobDone()) {
-    coordinator->Put(done_key, "1", 0).IgnoreError();
-    return true;
+    // Fenced: a primary deposed meanwhile records nothing.
+    return member.RecordJobDone(done_key).ok();
   }
   return coordinator->Get(done_key).ok();
 }

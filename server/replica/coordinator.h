@@ -28,6 +28,22 @@ struct CoordinatedValue {
   int64_t lease = 0;  // 0: none.
 };
 
+// A condition of a transaction, as etcd's Compare: `key`'s create or mod
+// revision equals `revision` (0: the key does not exist).
+struct KeyRevision {
+  enum class Of { kCreate, kMod };
+  std::string key;
+  Of of = Of::kCreate;
+  int64_t revision = 0;
+};
+
+// One key a transaction sets, bound to `lease` (0: none).
+struct KeyPut {
+  std::string key;
+  std::string value;
+  int64_t lease = 0;
+};
+
 class Coordinator {
  public:
   virtual ~Coordinator() = default;
@@ -50,6 +66,14 @@ class Coordinator {
   // Sets `key` = `value`, bound to `lease` (0: none).
   virtual absl::Status Put(const std::string& key, const std::string& value,
                            int64_t lease) = 0;
+  // Sets every key of `puts` in one transaction if every condition holds;
+  // else writes nothing and returns FAILED_PRECONDITION naming the
+  // condition's key. How a member fences its writes: a primary's records
+  // are conditional on the primary key still being its own (its create
+  // revision is the epoch), so a primary deposed while paused cannot
+  // overwrite its successor's.
+  virtual absl::Status PutIf(const std::vector<KeyRevision>& conditions,
+                             const std::vector<KeyPut>& puts) = 0;
   // NOT_FOUND if `key` does not exist.
   virtual absl::StatusOr<CoordinatedValue> Get(const std::string& key) = 0;
   // Every key that starts with `prefix`, in key order.

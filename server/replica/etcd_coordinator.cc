@@ -131,6 +131,41 @@ absl::Status EtcdCoordinator::Put(const std::string& key,
   return Etcd(kv_->Put(Context().get(), request, &response), "put");
 }
 
+absl::Status EtcdCoordinator::PutIf(const std::vector<KeyRevision>& conditions,
+                                    const std::vector<KeyPut>& puts) {
+  etcdserverpb::TxnRequest request;
+  for (const KeyRevision& c : conditions) {
+    etcdserverpb::Compare* compare = request.add_compare();
+    compare->set_result(etcdserverpb::Compare::EQUAL);
+    compare->set_key(c.key);
+    if (c.of == KeyRevision::Of::kCreate) {
+      compare->set_target(etcdserverpb::Compare::CREATE);
+      compare->set_create_revision(c.revision);
+    } else {
+      compare->set_target(etcdserverpb::Compare::MOD);
+      compare->set_mod_revision(c.revision);
+    }
+  }
+  for (const KeyPut& p : puts) {
+    etcdserverpb::PutRequest* put =
+        request.add_success()->mutable_request_put();
+    put->set_key(p.key);
+    put->set_value(p.value);
+    put->set_lease(p.lease);
+  }
+  etcdserverpb::TxnResponse response;
+  RETURN_IF_ERROR(Etcd(kv_->Txn(Context().get(), request, &response), "txn"));
+  if (response.succeeded()) return absl::OkStatus();
+  std::string keys;
+  for (const KeyRevision& c : conditions) {
+    absl::StrAppend(&keys, keys.empty() ? "" : ", ", c.key, " at ",
+                    c.of == KeyRevision::Of::kCreate ? "create" : "mod",
+                    " revision ", c.revision);
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "etcd transaction refused: not every one of ", keys, " holds"));
+}
+
 absl::StatusOr<std::vector<std::pair<std::string, CoordinatedValue>>>
 EtcdCoordinator::Range(const std::string& key, const std::string& range_end) {
   etcdserverpb::RangeRequest request;

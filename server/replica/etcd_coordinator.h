@@ -38,6 +38,8 @@ class EtcdCoordinator final : public Coordinator {
                                          int64_t lease) override;
   absl::Status Put(const std::string& key, const std::string& value,
                    int64_t lease) override;
+  absl::Status PutIf(const std::vector<KeyRevision>& conditions,
+                     const std::vector<KeyPut>& puts) override;
   absl::StatusOr<CoordinatedValue> Get(const std::string& key) override;
   absl::StatusOr<std::vector<std::pair<std::string, CoordinatedValue>>> List(
       const std::string& prefix) override;

@@ -84,12 +84,27 @@ absl::StatusOr<std::unique_ptr<ReplicaMember>> ReplicaMember::Start(
   return m;
 }
 
+absl::Status ReplicaMember::PutAsPrimary(std::vector<KeyPut> puts) {
+  // The primary key's create revision is the epoch: while it holds, this
+  // member's lease does, and no one else was elected since.
+  return coordinator_->PutIf(
+      {KeyRevision{Key("primary"), KeyRevision::Of::kCreate,
+                   server_->replication()->epoch()}},
+      puts);
+}
+
 absl::Status ReplicaMember::RecordBackups(
     const std::vector<std::string>& backups) {
-  return coordinator_->Put(Key("insync"),
-                           absl::StrCat(server_->replication()->epoch(), ":",
-                                        absl::StrJoin(backups, ",")),
-                           0);
+  return PutAsPrimary(
+      {KeyPut{Key("insync"), absl::StrCat(server_->replication()->epoch(), ":",
+                                          absl::StrJoin(backups, ","))}});
+}
+
+absl::Status ReplicaMember::RecordJobDone(const std::string& key) {
+  if (server_->replication()->role() != Replication::Role::kPrimary) {
+    return absl::FailedPreconditionError("not the primary");
+  }
+  return PutAsPrimary({KeyPut{key, "1"}});
 }
 
 bool ReplicaMember::Renew() {
@@ -152,6 +167,7 @@ ReplicaMember::Campaign ReplicaMember::MayCampaign(absl::Time now) {
     // A new group (no primary ever) may start with any member.
     return absl::IsNotFound(insync.status()) ? Campaign::kNow : Campaign::kWait;
   }
+  insync_mod_ = insync->mod_revision;
   std::pair<std::string, std::string> parts =
       absl::StrSplit(insync->value, absl::MaxSplits(':', 1));
   int64_t epoch = 0;
@@ -252,10 +268,14 @@ bool ReplicaMember::StartGroupAgain() {
              << "state came back within "
              << absl::FormatDuration(config_.join_wait)
              << "; the group starts again from the workers' copy";
-  absl::Status s =
-      coordinator_->Put(Key("incarnation"), absl::StrCat(RandomId()), 0);
-  if (s.ok()) s = coordinator_->Put(Key("insync"), "0:", 0);
-  if (!s.ok()) return true;  // Again next round.
+  // Only if no one was elected and no one recorded anything since this
+  // member read `insync` (another member may have started it again).
+  absl::Status s = coordinator_->PutIf(
+      {KeyRevision{Key("primary"), KeyRevision::Of::kCreate, 0},
+       KeyRevision{Key("insync"), KeyRevision::Of::kMod, insync_mod_}},
+      {KeyPut{Key("incarnation"), absl::StrCat(RandomId())},
+       KeyPut{Key("insync"), "0:"}});
+  if (!s.ok()) return true;  // Again next round, if still lost.
   Fence("the group starts again with a new incarnation");
   return false;
 }
@@ -269,9 +289,10 @@ bool ReplicaMember::Promote(int64_t epoch) {
   if (follower_.joinable()) follower_.join();
   // The group's incarnation is the primary's: a member that joins with
   // another restarts and reads this one.
-  absl::Status s = coordinator_->Put(
-      Key("incarnation"), absl::StrCat(server_->store().incarnation()), 0);
-  if (s.ok()) s = coordinator_->Put(Key("insync"), absl::StrCat(epoch, ":"), 0);
+  absl::Status s = coordinator_->PutIf(
+      {KeyRevision{Key("primary"), KeyRevision::Of::kCreate, epoch}},
+      {KeyPut{Key("incarnation"), absl::StrCat(server_->store().incarnation())},
+       KeyPut{Key("insync"), absl::StrCat(epoch, ":")}});
   if (!s.ok()) {
     Fence(absl::StrCat("cannot record its epoch: ", s.message()));
     return false;

@@ -13,6 +13,14 @@
 //   incarnation  the group's, shared by every member (ShardStore's)
 //   members/<m>  each member's role, bound to its lease (psctl status)
 //
+// Every record a member writes is a transaction (Coordinator::PutIf): a
+// primary's (`insync`, its promotion, the job's "done") holds only while
+// the primary key's create revision is its epoch, so a primary that wakes
+// from a pause past its lease cannot overwrite its successor's records;
+// the group-lost record only while there is no primary and `insync` is as
+// the member read it. (`members/<m>` is each member's own status, bound to
+// its own lease.)
+//
 // Who may be promoted: a backup listed in `insync` for the epoch it
 // followed, as soon as the primary key is gone; a member with no state
 // only while the group has none (no `insync`, or epoch 0 in it). After
@@ -86,6 +94,9 @@ class ReplicaMember {
   void Kill();
   // Whether the member ended by itself (fenced), waiting up to `timeout`.
   bool Ended(absl::Duration timeout);
+  // The primary records that the job is done (`key` = "1"), fenced as its
+  // other records are; FAILED_PRECONDITION from any other member.
+  absl::Status RecordJobDone(const std::string& key);
 
  private:
   ReplicaMember(ReplicaConfig config, Coordinator* coordinator, Clock* clock);
@@ -130,6 +141,9 @@ class ReplicaMember {
   void Fence(const std::string& why);
   // The primary's backups, written to `insync`.
   absl::Status RecordBackups(const std::vector<std::string>& backups);
+  // Writes `puts` only while this member's epoch is the group's (the
+  // primary key's create revision): every record a primary makes.
+  absl::Status PutAsPrimary(std::vector<KeyPut> puts);
 
   const ReplicaConfig config_;
   Coordinator* const coordinator_;
@@ -150,7 +164,8 @@ class ReplicaMember {
   absl::Time next_renewal_ = absl::InfinitePast();
   absl::Time no_primary_since_ = absl::InfinitePast();
   absl::Time stream_ended_at_ = absl::InfinitePast();
-  int64_t following_ = 0;  // The epoch whose stream this member joined.
+  int64_t following_ = 0;   // The epoch whose stream this member joined.
+  int64_t insync_mod_ = 0;  // `insync`'s mod revision when last read.
 
   std::thread follower_;
   absl::Mutex mu_;

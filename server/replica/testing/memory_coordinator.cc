@@ -84,12 +84,42 @@ absl::Status MemoryCoordinator::View::Put(const std::string& key,
   absl::MutexLock lock(&store_->mu_);
   store_->Expire();
   if (absl::Status s = store_->CheckLease(lease); !s.ok()) return s;
-  const int64_t revision = ++store_->revision_;
-  auto [it, created] = store_->keys_.try_emplace(key);
+  store_->PutLocked(KeyPut{key, value, lease}, ++store_->revision_);
+  return absl::OkStatus();
+}
+
+void MemoryCoordinator::PutLocked(const KeyPut& put, int64_t revision) {
+  auto [it, created] = keys_.try_emplace(put.key);
   if (created) it->second.create_revision = revision;
-  it->second.value = value;
+  it->second.value = put.value;
   it->second.mod_revision = revision;
-  it->second.lease = lease;
+  it->second.lease = put.lease;
+}
+
+absl::Status MemoryCoordinator::View::PutIf(
+    const std::vector<KeyRevision>& conditions,
+    const std::vector<KeyPut>& puts) {
+  if (absl::Status s = Reachable(); !s.ok()) return s;
+  absl::MutexLock lock(&store_->mu_);
+  store_->Expire();
+  for (const KeyRevision& c : conditions) {
+    auto it = store_->keys_.find(c.key);
+    int64_t revision = 0;
+    if (it != store_->keys_.end()) {
+      revision = c.of == KeyRevision::Of::kCreate ? it->second.create_revision
+                                                  : it->second.mod_revision;
+    }
+    if (revision != c.revision) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("transaction refused: ", c.key, " is at revision ",
+                       revision, ", not ", c.revision));
+    }
+  }
+  for (const KeyPut& p : puts) {
+    if (absl::Status s = store_->CheckLease(p.lease); !s.ok()) return s;
+  }
+  const int64_t revision = ++store_->revision_;
+  for (const KeyPut& p : puts) store_->PutLocked(p, revision);
   return absl::OkStatus();
 }
 

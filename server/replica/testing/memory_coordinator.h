@@ -48,6 +48,8 @@ class MemoryCoordinator {
                                            int64_t lease) override;
     absl::Status Put(const std::string& key, const std::string& value,
                      int64_t lease) override;
+    absl::Status PutIf(const std::vector<KeyRevision>& conditions,
+                       const std::vector<KeyPut>& puts) override;
     absl::StatusOr<CoordinatedValue> Get(const std::string& key) override;
     absl::StatusOr<std::vector<std::pair<std::string, CoordinatedValue>>> List(
         const std::string& prefix) override;
@@ -71,6 +73,8 @@ class MemoryCoordinator {
   void Expire() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropLease(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckLease(int64_t lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PutLocked(const KeyPut& put, int64_t revision)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Clock* const clock_;
   absl::Mutex mu_;
