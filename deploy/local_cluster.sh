@@ -148,9 +148,13 @@ else
         mkdir -p "$out/checkpoints/member-$s-$m"
         member_ckpt=(--checkpoint_dir="$out/checkpoints/member-$s-$m" --checkpoint_every="$checkpoint_every")
       fi
+      # Member 0 creates its new group (these processes are not restarted).
+      bootstrap=()
+      if ((m == 0)); then bootstrap=(--bootstrap); fi
       "$out/ps_server" --host=127.0.0.1 --port="$port" --shard="$s" \
         --num_shards="$shards" --mode="$mode" --num_workers="$workers" \
         --replicas="$replicas" --etcd="127.0.0.1:$etcd_port" --job=local \
+        "${bootstrap[@]+"${bootstrap[@]}"}" \
         --advertise="127.0.0.1:$port" --ready_file="$out/ready-$k.json" \
         ${metrics[@]+"${metrics[@]}"} ${member_ckpt[@]+"${member_ckpt[@]}"} \
         ${server_tls[@]+"${server_tls[@]}"} >/dev/null 2>"$out/server$s-$m.log" &

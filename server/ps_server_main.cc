@@ -148,6 +148,13 @@ ABSL_FLAG(absl::Duration, lease_ttl, absl::Seconds(1),
           "--replicas: the etcd lease a primary holds; it is deposed this "
           "long after it stops renewing (etcd rounds up to whole seconds and "
           "grants no less than 1.5 of its election timeouts).");
+ABSL_FLAG(bool, bootstrap, false,
+          "--replicas: create the group's records in etcd if it has none. "
+          "Give it to one member of a new group, on its first start only "
+          "(or run `psctl group init` once instead): a member never leads "
+          "a group with no records, since after etcd lost its keys a "
+          "member with no state could otherwise be elected over one "
+          "holding the shard.");
 ABSL_FLAG(absl::Duration, replica_ack_timeout, absl::Seconds(5),
           "--replicas: how long a backup may take to acknowledge a change "
           "before the primary drops it (it rejoins by itself).");
@@ -291,6 +298,9 @@ int RunReplicated(const ShardServerConfig& config) {
   ReplicaConfig rc;
   rc.prefix = absl::StrCat("/asyncps/", absl::GetFlag(FLAGS_job));
   rc.lease_ttl = absl::GetFlag(FLAGS_lease_ttl);
+  // Only this process's first member: one started again after its group
+  // lost its records (etcd lost its keys) must not create an empty group.
+  rc.bootstrap = absl::GetFlag(FLAGS_bootstrap);
   // --exit_when_done: the primary, which the workers register with, says
   // so here for every member of the job.
   const std::string done_key = absl::StrCat(rc.prefix, "/done");
@@ -311,6 +321,7 @@ int RunReplicated(const ShardServerConfig& config) {
       if (WaitForStopSignal(absl::Seconds(1)) >= 0) return 0;
       continue;
     }
+    rc.bootstrap = false;
     if (!ready) {
       if (absl::Status s = WriteReadyFile(config, *(*member)->server());
           !s.ok()) {

@@ -366,6 +366,8 @@ void ShardServer::PeriodicCheckpoints() {
   // Apart from Housekeeping, so a slow disk never delays held pulls, bsp
   // deadlines or liveness.
   while (!stop_.WaitForNotificationWithTimeout(config_.tick)) {
+    // Not while the weights are awaited (Drain says why).
+    if (consistency_.AwaitingRestore()) continue;
     checkpointer_->MaybeWrite(env_.clock->Now());
   }
 }
@@ -379,6 +381,10 @@ void ShardServer::Drain() {
   if (server_ != nullptr) {
     server_->GetHealthCheckService()->SetServingStatus(false);
   }
+  // A model whose weights are still awaited (declared with its initial
+  // weights to follow, or restored from a worker's copy) holds only the
+  // initializer's placeholder: no checkpoint may pass it off as trained.
+  const bool weights_held = !consistency_.AwaitingRestore();
   // No update after this: the last checkpoint holds everything applied.
   consistency_.Pause(/*until_step=*/0, absl::InfiniteDuration());
   // Held calls would otherwise wait out the grace period.
@@ -387,8 +393,11 @@ void ShardServer::Drain() {
   if (replication_ != nullptr) replication_->Fence("the server is stopping");
   kv_.Shutdown();
   if (data_plane_ != nullptr) data_plane_->Shutdown();
-  if (ticker_.joinable() && checkpointer_ != nullptr &&
-      checkpointer_->HasState()) {
+  if (!weights_held) {
+    LOG(WARNING) << "shard " << config_.shard << ": no final checkpoint: "
+                 << "the model's weights had not come yet";
+  } else if (ticker_.joinable() && checkpointer_ != nullptr &&
+             checkpointer_->HasState()) {
     auto path = checkpointer_->Write();
     if (path.ok()) {
       LOG(INFO) << "final checkpoint " << *path;

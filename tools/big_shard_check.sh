@@ -142,7 +142,7 @@ try:
     ports = [free_port(), free_port()]
     rflags = ["--replicas=2", f"--etcd=127.0.0.1:{etcd_port}", "--job=big",
               "--replica_ack_timeout=120s"]
-    a = server("member0", rflags + [f"--port={ports[0]}",
+    a = server("member0", rflags + [f"--port={ports[0]}", "--bootstrap",
                                     f"--advertise=127.0.0.1:{ports[0]}"])
     group = "|".join(f"127.0.0.1:{p}" for p in ports)
     print("replicated: declare, 3 pushes on the first member, pull")

@@ -162,7 +162,8 @@ class Job:
                 member = cluster.Shard(
                     os.path.join(a.bin, "ps_server"), s, a.shards,
                     flags + [f"--replicas={a.replicas}", f"--etcd={endpoint}",
-                             "--job=chaos", f"--advertise=127.0.0.1:{port}"],
+                             "--job=chaos", f"--advertise=127.0.0.1:{port}"]
+                    + (["--bootstrap"] if m == 0 else []),
                     log, ready)
                 member.port = port  # Fixed: the group lists it.
                 member.start()

@@ -141,6 +141,9 @@ class Job:
         if m is not None:
             port = free_port()
             extra = [f"--advertise=127.0.0.1:{port}"]
+            if m == 0:
+                extra.append("--bootstrap")  # Creates the group; dropped
+                # from the flags after (cluster.Shard.start).
         shard = cluster.Shard(binary, s, SHARDS, flags + extra, log, ready)
         shard.port = port
         shard.log_path = log.name

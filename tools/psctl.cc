@@ -27,6 +27,7 @@
 #include "proto/health.grpc.pb.h"
 #include "rpc/grpc_credentials.h"
 #include "tools/psctl_export.h"
+#include "tools/psctl_group.h"
 #include "tools/psctl_status.h"
 #include "tools/timeline_merge.h"
 
@@ -262,10 +263,17 @@ int main(int argc, char** argv) {
       "  stats       every shard's Stats, in full\n"
       "  histogram   the staleness histogram, summed over shards (CSV)\n"
       "  workers     every shard's view of every worker (CSV)\n"
+      "  psctl group init --etcd=H:P --job=NAME --num_shards=N\n"
+      "              create a new job's replicated groups in etcd (once;\n"
+      "              or ps_server --bootstrap on one member of each)\n"
       "  psctl timeline [--out=F] [--plot=F.png] FILE...\n"
       "              merge a run's --timeline files into one Chrome trace,\n"
       "              say where each process's time went, draw the end");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() >= 2 && std::string(args[1]) == "group") {
+    return asyncps::GroupCommand(
+        std::vector<std::string>(args.begin() + 2, args.end()));
+  }
   if (args.size() >= 2 && std::string(args[1]) == "timeline") {
     return asyncps::TimelineCommand(
         std::vector<std::string>(args.begin() + 2, args.end()));

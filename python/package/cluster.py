@@ -92,6 +92,10 @@ class Shard:
                                   f"{self.timeout:.0f} s")
             time.sleep(0.02)
         self.port = int(self.ready["port"])
+        # A first start's flag (a replicated group's creation): a restart
+        # must never create the group again (ps_server --help).
+        if "--bootstrap" in self.flags:
+            self.flags.remove("--bootstrap")
         return self
 
     def stop(self, grace=10.0):

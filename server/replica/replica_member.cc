@@ -17,6 +17,7 @@
 #include "proto/asyncps.grpc.pb.h"
 #include "rpc/grpc_credentials.h"
 #include "rpc/grpc_status.h"
+#include "server/replica/group_records.h"
 #include "transport/frame.h"
 #include "transport/socket.h"
 #include "transport/tls.h"
@@ -31,21 +32,6 @@ constexpr absl::Duration kJoinStepTimeout = absl::Seconds(5);
 // How long a frame of the stream may take once it began.
 constexpr absl::Duration kFrameTimeout = absl::Seconds(60);
 
-// The group's incarnation, created by the first member to ask.
-absl::StatusOr<uint64_t> GroupIncarnation(Coordinator* coordinator,
-                                          const std::string& key) {
-  RETURN_IF_ERROR(
-      coordinator->CreateIfAbsent(key, absl::StrCat(RandomId()), 0).status());
-  ASSIGN_OR_RETURN(CoordinatedValue v, coordinator->Get(key));
-  uint64_t incarnation = 0;
-  if (!absl::SimpleAtoi(v.value, &incarnation) || incarnation == 0) {
-    return absl::DataLossError(absl::StrCat("coordinator key ", key, " holds '",
-                                            v.value,
-                                            "', not a shard incarnation"));
-  }
-  return incarnation;
-}
-
 }  // namespace
 
 ReplicaMember::ReplicaMember(ReplicaConfig config, Coordinator* coordinator,
@@ -53,7 +39,7 @@ ReplicaMember::ReplicaMember(ReplicaConfig config, Coordinator* coordinator,
     : config_(std::move(config)), coordinator_(coordinator), clock_(clock) {}
 
 std::string ReplicaMember::Key(const std::string& name) const {
-  return absl::StrCat(config_.prefix, "/shard/", shard_, "/", name);
+  return GroupKey(config_.prefix, shard_, name);
 }
 
 absl::StatusOr<std::unique_ptr<ReplicaMember>> ReplicaMember::Start(
@@ -69,8 +55,15 @@ absl::StatusOr<std::unique_ptr<ReplicaMember>> ReplicaMember::Start(
   m->lease_ = granted.first;
   m->ttl_ = granted.second;
   m->lease_deadline_ = m->clock_->Now() + m->ttl_;
+  if (m->config_.bootstrap) {
+    ASSIGN_OR_RETURN(bool created,
+                     CreateGroup(coordinator, m->config_.prefix, m->shard_));
+    if (created) {
+      LOG(INFO) << "shard " << m->shard_ << ": --bootstrap created the group";
+    }
+  }
   ASSIGN_OR_RETURN(server.incarnation,
-                   GroupIncarnation(coordinator, m->Key("incarnation")));
+                   GroupIncarnation(coordinator, m->config_.prefix, m->shard_));
   server.replicated = true;
   ASSIGN_OR_RETURN(m->server_, ShardServer::Start(server, env));
   Replication* r = m->server_->replication();
@@ -164,8 +157,13 @@ void ReplicaMember::Fence(const std::string& why) {
 ReplicaMember::Campaign ReplicaMember::MayCampaign(absl::Time now) {
   absl::StatusOr<CoordinatedValue> insync = coordinator_->Get(Key("insync"));
   if (!insync.ok()) {
-    // A new group (no primary ever) may start with any member.
-    return absl::IsNotFound(insync.status()) ? Campaign::kNow : Campaign::kWait;
+    // No records: the group was never created, or the coordinator lost
+    // them. No one leads it; who holds the state cannot be known.
+    if (absl::IsNotFound(insync.status()) && now >= next_complaint_) {
+      LOG(ERROR) << NoGroupRecords(config_.prefix, shard_);
+      next_complaint_ = now + absl::Seconds(10);
+    }
+    return Campaign::kWait;
   }
   insync_mod_ = insync->mod_revision;
   std::pair<std::string, std::string> parts =

@@ -23,7 +23,10 @@
 //
 // Who may be promoted: a backup listed in `insync` for the epoch it
 // followed, as soon as the primary key is gone; a member with no state
-// only while the group has none (no `insync`, or epoch 0 in it). After
+// only while the group has none (epoch 0 in `insync`). A group with no
+// records at all (never created, or the coordinator lost them) has no
+// leader: a member does not start (ReplicaConfig::bootstrap,
+// server/replica/group_records.h), and one running refuses to campaign. After
 // `join_wait` with no primary, a member with no state takes the group as
 // lost (every member holding its state is gone): it writes a new
 // incarnation and epoch 0, and starts again; the workers' copy then
@@ -65,6 +68,10 @@ struct ReplicaConfig {
   absl::Duration poll = absl::Milliseconds(50);
   // See the file comment; 0: 5 x lease_ttl.
   absl::Duration join_wait = absl::ZeroDuration();
+  // Creates the group's records if it has none (ps_server --bootstrap): a
+  // new group's first start. Without them no member starts
+  // (server/replica/group_records.h).
+  bool bootstrap = false;
 };
 
 class ReplicaMember {
@@ -166,6 +173,7 @@ class ReplicaMember {
   absl::Time stream_ended_at_ = absl::InfinitePast();
   int64_t following_ = 0;   // The epoch whose stream this member joined.
   int64_t insync_mod_ = 0;  // `insync`'s mod revision when last read.
+  absl::Time next_complaint_ = absl::InfinitePast();  // No records: logged.
 
   std::thread follower_;
   absl::Mutex mu_;

@@ -32,6 +32,7 @@ ReplicaConfig FastConfig() {
   ReplicaConfig rc;
   rc.lease_ttl = kTtl;
   rc.poll = absl::Milliseconds(10);  // Real time between rounds.
+  rc.bootstrap = true;
   return rc;
 }
 
@@ -114,6 +115,49 @@ TEST_F(ReplicaMemberClockTest, InSyncBackupCampaignsOnceThePrimaryKeyIsGone) {
   EXPECT_EQ(primary->value, b->member());
   EXPECT_TRUE(b->server()->replication()->CheckServing().ok());
   EXPECT_FALSE(b->Ended(absl::Milliseconds(100)));
+}
+
+// Issue #40, "No promotion of an empty member": the coordinator loses
+// every key (an etcd restarted without its data). The primary's lease is
+// gone with them, so it stops; the backup, which holds the state, finds no
+// records and does not take the group; a fresh member does not start in
+// it. Before, a missing `insync` counted as a new group any member could
+// lead: the backup, or a member with no state, took it.
+TEST_F(ReplicaMemberClockTest, NoMemberLeadsAGroupWhoseRecordsWereLost) {
+  std::unique_ptr<ReplicaMember> a = StartMember(view_a_.get());
+  ASSERT_NE(a, nullptr);
+  ASSERT_TRUE(
+      Eventually([&] { return a->role() == Replication::Role::kPrimary; }));
+  std::unique_ptr<ReplicaMember> b = StartMember(view_b_.get());
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(Eventually([&] {
+    auto insync = view_b_->Get("/asyncps/default/shard/0/insync");
+    return b->role() == Replication::Role::kBackup && insync.ok() &&
+           absl::StrContains(insync->value, b->member());
+  }));
+
+  coordinator_.Clear();
+  // Past the primary's lease and the backup's join_wait, a little at a
+  // time so the members' rounds see each moment.
+  for (int i = 0; i < 20; ++i) {
+    clock_.Advance(kTtl / 2);
+    absl::SleepFor(absl::Milliseconds(30));
+    ASSERT_NE(b->role(), Replication::Role::kPrimary);
+  }
+  EXPECT_TRUE(a->Ended(absl::Seconds(20)));  // Its lease went with the keys.
+  EXPECT_TRUE(absl::IsNotFound(
+      view_b_->Get("/asyncps/default/shard/0/primary").status()));
+  EXPECT_TRUE(absl::IsNotFound(
+      view_b_->Get("/asyncps/default/shard/0/insync").status()));
+
+  // A fresh member (no --bootstrap: ps_server's restarted members never
+  // have it) does not start.
+  ReplicaConfig fresh = FastConfig();
+  fresh.bootstrap = false;
+  auto view_c = coordinator_.NewView();
+  auto c = ReplicaMember::Start(MemberConfig(), fresh, view_c.get(), env_);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition)
+      << c.status();
 }
 
 }  // namespace

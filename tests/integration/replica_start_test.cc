@@ -15,10 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "server/replica/etcd_coordinator.h"
+#include "server/replica/group_records.h"
 #include "server/replica/replica_member.h"
 #include "server/replica/testing/memory_coordinator.h"
 #include "tests/integration/etcd_process.h"
@@ -63,9 +65,39 @@ TEST(ReplicaMemberStart, PortTakenIsAnError) {
   c.port = ntohs(a.sin_port);
   MemoryCoordinator coordinator;
   auto view = coordinator.NewView();
-  auto m = ReplicaMember::Start(c, ReplicaConfig(), view.get());
+  ReplicaConfig rc;
+  rc.bootstrap = true;
+  auto m = ReplicaMember::Start(c, rc, view.get());
   EXPECT_FALSE(m.ok());
+  EXPECT_NE(m.status().code(), absl::StatusCode::kFailedPrecondition)
+      << m.status();
   close(fd);
+}
+
+// A group is created once, explicitly (issue #40): a member of a group
+// with no records does not start, and says how to create it; --bootstrap
+// (or psctl group init) creates them once.
+TEST(ReplicaMemberStart, NoMemberStartsInAGroupNoOneCreated) {
+  MemoryCoordinator coordinator;
+  auto view = coordinator.NewView();
+  auto refused =
+      ReplicaMember::Start(MemberConfig(), ReplicaConfig(), view.get());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition)
+      << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "--bootstrap"));
+  EXPECT_TRUE(
+      absl::StrContains(refused.status().message(), "psctl group init"));
+  EXPECT_TRUE(
+      absl::IsNotFound(view->Get("/asyncps/default/shard/0/insync").status()));
+
+  auto created = CreateGroup(view.get(), "/asyncps/default", 0);
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_TRUE(*created);
+  auto again = CreateGroup(view.get(), "/asyncps/default", 0);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(*again);  // It has them: nothing changes.
+  auto m = ReplicaMember::Start(MemberConfig(), ReplicaConfig(), view.get());
+  EXPECT_TRUE(m.ok()) << m.status();
 }
 
 // The loop that found it, short: a group's first member started before its
@@ -91,6 +123,7 @@ TEST(ReplicaMemberStart, MembersStartedBeforeEtcdServeOnceItIs) {
           "--num_shards=1",
           absl::StrCat("--advertise=127.0.0.1:", port)};
       argv.insert(argv.end(), flags.begin(), flags.end());
+      if (m == 0) argv.push_back("--bootstrap");
       const std::string ready = UniqueTempPath("ready", ".json");
       argv.push_back("--ready_file=" + ready);
       // Forked by this thread: a child dies with the thread that forked it
@@ -117,6 +150,45 @@ TEST(ReplicaMemberStart, MembersStartedBeforeEtcdServeOnceItIs) {
           << status;
     }
   }
+}
+
+// psctl group init, as a launcher runs it (docs/DEPLOY.md): members of a
+// job with no group records wait for them; once psctl created them, the
+// members start and elect a primary; run again, psctl changes nothing.
+TEST(ReplicaMemberStart, PsctlGroupInitLetsTheMembersStart) {
+  auto etcd = StartEtcd("etcd-init");
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  const int port = FreePort();
+  const std::string ready = UniqueTempPath("ready", ".json");
+  auto member = Subprocess::Start(
+      {RunfilePath("server/ps_server"), "--host=127.0.0.1",
+       absl::StrCat("--port=", port), "--shard=0", "--num_shards=1",
+       absl::StrCat("--advertise=127.0.0.1:", port), "--replicas=2",
+       "--etcd=" + etcd->endpoint, "--job=init", "--ready_file=" + ready});
+  ASSERT_TRUE(member.ok()) << member.status();
+  auto init = [&] {
+    auto psctl = Subprocess::Start({RunfilePath("tools/psctl"), "group", "init",
+                                    "--etcd=" + etcd->endpoint, "--job=init",
+                                    "--num_shards=1"});
+    EXPECT_TRUE(psctl.ok()) << psctl.status();
+    const int status = (*psctl)->Wait(absl::Seconds(30));
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    return (*psctl)->output();
+  };
+  EXPECT_TRUE(absl::StrContains(init(), "shard 0: group created"));
+  auto served = (*member)->WaitForFile(ready, absl::Seconds(30));
+  ASSERT_TRUE(served.ok()) << served.status();
+  EtcdCoordinator coordinator(etcd->endpoint);
+  auto primary = coordinator.Get("/asyncps/init/shard/0/primary");
+  for (int i = 0; i < 300 && !primary.ok(); ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+    primary = coordinator.Get("/asyncps/init/shard/0/primary");
+  }
+  ASSERT_TRUE(primary.ok()) << primary.status();
+  EXPECT_EQ(primary->value, absl::StrCat("127.0.0.1:", port));
+  EXPECT_TRUE(absl::StrContains(init(), "has its records already"));
+  (*member)->Signal(SIGTERM);
+  EXPECT_NE((*member)->Wait(absl::Seconds(30)), -1);
 }
 
 }  // namespace

@@ -36,8 +36,11 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::StartReplicated(
                    {absl::StrCat("--replicas=", replicas), "--etcd=" + etcd,
                     "--job=test", absl::StrCat("--port=", port),
                     absl::StrCat("--advertise=127.0.0.1:", port)});
+      // The group's first member creates it; restarts never do.
+      std::vector<std::string> first = flags;
+      if (m == 0) first.push_back("--bootstrap");
       int listening = 0;
-      auto proc = StartServer(s, num_shards, &listening, flags);
+      auto proc = StartServer(s, num_shards, &listening, first);
       if (!proc.ok()) return proc.status();
       cluster->procs_.push_back(*std::move(proc));
       cluster->flags_.push_back(flags);

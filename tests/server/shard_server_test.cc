@@ -148,6 +148,31 @@ TEST_F(ShardServerTest, RestartResumesFromTheFinalCheckpoint) {
   EXPECT_EQ(Read(stub.get()), std::make_pair(7.5f, int64_t{1}));
 }
 
+// A model declared with its initial weights to follow holds no weights
+// until they come: a checkpoint of it would restore the initializer's
+// placeholder as if trained, and the restarted shard would wait for
+// nothing (the history checker's seed 1, async, under load: the shard was
+// killed between a checkpoint and the weights). None is written meanwhile,
+// periodic or final.
+TEST_F(ShardServerTest, NoCheckpointWhileTheInitialWeightsAreAwaited) {
+  {
+    auto server = Start();
+    ASSERT_NE(server, nullptr);
+    auto stub = v1::ParameterServer::NewStub(server->InProcessChannel());
+    const uint64_t secret = Join(stub.get(), 0);
+    v1::DeclareModelRequest declare = Declare(secret);
+    declare.set_weights_follow(true);
+    v1::DeclareModelResponse declared;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->DeclareModel(&ctx, declare, &declared).ok());
+    server->Shutdown();  // No final checkpoint: nothing to keep yet.
+  }
+  EXPECT_TRUE(fs_.Paths().empty());
+  auto server = Start();
+  ASSERT_NE(server, nullptr);
+  EXPECT_FALSE(server->store().declared());
+}
+
 // Stats (and so /metrics and psctl status) say how many checkpoints were
 // written and failed, and the last one's age and size.
 TEST_F(ShardServerTest, CheckpointsShowInStats) {

@@ -61,6 +61,13 @@ class MemoryCoordinator {
     bool cut_ ABSL_GUARDED_BY(mu_) = false;
   };
 
+  // Loses every key and lease, as an etcd restarted without its data.
+  void Clear() {
+    absl::MutexLock lock(&mu_);
+    keys_.clear();
+    leases_.clear();
+  }
+
   // A new view (a member's session); owned by the caller.
   std::unique_ptr<View> NewView() { return std::make_unique<View>(this); }
 
