@@ -11,37 +11,10 @@ namespace asyncps {
 absl::StatusOr<std::unique_ptr<DataConnection>> DataConnection::Open(
     const DataPlaneAddress& address, const TlsContext* tls,
     uint64_t max_frame_bytes, absl::Time deadline) {
-  ASSIGN_OR_RETURN(Socket socket,
-                   ConnectTcp(address.host, address.port, deadline));
-  std::unique_ptr<Stream> stream;
-  if (tls == nullptr) {
-    stream = std::make_unique<TcpStream>(socket.fd());
-  } else {
-    absl::StatusOr<std::unique_ptr<Stream>> secured =
-        tls->Connect(socket.fd(), address.host, deadline);
-    if (!secured.ok()) {
-      return absl::UnavailableError(absl::StrCat("data plane at ", address.host,
-                                                 ":", address.port, ": ",
-                                                 secured.status().message()));
-    }
-    stream = *std::move(secured);
-  }
-  std::unique_ptr<DataConnection> c(new DataConnection(
-      std::move(socket), std::move(stream), max_frame_bytes));
-  v1::DataHello hello;
-  hello.set_token(address.token);
-  RETURN_IF_ERROR(
-      c->Send(FrameOp::kHello, &hello, absl::ZeroDuration(), deadline));
-  v1::DataHello welcome;
-  absl::Status s = c->Receive(&welcome, deadline);
-  if (!s.ok()) {
-    // A wrong token means the shard restarted since it was asked: asking
-    // again will do, so it is as retryable as a refused connection.
-    return absl::UnavailableError(
-        absl::StrCat("data plane at ", address.host, ":", address.port,
-                     " refused the connection: ", s.message()));
-  }
-  return c;
+  ASSIGN_OR_RETURN(DataPlaneConnection dialed,
+                   DialDataPlane(address, tls, deadline));
+  return std::unique_ptr<DataConnection>(
+      new DataConnection(std::move(dialed), max_frame_bytes));
 }
 
 absl::Status DataConnection::SendFrame(

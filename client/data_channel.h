@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "transport/dial.h"
 #include "transport/frame.h"
 #include "transport/socket.h"
 #include "transport/stream.h"
@@ -24,20 +25,12 @@
 
 namespace asyncps {
 
-// Where a shard's data plane listens and the token it wants.
-struct DataPlaneAddress {
-  std::string host;
-  int port = 0;  // 0: the shard has no data plane.
-  std::string token;
-};
-
 // One connection: one request at a time, its answer read before the next.
 // Not thread-safe.
 class DataConnection {
  public:
-  // Connects (with TLS if `tls` is not null: the shard's certificate must
-  // name address.host) and presents the token; UNAVAILABLE if any of it
-  // fails.
+  // Dials the shard (transport/dial.h: TLS if `tls` is not null, the
+  // hello with the token); its errors.
   static absl::StatusOr<std::unique_ptr<DataConnection>> Open(
       const DataPlaneAddress& address, const TlsContext* tls,
       uint64_t max_frame_bytes, absl::Time deadline);
@@ -65,10 +58,9 @@ class DataConnection {
       absl::Span<DataConnection* const> connections, absl::Time deadline);
 
  private:
-  DataConnection(Socket socket, std::unique_ptr<Stream> stream,
-                 uint64_t max_frame_bytes)
-      : socket_(std::move(socket)),
-        stream_(std::move(stream)),
+  DataConnection(DataPlaneConnection dialed, uint64_t max_frame_bytes)
+      : socket_(std::move(dialed.socket)),
+        stream_(std::move(dialed.stream)),
         max_frame_bytes_(max_frame_bytes) {}
   absl::Status SendFrame(FrameOp op, google::protobuf::MessageLite* request,
                          const std::vector<std::string*>& payloads,

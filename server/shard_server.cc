@@ -423,9 +423,10 @@ void ShardServer::Shutdown() {
   if (ticker_.joinable()) ticker_.join();
   if (checkpoints_.joinable()) checkpoints_.join();
   ShardCounters c = store_.Counters();
-  LOG(INFO) << "shard " << config_.shard << " stopped after " << c.pushes
-            << " pushes, " << c.pulls << " pulls, " << c.rejected
-            << " rejected";
+  LOG(INFO) << "shard " << config_.shard << " stopped after "
+            << c[ShardCounter::kPushes] << " pushes, "
+            << c[ShardCounter::kPulls] << " pulls, "
+            << c[ShardCounter::kRejected] << " rejected";
 }
 
 }  // namespace asyncps

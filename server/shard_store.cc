@@ -59,7 +59,7 @@ std::shared_ptr<const ShardStore::Model> ShardStore::model() const {
 }
 
 absl::Status ShardStore::Reject(absl::Status status) {
-  counters_.CountRejected();
+  counters_.Add(ShardCounter::kRejected);
   return status;
 }
 
@@ -160,7 +160,7 @@ void ShardStore::FinishPull(const v1::PullRequest& request,
           out->mutable_slot1(), out->mutable_slot2()));
     }
   }
-  counters_.CountPull();
+  counters_.Add(ShardCounter::kPulls);
 }
 
 absl::Status ShardStore::Pull(const v1::PullRequest& request,
@@ -239,7 +239,7 @@ absl::Status ShardStore::Push(const v1::PushRequest& request,
     SliceState& state = *m->slices[indices[k]];
     const bool lost = Restarted(request.gradients(k));
     if (lost && !bsp) {
-      counters_.CountDroppedRestarted();
+      counters_.Add(ShardCounter::kDroppedRestarted);
       response->add_versions(state.version());
       response->add_staleness(0);
       response->add_dropped(true);
@@ -275,7 +275,7 @@ absl::Status ShardStore::Push(const v1::PushRequest& request,
     response->add_dropped(o.dropped);
   }
   if (bsp) response->set_front_step(front);
-  counters_.CountPush();
+  counters_.Add(ShardCounter::kPushes);
   return absl::OkStatus();
 }
 

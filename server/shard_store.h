@@ -190,8 +190,8 @@ class ShardStore {
   std::string model_name() const;
   ShardCounters Counters() const;
   // Counts an RPC refused before it reached the store (e.g. a bad Register).
-  void CountRejected() { counters_.CountRejected(); }
-  void CountDuplicatePush() { counters_.CountDuplicatePush(); }
+  void CountRejected() { counters_.Add(ShardCounter::kRejected); }
+  void CountDuplicatePush() { counters_.Add(ShardCounter::kDuplicatePushes); }
 
  private:
   // A declared model and the state of its slices on this shard. Published

@@ -4,14 +4,14 @@ namespace asyncps {
 namespace {
 
 using S = v1::StatsResponse;
-using C = ShardCounters;
+using K = ShardCounter;
 constexpr StatKind kCounter = StatKind::kCounter;
 constexpr StatKind kGauge = StatKind::kGauge;
 
-// A row copied from ShardCounters; `reason`: a sample of
+// A counter's row; `reason`: a sample of
 // asyncps_shard_dropped_gradients_total.
 constexpr StatRow Counted(StatSection section, const char* name,
-                          const char* help, int64_t C::*counter,
+                          const char* help, ShardCounter counter,
                           void (S::*set)(int64_t), int64_t (S::*get)() const,
                           const char* reason = nullptr) {
   StatRow row{section, name, help, kCounter};
@@ -43,33 +43,33 @@ constexpr char kDroppedHelp[] = "Slice gradients not applied, by reason.";
 
 constexpr StatRow kRows[] = {
     Counted(kCalls, "asyncps_shard_pushes_total", "Push calls accepted.",
-            &C::pushes, &S::set_pushes, &S::pushes),
+            K::kPushes, &S::set_pushes, &S::pushes),
     Counted(kCalls, "asyncps_shard_pulls_total", "Pull calls answered.",
-            &C::pulls, &S::set_pulls, &S::pulls),
+            K::kPulls, &S::set_pulls, &S::pulls),
     Counted(kCalls, "asyncps_shard_rejected_requests_total",
-            "Calls refused by validation.", &C::rejected,
+            "Calls refused by validation.", K::kRejected,
             &S::set_rejected_requests, &S::rejected_requests),
     Counted(kCalls, "asyncps_shard_updates_applied_total",
             "Slice updates applied (optimizer steps on one slice).",
-            &C::updates_applied, &S::set_updates_applied, &S::updates_applied),
+            K::kUpdatesApplied, &S::set_updates_applied, &S::updates_applied),
     Counted(kCalls, "asyncps_shard_duplicate_pushes_total",
             "Retried pushes answered from the ledger, not applied again.",
-            &C::duplicate_pushes, &S::set_duplicate_pushes,
+            K::kDuplicatePushes, &S::set_duplicate_pushes,
             &S::duplicate_pushes),
     Counted(kCalls, "asyncps_shard_bsp_steps_applied_total",
-            "bsp: slice steps applied.", &C::steps_applied,
+            "bsp: slice steps applied.", K::kStepsApplied,
             &S::set_steps_applied, &S::steps_applied),
     Counted(kCalls, "asyncps_shard_bsp_steps_short_total",
             "bsp: slice steps applied with fewer gradients than live workers.",
-            &C::steps_short, &S::set_steps_short, &S::steps_short),
+            K::kStepsShort, &S::set_steps_short, &S::steps_short),
     Read(kCalls, "asyncps_shard_held_pulls_total",
          "ssp/bsp: pulls that had to wait.", kCounter,
          [](const S& s) -> double { return s.held_pulls(); }),
-    Counted(kCalls, kDropped, kDroppedHelp, &C::dropped_stale,
+    Counted(kCalls, kDropped, kDroppedHelp, K::kDroppedStale,
             &S::set_dropped_stale, &S::dropped_stale, "stale"),
-    Counted(kCalls, kDropped, kDroppedHelp, &C::dropped_late,
+    Counted(kCalls, kDropped, kDroppedHelp, K::kDroppedLate,
             &S::set_dropped_late, &S::dropped_late, "late"),
-    Counted(kCalls, kDropped, kDroppedHelp, &C::dropped_restarted,
+    Counted(kCalls, kDropped, kDroppedHelp, K::kDroppedRestarted,
             &S::set_dropped_restarted, &S::dropped_restarted, "restarted"),
     Read(kWorkers, "asyncps_shard_live_workers", "Workers heard from lately.",
          kGauge, [](const S& s) -> double { return s.live_workers(); }),
@@ -147,6 +147,23 @@ constexpr StatRow kRows[] = {
          [](const S& s) -> double { return s.staleness_bound(); }),
 };
 
+// Each ShardCounter is in exactly one row (and no row names kCount).
+constexpr bool EachCounterHasOneRow() {
+  for (int k = 0; k < kNumShardCounters; ++k) {
+    int rows = 0;
+    for (const StatRow& row : kRows) {
+      if (row.counted() && static_cast<int>(row.counter) == k) ++rows;
+    }
+    if (rows != 1) return false;
+  }
+  for (const StatRow& row : kRows) {
+    if (row.counted() && row.counter == ShardCounter::kCount) return false;
+  }
+  return true;
+}
+static_assert(EachCounterHasOneRow(),
+              "every ShardCounter needs exactly one row in kRows");
+
 }  // namespace
 
 absl::Span<const StatRow> StatRows() { return kRows; }
@@ -155,7 +172,7 @@ v1::StatsResponse CollectStats(const ShardParts& parts) {
   v1::StatsResponse r;
   ShardCounters c = parts.store->Counters();
   for (const StatRow& row : kRows) {
-    if (row.counter != nullptr) (r.*row.set)(c.*row.counter);
+    if (row.counted()) (r.*row.set)(c[row.counter]);
   }
   r.set_shard(parts.store->shard());
   r.set_num_shards(parts.num_shards);

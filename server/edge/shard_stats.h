@@ -34,9 +34,12 @@ struct ShardParts {
 v1::StatsResponse CollectStats(const ShardParts& parts);
 
 // The scalar metrics of a Stats answer, in one table: each row names one
-// Prometheus sample and where its value lives. CollectStats copies the
-// counter rows into the answer and StatsToMetrics (server/edge/metrics.h)
-// writes every row, so a new counter is one new row (and its proto field).
+// Prometheus sample and where its value lives. A shard counter
+// (ShardCounter, server/shard_counters.h) is one row: its metric, help text
+// and Stats field; CollectStats copies every counter row into the answer and
+// StatsToMetrics (server/edge/metrics.h) writes every row. So a new counter
+// is its ShardCounter, its row and its proto field; the build fails if a
+// counter has no row, or two.
 
 // A metric's Prometheus type (kept apart from prometheus-cpp's enum so that
 // the Stats answer does not depend on the metrics library).
@@ -61,17 +64,18 @@ struct StatRow {
   // The sample's one label, or none (nullptr).
   const char* label_name = nullptr;
   const char* label_value = nullptr;
-  // A ShardCounters field: CollectStats sets it with `set`, and the metric
-  // reads it back with `get`.
-  int64_t ShardCounters::*counter = nullptr;
+  // A counter row: the counter, and its Stats field, which CollectStats
+  // sets with `set` and the metric reads back with `get`.
+  ShardCounter counter = ShardCounter::kCount;
   void (v1::StatsResponse::*set)(int64_t) = nullptr;
   int64_t (v1::StatsResponse::*get)() const = nullptr;
   // Any other row: the value, read from the answer.
   double (*read)(const v1::StatsResponse&) = nullptr;
 
+  constexpr bool counted() const { return set != nullptr; }
   // The value of this row's sample in `stats`.
   double Value(const v1::StatsResponse& stats) const {
-    return get != nullptr ? static_cast<double>((stats.*get)()) : read(stats);
+    return counted() ? static_cast<double>((stats.*get)()) : read(stats);
   }
 };
 

@@ -18,6 +18,7 @@
 #include "rpc/grpc_credentials.h"
 #include "rpc/grpc_status.h"
 #include "server/replica/group_records.h"
+#include "transport/dial.h"
 #include "transport/frame.h"
 #include "transport/socket.h"
 #include "transport/tls.h"
@@ -340,42 +341,26 @@ absl::Status ReplicaMember::FollowOnce(const std::string& address,
   v1::DataPlaneResponse dp;
   RETURN_IF_ERROR(FromGrpcStatus(stub->DataPlane(&context, request, &dp)));
   absl::Time deadline = absl::Now() + kJoinStepTimeout;
-  ASSIGN_OR_RETURN(
-      Socket socket,
-      ConnectTcp(primary.host, static_cast<int>(dp.port()), deadline));
-  std::unique_ptr<Stream> stream;
+  std::shared_ptr<const TlsContext> tls;
   if (sc.security.tls()) {
-    ASSIGN_OR_RETURN(auto tls, TlsContext::ForClient(sc.security));
-    ASSIGN_OR_RETURN(stream, tls->Connect(socket.fd(), primary.host, deadline));
-  } else {
-    stream = std::make_unique<TcpStream>(socket.fd());
+    ASSIGN_OR_RETURN(tls, TlsContext::ForClient(sc.security));
   }
+  ASSIGN_OR_RETURN(
+      DataPlaneConnection c,
+      DialDataPlane({primary.host, static_cast<int>(dp.port()), dp.token()},
+                    tls.get(), deadline));
   {
     absl::MutexLock lock(&mu_);
     if (stop_.HasBeenNotified()) return absl::CancelledError("stopping");
-    follower_fd_ = socket.fd();
+    follower_fd_ = c.socket.fd();
   }
-  FrameHeader header;
-  header.op = FrameOp::kHello;
-  v1::DataHello hello;
-  hello.set_token(dp.token());
-  RETURN_IF_ERROR(WriteFrame(stream.get(), header, &hello, {}, deadline));
-  ASSIGN_OR_RETURN(header, ReadHeader(stream.get(), 4096, deadline));
-  if (header.code != 0) {
-    absl::Status refused;
-    RETURN_IF_ERROR(ReadError(stream.get(), header, deadline, &refused));
-    return refused;
-  }
-  RETURN_IF_ERROR(ReadBody(
-      stream.get(), header, &hello, [&] { return PayloadFields(&hello); },
-      deadline));
   v1::ReplicaJoin join;
   join.set_epoch(epoch);
   join.set_member(member_);
-  header = FrameHeader();
+  FrameHeader header;
   header.op = FrameOp::kJoin;
-  RETURN_IF_ERROR(WriteFrame(stream.get(), header, &join, {}, deadline));
-  return ApplyStream(stream.get());
+  RETURN_IF_ERROR(WriteFrame(c.stream.get(), header, &join, {}, deadline));
+  return ApplyStream(c.stream.get());
 }
 
 absl::Status ReplicaMember::ApplyStream(Stream* stream) {

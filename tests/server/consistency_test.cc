@@ -248,7 +248,7 @@ TEST_F(ConsistencyTest, BspStepDeadlineAppliesAShortStep) {
   ASSERT_TRUE(p.answer.has_value());
   EXPECT_TRUE(p.answer->ok());
   EXPECT_EQ(p.Weight(), 8.0f);
-  EXPECT_EQ(store_.Counters().steps_short, 1);
+  EXPECT_EQ(store_.Counters()[ShardCounter::kStepsShort], 1);
 }
 
 // Healing, asked: a rank waits for a step it pushed, but its gradient is
@@ -272,7 +272,7 @@ TEST_F(ConsistencyTest, BspAsksARankWhoseGradientIsMissingToPushAgain) {
   ASSERT_TRUE(waiting.answer.has_value());
   EXPECT_TRUE(waiting.answer->ok());
   EXPECT_EQ(waiting.Weight(), 10.0f - 3.0f);
-  EXPECT_EQ(store_.Counters().steps_short, 0);
+  EXPECT_EQ(store_.Counters()[ShardCounter::kStepsShort], 0);
 }
 
 // Healing, past the bound: every rank missing from a step is blocked in a
@@ -307,7 +307,7 @@ TEST_F(ConsistencyTest, BspHealsAStepWhoseMissingRanksAllWait) {
   EXPECT_TRUE(pusher.answer->ok());
   EXPECT_EQ(pusher.Weight(), 10.0f - 2.0f);  // Rank 0's gradient alone.
   EXPECT_EQ(blocked.Weight(), 8.0f);
-  EXPECT_EQ(store_.Counters().steps_short, 1);
+  EXPECT_EQ(store_.Counters()[ShardCounter::kStepsShort], 1);
 }
 
 // Regression (issue #38, chaos sweep bsp, 2 workers, no checkpoints): a

@@ -68,7 +68,7 @@ TEST_F(RecoveryTest, AsyncDropsAGradientOfAnEarlierIncarnation) {
   EXPECT_TRUE(resp.dropped(0));
   EXPECT_EQ(resp.incarnation(), kIncarnation);
   EXPECT_EQ(*Weight(), 10.0f);
-  EXPECT_EQ(store_.Counters().dropped_restarted, 1);
+  EXPECT_EQ(store_.Counters()[ShardCounter::kDroppedRestarted], 1);
   // Ours (or none) is checked and applied as always.
   EXPECT_EQ(consistency_->Push(Grad(1.0f, 500, kIncarnation), &resp).code(),
             absl::StatusCode::kInvalidArgument);
@@ -194,7 +194,7 @@ TEST_F(RecoveryTest, RetriedPushIsAnsweredNotAppliedAgain) {
   ASSERT_TRUE(consistency_->Push(push, &retry).ok());
   EXPECT_EQ(retry.versions(0), first.versions(0));
   EXPECT_EQ(*Weight(), 9.0f);
-  EXPECT_EQ(store_.Counters().duplicate_pushes, 1);
+  EXPECT_EQ(store_.Counters()[ShardCounter::kDuplicatePushes], 1);
   push.set_sequence(2);  // The next push of the same client applies.
   ASSERT_TRUE(consistency_->Push(push, &retry).ok());
   push.set_client_id(6);  // So does another client's sequence 1.

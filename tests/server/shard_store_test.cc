@@ -157,7 +157,7 @@ TEST_F(ShardStoreTest, DropPolicySkipsStaleGradients) {
   int64_t version;
   EXPECT_EQ(Weight(&version), 9.0f);
   EXPECT_EQ(version, 1);
-  EXPECT_EQ(store_.Counters().dropped_stale, 1);
+  EXPECT_EQ(store_.Counters()[ShardCounter::kDroppedStale], 1);
 }
 
 TEST_F(ShardStoreTest, ScalePolicyDividesTheStepByOnePlusStaleness) {
@@ -203,9 +203,9 @@ TEST_F(ShardStoreTest, BspAppliesTheMeanOnceTheQuorumIsIn) {
   ASSERT_TRUE(store_.Push(Grad(1.0f, 0, 2, 1), policy, &resp).ok());
   EXPECT_TRUE(resp.dropped(0));
   ShardCounters c = store_.Counters();
-  EXPECT_EQ(c.dropped_late, 2);
-  EXPECT_EQ(c.steps_applied, 1);
-  EXPECT_EQ(c.steps_short, 0);
+  EXPECT_EQ(c[ShardCounter::kDroppedLate], 2);
+  EXPECT_EQ(c[ShardCounter::kStepsApplied], 1);
+  EXPECT_EQ(c[ShardCounter::kStepsShort], 0);
 }
 
 // Issue #38, 2: a rank's empty share (SliceData.no_gradient) counts for the
@@ -240,11 +240,11 @@ TEST_F(ShardStoreTest, BspAMissingGradientCountsAsZero) {
   ASSERT_TRUE(store_.Push(Grad(2.0f, 1, 0, 2), policy, &resp).ok());
   EXPECT_EQ(store_.FastForwardTo(2, 2), 0);  // Step 2 itself may come.
   EXPECT_EQ(Weight(), 8.0f);
-  const int64_t short_before = store_.Counters().steps_short;
+  const int64_t short_before = store_.Counters()[ShardCounter::kStepsShort];
   EXPECT_EQ(store_.FastForwardTo(3, 2), 1);
   EXPECT_TRUE(store_.StepApplied({0}, 3));
   EXPECT_EQ(Weight(), 7.0f);  // Rank 0's 2 and rank 1's lost share 0, / 2.
-  EXPECT_EQ(store_.Counters().steps_short, short_before + 1);
+  EXPECT_EQ(store_.Counters()[ShardCounter::kStepsShort], short_before + 1);
   ASSERT_TRUE(store_.Push(none(0, 4), policy, &resp).ok());
   ASSERT_TRUE(store_.Push(none(1, 4), policy, &resp).ok());
   EXPECT_EQ(Weight(), 7.0f);  // Nobody sent one: nothing moves.
@@ -309,7 +309,7 @@ TEST_F(ShardStoreTest, BspDeadlineAppliesAShortStep) {
                                         absl::UnixEpoch() + absl::Seconds(5)),
             1);
   EXPECT_EQ(Weight(), 8.0f);
-  EXPECT_EQ(store_.Counters().steps_short, 1);
+  EXPECT_EQ(store_.Counters()[ShardCounter::kStepsShort], 1);
 }
 
 TEST_F(ShardStoreTest, BspQuorumShrinksWhenAWorkerDies) {
