@@ -1,0 +1,4 @@
+#!/usr/bin/env bash
+# Moved to tools/bench/bench.sh; this path stays for the commands written
+# before the move (dated records, commit messages).
+exec "$(dirname "$0")/bench/bench.sh" "$@"

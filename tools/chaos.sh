@@ -1,0 +1,4 @@
+#!/usr/bin/env bash
+# Moved to tools/reliability/chaos.py; this path stays for the commands
+# written before the move (dated records, commit messages).
+exec "$(dirname "$0")/reliability/chaos.py" "$@"
