@@ -1,4 +1,4 @@
-// big_shard_client: the worker side of tools/reliability/big_shard_check.sh.
+// big_shard_client: the worker side of tools/reliability/big_shard_check.py.
 // Declares (again: the same spec is a no-op) one shard's model of
 // --model_bytes of f32 weights with Adam (so the shard holds three times
 // that), pushes --pushes gradients through every tensor, then pulls every

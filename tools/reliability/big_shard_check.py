@@ -1,35 +1,57 @@
-#!/bin/bash
-# Checks, outside the test suite (minutes, gigabytes), that a shard of more
-# than 3 GiB checkpoints, restores and replicates byte-exactly (issue #38,
-# 8): one ps_server with --model_bytes of weights under Adam (the shard
-# holds 3x that), three pushes, a job checkpoint (psctl checkpoint), a
-# restart from it, the weights' SHA-256 before and after; then one more push
-# on the restored shard. Then a replicated pair (--replicas=2, a private
-# etcd): the same declare and pushes on the first member, a second member
-# that joins with the whole state as a snapshot, the first killed, and the
-# promoted backup's weights, and its weights after the same extra push,
-# compared with the single shard's. Prints sizes, times and throughput.
-#
-#   tools/reliability/big_shard_check.sh [MODEL_BYTES]
-#     (default 1100 MiB: 3.2 GiB of state)
-#
-# Memory: about 3.3x MODEL_BYTES per server (two at once in the replicated
-# part) and a few tensors for the client. Env: OUTPUT_BASE (bazel's), WORK.
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-MODEL_BYTES=${1:-$((1100 << 20))}
-OB=${OUTPUT_BASE:+--output_base=$OUTPUT_BASE}
-nice -n 10 bazel $OB build ${BAZEL_FLAGS:-} //server:ps_server //tools:psctl \
-  //tools/reliability:big_shard_client 2>/dev/null
-BIN=$(bazel $OB info ${BAZEL_FLAGS:-} bazel-bin 2>/dev/null)
-WORK=${WORK:-$(mktemp -d /tmp/big_shard.XXXXXX)}
-mkdir -p "$WORK"
-echo "work dir: $WORK"
-exec python3 - "$BIN" "$WORK" "$MODEL_BYTES" <<'PY'
-import json, os, re, signal, socket, subprocess, sys, time
+#!/usr/bin/python3
+"""Checks, outside the test suite (minutes, gigabytes), that a shard of more
+than 3 GiB checkpoints, restores and replicates byte-exactly (issue #38,
+8): one ps_server with --model_bytes of weights under Adam (the shard
+holds 3x that), three pushes, a job checkpoint (psctl checkpoint), a
+restart from it, the weights' SHA-256 before and after; then one more push
+on the restored shard. Then a replicated pair (--replicas=2, a private
+etcd): the same declare and pushes on the first member, a second member
+that joins with the whole state as a snapshot, the first killed, and the
+promoted backup's weights, and its weights after the same extra push,
+compared with the single shard's. Prints sizes, times and throughput.
 
-BIN, WORK, MODEL_BYTES = sys.argv[1], sys.argv[2], int(sys.argv[3])
-procs = []
+  tools/reliability/big_shard_check.py [MODEL_BYTES]
+    (default 1100 MiB: 3.2 GiB of state)
+
+Memory: about 3.3x MODEL_BYTES per server (two at once in the replicated
+part) and a few tensors for the client. Env: OUTPUT_BASE (bazel's), WORK,
+BAZEL_FLAGS.
+"""
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", ".."))
+from tools import ROOT  # noqa: E402
+
+# Set once by main(): bazel-bin, the work dir and the model's size.
+BIN = WORK = None
+MODEL_BYTES = 0
+procs = []  # every process started, killed on the way out
+
+
+def build():
+    """ps_server, psctl and big_shard_client built by bazel; its bazel-bin."""
+    bazel = ["bazel"]
+    if os.environ.get("OUTPUT_BASE"):
+        bazel.append(f"--output_base={os.environ['OUTPUT_BASE']}")
+    flags = os.environ.get("BAZEL_FLAGS", "").split()
+    subprocess.run(["nice", "-n", "10", *bazel, "build", *flags,
+                    "//server:ps_server", "//tools:psctl",
+                    "//tools/reliability:big_shard_client"],
+                   cwd=ROOT, check=True, stderr=subprocess.DEVNULL)
+    return subprocess.run([*bazel, "info", *flags, "bazel-bin"], cwd=ROOT,
+                          check=True, capture_output=True,
+                          text=True).stdout.strip()
 
 
 def free_port():
@@ -95,12 +117,10 @@ def gib(n):
     return n / (1 << 30)
 
 
-state = 3 * MODEL_BYTES  # weights + Adam's two slots
-print(f"model: {gib(MODEL_BYTES):.2f} GiB of weights, "
-      f"{gib(state):.2f} GiB of shard state with Adam")
-ok = True
-try:
-    # 1. One shard: checkpoint, restart, compare.
+def single_shard():
+    """One shard: checkpoint, restart, compare. Returns (the weights' hash
+    after 3 pushes, after one more on the restored shard, whether the
+    restored weights were equal)."""
     ckpt = os.path.join(WORK, "ckpt")
     os.makedirs(ckpt, exist_ok=True)
     flags = [f"--checkpoint_dir={ckpt}", "--checkpoint_every=0s"]
@@ -125,11 +145,13 @@ try:
           f"{rss_gib(s2):.2f} GiB")
     h2, _ = client(f"127.0.0.1:{port_of('restored')}")
     print(f"weights after restore {'EQUAL' if h2 == h1 else 'DIFFER'}")
-    ok &= h2 == h1
     h3, _ = client(f"127.0.0.1:{port_of('restored')}", pushes=1, first=3)
     stop(s2)
+    return h1, h3, h2 == h1
 
-    # 2. A replicated pair: the second member joins with a big snapshot.
+
+def start_etcd():
+    """A private single-member etcd; its client port."""
     etcd_port, peer = free_port(), free_port()
     etcd = subprocess.Popen(
         ["etcd", "--name=big", f"--data-dir={WORK}/etcd",
@@ -140,6 +162,29 @@ try:
          f"--initial-cluster=big=http://127.0.0.1:{peer}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     procs.append(etcd)
+    return etcd_port
+
+
+def wait_for_join(backup, since):
+    """The primary's log line for the backup's join: (bytes, took)."""
+    log0 = os.path.join(WORK, "member0.log")
+    while True:
+        with open(log0) as f:
+            m = re.search(
+                r"joined at op \d+ \((\d+) bytes of state in ([^)]*)\)",
+                f.read())
+        if m:
+            return int(m.group(1)), m.group(2)
+        if backup.poll() is not None or time.monotonic() - since > 600:
+            sys.exit("the backup did not join: see member*.log")
+        time.sleep(0.2)
+
+
+def replicated_pair(h1, h3):
+    """A replicated pair: the second member joins with a big snapshot, the
+    first is killed; True if every hash matched the single shard's."""
+    ok = True
+    etcd_port = start_etcd()
     ports = [free_port(), free_port()]
     rflags = ["--replicas=2", f"--etcd=127.0.0.1:{etcd_port}", "--job=big",
               "--replica_ack_timeout=120s"]
@@ -153,18 +198,10 @@ try:
     t = time.monotonic()
     b = server("member1", rflags + [f"--port={ports[1]}",
                                     f"--advertise=127.0.0.1:{ports[1]}"])
-    log0 = os.path.join(WORK, "member0.log")
-    while True:
-        with open(log0) as f:
-            m = re.search(r"joined at op \d+ \((\d+) bytes of state in ([^)]*)\)",
-                          f.read())
-        if m:
-            break
-        if b.poll() is not None or time.monotonic() - t > 600:
-            sys.exit("the backup did not join: see member*.log")
-        time.sleep(0.2)
-    snap, took = int(m.group(1)), time.monotonic() - t
-    print(f"snapshot: {gib(snap):.2f} GiB to the backup (primary: {m.group(2)}; "
+    snap, primary_took = wait_for_join(b, t)
+    took = time.monotonic() - t
+    print(f"snapshot: {gib(snap):.2f} GiB to the backup (primary: "
+          f"{primary_took}; "
           f"{took:.1f} s from the backup's start, "
           f"{gib(snap) / took:.2f} GiB/s); peak RSS primary "
           f"{rss_gib(a):.2f} GiB, backup {rss_gib(b):.2f} GiB")
@@ -178,11 +215,33 @@ try:
     print(f"one more push: restored shard and promoted backup "
           f"{'EQUAL' if h6 == h3 else 'DIFFER'} (optimizer state too)")
     ok &= h6 == h3
-finally:
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-print("PASS" if ok else "FAIL")
-sys.exit(0 if ok else 1)
-PY
+    return ok
+
+
+def main():
+    global BIN, WORK, MODEL_BYTES
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("model_bytes", nargs="?", type=int, default=1100 << 20)
+    MODEL_BYTES = p.parse_args().model_bytes
+    BIN = build()
+    WORK = os.environ.get("WORK") or tempfile.mkdtemp(prefix="big_shard.")
+    os.makedirs(WORK, exist_ok=True)
+    print(f"work dir: {WORK}")
+    state = 3 * MODEL_BYTES  # weights + Adam's two slots
+    print(f"model: {gib(MODEL_BYTES):.2f} GiB of weights, "
+          f"{gib(state):.2f} GiB of shard state with Adam")
+    try:
+        h1, h3, ok = single_shard()
+        ok &= replicated_pair(h1, h3)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
