@@ -5,6 +5,10 @@
 # Each BIN_DIR holds ps_server and ps_worker (copy them out of bazel-bin
 # after building each commit). Prints samples/s summed over the workers for
 # 1 async worker (fused, layered) and 2 (fused), 2 shards, and new/old.
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then  # the comment above
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+  exit 0
+fi
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 # Runs inside python/package/cluster.py (the shards' launcher): starts

@@ -21,6 +21,10 @@
 # Every line ends with its ratio to the ceiling it is compared with.
 #
 #   tools/bench/bench.sh [--quick]     # --quick: 1 MiB only, shorter runs
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then  # the comment above
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+  exit 0
+fi
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 quick=0

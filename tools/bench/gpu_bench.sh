@@ -7,6 +7,10 @@
 # BIN (default: build with --config=cuda into bazel-bin) names a folder
 # holding ps_server and gpu_bench, for machines without Bazel: copy both
 # there with the shared libraries `ldd` lists and set LD_LIBRARY_PATH.
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then  # the comment above
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+  exit 0
+fi
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tools/ops/gpu_binaries.sh

@@ -7,6 +7,10 @@
 # itself, on the same cores). Prints each variant's samples/s per
 # repetition, the median, and the ratio of each median to (a)'s.
 #   tools/bench/metrics_bench.sh [--reps N] [--steps N]
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then  # the comment above
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+  exit 0
+fi
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 reps=5

@@ -9,6 +9,10 @@
 #   1 / (1 / plaintext + 2 / (cores x AES-256-GCM rate of one core))
 # (the rate from `openssl speed`, the cipher TLS 1.3 picks first).
 #   tools/bench/tls_bench.sh [REPS] [ps_bench flags...]     e.g. 3 --clients=2
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then  # the comment above
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+  exit 0
+fi
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 reps=${1:-3}

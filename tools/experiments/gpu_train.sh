@@ -11,6 +11,10 @@
 # BIN (default: a build into bazel-bin, --config=cuda where nvcc is
 # installed) names a folder holding ps_server and ps_worker; DATA the
 # folder with the IDX files (default: ps_worker's).
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then  # the comment above
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+  exit 0
+fi
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tools/ops/gpu_binaries.sh

@@ -7,6 +7,10 @@
 #   tools/experiments/python_cnn.sh [--epochs 2] [--modes "async bsp"]
 #                                   [--out DIR]
 #                                   [--args "--lr 0.05 ..."]  (to every worker)
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then  # the comment above
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+  exit 0
+fi
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 epochs=2 modes="async bsp" out="" args=""

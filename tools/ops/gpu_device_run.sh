@@ -10,6 +10,10 @@
 #
 #   tools/ops/gpu_device_run.sh [tests] [bench] [train] [compress] [sanitizer]
 #                                                          (default: all)
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then  # the comment above
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+  exit 0
+fi
 set -uo pipefail
 parts=" ${*:-tests bench train compress sanitizer} "
 want() { [[ "$parts" == *" $1 "* ]]; }

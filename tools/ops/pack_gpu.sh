@@ -5,6 +5,10 @@
 # CUDA tests) and lib/ (every shared library they need except glibc, the
 # CUDA driver and the CUDA toolkit's own, which the GPU machine has); data/
 # the Fashion-MNIST IDX files. Then, there: tools/ops/gpu_device_run.sh
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then  # the comment above
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+  exit 0
+fi
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 deploy/install_deps.sh
