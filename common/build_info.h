@@ -1,5 +1,5 @@
 // What a binary was built from: the release and the git commit (stamped by
-// Bazel from tools/workspace_status.sh; "unknown" outside a checkout).
+// Bazel from tools/ops/workspace_status.sh; "unknown" outside a checkout).
 // --version prints both, and every /metrics serves them as
 // asyncps_build_info{version,commit} 1.
 #ifndef ASYNCPS_COMMON_BUILD_INFO_H_

@@ -29,13 +29,13 @@ PACKAGES=(
   docker.io                 # the compose cluster (deploy/docker-compose.yml)
   docker-compose            # 1.29
   debootstrap               # the base image (deploy/docker/base_image.sh)
-  curl                      # tools/metrics_bench.sh
+  curl                      # tools/bench/metrics_bench.sh
   iperf3                    # tests/deploy/netem_test.sh: the emulated links' rate
   cmake                     # tests/tsan/abseil.sh builds Debian's Abseil for TSAN
   dpkg-dev                  # dpkg-source, for the same
   python3-yaml              # tests/deploy/drift_test.py
   procps                    # pkill/pgrep in scripts
-  python3                   # tools/experiment.py (standard library only)
+  python3                   # tools/experiments/ (standard library only)
   python3-dev               # the Python module (//python): Python.h
   pybind11-dev              # the Python module's bindings (pybind11 2.10)
   python3-numpy             # the Python module's arrays
@@ -71,11 +71,11 @@ if ((${#missing[@]} > 0)); then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The Kubernetes schema validator (tools/k8s_validate: kubernetes-models from
-# npm, pinned by its package-lock.json) in ASYNCPS_NPM_DIR, reinstalled only
-# when the lock file changes.
+# The Kubernetes schema validator (tools/ops/k8s_validate: kubernetes-models
+# from npm, pinned by its package-lock.json) in ASYNCPS_NPM_DIR, reinstalled
+# only when the lock file changes.
 npm_dir=${ASYNCPS_NPM_DIR:-/opt/asyncps/k8s_validate}
-src="$(dirname "$0")/../tools/k8s_validate"
+src="$(dirname "$0")/../tools/ops/k8s_validate"
 if ! cmp -s "$src/package-lock.json" "$npm_dir/package-lock.json" ||
   [[ ! -d "$npm_dir/node_modules/kubernetes-models" ]]; then
   echo "install_deps: npm ci of $src into $npm_dir" >&2

@@ -110,7 +110,8 @@ if ((${#@} == 0)) && [[ -x /usr/local/cuda/bin/nvcc ]]; then
   if grep -q "CUDA tests skipped" bazel-testlogs/tests/worker/cuda_backend_test/test.log 2>/dev/null; then
     echo "== note: cuda_backend_test passed by skipping: this machine has no GPU"
   fi
-  bazel build --config=cuda //worker:ps_worker //tools:gpu_bench 2>&1 | tail -n 3
+  bazel build --config=cuda //worker:ps_worker //tools/bench:gpu_bench 2>&1 |
+    tail -n 3
   cuda_build_rc=${PIPESTATUS[0]}
   if ((cuda_rc != 0 || cuda_build_rc != 0)); then rc=1; fi
   if ((cuda_build_rc != 0)); then echo "//:cuda_build FAILED TO BUILD" >>"$log"; fi

@@ -1,5 +1,4 @@
 #!/usr/bin/env bash
-# A chaos run (tools/chaos.py says what and how): the same training job
-# undisturbed and with random shards and workers SIGKILLed and restarted.
-#   tools/chaos.sh [--mode async] [--seeds A-B] [--plan s,w,...] [--bin DIR] ...
-exec /usr/bin/python3 "$(dirname "$0")/chaos.py" "$@"
+# Moved to tools/reliability/chaos.py; this path stays for the commands
+# written before the move (dated records, commit messages).
+exec "$(dirname "$0")/reliability/chaos.py" "$@"

@@ -1,5 +1,6 @@
 """Shards for a job on this machine: the one launcher of ps_server
-processes that asyncps.run, the Python tests and tools/experiment.py share.
+processes that asyncps.run, the Python tests and tools/experiments/experiment.py
+share.
 
     shards = Shards(binary, mode="async")
     servers = shards.start(2, "--checkpoint_dir=/tmp/ckpt")  # ["h:p", ...]

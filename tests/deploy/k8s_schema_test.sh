@@ -3,7 +3,7 @@
 # kustomization (deploy/k8s/monitoring: the Prometheus operator's
 # PodMonitor and PrometheusRule), as `kubectl kustomize` renders them,
 # against the Kubernetes API's own schemas (kubernetes-models
-# from npm, tools/k8s_validate; deploy/install_deps.sh installs it); and
+# from npm, tools/ops/k8s_validate; deploy/install_deps.sh installs it); and
 # the validator itself refuses a deliberately broken manifest
 # (tests/deploy/k8s_broken.yaml), naming each fault, fields the API's types
 # lack included.
@@ -15,7 +15,7 @@ export NODE_PATH="$npm_dir/node_modules"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 [[ -d "$NODE_PATH/kubernetes-models" ]] ||
   fail "no kubernetes-models in $NODE_PATH: run deploy/install_deps.sh"
-validate="$root/tools/k8s_validate/validate.js"
+validate="$root/tools/ops/k8s_validate/validate.js"
 to_json() {  # YAML documents on stdin -> a JSON array in $1
   /usr/bin/python3 -c 'import json, sys, yaml
 json.dump([d for d in yaml.safe_load_all(sys.stdin) if d], open(sys.argv[1], "w"))' "$1"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The history checker (tools/history_check.sh) over short fixed seeds:
-# unreplicated async, bsp with rows and ssp with rows (shard restarts from
-# checkpoints, worker kills mid-push, dropped connections), then replicated
+# The history checker (tools/reliability/history_check.py) over short fixed
+# seeds: unreplicated async, bsp with rows and ssp with rows (shard restarts
+# from checkpoints, worker kills mid-push, dropped connections), then replicated
 # bsp and async (primary and backup kills, a primary stopped past its
 # lease). Fails on any departure from the model (no kind is --known).
 set -euo pipefail
@@ -12,8 +12,9 @@ cp "$root/server/ps_server" "$root/tools/psctl" "$bin/"
 export PYTHONPATH="$root/python"
 export OMP_NUM_THREADS=1
 out="$TEST_TMPDIR/history"
-"$root/tools/history_check.sh" --bin "$bin" --out "$out/a" --seconds 4 \
+check="$root/tools/reliability/history_check.py"
+"$check" --bin "$bin" --out "$out/a" --seconds 4 \
   --every 1.2 --seeds 1-2 --combos async,bsp/rows,ssp/rows
-"$root/tools/history_check.sh" --bin "$bin" --out "$out/b" --seconds 5 \
+"$check" --bin "$bin" --out "$out/b" --seconds 5 \
   --every 1.2 --seeds 1-1 --combos bsp/r2,async/r2
 echo PASS

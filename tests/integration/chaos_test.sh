@@ -19,9 +19,9 @@ out="$TEST_TMPDIR/chaos"
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 log="$TEST_TMPDIR/chaos.txt"
-"$root/tools/chaos.sh" --bin "$bin" --out "$out" --mode "$mode" --epochs 3 \
-  --every 1.5 --plan s,w,s,s,w,s "${state[@]}" --seed 3 --seconds 60 |
-  tee "$log"
+"$root/tools/reliability/chaos.py" --bin "$bin" --out "$out" --mode "$mode" \
+  --epochs 3 --every 1.5 --plan s,w,s,s,w,s "${state[@]}" --seed 3 \
+  --seconds 60 | tee "$log"
 base=$(awk '$1 == "undisturbed" {print $3}' "$log")
 line=$(grep '^chaos ' "$log") || fail "no chaos run reported"
 read -r _ _ acc _ _ _ kills _ shard_kills _ worker_kills _ failed \

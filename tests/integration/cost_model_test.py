@@ -1,19 +1,16 @@
 #!/usr/bin/python3
-"""tools/cost_model.py: its formulas on cases worked by hand (async, the
-layered ssp/bsp exchange, the ring, a codec's CPU time), its bounds,
+"""tools/experiments/cost_model.py: its formulas on cases worked by hand (async,
+the layered ssp/bsp exchange, the ring, a codec's CPU time), its bounds,
 its refusal of a bad link, and its stated accuracy over the measured
 points (docs/COST_MODEL.md: median error within 15 %), so a change to its
 constants or to the points that breaks that claim fails here."""
-import importlib.util
 import math
 import os
 import sys
 
-root = os.path.join(os.environ["TEST_SRCDIR"], os.environ["TEST_WORKSPACE"])
-spec = importlib.util.spec_from_file_location(
-    "cost_model", os.path.join(root, "tools", "cost_model.py"))
-cm = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(cm)
+sys.path.insert(0, os.path.join(os.environ["TEST_SRCDIR"],
+                                os.environ["TEST_WORKSPACE"]))
+from tools.experiments import cost_model as cm  # noqa: E402
 
 failures = []
 

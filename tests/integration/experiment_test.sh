@@ -10,9 +10,10 @@ out="$TEST_TMPDIR/exp"
 mkdir -p "$bin"
 cp "$root/server/ps_server" "$root/worker/ps_worker" "$root/tools/psctl" "$bin/"
 
-/usr/bin/python3 "$root/tools/experiment.py" --bin "$bin" --modes async+bf16,bsp \
-  --workers 2 --profiles none --seeds 1,2 --samples 3000 --eval_every 1s \
-  --eval_flags="--max_test_examples=1000" --out "$out"
+/usr/bin/python3 "$root/tools/experiments/experiment.py" --bin "$bin" \
+  --modes async+bf16,bsp --workers 2 --profiles none --seeds 1,2 \
+  --samples 3000 --eval_every 1s --eval_flags="--max_test_examples=1000" \
+  --out "$out"
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 [[ -f "$out/summary.csv" ]] || fail "no summary.csv"

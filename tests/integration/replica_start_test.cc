@@ -1,5 +1,6 @@
 // Issue #38: a replicated member whose start failed before its ShardServer
-// existed (etcd not up yet, as when tools/chaos.py starts etcd and the
+// existed (etcd not up yet, as when tools/reliability/chaos.py starts etcd
+// and the
 // first member together; its port taken) died of SIGSEGV in
 // ~ReplicaMember (Stop fenced a server that was never made) instead of
 // returning the error, so ps_server never tried again. In process, each

@@ -17,7 +17,7 @@
 #include "tests/integration/test_cluster.h"
 #include "tests/integration/worker_runner.h"
 #include "tests/testing/temp_dir.h"
-#include "tools/timeline_merge.h"
+#include "tools/ops/timeline_merge.h"
 
 namespace asyncps::testing {
 namespace {

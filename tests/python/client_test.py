@@ -245,8 +245,8 @@ def test_bsp_step_is_the_mean_with_a_missing_gradient_as_zero(shards,
 
 def test_bsp_pull_after_a_shard_restart_pushes_the_step_again(shards,
                                                                tmp_path):
-    """Regression (issue #38, 7, found by tools/history_check.sh): a pull
-    after end_step on a shard restored from an older checkpoint was
+    """Regression (issue #38, 7, found by tools/reliability/history_check.py): a
+    pull after end_step on a shard restored from an older checkpoint was
     answered ABORTED ("push step N's gradient again, then pull"), which the
     Python API could not do (end_step had moved the clock): the worker's
     gradient was lost. The client keeps the step's gradients in bsp and
@@ -276,9 +276,9 @@ def test_bsp_pull_after_a_shard_restart_pushes_the_step_again(shards,
 
 
 def test_bsp_step_without_gradients_after_a_shard_restart(shards, tmp_path):
-    """Regression (found by tools/history_check.sh): a rank that pushed no
-    gradient in a step (end_step says so for every tensor) was refused by
-    a shard restored from an older checkpoint ("bsp step 4 ... pushed
+    """Regression (found by tools/reliability/history_check.py): a rank that
+    pushed no gradient in a step (end_step says so for every tensor) was refused
+    by a shard restored from an older checkpoint ("bsp step 4 ... pushed
     before step 3 was applied"): its no-gradient marks named no
     incarnation, so the shard could not tell it had lost those steps."""
     servers = shards.start(1, "--mode=bsp", f"--checkpoint_dir={tmp_path}",

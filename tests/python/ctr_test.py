@@ -1,4 +1,4 @@
-"""The CTR workload (asyncps.ctr and tools/ctr_experiment.py): the
+"""The CTR workload (asyncps.ctr and tools/experiments/ctr_experiment.py): the
 generator is deterministic and spreads its ids as documented, its AUC is
 exact, and a short asyncps run with the table on two real shards learns
 (AUC well above 0.5)."""

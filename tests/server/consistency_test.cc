@@ -532,7 +532,8 @@ TEST_F(ConsistencyTest, BspRestartedShardDoesNotWaitForAWorkerThatLeft) {
   EXPECT_EQ(p.Weight(), 9.0f);  // Rank 0's gradient, the step's only one.
 }
 
-// Regression (issue #38, found by tools/history_check.sh): a bsp shard that
+// Regression (issue #38, found by tools/reliability/history_check.py): a bsp
+// shard that
 // restarted went on with the ranks it had heard from since, so a step
 // completed with rank 0's gradient alone (applied whole) and rank 1's,
 // which came a moment later, was dropped as late. A rank of the job not
@@ -585,7 +586,8 @@ TEST_F(ConsistencyTest, BspRestartedShardOfUnknownSizeCompletesNoStepByCount) {
   EXPECT_EQ(p.Weight(), 9.0f);
 }
 
-// Regression (issue #21, tools/chaos.sh --mode bsp --seed 7): a bsp shard
+// Regression (issue #21, tools/reliability/chaos.py --mode bsp --seed 7): a
+// bsp shard
 // restored from a checkpoint older than the step the job is on. A worker
 // restarted meanwhile resumes at the job's front and waits for that step on
 // every slice; the other pushed the next step of one tensor only (layered

@@ -235,7 +235,7 @@ TEST(PushLedger, WindowBusyTooOldAndFailures) {
   EXPECT_EQ(ledger.Begin(r, &again), PushLedger::Verdict::kApply);
 }
 
-// Regression (issue #38, 9: tools/chaos.sh --mode bsp --workers 4
+// Regression (issue #38, 9: tools/reliability/chaos.py --mode bsp --workers 4
 // --checkpoint_every off, seed 5): a shard restarted without a checkpoint,
 // caught up with the job's step, then restored from a worker's copy (its
 // steps unknown). Every rank's gradient of the step in progress had gone

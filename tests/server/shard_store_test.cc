@@ -235,8 +235,8 @@ TEST_F(ShardStoreTest, BspAMissingGradientCountsAsZero) {
   // ranks (its missing shares were lost with a restart, or their rank
   // went on without it): the fast-forward applies it with what it has,
   // the quorum's missing ranks counting as zero, counted as short, and moves
-  // past it. It never drops a gradient it was sent (tools/history_check.sh
-  // found acknowledged pushes lost so).
+  // past it. It never drops a gradient it was sent
+  // (tools/reliability/history_check.py found acknowledged pushes lost so).
   ASSERT_TRUE(store_.Push(Grad(2.0f, 1, 0, 2), policy, &resp).ok());
   EXPECT_EQ(store_.FastForwardTo(2, 2), 0);  // Step 2 itself may come.
   EXPECT_EQ(Weight(), 8.0f);

@@ -1,0 +1,184 @@
+#!/usr/bin/python3
+"""Replicated shards, measured (docs/RELIABILITY.md "Replicated shards"):
+
+  throughput  async training with 2 workers through 2 shards, unreplicated
+              and as groups of --replicas members (a private etcd), in
+              alternating order, --reps times each: each pair's samples/s
+              ratio (the sum of the workers' rates) and the spread.
+  pause       one replicated job trained long; --kills times, a shard's
+              primary is SIGKILLed (shards in turn) and the time until the
+              group applies a change again is measured: the promotion (the
+              lease's expiry in etcd, the backup's campaign) plus the
+              workers finding the new primary and their push arriving. The
+              killed member is restarted and waits to be a backup before
+              the next kill. Median and worst.
+
+  tools/bench/replica_bench.py [--reps 3] [--kills 10] [--replicas 2]
+                               [--bin DIR] [--out DIR] [--epochs 2]
+                               [--slowdown 1]
+
+--bin takes ps_server, ps_worker and psctl from DIR instead of building them.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", ".."))
+from tools import ROOT  # noqa: E402
+from asyncps import cluster  # noqa: E402
+from tools.reliability import chaos  # noqa: E402
+
+
+def parse():
+    p = argparse.ArgumentParser(prog="replica_bench.py",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--reps", type=chaos.positive_int, default=3)
+    p.add_argument("--kills", type=chaos.positive_int, default=10)
+    p.add_argument("--replicas", type=chaos.positive_int, default=2)
+    p.add_argument("--epochs", type=chaos.positive_int, default=2)
+    p.add_argument("--slowdown", default="1")
+    p.add_argument("--bin", default="")
+    p.add_argument("--out", default="")
+    return p.parse_args()
+
+
+class Args:
+    """What chaos.Job reads of its arguments."""
+
+    def __init__(self, a, out, replicas, epochs, slowdown):
+        self.mode, self.shards, self.workers = "async", 2, 2
+        self.epochs, self.slowdown, self.seed = epochs, slowdown, 1
+        self.checkpoint_every = "off"
+        self.replicas = replicas
+        self.bin, self.out = a.bin, out
+
+
+def rate(job):
+    """The workers' summed samples/s, from their --result_json."""
+    total = 0.0
+    for r, w in job.workers.items():
+        if w.wait() != 0:
+            raise RuntimeError(f"worker {r} failed; see {job.dir}")
+        with open(os.path.join(job.dir, f"result{r}.json")) as f:
+            total += json.load(f)["samples_per_second"]
+    return total
+
+
+def train(a, name, replicas):
+    job = chaos.Job(Args(a, a.out, replicas, a.epochs, a.slowdown), name)
+    try:
+        for r in range(2):
+            job.start_worker(r)
+        return rate(job)
+    finally:
+        job.stop()
+
+
+def stats(member, psctl):
+    """Member `member`'s Stats (its replica part), or None."""
+    out = subprocess.run([psctl, f"--servers={member.address}", "--timeout=1s",
+                          "status", "--json"], capture_output=True, text=True)
+    if out.returncode != 0:
+        return None
+    return json.loads(out.stdout)[0].get("replica", {})
+
+
+def wait_role(member, role, psctl, limit=60.0):
+    until = time.monotonic() + limit
+    while time.monotonic() < until:
+        s = stats(member, psctl)
+        if s is not None and s.get("role") == role:
+            return s
+        time.sleep(0.02)
+    raise RuntimeError(f"{member.address} never became {role}")
+
+
+def pauses(a):
+    psctl = os.path.join(a.bin, "psctl")
+    job = chaos.Job(Args(a, a.out, a.replicas, 1000, "3"), "pauses")
+    out = []
+    try:
+        for r in range(2):
+            job.start_worker(r)
+        time.sleep(3)  # Training under way (a pace, not a sync).
+        for k in range(a.kills):
+            shard = k % 2
+            group = job.groups[shard]
+            roles = [stats(m, psctl) or {} for m in group]
+            primary = next(i for i, s in enumerate(roles)
+                           if s.get("role") == "primary")
+            backup = next(i for i, s in enumerate(roles)
+                          if s.get("role") == "backup")
+            seq = int(roles[backup].get("appliedSeq", 0))
+            group[primary].kill()
+            killed = time.monotonic()
+            # The group applies a change again: promoted, and a push in.
+            while True:
+                s = stats(group[backup], psctl)
+                if (s is not None and s.get("role") == "primary" and
+                        int(s.get("appliedSeq", 0)) > seq + 1):
+                    break
+                if time.monotonic() - killed > 60:
+                    raise RuntimeError("no failover within 60 s")
+                time.sleep(0.01)
+            pause = time.monotonic() - killed
+            out.append(pause)
+            print(f"  kill {k + 1}: shard {shard}'s primary; training on "
+                  f"after {pause * 1000:.0f} ms", flush=True)
+            group[primary].start()  # Same port: it joins as a backup.
+            wait_role(group[primary], "backup", psctl)
+            time.sleep(1)  # Let the group settle between kills.
+    finally:
+        job.stop()
+    return out
+
+
+def main():
+    a = parse()
+    if not a.out:
+        a.out = tempfile.mkdtemp(prefix="asyncps-replica-bench.")
+    if not a.bin:
+        subprocess.run(["bazel", "build", "--noshow_progress",
+                        "//server:ps_server", "//worker:ps_worker",
+                        "//tools:psctl"], cwd=ROOT, check=True,
+                       stdout=sys.stderr)
+        built = subprocess.run(["bazel", "info", "bazel-bin"], cwd=ROOT,
+                               capture_output=True, text=True,
+                               check=True).stdout.strip()
+        a.bin = os.path.join(a.out, "bin")
+        os.makedirs(a.bin, exist_ok=True)
+        for b in ("server/ps_server", "worker/ps_worker", "tools/psctl"):
+            target = os.path.join(a.bin, os.path.basename(b))
+            if os.path.exists(target):
+                os.remove(target)
+            subprocess.run(["cp", os.path.join(built, b), target], check=True)
+    print(f"== async, 2 shards, 2 workers, {a.epochs} epochs; replicated: "
+          f"{a.replicas} members per shard; logs in {a.out}", flush=True)
+    ratios = []
+    for rep in range(a.reps):
+        order = [0, a.replicas] if rep % 2 == 0 else [a.replicas, 0]
+        r = {}
+        for replicas in order:
+            r[replicas] = train(a, f"rep{rep}-r{replicas}", replicas)
+        ratios.append(r[a.replicas] / r[0])
+        print(f"rep {rep + 1}: unreplicated {r[0]:.0f} samples/s, "
+              f"replicated {r[a.replicas]:.0f} samples/s, ratio "
+              f"{ratios[-1]:.2f}", flush=True)
+    print(f"throughput ratio replicated/unreplicated: mean "
+          f"{statistics.mean(ratios):.2f}, range {min(ratios):.2f}-"
+          f"{max(ratios):.2f} over {a.reps} pairs", flush=True)
+    p = pauses(a)
+    print(f"pause after a primary SIGKILL over {len(p)} kills: median "
+          f"{statistics.median(p) * 1000:.0f} ms, worst {max(p) * 1000:.0f} "
+          f"ms", flush=True)
+
+
+if __name__ == "__main__":
+    main()

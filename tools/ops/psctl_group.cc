@@ -1,0 +1,54 @@
+#include "tools/ops/psctl_group.h"
+
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "server/replica/etcd_coordinator.h"
+#include "server/replica/group_records.h"
+
+ABSL_FLAG(std::string, etcd, "",
+          "group init: etcd's client address (host:port), as the members' "
+          "--etcd.");
+ABSL_FLAG(std::string, job, "default",
+          "group init: the job's name, as the members' --job.");
+ABSL_FLAG(int, num_shards, 0,
+          "group init: the job's shards, as the members' --num_shards.");
+ABSL_FLAG(absl::Duration, etcd_timeout, absl::Seconds(5),
+          "group init: how long one etcd call may take.");
+
+namespace asyncps {
+
+int GroupCommand(const std::vector<std::string>& args) {
+  if (args.size() != 1 || args[0] != "init") {
+    std::fprintf(stderr,
+                 "usage: psctl group init --etcd=HOST:PORT --job=NAME "
+                 "--num_shards=N\n");
+    return 2;
+  }
+  const std::string etcd = absl::GetFlag(FLAGS_etcd);
+  const int shards = absl::GetFlag(FLAGS_num_shards);
+  if (etcd.empty() || shards < 1) {
+    std::fprintf(stderr,
+                 "psctl group init: needs --etcd (host:port) and "
+                 "--num_shards (>= 1), as the members were given\n");
+    return 2;
+  }
+  EtcdCoordinator coordinator(etcd, absl::GetFlag(FLAGS_etcd_timeout));
+  const std::string prefix =
+      absl::StrCat("/asyncps/", absl::GetFlag(FLAGS_job));
+  for (int s = 0; s < shards; ++s) {
+    absl::StatusOr<bool> created = CreateGroup(&coordinator, prefix, s);
+    if (!created.ok()) {
+      std::fprintf(stderr, "psctl group init: shard %d: %s\n", s,
+                   created.status().ToString().c_str());
+      return 1;
+    }
+    std::printf("shard %d: %s\n", s,
+                *created ? "group created (epoch 0: any member may lead it)"
+                         : "has its records already; left as it is");
+  }
+  return 0;
+}
+
+}  // namespace asyncps

@@ -1,0 +1,178 @@
+#include "tools/ops/psctl_status.h"
+
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace asyncps {
+namespace {
+
+// One line a shard: its model, its size and its updates a second (since
+// `previous`, the last refresh, if it is the same incarnation; else since
+// the shard started).
+void PrintShards(const std::vector<v1::StatsResponse>& stats,
+                 const std::vector<v1::StatsResponse>& previous) {
+  std::printf("%-5s %-16s %7s %9s %15s %11s %5s %9s %10s\n", "shard",
+              "incarnation", "slices", "MiB", "versions", "updates/s", "live",
+              "uptime", "checkpoint");
+  for (size_t s = 0; s < stats.size(); ++s) {
+    const v1::StatsResponse& r = stats[s];
+    double rate =
+        r.uptime_seconds() > 0 ? r.updates_applied() / r.uptime_seconds() : 0.0;
+    if (s < previous.size() && previous[s].incarnation() == r.incarnation() &&
+        r.uptime_seconds() > previous[s].uptime_seconds()) {
+      rate = (r.updates_applied() - previous[s].updates_applied()) /
+             (r.uptime_seconds() - previous[s].uptime_seconds());
+    }
+    const std::string checkpoint =
+        r.checkpoint_age_seconds() < 0
+            ? "none"
+            : absl::StrFormat("%.0fs ago", r.checkpoint_age_seconds());
+    std::printf(
+        "%-5u %016llx %7u %9.2f %7lld..%-7lld %11.1f %5d %8.0fs %10s%s\n",
+        r.shard(), static_cast<unsigned long long>(r.incarnation()),
+        r.num_slices(), r.num_bytes() / 1048576.0,
+        static_cast<long long>(r.min_version()),
+        static_cast<long long>(r.max_version()), rate, r.live_workers(),
+        r.uptime_seconds(), checkpoint.c_str(),
+        r.awaiting_restore() ? "  awaiting a worker's copy" : "");
+    if (!r.stall().empty()) {
+      std::printf("      stalled: %s\n", r.stall().c_str());
+    }
+  }
+}
+
+// One line a worker, as the shards see it: the freshest report of any
+// shard.
+void PrintWorkerTable(const std::vector<v1::StatsResponse>& stats) {
+  std::map<int, v1::WorkerInfo> workers;
+  for (const auto& r : stats) {
+    for (const auto& w : r.workers()) {
+      auto it = workers.find(w.rank());
+      if (it == workers.end() ||
+          w.seconds_since_heard() < it->second.seconds_since_heard()) {
+        workers[w.rank()] = w;
+      }
+    }
+  }
+  std::printf("%-5s %-20s %9s %9s %5s %10s %10s %8s %22s\n", "rank", "host",
+              "clock", "staleness", "live", "last seen", "samples/s", "loss",
+              "data/compute/exchange");
+  for (const auto& [rank, w] : workers) {
+    const v1::WorkerProgress& p = w.progress();
+    const double total =
+        p.data_seconds() + p.compute_seconds() + p.exchange_seconds();
+    auto share = [total](double s) { return total > 0 ? 100 * s / total : 0; };
+    std::printf(
+        "%-5d %-20s %9lld %9.2f %5s %9.1fs %10.0f %8.4f "
+        "%6.0f%%/%3.0f%%/%3.0f%%\n",
+        rank, w.host().c_str(), static_cast<long long>(w.clock()),
+        p.staleness(), w.live() ? "yes" : "NO", w.seconds_since_heard(),
+        p.samples_per_second(), p.loss(), share(p.data_seconds()),
+        share(p.compute_seconds()), share(p.exchange_seconds()));
+  }
+}
+
+// One line an embedding table, summed over the shards (each holds the ids
+// RowShard gives it); nothing if there is none.
+void PrintEmbeddingTotals(const std::vector<v1::StatsResponse>& stats) {
+  std::map<std::string, v1::EmbeddingStats> tables;
+  for (const auto& r : stats) {
+    for (const auto& e : r.embeddings()) {
+      v1::EmbeddingStats& t = tables[e.name()];
+      t.set_dim(e.dim());
+      t.set_rows(t.rows() + e.rows());
+      t.set_evicted(t.evicted() + e.evicted());
+      t.set_rows_pulled(t.rows_pulled() + e.rows_pulled());
+      t.set_rows_pushed(t.rows_pushed() + e.rows_pushed());
+      t.set_bytes_received(t.bytes_received() + e.bytes_received());
+      t.set_bytes_sent(t.bytes_sent() + e.bytes_sent());
+    }
+  }
+  if (tables.empty()) return;
+  std::printf("%-20s %6s %12s %12s %14s %14s %10s %10s\n", "embedding", "dim",
+              "rows", "evicted", "rows pulled", "rows pushed", "MB in",
+              "MB out");
+  for (const auto& [name, t] : tables) {
+    std::printf("%-20s %6lld %12lld %12lld %14lld %14lld %10.1f %10.1f\n",
+                name.c_str(), static_cast<long long>(t.dim()),
+                static_cast<long long>(t.rows()),
+                static_cast<long long>(t.evicted()),
+                static_cast<long long>(t.rows_pulled()),
+                static_cast<long long>(t.rows_pushed()),
+                t.bytes_received() / 1e6, t.bytes_sent() / 1e6);
+  }
+}
+
+}  // namespace
+
+void PrintStatus(const std::vector<v1::StatsResponse>& stats,
+                 const std::vector<v1::StatsResponse>& previous) {
+  if (stats.empty()) return;
+  std::printf("asyncps: %zu shards, mode %s, model '%s'\n", stats.size(),
+              stats[0].mode().c_str(), stats[0].model_name().c_str());
+  PrintShards(stats, previous);
+  PrintWorkerTable(stats);
+  PrintEmbeddingTotals(stats);
+}
+
+void PrintGroups(AdminClient* admin, ShardCaller* caller) {
+  bool replicated = false;
+  for (int s = 0; s < caller->num_shards(); ++s) {
+    replicated |= caller->num_members(s) > 1;
+  }
+  if (!replicated) return;
+  std::printf("%-5s %-22s %-8s %6s %9s %6s %12s  %s\n", "shard", "member",
+              "role", "epoch", "applied", "lag", "replicated", "backups");
+  for (int s = 0; s < caller->num_shards(); ++s) {
+    for (int m = 0; m < caller->num_members(s); ++m) {
+      const std::string address = caller->member_address(s, m).ToString();
+      auto stats = admin->MemberStats(s, m);
+      if (!stats.ok()) {
+        std::printf("%-5d %-22s %-8s %s\n", s, address.c_str(), "DOWN",
+                    std::string(stats.status().message()).c_str());
+        continue;
+      }
+      const v1::ReplicaStats& r = stats->replica();
+      std::printf(
+          "%-5d %-22s %-8s %6lld %9llu %6llu %11.1fM  %s\n", s, address.c_str(),
+          r.role().c_str(), static_cast<long long>(r.epoch()),
+          static_cast<unsigned long long>(r.applied_seq()),
+          static_cast<unsigned long long>(r.lag()), r.replicated_bytes() / 1e6,
+          absl::StrJoin(r.backups(), ",").c_str());
+    }
+  }
+}
+
+void PrintHistogram(const std::vector<v1::StatsResponse>& stats) {
+  std::vector<int64_t> sum;
+  for (const auto& s : stats) {
+    if (sum.size() < static_cast<size_t>(s.staleness_histogram_size())) {
+      sum.resize(s.staleness_histogram_size(), 0);
+    }
+    for (int k = 0; k < s.staleness_histogram_size(); ++k) {
+      sum[k] += s.staleness_histogram(k);
+    }
+  }
+  std::printf("staleness,count\n");
+  for (size_t k = 0; k < sum.size(); ++k) {
+    std::printf("%zu,%lld\n", k, static_cast<long long>(sum[k]));
+  }
+}
+
+void PrintWorkers(const std::vector<v1::StatsResponse>& stats) {
+  std::printf("shard,rank,clock,live,seconds_since_heard\n");
+  for (const auto& s : stats) {
+    for (const auto& w : s.workers()) {
+      std::printf("%u,%d,%lld,%d,%.3f\n", s.shard(), w.rank(),
+                  static_cast<long long>(w.clock()), w.live() ? 1 : 0,
+                  w.seconds_since_heard());
+    }
+  }
+}
+
+}  // namespace asyncps
