@@ -59,7 +59,8 @@ if ((${#@} == 0)); then
   asan_tests=(//tests/common/... //tests/server/... //tests/worker/...
     //tests/client/... //tests/transport/...)
   for t in checkpoint data_plane data_plane_hostile declare embedding \
-    exactly_once ps_exchange push_pull validation shard_answers replica; do
+    exactly_once ps_exchange ps_exchange_bsp push_pull validation \
+    shard_answers replica; do
     asan_tests+=("//tests/integration:${t}_test")
   done
   sanitized asan "clang ASAN+UBSAN, -Wthread-safety -Werror" --config=asan \
