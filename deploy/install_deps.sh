@@ -46,6 +46,9 @@ PACKAGES=(
   python3-setuptools        # python/setup.py
   python3-wheel
   etcd-server               # replicated shards' coordination (ps_server --replicas)
+  universal-ctags           # tests/lint/code_size.py: C++ functions' extents
+  shfmt                     # the same, for shell (shfmt --to-json)
+  node-acorn                # the same, for JavaScript (acorn --locations)
 )
 
 missing=()

@@ -58,8 +58,9 @@ if ((${#@} == 0)); then
   echo "== clang: AddressSanitizer + UndefinedBehaviorSanitizer, thread-safety analysis (--config=asan)"
   asan_tests=(//tests/common/... //tests/server/... //tests/worker/...
     //tests/client/... //tests/transport/...)
-  for t in checkpoint data_plane declare embedding exactly_once ps_exchange \
-    push_pull validation replica; do
+  for t in checkpoint data_plane data_plane_hostile declare embedding \
+    exactly_once ps_exchange ps_exchange_bsp push_pull validation \
+    shard_answers replica; do
     asan_tests+=("//tests/integration:${t}_test")
   done
   sanitized asan "clang ASAN+UBSAN, -Wthread-safety -Werror" --config=asan \
@@ -79,8 +80,8 @@ if ((${#@} == 0)); then
     tsan_options=halt_on_error=1:second_deadlock_stack=1
     tsan_options+=:suppressions=$PWD/tests/tsan/suppressions.txt
     tsan_tests=(//tests/tsan:mutex_canary_test)
-    for t in checkpoint concurrency consistency embedding_table kv_store \
-      membership recovery_rules shard_store; do
+    for t in checkpoint concurrency consistency consistency_restart \
+      embedding_table kv_store membership recovery_rules shard_store; do
       tsan_tests+=("//tests/server:${t}_test")
     done
     sanitized tsan TSAN --config=tsan --test_env=LD_LIBRARY_PATH="$absl_tsan" \

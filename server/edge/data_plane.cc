@@ -267,6 +267,31 @@ absl::Status DataPlaneServer::Authorize(int rank, uint64_t secret,
   return s;
 }
 
+absl::Status DataPlaneServer::ServeJoin(Stream* stream,
+                                        const FrameHeader& header) {
+  const absl::Duration t = config_.frame_timeout;
+  v1::ReplicaJoin join;
+  RETURN_IF_ERROR(ReadBody(
+      stream, header, &join, [&] { return PayloadFields(&join); },
+      absl::Now() + t));
+  if (config_.replication == nullptr) {
+    store_->CountRejected();
+    WriteError(stream,
+               absl::FailedPreconditionError(
+                   "this shard is not replicated (no --replicas)"),
+               absl::Now() + t)
+        .IgnoreError();
+    return absl::UnavailableError("a join on an unreplicated shard");
+  }
+  // The connection is the backup's stream until it ends.
+  absl::Status s = config_.replication->ServeBackup(stream, join);
+  if (absl::IsFailedPrecondition(s)) {
+    WriteError(stream, s, absl::Now() + t).IgnoreError();
+  }
+  return absl::UnavailableError(
+      absl::StrCat("replication stream ended: ", s.message()));
+}
+
 absl::Status DataPlaneServer::Handle(Stream* stream, const FrameHeader& header,
                                      std::vector<std::string>* spare) {
   const absl::Duration t = config_.frame_timeout;
@@ -321,28 +346,8 @@ absl::Status DataPlaneServer::Handle(Stream* stream, const FrameHeader& header,
               consistency_->PushRows(request, response, std::move(call));
             });
           });
-    case FrameOp::kJoin: {
-      v1::ReplicaJoin join;
-      RETURN_IF_ERROR(ReadBody(
-          stream, header, &join, [&] { return PayloadFields(&join); },
-          absl::Now() + t));
-      if (config_.replication == nullptr) {
-        store_->CountRejected();
-        WriteError(stream,
-                   absl::FailedPreconditionError(
-                       "this shard is not replicated (no --replicas)"),
-                   absl::Now() + t)
-            .IgnoreError();
-        return absl::UnavailableError("a join on an unreplicated shard");
-      }
-      // The connection is the backup's stream until it ends.
-      absl::Status s = config_.replication->ServeBackup(stream, join);
-      if (absl::IsFailedPrecondition(s)) {
-        WriteError(stream, s, absl::Now() + t).IgnoreError();
-      }
-      return absl::UnavailableError(
-          absl::StrCat("replication stream ended: ", s.message()));
-    }
+    case FrameOp::kJoin:
+      return ServeJoin(stream, header);
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           "data-plane op ", static_cast<int>(header.op),

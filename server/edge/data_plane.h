@@ -106,6 +106,10 @@ class DataPlaneServer {
   // `spare`: the connection's payload buffers, reused frame after frame.
   absl::Status Handle(Stream* stream, const FrameHeader& header,
                       std::vector<std::string>* spare);
+  // A backup's join: the connection becomes its replication stream
+  // (Replication::ServeBackup) until that ends, which the error return says.
+  // A shard that is not replicated refuses it with FAILED_PRECONDITION.
+  absl::Status ServeJoin(Stream* stream, const FrameHeader& header);
   // Membership::Authorize for a data-plane call; a refusal is counted.
   absl::Status Authorize(int rank, uint64_t secret, int64_t clock,
                          bool anyone = false);

@@ -204,9 +204,8 @@ def is_etcd(container):
 
 
 
-# Each overlay as `kubectl kustomize` renders it (the manifests a user
-# applies), checked alike.
-def check_kubernetes(label, objects):
+def job_config(label, objects):
+    """The asyncps-job ConfigMap's data, or None (a failure said so)."""
     for d in objects:
         for key in ("apiVersion", "kind", "metadata"):
             if key not in d:
@@ -216,24 +215,20 @@ def check_kubernetes(label, objects):
                    and d["metadata"]["name"] == "asyncps-job"), None)
     if config is None:
         fail(f"{label}: no asyncps-job ConfigMap")
-        return
+    return config
 
-    def resolve(v):
-        """A flag's value with the ConfigMap's $VARS filled in."""
-        for name, val in config.items():
-            v = (v or "").replace(f"${name}", str(val))
-        return v
 
-    for key, binary in (("SERVER_FLAGS", "ps_server"),
-                        ("CLIENT_FLAGS", "ps_worker"),
-                        ("WORKER_FLAGS", "ps_worker")):
-        check(f"{label} ConfigMap {key}", binary,
-              shlex.split(config.get(key, "")))
-    service = next(d for d in objects if d["kind"] == "Service"
-                   and d["spec"].get("clusterIP") == "None")
-    # The job ends: every workload is a Job (nothing that restarts forever),
-    # but the replicated overlay's etcd, which its kustomization says to
-    # delete with the job.
+def resolve(config, v):
+    """A flag's value with the ConfigMap's $VARS filled in."""
+    for name, val in config.items():
+        v = (v or "").replace(f"${name}", str(val))
+    return v
+
+
+def check_jobs_end(label, objects):
+    """The job ends: every workload is a Job (nothing that restarts
+    forever), but the replicated overlay's etcd, which its kustomization
+    says to delete with the job."""
     for d in objects:
         pod = pod_spec(d)
         if pod is None:
@@ -244,8 +239,11 @@ def check_kubernetes(label, objects):
                 "OnFailure", "Never"):
             fail(f"{label} {d['kind']} {d['metadata']['name']}: not a Job "
                  "that ends (the job must end when the workers finish)")
-    shards = next(d for d, c, argv in each_container(objects)
-                  if any(b == "ps_server" for b, _ in commands(argv)))
+
+
+def check_shard_job(label, objects, config, service, shards):
+    """The shards: an Indexed Job of NUM_SHARDS x REPLICAS pods in the
+    headless Service's subdomain, with a PodDisruptionBudget of one."""
     if pod_spec(shards).get("subdomain") != service["metadata"]["name"] or \
             shards["spec"].get("completionMode") != "Indexed":
         fail(f"{label}: the shards are not an Indexed Job in the headless "
@@ -253,7 +251,6 @@ def check_kubernetes(label, objects):
     if service["spec"]["selector"].items() - \
             shards["spec"]["template"]["metadata"]["labels"].items():
         fail(f"{label}: the headless Service does not select the shards")
-    service_ports = {p["port"] for p in service["spec"]["ports"]}
     # Pods: NUM_SHARDS x REPLICAS (the members of each shard's group).
     replicas = shards["spec"]["completions"]
     pods = int(config.get("NUM_SHARDS", 0)) * int(config.get("REPLICAS", 1))
@@ -265,6 +262,27 @@ def check_kubernetes(label, objects):
                 d["spec"].get("minAvailable") != int(replicas) - 1:
             fail(f"{label}: the shards' PodDisruptionBudget is not "
                  "minAvailable NUM_SHARDS - 1")
+
+
+def check_shard_flags(where, args, config, exposed, service_ports):
+    """A ps_server command line: its ports exposed by the container and the
+    Service, --num_shards from the ConfigMap, and --exit_when_done."""
+    for flag in ("port", "data_port", "metrics_port"):
+        p = int(value(args, flag))
+        if p not in exposed or p not in service_ports:
+            fail(f"{where}: --{flag}={p} is not exposed by "
+                 "the container and the Service")
+    if resolve(config, value(args, "num_shards")) != config.get("NUM_SHARDS"):
+        fail(f"{where}: --num_shards is not NUM_SHARDS")
+    if "exit_when_done" not in " ".join(args):
+        fail(f"{where}: the shards do not --exit_when_done")
+
+
+def check_containers(label, objects, config, service):
+    """Every container's command lines: flags the binaries take, $VARS from
+    the ConfigMap, metrics ports exposed and annotated, the shards' flags.
+    Returns the shards' --port."""
+    service_ports = {p["port"] for p in service["spec"]["ports"]}
     shard_port = None
     for d, c, argv in each_container(objects):
         exposed = {p["containerPort"] for p in c.get("ports", [])}
@@ -286,38 +304,57 @@ def check_kubernetes(label, objects):
                 fail(f"{where}: prometheus.io/port is not --metrics_port")
             if binary == "ps_server":
                 shard_port = value(args, "port")
-                for flag in ("port", "data_port", "metrics_port"):
-                    p = int(value(args, flag))
-                    if p not in exposed or p not in service_ports:
-                        fail(f"{where}: --{flag}={p} is not exposed by "
-                             "the container and the Service")
-                if resolve(value(args, "num_shards")) != \
-                        config.get("NUM_SHARDS"):
-                    fail(f"{where}: --num_shards is not NUM_SHARDS")
-                if "exit_when_done" not in " ".join(args):
-                    fail(f"{where}: the shards do not --exit_when_done")
-    # The workers and the evaluator build --servers from NUM_SHARDS: the
-    # shard Job's pods through the headless Service on the shards' port.
-    name = (f"{shards['metadata']['name']}-$((i*REPLICAS+m))."
-            f"{service['metadata']['name']}:{shard_port}")
+                check_shard_flags(where, args, config, exposed, service_ports)
+    return shard_port
+
+
+def check_workers(label, objects, config, servers):
+    """The workers and the evaluator build --servers as `servers` for each
+    of NUM_SHARDS; the evaluator ends with the job; each worker Job runs
+    --num_workers pods."""
     for d, c, argv in each_container(objects):
         for binary, args in commands(argv):
             if binary != "ps_worker":
                 continue
             script = " ".join(argv)
-            if name not in script or '"$NUM_SHARDS"' not in script:
+            if servers not in script or '"$NUM_SHARDS"' not in script:
                 fail(f"{label} {d['metadata']['name']}: --servers is not "
-                     f"built as {name} for each of NUM_SHARDS")
+                     f"built as {servers} for each of NUM_SHARDS")
             if value(args, "role") == "evaluator":
                 if "--until_done" not in args:
                     fail(f"{label} {d['metadata']['name']}: the evaluator "
                          "does not end with the job (--until_done)")
             else:
-                n = resolve(value(args, "num_workers"))
+                n = resolve(config, value(args, "num_workers"))
                 if str(d["spec"]["completions"]) != n or \
                         str(d["spec"]["parallelism"]) != n:
                     fail(f"{label} {d['metadata']['name']}: completions, "
                          f"parallelism and --num_workers={n} differ")
+
+
+# Each overlay as `kubectl kustomize` renders it (the manifests a user
+# applies), checked alike.
+def check_kubernetes(label, objects):
+    config = job_config(label, objects)
+    if config is None:
+        return
+    for key, binary in (("SERVER_FLAGS", "ps_server"),
+                        ("CLIENT_FLAGS", "ps_worker"),
+                        ("WORKER_FLAGS", "ps_worker")):
+        check(f"{label} ConfigMap {key}", binary,
+              shlex.split(config.get(key, "")))
+    service = next(d for d in objects if d["kind"] == "Service"
+                   and d["spec"].get("clusterIP") == "None")
+    check_jobs_end(label, objects)
+    shards = next(d for d, c, argv in each_container(objects)
+                  if any(b == "ps_server" for b, _ in commands(argv)))
+    check_shard_job(label, objects, config, service, shards)
+    shard_port = check_containers(label, objects, config, service)
+    # The workers and the evaluator build --servers from NUM_SHARDS: the
+    # shard Job's pods through the headless Service on the shards' port.
+    servers = (f"{shards['metadata']['name']}-$((i*REPLICAS+m))."
+               f"{service['metadata']['name']}:{shard_port}")
+    check_workers(label, objects, config, servers)
     check_restricted(label, objects, shards)
 
 

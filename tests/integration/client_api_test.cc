@@ -3,134 +3,20 @@
 // caller's initial weights, pulls and pushes by name with the exact SGD
 // arithmetic, the first declarer's weights winning, bsp averaging two
 // workers, and each wrong input refused with its own status and no weight
-// moved.
-#include <algorithm>
+// moved. (--compress through the same: client_compress_test.cc.)
+#include "tests/integration/client_api.h"
+
 #include <cmath>
 #include <limits>
 #include <string>
-#include <tuple>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "asyncps/client.h"
-#include "common/compress.h"
-#include "common/wire_dtype.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_cluster.h"
 
 namespace asyncps::testing {
 namespace {
-
-ClientOptions Options(const TestCluster& cluster, int rank, int num_workers,
-                      const std::string& mode = "async") {
-  ClientOptions o;
-  for (const ServerAddress& s : cluster.servers())
-    o.servers.push_back(s.ToString());
-  o.rank = rank;
-  o.num_workers = num_workers;
-  o.mode = mode;
-  o.retry_for_seconds = 10;
-  o.slice_bytes = 16;  // Small slices: tensors spread over both shards.
-  return o;
-}
-
-const std::vector<TensorSpec> kModel = {{"layer.w", {2, 3}}, {"layer.b", {3}}};
-
-OptimizerOptions Sgd(float lr) {
-  OptimizerOptions o;
-  o.kind = "sgd";
-  o.learning_rate = lr;
-  return o;
-}
-
-std::vector<absl::Span<const float>> In(
-    const std::vector<std::vector<float>>& v) {
-  return {v.begin(), v.end()};
-}
-
-std::vector<absl::Span<float>> Out(std::vector<std::vector<float>>* v) {
-  std::vector<absl::Span<float>> out;
-  for (auto& x : *v) out.push_back(absl::MakeSpan(x));
-  return out;
-}
-
-// --compress through real shards: three pushes of a tensor of `n` floats
-// in slices of `slice` change exactly the weights the codec (with this
-// worker's error feedback) says, computed here with a Compressor of the
-// same slices.
-void ExpectExactCompressedPushes(const TestCluster& cluster,
-                                 const char* compress, const char* transport,
-                                 int n, int slice) {
-  ClientOptions o = Options(cluster, 0, 1);
-  o.compress = compress;
-  o.transport = transport;
-  o.slice_bytes = 4 * slice;
-  auto client = Client::Connect(o);
-  ASSERT_TRUE(client.ok()) << client.status();
-  const std::vector<TensorSpec> model = {{"w", {n}}};
-  ASSERT_TRUE((*client)
-                  ->Declare(model, In({std::vector<float>(n, 0.0f)}), Sgd(1.0f))
-                  .ok());
-  Compressor local(*ParseCompression(compress));
-  std::vector<float> want(n, 0.0f), sent(slice);
-  for (int step = 0; step < 3; ++step) {
-    std::vector<float> g(n);
-    for (int i = 0; i < n; ++i) {
-      g[i] =
-          static_cast<float>((i * 7 + step * 3) % 11) - 5.0f + 0.25f * (i % 97);
-    }
-    ASSERT_TRUE((*client)->Push({"w"}, In({g})).ok());
-    for (int s = 0; s < n / slice; ++s) {
-      v1::SliceData d;
-      local.Encode(s, absl::MakeConstSpan(g).subspan(slice * s, slice),
-                   v1::DTYPE_F32, &d);
-      if (d.dtype() == v1::DTYPE_BF16) {
-        DecodeTensor(v1::DTYPE_BF16, d.data(), absl::MakeSpan(sent));
-      } else {
-        ASSERT_TRUE(
-            DecodeCompressed(d.dtype(), d.data(), absl::MakeSpan(sent)).ok());
-      }
-      for (int k = 0; k < slice; ++k) want[slice * s + k] -= sent[k];
-    }
-  }
-  std::vector<std::vector<float>> w = {std::vector<float>(n)};
-  ASSERT_TRUE((*client)->Pull({"w"}, Out(&w)).ok());
-  const auto [got, wanted] =
-      std::mismatch(w[0].begin(), w[0].end(), want.begin());
-  EXPECT_TRUE(got == w[0].end())
-      << compress << " over " << transport << ": element "
-      << (got - w[0].begin()) << " is " << *got << ", want " << *wanted;
-}
-
-class CompressedPush
-    : public ::testing::TestWithParam<std::tuple<const char*, const char*>> {};
-
-TEST_P(CompressedPush, ChangesExactlyTheWeightsTheCodecSays) {
-  const auto [compress, transport] = GetParam();
-  auto cluster = TestCluster::Start(2);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-  // Six slices of four.
-  ExpectExactCompressedPushes(**cluster, compress, transport, 24, 4);
-  ClientOptions bad = Options(**cluster, 0, 1);
-  bad.compress = "topk:2";
-  auto refused = Client::Connect(bad);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("topk:2"), std::string::npos);
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Codecs, CompressedPush,
-    ::testing::Combine(::testing::Values("bf16", "topk:0.25", "onebit"),
-                       ::testing::Values("tcp", "grpc")));
-
-// A push past 4 M elements a shard is encoded on several threads
-// (PsClient::FillPush): the same exact weights.
-TEST(CompressedPushLarge, EncodedOnThreadsChangesExactlyTheSameWeights) {
-  auto cluster = TestCluster::Start(2);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-  // 144 slices of 64 Ki floats, 4.7 M floats a shard.
-  ExpectExactCompressedPushes(**cluster, "topk:0.01", "tcp", 9 << 20, 1 << 16);
-}
 
 TEST(ClientApi, DeclaresPullsAndPushesByName) {
   auto cluster = TestCluster::Start(2);
@@ -375,6 +261,37 @@ TEST(ClientApi, BspAveragesTheWorkersOfAStep) {
   EXPECT_EQ(w[1], std::vector<float>(3, -1.0f));
 }
 
+// After Client::Recover filled `w` (kModel's weights, -2 everywhere before
+// the push that found shard 1 empty): the shards hold `w`, where shard 1's
+// slices came back from the worker's copy (-2) and shard 0's took that push
+// (-3), and the next `push` of ones moves every weight on from there.
+void ExpectRecoveredFromTheCopy(Client& client,
+                                const std::vector<std::vector<float>>& w,
+                                const CallOptions& push) {
+  const std::vector<std::string> all = {"layer.w", "layer.b"};
+  const std::vector<std::vector<float>> ones = {std::vector<float>(6, 1),
+                                                std::vector<float>(3, 1)};
+  std::vector<std::vector<float>> check = {std::vector<float>(6),
+                                           std::vector<float>(3)};
+  ASSERT_TRUE(client.Pull(all, Out(&check)).ok());
+  EXPECT_EQ(check, w) << "Recover pulled what the shards hold";
+  int restored = 0;
+  for (const auto& t : w) {
+    for (float v : t) {
+      EXPECT_TRUE(v == -2.0f || v == -3.0f) << v;
+      restored += v == -2.0f;
+    }
+  }
+  EXPECT_GT(restored, 0) << "shard 1's slices came back from the copy";
+  ASSERT_TRUE(client.Push(all, In(ones), push).ok());
+  ASSERT_TRUE(client.Pull(all, Out(&check)).ok());
+  for (size_t t = 0; t < w.size(); ++t) {
+    for (size_t i = 0; i < w[t].size(); ++i) {
+      EXPECT_EQ(check[t][i], w[t][i] - 1.0f) << t << "," << i;
+    }
+  }
+}
+
 // The explicit form ps_worker trains through: each call names its step
 // and the snapshot its gradient came from; the servers' staleness counts
 // come back; the clock moves only when told; and a shard that restarted
@@ -444,25 +361,7 @@ TEST(ClientApi, ExplicitCallsMeasureStalenessAndRecoverALostShard) {
             absl::StatusCode::kInternal)
       << "any other failure is returned as it is";
   ASSERT_TRUE(client.Recover(lost, Out(&w), &now).ok());
-  std::vector<std::vector<float>> check = {std::vector<float>(6),
-                                           std::vector<float>(3)};
-  ASSERT_TRUE(client.Pull(all, Out(&check)).ok());
-  EXPECT_EQ(check, w) << "Recover pulled what the shards hold";
-  int restored = 0;
-  for (const auto& t : w) {
-    for (float v : t) {
-      EXPECT_TRUE(v == -2.0f || v == -3.0f) << v;
-      restored += v == -2.0f;
-    }
-  }
-  EXPECT_GT(restored, 0) << "shard 1's slices came back from the copy";
-  ASSERT_TRUE(client.Push(all, In(ones), push).ok());
-  ASSERT_TRUE(client.Pull(all, Out(&check)).ok());
-  for (size_t t = 0; t < w.size(); ++t) {
-    for (size_t i = 0; i < w[t].size(); ++i) {
-      EXPECT_EQ(check[t][i], w[t][i] - 1.0f) << t << "," << i;
-    }
-  }
+  ExpectRecoveredFromTheCopy(client, w, push);
 }
 
 }  // namespace

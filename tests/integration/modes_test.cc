@@ -49,6 +49,32 @@ std::vector<google::protobuf::Struct> RunTwoWorkers(
   return results;
 }
 
+// One worker, in process, from weights `w0`: each step's two batches (x, y
+// at 2t and 2t + 1, `batch` examples each) as one batch of 2 * batch,
+// plain SGD at 0.5. Returns the weights after the last step.
+std::vector<std::vector<float>> TrainOnCombinedBatches(
+    const std::vector<int>& layers, int batch,
+    const std::vector<std::vector<float>>& x,
+    const std::vector<std::vector<int>>& y,
+    const std::vector<std::vector<float>>& w0) {
+  std::unique_ptr<Backend> cpu = MakeCpuBackend(1);
+  Mlp model(cpu.get(), layers, 2 * batch);
+  std::vector<std::vector<float>> w = w0;
+  const int steps = static_cast<int>(x.size()) / 2;
+  for (int t = 0; t < steps; ++t) {
+    std::vector<float> xx = x[2 * t];
+    xx.insert(xx.end(), x[2 * t + 1].begin(), x[2 * t + 1].end());
+    std::vector<int> yy = y[2 * t];
+    yy.insert(yy.end(), y[2 * t + 1].begin(), y[2 * t + 1].end());
+    model.SetWeights(w);
+    model.TrainStep(xx.data(), yy.data(), 2 * batch, 1.0f, false, nullptr);
+    for (size_t k = 0; k < w.size(); ++k) {
+      SgdStep(0.5f, 0.0f, model.grads()[k], absl::MakeSpan(w[k]));
+    }
+  }
+  return w;
+}
+
 TEST(Bsp, TwoWorkersEqualOneWorkerOnTheCombinedBatches) {
   auto cluster = TestCluster::Start(2, {"--mode=bsp"});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
@@ -106,21 +132,8 @@ TEST(Bsp, TwoWorkersEqualOneWorkerOnTheCombinedBatches) {
   for (auto& t : threads) t.join();
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(results[r].ok()) << results[r];
 
-  // One worker, both batches of each step as one batch of 2 * batch.
-  std::unique_ptr<Backend> cpu = MakeCpuBackend(1);
-  Mlp model(cpu.get(), layers, 2 * batch);
-  std::vector<std::vector<float>> w = w0;
-  for (int t = 0; t < steps; ++t) {
-    std::vector<float> xx = x[2 * t];
-    xx.insert(xx.end(), x[2 * t + 1].begin(), x[2 * t + 1].end());
-    std::vector<int> yy = y[2 * t];
-    yy.insert(yy.end(), y[2 * t + 1].begin(), y[2 * t + 1].end());
-    model.SetWeights(w);
-    model.TrainStep(xx.data(), yy.data(), 2 * batch, 1.0f, false, nullptr);
-    for (int k = 0; k < 4; ++k) {
-      SgdStep(0.5f, 0.0f, model.grads()[k], absl::MakeSpan(w[k]));
-    }
-  }
+  const std::vector<std::vector<float>> w =
+      TrainOnCombinedBatches(layers, batch, x, y, w0);
   std::vector<std::vector<float>> served = w0;
   ASSERT_TRUE(setup->Pull(tensors, &served, &versions, -1, 0).ok());
   for (const SliceVersion& v : versions) EXPECT_EQ(v.version, steps);

@@ -51,6 +51,51 @@ std::unique_ptr<PsClient> Client(const TestCluster& cluster,
   return *std::move(client);
 }
 
+// Every weight of the model `client` uses, pulled from slices `all`.
+std::vector<std::vector<float>> AllWeights(PsClient* client,
+                                           const std::vector<int>& all) {
+  std::vector<std::vector<float>> w;
+  for (const auto& t : client->spec().tensors()) {
+    int64_t n = 1;
+    for (int64_t d : t.shape()) n *= d;
+    w.emplace_back(n);
+  }
+  std::vector<SliceVersion> versions;
+  EXPECT_TRUE(client->Pull(all, &w, &versions, -1, 0).ok());
+  return w;
+}
+
+// A client that must be refused: its files and the code it gets.
+struct Intruder {
+  const char* what;
+  SecurityFlags files;
+  absl::StatusCode code;
+};
+
+// Each way a client can differ from the job's `good` files: no
+// certificate, one from `other` (another CA's directory), plaintext, a
+// wrong token, no token.
+std::vector<Intruder> Intruders(const SecurityFlags& good,
+                                const std::string& other) {
+  SecurityFlags no_cert = good;
+  no_cert.tls_cert = no_cert.tls_key = "";
+  SecurityFlags other_ca = good;
+  other_ca.tls_cert = other + "/client.pem";
+  other_ca.tls_key = other + "/client.key";
+  SecurityFlags plaintext;
+  plaintext.auth_token_file = good.auth_token_file;
+  SecurityFlags wrong_token = good;
+  wrong_token.auth_token_file = other + "/token";
+  SecurityFlags no_token = good;
+  no_token.auth_token_file = "";
+  return {
+      {"no client certificate", no_cert, absl::StatusCode::kUnavailable},
+      {"another CA's certificate", other_ca, absl::StatusCode::kUnavailable},
+      {"plaintext", plaintext, absl::StatusCode::kUnavailable},
+      {"a wrong token", wrong_token, absl::StatusCode::kUnauthenticated},
+      {"no token", no_token, absl::StatusCode::kUnauthenticated}};
+}
+
 TEST(Security, MutualTlsAndATokenLetTheJobInAndNoOneElse) {
   const std::string certs = MakeCerts("certs");
   const std::string other = MakeCerts("other");  // Another CA.
@@ -72,42 +117,10 @@ TEST(Security, MutualTlsAndATokenLetTheJobInAndNoOneElse) {
   auto trusted = Client(**cluster, good);
   ASSERT_TRUE(trusted->FetchModel().ok());
   const std::vector<int> all = {0, 1, 2, 3, 4, 5};
-  auto weights = [&] {
-    std::vector<std::vector<float>> w;
-    for (const auto& t : trusted->spec().tensors()) {
-      int64_t n = 1;
-      for (int64_t d : t.shape()) n *= d;
-      w.emplace_back(n);
-    }
-    std::vector<SliceVersion> versions;
-    EXPECT_TRUE(trusted->Pull(all, &w, &versions, -1, 0).ok());
-    return w;
-  };
+  auto weights = [&] { return AllWeights(trusted.get(), all); };
   const auto before = weights();
 
-  struct Case {
-    const char* what;
-    SecurityFlags files;
-    absl::StatusCode code;
-  };
-  SecurityFlags no_cert = good;
-  no_cert.tls_cert = no_cert.tls_key = "";
-  SecurityFlags other_ca = good;
-  other_ca.tls_cert = other + "/client.pem";
-  other_ca.tls_key = other + "/client.key";
-  SecurityFlags plaintext;
-  plaintext.auth_token_file = good.auth_token_file;
-  SecurityFlags wrong_token = good;
-  wrong_token.auth_token_file = other + "/token";
-  SecurityFlags no_token = good;
-  no_token.auth_token_file = "";
-  for (const Case& c :
-       {Case{"no client certificate", no_cert, absl::StatusCode::kUnavailable},
-        Case{"another CA's certificate", other_ca,
-             absl::StatusCode::kUnavailable},
-        Case{"plaintext", plaintext, absl::StatusCode::kUnavailable},
-        Case{"a wrong token", wrong_token, absl::StatusCode::kUnauthenticated},
-        Case{"no token", no_token, absl::StatusCode::kUnauthenticated}}) {
+  for (const Intruder& c : Intruders(good, other)) {
     for (Transport transport : {Transport::kTcp, Transport::kGrpc}) {
       auto intruder = Client(**cluster, c.files, transport);
       ASSERT_TRUE(intruder->UseModel(trusted->spec()).ok());

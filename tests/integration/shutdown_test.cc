@@ -47,6 +47,52 @@ int Connect(int port) {
   return fd;
 }
 
+// The data plane on `data_port`: junk, a frame header cut short, idle
+// connections; and an idle connection to the gRPC port. Their sockets are
+// appended to `sockets`, for the caller to close.
+void OpenHostileConnections(int data_port, int grpc_port,
+                            std::vector<int>* sockets) {
+  for (int i = 0; i < 4; ++i) sockets->push_back(Connect(data_port));
+  std::string junk(4096, '\0');
+  std::mt19937 random(7);
+  for (char& c : junk) c = static_cast<char>(random());
+  ASSERT_GE((*sockets)[0], 0);
+  EXPECT_GT(write((*sockets)[0], junk.data(), junk.size()), 0);
+  EXPECT_EQ(write((*sockets)[1], junk.data(), 3), 3);
+  sockets->push_back(Connect(grpc_port));  // Idle gRPC.
+}
+
+// 12 threads of StoreGets whose callers give up (after 50-300 ms) on keys
+// that never come, with StoreSets among them; every call returns.
+void AbandonStoreGets(RendezvousClient* store,
+                      v1::ParameterServer::Stub* stub) {
+  std::atomic<int> answered{0};
+  std::vector<std::thread> hostile;
+  for (int t = 0; t < 12; ++t) {
+    hostile.emplace_back([&, t] {
+      std::mt19937 r(100 + t);
+      const char* keys[] = {"", "k", "nope"};
+      const int64_t waits[] = {0, 1000, INT_MAX};
+      for (int i = 0; i < 20; ++i) {
+        if (i % 5 == 4) {
+          (void)store->StoreSet(absl::StrCat("k", t, "-", i), "v");
+        }
+        grpc::ClientContext ctx;
+        ctx.set_deadline(absl::ToChronoTime(
+            absl::Now() + absl::Milliseconds(50 + r() % 250)));
+        v1::StoreGetRequest request;
+        request.set_key(keys[r() % 3]);
+        request.set_wait_ms(waits[r() % 3]);
+        v1::StoreGetResponse response;
+        (void)stub->StoreGet(&ctx, request, &response);
+        answered.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : hostile) t.join();
+  EXPECT_EQ(answered.load(), 12 * 20);
+}
+
 TEST(Shutdown, SigtermAfterHostileTrafficDrainsWithinTheBudget) {
   auto cluster = TestCluster::Start(1, {"--shutdown_grace=2s"});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
@@ -66,41 +112,10 @@ TEST(Shutdown, SigtermAfterHostileTrafficDrainsWithinTheBudget) {
     ASSERT_TRUE(stub->DataPlane(&ctx, v1::DataPlaneRequest(), &plane).ok());
   }
 
-  // The data plane: junk, a frame header cut short, idle connections.
   std::vector<int> sockets;
-  for (int i = 0; i < 4; ++i) sockets.push_back(Connect(plane.port()));
-  std::string junk(4096, '\0');
-  std::mt19937 random(7);
-  for (char& c : junk) c = static_cast<char>(random());
-  ASSERT_GE(sockets[0], 0);
-  EXPECT_GT(write(sockets[0], junk.data(), junk.size()), 0);
-  EXPECT_EQ(write(sockets[1], junk.data(), 3), 3);
-  sockets.push_back(Connect((*cluster)->servers()[0].port));  // Idle gRPC.
-
-  // 12 threads of StoreGets whose callers give up, with sets among them.
-  std::atomic<int> answered{0};
-  std::vector<std::thread> hostile;
-  for (int t = 0; t < 12; ++t) {
-    hostile.emplace_back([&, t] {
-      std::mt19937 r(100 + t);
-      const char* keys[] = {"", "k", "nope"};
-      const int64_t waits[] = {0, 1000, INT_MAX};
-      for (int i = 0; i < 20; ++i) {
-        if (i % 5 == 4) (void)store.StoreSet(absl::StrCat("k", t, "-", i), "v");
-        grpc::ClientContext ctx;
-        ctx.set_deadline(absl::ToChronoTime(
-            absl::Now() + absl::Milliseconds(50 + r() % 250)));
-        v1::StoreGetRequest request;
-        request.set_key(keys[r() % 3]);
-        request.set_wait_ms(waits[r() % 3]);
-        v1::StoreGetResponse response;
-        (void)stub->StoreGet(&ctx, request, &response);
-        answered.fetch_add(1);
-      }
-    });
-  }
-  for (auto& t : hostile) t.join();
-  EXPECT_EQ(answered.load(), 12 * 20);
+  ASSERT_NO_FATAL_FAILURE(OpenHostileConnections(
+      plane.port(), (*cluster)->servers()[0].port, &sockets));
+  AbandonStoreGets(&store, stub.get());
 
   // Calls still held when the signal comes, with patient callers.
   std::atomic<int> held_answers{0};

@@ -19,6 +19,36 @@ float Grad(int thread, int push, size_t element) {
   return static_cast<float>((thread * 7 + push * 3 + element) % 5) - 2.0f;
 }
 
+// Thread `t`'s work: its own client (separate processes would have one
+// each) joins as rank t and declares `spec`, then pulls the three tensors
+// and pushes Grad(t, p, ...) for p = 0 .. kPushes - 1. The first failure.
+absl::Status PullAndPushAsRank(const PsClientOptions& options,
+                               const v1::ModelSpec& spec,
+                               const Partition& partition, int t) {
+  const std::vector<int> tensors = {0, 1, 2};
+  auto client = PsClient::Create(options);
+  if (!client.ok()) return client.status();
+  absl::Status result = (*client)->Join(t, kThreads + 1);
+  if (result.ok()) result = (*client)->DeclareModel(spec);
+  std::vector<std::vector<float>> weights(3), grads(3);
+  for (int k = 0; k < 3; ++k) {
+    weights[k].resize(partition.tensor_elements(k));
+    grads[k].resize(partition.tensor_elements(k));
+  }
+  std::vector<SliceVersion> versions;
+  for (int p = 0; p < kPushes && result.ok(); ++p) {
+    result = (*client)->Pull(tensors, &weights, &versions, t, p);
+    if (!result.ok()) break;
+    for (int k = 0; k < 3; ++k) {
+      for (size_t e = 0; e < grads[k].size(); ++e) {
+        grads[k][e] = Grad(t, p, e);
+      }
+    }
+    result = (*client)->Push(tensors, grads, versions, t, p + 1, nullptr);
+  }
+  return result;
+}
+
 TEST(TwoShards, ConcurrentPushesLoseNoUpdate) {
   auto cluster = TestCluster::Start(2);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
@@ -40,31 +70,7 @@ TEST(TwoShards, ConcurrentPushesLoseNoUpdate) {
   std::vector<absl::Status> results(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      // Each thread has its own client: separate processes would.
-      auto client = PsClient::Create(options);
-      if (!client.ok()) {
-        results[t] = client.status();
-        return;
-      }
-      results[t] = (*client)->Join(t, kThreads + 1);
-      if (results[t].ok()) results[t] = (*client)->DeclareModel(spec);
-      std::vector<std::vector<float>> weights(3), grads(3);
-      for (int k = 0; k < 3; ++k) {
-        weights[k].resize(partition.tensor_elements(k));
-        grads[k].resize(partition.tensor_elements(k));
-      }
-      std::vector<SliceVersion> versions;
-      for (int p = 0; p < kPushes && results[t].ok(); ++p) {
-        results[t] = (*client)->Pull(tensors, &weights, &versions, t, p);
-        if (!results[t].ok()) break;
-        for (int k = 0; k < 3; ++k) {
-          for (size_t e = 0; e < grads[k].size(); ++e) {
-            grads[k][e] = Grad(t, p, e);
-          }
-        }
-        results[t] =
-            (*client)->Push(tensors, grads, versions, t, p + 1, nullptr);
-      }
+      results[t] = PullAndPushAsRank(options, spec, partition, t);
     });
   }
   for (auto& th : threads) th.join();

@@ -16,5 +16,7 @@ export OMP_NUM_THREADS=1
 cd "$TEST_TMPDIR"
 exec /usr/bin/python3 -m pytest -q -p no:cacheprovider \
   "$root/tests/python/client_test.py" "$root/tests/python/torch_test.py" \
-  "$root/tests/python/optim_test.py" "$root/tests/python/launcher_test.py" \
-  "$root/tests/python/embedding_test.py" "$root/tests/python/ctr_test.py"
+  "$root/tests/python/optim_test.py" "$root/tests/python/optim_state_test.py" \
+  "$root/tests/python/optim_bsp_test.py" "$root/tests/python/launcher_test.py" \
+  "$root/tests/python/embedding_test.py" \
+  "$root/tests/python/embedding_bsp_test.py" "$root/tests/python/ctr_test.py"

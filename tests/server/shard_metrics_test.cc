@@ -33,22 +33,10 @@ std::string Text(const v1::StatsResponse& s, const std::string& name) {
   return text;
 }
 
-// Every field set, each to its own value.
-v1::StatsResponse Full() {
-  v1::StatsResponse s;
-  s.set_shard(1);
-  s.set_num_shards(3);
-  s.set_model_declared(true);
-  s.set_model_name("mlp");
-  s.set_num_slices(5);
-  s.set_num_bytes(6006);
-  s.set_updates_applied(7);
-  s.set_pushes(8);
-  s.set_pulls(9);
-  s.set_rejected_requests(10);
-  for (int k = 0; k < 4; ++k) s.add_staleness_histogram(11 + k);
+// Two workers, every field of each set.
+void AddWorkers(v1::StatsResponse* s) {
   for (int rank = 0; rank < 2; ++rank) {
-    v1::WorkerInfo* w = s.add_workers();
+    v1::WorkerInfo* w = s->add_workers();
     w->set_rank(rank);
     w->set_incarnation(100 + rank);
     w->set_clock(110 + rank);
@@ -65,6 +53,53 @@ v1::StatsResponse Full() {
     p->set_compute_seconds(2.5 + rank);
     p->set_exchange_seconds(3.5 + rank);
   }
+}
+
+// Two embedding tables, every field of each set.
+void AddEmbeddings(v1::StatsResponse* s) {
+  for (int t = 0; t < 2; ++t) {
+    v1::EmbeddingStats* e = s->add_embeddings();
+    e->set_name("table" + std::to_string(t));
+    e->set_dim(8);
+    e->set_rows(300 + t);
+    e->set_evicted(400 + t);
+    e->set_rows_pulled(500 + t);
+    e->set_rows_pushed(600 + t);
+    e->set_bytes_received(700 + t);
+    e->set_bytes_sent(800 + t);
+    e->set_duplicate_pushes(900 + t);
+  }
+}
+
+// A primary with two backups, every field set.
+void SetReplica(v1::ReplicaStats* r) {
+  r->set_role("primary");
+  r->set_epoch(41);
+  r->set_member("a:1");
+  r->set_primary("a:1");
+  r->add_backups("b:1");
+  r->add_backups("c:1");
+  r->set_applied_seq(46);
+  r->set_lag(47);
+  r->set_replicated_bytes(48);
+  r->set_failovers(49);
+}
+
+// Every field set, each to its own value.
+v1::StatsResponse Full() {
+  v1::StatsResponse s;
+  s.set_shard(1);
+  s.set_num_shards(3);
+  s.set_model_declared(true);
+  s.set_model_name("mlp");
+  s.set_num_slices(5);
+  s.set_num_bytes(6006);
+  s.set_updates_applied(7);
+  s.set_pushes(8);
+  s.set_pulls(9);
+  s.set_rejected_requests(10);
+  for (int k = 0; k < 4; ++k) s.add_staleness_histogram(11 + k);
+  AddWorkers(&s);
   s.set_uptime_seconds(13.5);
   s.set_mode("ssp");
   s.set_dropped_stale(15);
@@ -91,29 +126,8 @@ v1::StatsResponse Full() {
   s.set_last_checkpoint_timestamp_seconds(1.65e9);
   s.set_staleness_bound(37);
   s.set_job_done(true);
-  for (int t = 0; t < 2; ++t) {
-    v1::EmbeddingStats* e = s.add_embeddings();
-    e->set_name("table" + std::to_string(t));
-    e->set_dim(8);
-    e->set_rows(300 + t);
-    e->set_evicted(400 + t);
-    e->set_rows_pulled(500 + t);
-    e->set_rows_pushed(600 + t);
-    e->set_bytes_received(700 + t);
-    e->set_bytes_sent(800 + t);
-    e->set_duplicate_pushes(900 + t);
-  }
-  v1::ReplicaStats* r = s.mutable_replica();
-  r->set_role("primary");
-  r->set_epoch(41);
-  r->set_member("a:1");
-  r->set_primary("a:1");
-  r->add_backups("b:1");
-  r->add_backups("c:1");
-  r->set_applied_seq(46);
-  r->set_lag(47);
-  r->set_replicated_bytes(48);
-  r->set_failovers(49);
+  AddEmbeddings(&s);
+  SetReplica(s.mutable_replica());
   return s;
 }
 
