@@ -108,6 +108,21 @@ std::vector<std::string> History(const std::string& endpoint,
   return values;
 }
 
+// Whether the member at `address` alone (a reader of it, not of its
+// group) comes to hold the test's tensor at -1 within the wait.
+bool HoldsMinusOne(const ServerAddress& address) {
+  std::unique_ptr<PsClient> reader = ClientOf({address});
+  if (reader == nullptr ||
+      !reader->UseModel(ConstantSpec({{1000}}, 1, 0.0f, 1.0f, 4096)).ok()) {
+    return false;
+  }
+  return WaitFor([&] {
+    std::vector<std::vector<float>> seen = {std::vector<float>(1000)};
+    std::vector<SliceVersion> v;
+    return reader->Pull({0}, &seen, &v, -1, 0).ok() && seen[0][0] == -1.0f;
+  });
+}
+
 TEST(ReplicaFencing, DeposedPrimaryWritesNothingAfterItsLease) {
   auto etcd_process = StartEtcd("etcd");
   ASSERT_TRUE(etcd_process.ok()) << etcd_process.status();
@@ -151,17 +166,9 @@ TEST(ReplicaFencing, DeposedPrimaryWritesNothingAfterItsLease) {
     const std::vector<std::vector<float>> g = {std::vector<float>(1000, 1.0f)};
     pushed = client->Push({0}, g, versions, 0, 1, &r);
   });
-  // The primary applied it (a reader of the primary alone sees it), so it
-  // now waits for `slow`.
-  std::unique_ptr<PsClient> reader = ClientOf({cluster.MemberAddress(0, p)});
-  ASSERT_NE(reader, nullptr);
-  ASSERT_TRUE(
-      reader->UseModel(ConstantSpec({{1000}}, 1, 0.0f, 1.0f, 4096)).ok());
-  ASSERT_TRUE(WaitFor([&] {
-    std::vector<std::vector<float>> seen = {std::vector<float>(1000)};
-    std::vector<SliceVersion> v;
-    return reader->Pull({0}, &seen, &v, -1, 0).ok() && seen[0][0] == -1.0f;
-  })) << "the primary never applied the push";
+  // The primary applied it, so it now waits for `slow`.
+  ASSERT_TRUE(HoldsMinusOne(cluster.MemberAddress(0, p)))
+      << "the primary never applied the push";
   cluster.member(0, p).Signal(SIGSTOP);
 
   // Its lease runs out; `next`, in sync, is promoted.

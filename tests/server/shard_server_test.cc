@@ -148,12 +148,8 @@ TEST_F(ShardServerTest, RestartResumesFromTheFinalCheckpoint) {
   EXPECT_EQ(Read(stub.get()), std::make_pair(7.5f, int64_t{1}));
 }
 
-// A model declared with its initial weights to follow holds no weights
-// until they come: a checkpoint of it would restore the initializer's
-// placeholder as if trained, and the restarted shard would wait for
-// nothing (the history checker's seed 1, async, under load: the shard was
-// killed between a checkpoint and the weights). None is written meanwhile,
-// periodic or final.
+// Until a model's initial weights come, no checkpoint (periodic or final):
+// it would restore the placeholder as trained (history checker, seed 1).
 TEST_F(ShardServerTest, NoCheckpointWhileTheInitialWeightsAreAwaited) {
   {
     auto server = Start();
@@ -165,8 +161,7 @@ TEST_F(ShardServerTest, NoCheckpointWhileTheInitialWeightsAreAwaited) {
     v1::DeclareModelResponse declared;
     grpc::ClientContext ctx;
     ASSERT_TRUE(stub->DeclareModel(&ctx, declare, &declared).ok());
-    server->Shutdown();  // No final checkpoint: nothing to keep yet.
-  }
+  }  // Shut down: no final checkpoint.
   EXPECT_TRUE(fs_.Paths().empty());
   auto server = Start();
   ASSERT_NE(server, nullptr);
