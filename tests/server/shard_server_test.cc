@@ -148,8 +148,7 @@ TEST_F(ShardServerTest, RestartResumesFromTheFinalCheckpoint) {
   EXPECT_EQ(Read(stub.get()), std::make_pair(7.5f, int64_t{1}));
 }
 
-// Until a model's initial weights come, no checkpoint (periodic or final):
-// it would restore the placeholder as trained (history checker, seed 1).
+// No checkpoint until the initial weights come (history checker, seed 1).
 TEST_F(ShardServerTest, NoCheckpointWhileTheInitialWeightsAreAwaited) {
   {
     auto server = Start();
