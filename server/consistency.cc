@@ -296,6 +296,9 @@ absl::Status Consistency::Push(const v1::PushRequest& request,
   const PushLedger::Verdict verdict = ledger_.Begin(request, response);
   if (verdict == PushLedger::Verdict::kAnswered) {
     store_->CountDuplicatePush();
+    // A push applied while a backup dropped out of its stream is answered
+    // only once enough members hold it (--min_insync).
+    if (replication_ != nullptr) RETURN_IF_ERROR(replication_->CheckInSync());
     return absl::OkStatus();
   }
   if (verdict == PushLedger::Verdict::kTooOld) store_->CountRejected();
@@ -312,6 +315,10 @@ absl::Status Consistency::Push(const v1::PushRequest& request,
   ledger_.Finish(request, pushed, *response);
   RETURN_IF_ERROR(pushed);
   Recheck();
+  // Applied and remembered, but held by fewer than --min_insync members (a
+  // backup dropped out while it streamed): not acknowledged; the client's
+  // retry is answered from the ledger once a backup joined.
+  if (replication_ != nullptr) RETURN_IF_ERROR(replication_->CheckInSync());
   if (config_.lose_every_nth_answer > 0 &&
       (pushes_seen_.fetch_add(1) + 1) % config_.lose_every_nth_answer == 0) {
     return absl::UnavailableError("answer lost on the way (test hook)");

@@ -9,6 +9,7 @@
 // --port=0 the port is the one the kernel chose).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -155,6 +156,13 @@ ABSL_FLAG(bool, bootstrap, false,
           "a group with no records, since after etcd lost its keys a "
           "member with no state could otherwise be elected over one "
           "holding the shard.");
+ABSL_FLAG(int, min_insync, 0,
+          "--replicas: the fewest members, the primary included, that must "
+          "hold a push (or a declaration, an assignment) before it is "
+          "acknowledged, as Kafka's min.insync.replicas. Below it the "
+          "primary refuses them with UNAVAILABLE naming the cause (reads go "
+          "on) and never acknowledges a push only it holds. 0: 2 in a group "
+          "of 2 or more; 1: the primary alone may acknowledge.");
 ABSL_FLAG(absl::Duration, replica_ack_timeout, absl::Seconds(5),
           "--replicas: how long a backup may take to acknowledge a change "
           "before the primary drops it (it rejoins by itself).");
@@ -258,6 +266,16 @@ absl::StatusOr<ShardServerConfig> ConfigFromFlags() {
       config.member = DefaultMember(config.host, config.port);
     }
     config.replica_ack_timeout = absl::GetFlag(FLAGS_replica_ack_timeout);
+    const int min_insync = absl::GetFlag(FLAGS_min_insync);
+    if (min_insync < 0 || min_insync > replicas) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--min_insync=", min_insync, " must be in [1, --replicas=", replicas,
+          "] (0: the default, ", std::min(replicas, 2), ")"));
+    }
+    config.min_insync = min_insync != 0 ? min_insync : std::min(replicas, 2);
+  } else if (absl::GetFlag(FLAGS_min_insync) != 0) {
+    return absl::InvalidArgumentError(
+        "--min_insync needs --replicas: an unreplicated shard is one member");
   }
   RETURN_IF_ERROR(config.Validate());
   return config;

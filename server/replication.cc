@@ -177,6 +177,28 @@ absl::Status Replication::CheckServing() const {
   return CheckPrimaryLocked();
 }
 
+absl::Status Replication::CheckInSyncLocked() const {
+  const int in_sync = 1 + static_cast<int>(backup_names_.size());
+  if (in_sync >= min_insync_) return absl::OkStatus();
+  below_min_insync_.fetch_add(1, std::memory_order_relaxed);
+  return absl::UnavailableError(absl::StrCat(
+      "shard ", store_->shard(), ": only ", in_sync, " member(s) of the group (",
+      member_, " and ", backup_names_.size(),
+      " backup(s)) hold its changes, fewer than --min_insync=", min_insync_,
+      "; changes wait until a backup joins (reads go on)"));
+}
+
+absl::Status Replication::CheckInSync() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return CheckInSyncLocked();
+}
+
+absl::Status Replication::CheckWritable() const {
+  absl::ReaderMutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckPrimaryLocked());
+  return CheckInSyncLocked();
+}
+
 void Replication::Broadcast(v1::ReplicaOp* op) {
   op->set_seq(++seq_);
   {
@@ -239,7 +261,7 @@ absl::Status Replication::Push(const v1::PushRequest& request,
                                const PushPolicy& policy,
                                v1::PushResponse* response) {
   absl::MutexLock order(&order_mu_);
-  RETURN_IF_ERROR(CheckServing());
+  RETURN_IF_ERROR(CheckWritable());
   RETURN_IF_ERROR(store_->Push(request, policy, response));
   // The answer is recorded under the order lock, with the effect: a
   // snapshot (taken under it) holds both or neither, so a backup that
@@ -258,14 +280,17 @@ absl::Status Replication::Push(const v1::PushRequest& request,
   (void)op.release_push();
   // Acknowledged only within the lease: past it a backup may have been
   // promoted without this push, and the client must ask the new primary
-  // (whose ledger knows the push if it got it).
+  // (whose ledger knows the push if it got it). Below min_insync (a backup
+  // dropped out of this op's stream) the push stays applied and its answer
+  // recorded, but Consistency::Push does not acknowledge it, nor a retry,
+  // until a backup that joins holds it.
   return CheckServing();
 }
 
 absl::StatusOr<v1::DeclareModelResponse> Replication::Declare(
     const v1::DeclareModelRequest& request) {
   absl::MutexLock order(&order_mu_);
-  RETURN_IF_ERROR(CheckServing());
+  RETURN_IF_ERROR(CheckWritable());
   ASSIGN_OR_RETURN(v1::DeclareModelResponse response,
                    store_->Declare(request.spec()));
   if (response.created()) {
@@ -273,14 +298,15 @@ absl::StatusOr<v1::DeclareModelResponse> Replication::Declare(
     *op.mutable_declare()->mutable_spec() = request.spec();
     Broadcast(&op);
   }
-  RETURN_IF_ERROR(CheckServing());
+  // A declaration is idempotent: one below min_insync is declared again.
+  RETURN_IF_ERROR(CheckWritable());
   return response;
 }
 
 absl::Status Replication::Assign(const v1::AssignRequest& request,
                                  bool steps_unknown) {
   absl::MutexLock order(&order_mu_);
-  RETURN_IF_ERROR(CheckServing());
+  RETURN_IF_ERROR(CheckWritable());
   RETURN_IF_ERROR(request.load_state()
                       ? store_->LoadState(request)
                       : store_->Assign(request, steps_unknown));
@@ -289,7 +315,8 @@ absl::Status Replication::Assign(const v1::AssignRequest& request,
   op.set_steps_unknown(steps_unknown);
   Broadcast(&op);
   (void)op.release_assign();
-  return CheckServing();
+  // An assignment is a whole state: one below min_insync is sent again.
+  return CheckWritable();
 }
 
 namespace {
@@ -418,6 +445,11 @@ v1::ReplicaStats Replication::Stats() const {
   stats.set_lag(0);
   stats.set_replicated_bytes(bytes_);
   stats.set_failovers(failovers_);
+  if (role_ == Role::kPrimary) {
+    stats.set_in_sync(1 + static_cast<int>(backup_names_.size()));
+  }
+  stats.set_min_insync(min_insync_);
+  stats.set_below_min_insync(below_min_insync_);
   return stats;
 }
 

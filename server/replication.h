@@ -26,6 +26,7 @@
 #ifndef ASYNCPS_SERVER_REPLICATION_H_
 #define ASYNCPS_SERVER_REPLICATION_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <list>
@@ -101,10 +102,23 @@ class Replication {
   // a client tries the group's next member.
   absl::Status CheckServing() const;
 
+  // The fewest members (the primary included) that must hold a change
+  // before it is acknowledged (ps_server --min_insync, like Kafka's
+  // min.insync.replicas); 1: the primary alone. Set before serving.
+  void set_min_insync(int n) { min_insync_ = n; }
+  // OK if the primary and its backups in the stream are at least
+  // min_insync; else UNAVAILABLE naming the count and the flag. Reads go
+  // on below it; changes are refused before they are applied, and one a
+  // backup dropped out of while it streamed is applied but not
+  // acknowledged (Consistency::Push asks here again before answering a
+  // retry from the ledger): no acknowledged change is held by fewer.
+  absl::Status CheckInSync() const;
+
   // Primary: applies a change with the ShardStore (Push with `policy`) and
   // streams it to every backup, in one order; answers once every backup
   // acknowledged it (a backup that fails to is dropped, and the group goes
-  // on without it). UNAVAILABLE, nothing applied, when not serving.
+  // on without it, down to min_insync). UNAVAILABLE, nothing applied, when
+  // not serving or below min_insync.
   absl::Status Push(const v1::PushRequest& request, const PushPolicy& policy,
                     v1::PushResponse* response);
   absl::StatusOr<v1::DeclareModelResponse> Declare(
@@ -147,6 +161,9 @@ class Replication {
   void NoteBackups() ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
   // UNAVAILABLE unless primary within its lease.
   absl::Status CheckPrimaryLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // CheckServing, then CheckInSync (both under mu_).
+  absl::Status CheckWritable() const;
+  absl::Status CheckInSyncLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Sends a joining backup the snapshot: its start (the ledger), the
   // shard's chunks and its end, each op numbered `seq_` and acknowledged
   // before the next. Returns the chunks' bytes.
@@ -164,6 +181,7 @@ class Replication {
   const absl::Duration ack_timeout_;
   BackupsChanged backups_changed_;
   size_t snapshot_chunk_bytes_ = kCheckpointChunkBytes;
+  int min_insync_ = 1;
 
   // Held while a change is applied and streamed: the one order.
   absl::Mutex order_mu_ ABSL_ACQUIRED_BEFORE(mu_);
@@ -184,6 +202,8 @@ class Replication {
   int64_t failovers_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time promoted_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::vector<std::string> backup_names_ ABSL_GUARDED_BY(mu_);
+  // Refusals for want of min_insync (Stats' below_min_insync).
+  mutable std::atomic<int64_t> below_min_insync_{0};
 };
 
 }  // namespace asyncps

@@ -32,6 +32,10 @@ absl::Status ShardServerConfig::Validate() const {
     return absl::InvalidArgumentError(
         "--replicas needs a data plane (--data_port is not -1)");
   }
+  if (min_insync < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--min_insync=", min_insync, " must be at least 1 (the primary)"));
+  }
   if (data_port < -1 || data_port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--data_port=", data_port, " is not a TCP port (-1: no data plane)"));
@@ -156,6 +160,7 @@ ShardServer::ShardServer(const ShardServerConfig& config, Env env,
     replication_ = std::make_unique<Replication>(&store_, consistency_.ledger(),
                                                  env.clock, config.member, base,
                                                  config.replica_ack_timeout);
+    replication_->set_min_insync(config.min_insync);
     consistency_.set_replication(replication_.get());
   }
 }

@@ -96,6 +96,10 @@ struct ShardServerConfig {
   // How long a backup may take to acknowledge a change before the primary
   // drops it from the group.
   absl::Duration replica_ack_timeout = absl::Seconds(5);
+  // The fewest members, the primary included, that hold a change before it
+  // is acknowledged (Replication::set_min_insync); ps_server's
+  // --min_insync defaults to 2 in a group of 2 or more.
+  int min_insync = 1;
 
   // OK, or INVALID_ARGUMENT naming the flag that is wrong.
   absl::Status Validate() const;

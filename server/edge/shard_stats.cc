@@ -129,6 +129,18 @@ constexpr StatRow kRows[] = {
            const v1::ReplicaStats& r = s.replica();
            return r.role() == "primary" ? r.backups_size() : 0;
          }),
+    Read(kReplica, "asyncps_replica_in_sync",
+         "Primary: members holding every acknowledged change, itself "
+         "included (0 on other members).",
+         kGauge, [](const S& s) -> double { return s.replica().in_sync(); }),
+    Read(kReplica, "asyncps_replica_min_insync",
+         "--min_insync: below it the primary refuses changes.", kGauge,
+         [](const S& s) -> double { return s.replica().min_insync(); }),
+    Read(kReplica, "asyncps_replica_below_min_insync_total",
+         "Primary: changes refused, or applied but not acknowledged, while "
+         "fewer than --min_insync members held them.",
+         kCounter,
+         [](const S& s) -> double { return s.replica().below_min_insync(); }),
     Read(kReplica, "asyncps_replica_lag_ops",
          "Primary: the most changes a backup has not acknowledged.", kGauge,
          [](const S& s) -> double { return s.replica().lag(); }),

@@ -3,7 +3,8 @@
 // ps_worker processes, in async, ssp and bsp. Mid-training a backup is
 // SIGKILLed and restarted (it copies its primary's state while training
 // goes on), then each shard's primary is SIGKILLed, the restarted backup's
-// last. No worker fails, each failover is timed (kill to promotion, printed),
+// last, and started again (--min_insync=2: a group of one takes no push).
+// No worker fails, each failover is timed (kill to promotion, printed),
 // and the final accuracy is that of an undisturbed replicated run within the
 // noise between two runs.
 #include <signal.h>
@@ -110,10 +111,14 @@ double Train(const std::string& mode, const std::string& etcd, bool disturb,
     WaitForStep(*workers[0], 0, 40);
     cluster.member(1, primary[1]).Signal(SIGKILL);
     failovers->push_back(WaitForRole(cluster, 1, 1 - primary[1], "primary"));
+    // Started again, as a supervisor (Kubernetes, compose) would: with the
+    // default --min_insync=2 the promoted member takes no push alone.
+    EXPECT_TRUE(cluster.RestartMember(1, primary[1]).ok());
     // Shard 0's primary dies: the restarted backup takes over.
     WaitForStep(*workers[0], 0, 60);
     cluster.member(0, primary[0]).Signal(SIGKILL);
     failovers->push_back(WaitForRole(cluster, 0, backup0, "primary"));
+    EXPECT_TRUE(cluster.RestartMember(0, primary[0]).ok());
   }
   for (int rank = 0; rank < kWorkers; ++rank) {
     auto done = Finish(*workers[rank], absl::Seconds(180));

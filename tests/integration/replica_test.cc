@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/admin_client.h"
@@ -84,6 +85,7 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
     // fills again (a worker's heartbeats would register it).
     c.rejoin_grace = absl::Hours(1);
     if (GetParam().tls) c.security = LoadCerts(certs_, "server");
+    c.min_insync = min_insync_;
     ReplicaConfig rc;
     rc.prefix = "/test";
     rc.lease_ttl = Ttl(GetParam().etcd);
@@ -132,7 +134,7 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
     options.rpc_timeout = absl::Seconds(5);
     auto client = PsClient::Create(options);
     EXPECT_TRUE(client.ok()) << client.status();
-    EXPECT_TRUE((*client)->Join(0, 1).ok());
+    EXPECT_TRUE((*client)->Join(0, workers_).ok());
     return *std::move(client);
   }
   // A client of the whole group, with the test's model declared (weights
@@ -176,6 +178,8 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
     if (GetParam().etcd) etcd_.process->Signal(SIGCONT);
   }
 
+  int min_insync_ = 1;  // For the members started from now on.
+  int workers_ = 1;     // The job's, as Client() joins it (rank 0).
   std::string certs_;
   EtcdProcess etcd_;
   MemoryCoordinator coordinator_;
@@ -308,6 +312,79 @@ TEST_P(ReplicaTest,
   EXPECT_FALSE((*only_a)->Pull(tensors_, &w, &versions, 0, 0).ok());
   Push(client.get(), 5, &pushed);
   ExpectWeights(b, pushed);
+}
+
+// Issue #40, "A minimum in sync" (--min_insync=2): the backup dies while a
+// push streams. The primary keeps the push but acknowledges neither it nor
+// its retries, and refuses new pushes (reads go on), until a new backup
+// joined and holds it; then the retry is answered, and the push was
+// applied once.
+TEST_P(ReplicaTest, BelowMinInsyncAPushIsAcknowledgedOnlyOnceABackupHoldsIt) {
+  min_insync_ = 2;
+  workers_ = 2;  // Rank 1 is a client that gives up soon, below.
+  Member& a = StartAs(Replication::Role::kPrimary);
+  Member& b = StartAs(Replication::Role::kBackup);
+  auto client = DeclaredClient();
+  ASSERT_FALSE(HasFailure());
+  int pushed = 0;
+  Push(client.get(), 3, &pushed);
+  b.member->Kill();
+  int late = 0;
+  std::atomic<bool> answered{false};
+  std::thread pusher([&] {
+    Push(client.get(), 1, &late);
+    answered = true;
+  });
+  // Joined at the end, whatever fails first (a member joins to end it).
+  absl::Cleanup finish = [&] {
+    if (!answered) StartAs(Replication::Role::kBackup);
+    pusher.join();
+  };
+  Replication* ra = a.member->server()->replication();
+  ASSERT_TRUE(WaitFor([&] { return ra->Stats().below_min_insync() > 0; }));
+  EXPECT_FALSE(answered) << "a push only the primary holds was acknowledged";
+  ExpectWeights(a, pushed + 1);  // Applied, once.
+  {
+    // A client that gives up soon hears why, and its push is not applied;
+    // its pull is answered.
+    PsClientOptions options;
+    options.servers = {
+        ServerAddress{"127.0.0.1", a.member->server()->port(), {}}};
+    options.transport = GetParam().transport;
+    if (GetParam().tls) options.security = LoadCerts(certs_, "client");
+    options.retry_for = absl::Milliseconds(300);
+    auto brief = PsClient::Create(options);
+    ASSERT_TRUE(brief.ok()) << brief.status();
+    ASSERT_TRUE((*brief)->FetchModel().ok());  // A declaration is a change.
+    absl::Status joined = (*brief)->Join(1, 2);
+    ASSERT_TRUE(joined.ok()) << joined;
+    std::vector<SliceVersion> versions;
+    std::vector<std::vector<float>> w = {std::vector<float>(3000),
+                                         std::vector<float>(10)};
+    absl::Status pulled = (*brief)->Pull(tensors_, &w, &versions, 1, 0);
+    EXPECT_TRUE(pulled.ok()) << pulled;
+    EXPECT_EQ(w[1][0], -static_cast<float>(pushed + 1));
+    PushStats r;
+    absl::Status s = (*brief)->Push(tensors_, g_, versions, 1, 1, &r);
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    EXPECT_NE(s.message().find("--min_insync=2"), absl::string_view::npos)
+        << s;
+    ExpectWeights(a, pushed + 1);
+  }
+  auto stats = AdminClient(client->caller()).MemberStats(0, 0);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->replica().in_sync(), 1);
+  EXPECT_EQ(stats->replica().min_insync(), 2);
+
+  Member& c = StartAs(Replication::Role::kBackup);
+  std::move(finish).Cancel();
+  pusher.join();
+  EXPECT_TRUE(answered);
+  pushed += late;
+  ASSERT_EQ(late, 1);
+  ExpectWeights(a, pushed);
+  ExpectWeights(c, pushed);
+  EXPECT_EQ(ra->Stats().in_sync(), 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Coordinators, ReplicaTest,

@@ -19,6 +19,7 @@
 #include "server/replica_snapshot.h"
 #include "tests/server/small_model.h"
 #include "transport/frame.h"
+#include "transport/socket.h"
 
 namespace asyncps {
 namespace {
@@ -187,6 +188,96 @@ TEST(Replication, ASnapshotInManySmallChunksIsThePrimarysWholeState) {
 
   primary.replication.Fence("test over");
   serve.join();
+}
+
+// Issue #40, "A minimum in sync": with min_insync 2, a primary alone
+// refuses a change before applying it; one whose only backup drops out
+// while a push streams keeps the push (applied once, its answer
+// remembered, so a retry is answered, not applied again) but is not
+// writable: Consistency::Push does not acknowledge it until a backup that
+// joins holds it.
+TEST(Replication, BelowMinInsyncNothingOnlyThePrimaryHoldsIsAcknowledged) {
+  Member primary("p"), backup("b"), later("c");
+  primary.replication.set_min_insync(2);
+  primary.replication.BecomePrimary(1, absl::InfiniteFuture());
+  v1::DeclareModelRequest declare;
+  *declare.mutable_spec() = SmallModel();
+  absl::Status alone = primary.replication.Declare(declare).status();
+  EXPECT_EQ(alone.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(alone.message().find("fewer than --min_insync=2"),
+            absl::string_view::npos)
+      << alone;
+  EXPECT_FALSE(primary.store.declared());
+  EXPECT_EQ(primary.replication.Stats().in_sync(), 1);
+
+  // Serves `member` on `streams` until it drops; true once it is in.
+  auto join = [&](StreamPair* streams, Member* m, std::thread* serve) {
+    v1::ReplicaJoin j;
+    j.set_epoch(1);
+    j.set_member(m->replication.member());
+    *serve = std::thread([&primary, streams, j] {
+      EXPECT_FALSE(primary.replication.ServeBackup(streams->a.get(), j).ok());
+    });
+    m->replication.BecomeBackup(1, "p");
+    EXPECT_TRUE(FollowSnapshot(streams->b.get(), &m->replication).ok());
+    // ServeBackup lists the backup once the snapshot's end is acknowledged.
+    const absl::Time until = absl::Now() + absl::Seconds(10);
+    while (!primary.replication.CheckInSync().ok() && absl::Now() < until) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    return primary.replication.CheckInSync().ok();
+  };
+  // Applies `f` on the primary while `m` follows the one op it streams.
+  auto streamed = [](StreamPair* streams, Member* m, auto f) {
+    std::thread follow([&] {
+      EXPECT_TRUE(FollowOne(streams->b.get(), &m->replication).ok());
+    });
+    absl::Status s = f();
+    follow.join();
+    return s;
+  };
+  StreamPair to_b;
+  std::thread serve_b;
+  ASSERT_TRUE(join(&to_b, &backup, &serve_b));
+  ASSERT_TRUE(streamed(&to_b, &backup, [&] {
+                return primary.replication.Declare(declare).status();
+              }).ok());
+  v1::PushResponse answer;
+  ASSERT_TRUE(streamed(&to_b, &backup, [&] {
+                return primary.replication.Push(SmallModelPush(3.0f),
+                                                PushPolicy(), &answer);
+              }).ok());
+  EXPECT_EQ(Weights(&backup.store), std::vector<float>(4, 7.0f));
+
+  // The backup goes while push 8 streams: applied on the primary alone.
+  ShutdownSocket(to_b.b->fd());
+  v1::PushRequest push = SmallModelPush(2.0f);
+  push.set_client_id(42);
+  push.set_sequence(8);
+  ASSERT_EQ(primary.ledger.Begin(push, &answer), PushLedger::Verdict::kApply);
+  ASSERT_TRUE(primary.replication.Push(push, PushPolicy(), &answer).ok());
+  serve_b.join();
+  EXPECT_EQ(Weights(&primary.store), std::vector<float>(4, 5.0f));
+  EXPECT_FALSE(primary.replication.CheckInSync().ok());
+  v1::PushResponse retried;
+  EXPECT_EQ(primary.ledger.Begin(push, &retried),
+            PushLedger::Verdict::kAnswered);
+  // A new push is refused before it is applied.
+  absl::Status refused =
+      primary.replication.Push(SmallModelPush(1.0f), PushPolicy(), &answer);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+  EXPECT_EQ(Weights(&primary.store), std::vector<float>(4, 5.0f));
+  EXPECT_GE(primary.replication.Stats().below_min_insync(), 2);
+
+  // A backup joins with push 8 and its answer: the group is writable.
+  StreamPair to_c;
+  std::thread serve_c;
+  ASSERT_TRUE(join(&to_c, &later, &serve_c));
+  EXPECT_EQ(Weights(&later.store), std::vector<float>(4, 5.0f));
+  EXPECT_EQ(later.ledger.Begin(push, &retried), PushLedger::Verdict::kAnswered);
+  EXPECT_EQ(primary.replication.Stats().in_sync(), 2);
+  primary.replication.Fence("test over");
+  serve_c.join();
 }
 
 // The chunks of `store`'s snapshot, and the end that counts them.

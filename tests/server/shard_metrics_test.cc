@@ -83,6 +83,9 @@ void SetReplica(v1::ReplicaStats* r) {
   r->set_lag(47);
   r->set_replicated_bytes(48);
   r->set_failovers(49);
+  r->set_in_sync(3);
+  r->set_min_insync(2);
+  r->set_below_min_insync(50);
 }
 
 // Every field set, each to its own value.
