@@ -81,6 +81,15 @@ absl::StatusOr<Security> LoadSecurity(const SecurityFlags& flags) {
         "--admin_token_file holds the same token as --auth_token_file: the "
         "operators' credential must be apart from the workers'");
   }
+  auto member = ReadToken("member_token_file", flags.member_token_file);
+  if (!member.ok()) return member.status();
+  s.member_token = *std::move(member);
+  if (!s.member_token.empty() &&
+      (s.member_token == s.token || s.member_token == s.admin_token)) {
+    return absl::InvalidArgumentError(
+        "--member_token_file holds the same token as --auth_token_file or "
+        "--admin_token_file: the members' credential must be apart");
+  }
   return s;
 }
 

@@ -22,6 +22,7 @@ struct SecurityFlags {
   std::string tls_ca;
   std::string auth_token_file;
   std::string admin_token_file;
+  std::string member_token_file;
 };
 
 // The files' contents. The token is never logged nor put in a message.
@@ -34,6 +35,11 @@ struct Security {
   // workers' token: a client sends it on every call; a server requires it
   // for the calls that stop or write the job (Checkpoint). Never logged.
   std::string admin_token;
+  // The members' credential of a replicated shard group
+  // (--member_token_file), apart from the workers' and the operators': a
+  // member joining a primary sends it, and a primary takes no backup
+  // without it (docs/SECURITY.md). Never logged.
+  std::string member_token;
 
   bool tls() const { return !cert_pem.empty() || !ca_pem.empty(); }
   // How a process says what protects it, once, at start ("plaintext ...").
@@ -43,7 +49,7 @@ struct Security {
 // Reads the files `flags` names. INVALID_ARGUMENT naming the flag for an
 // unreadable or empty file, a certificate without its key (or a key
 // without its certificate), a token shorter than 16 characters or not one
-// printable word, or an admin token equal to the workers' token.
+// printable word, or an admin or member token equal to another token.
 absl::StatusOr<Security> LoadSecurity(const SecurityFlags& flags);
 
 // The metadata key and value calls carry their token in.

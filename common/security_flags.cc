@@ -24,6 +24,14 @@ ABSL_FLAG(std::string, admin_token_file, "",
           "otherwise; with --auth_token_file but no admin token they are "
           "refused outright). psctl: sends it. Empty: none.");
 
+ABSL_FLAG(std::string, member_token_file, "",
+          "ps_server --replicas: file holding the members' token (apart "
+          "from the workers' and the operators'). A member sends it when it "
+          "joins its group's primary, and a primary takes no backup without "
+          "it: a worker's token does not let a process copy the shard or "
+          "stall its pushes. Needed with --replicas when the job has TLS or "
+          "a token. Empty: none.");
+
 namespace asyncps {
 
 SecurityFlags SecurityFlagsFromCommandLine() {
@@ -33,6 +41,7 @@ SecurityFlags SecurityFlagsFromCommandLine() {
   f.tls_ca = absl::GetFlag(FLAGS_tls_ca);
   f.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   f.admin_token_file = absl::GetFlag(FLAGS_admin_token_file);
+  f.member_token_file = absl::GetFlag(FLAGS_member_token_file);
   return f;
 }
 

@@ -10,6 +10,8 @@
 #   token                   a random bearer token (--auth_token_file)
 #   admin_token             the operators' token (--admin_token_file): give
 #                           it to the shards and psctl, not to the workers
+#   member_token            a replicated group's members' token
+#                           (--member_token_file): the shards' only
 # Keys are EC P-256; certificates last 30 days. Files that exist are kept.
 #   deploy/gen_certs.sh DIR [NAME...]
 set -euo pipefail
@@ -41,5 +43,6 @@ sign server "$names" serverAuth,clientAuth
 sign client "DNS:asyncps-client" clientAuth
 if [[ ! -f token ]]; then openssl rand -hex 32 >token; fi
 if [[ ! -f admin_token ]]; then openssl rand -hex 32 >admin_token; fi
+if [[ ! -f member_token ]]; then openssl rand -hex 32 >member_token; fi
 chmod a+r ca.pem server.pem client.pem
-echo "$(pwd): ca.pem, server.pem/.key, client.pem/.key, token, admin_token"
+echo "$(pwd): ca.pem, server.pem/.key, client.pem/.key, token, admin_token, member_token"

@@ -102,6 +102,8 @@ if ((tls)); then
   server_tls=(--tls_cert="$c/server.pem" --tls_key="$c/server.key" --tls_ca="$c/ca.pem" --auth_token_file="$c/token" --admin_token_file="$c/admin_token")
   client_tls=(--tls_cert="$c/client.pem" --tls_key="$c/client.key" --tls_ca="$c/ca.pem" --auth_token_file="$c/token")
   echo "== mutual TLS and a token (certificates in $c; psctl needs: ${client_tls[*]}, and --admin_token_file=$c/admin_token to checkpoint)"
+  # A group's members join one another with their own credential.
+  if ((replicas > 0)); then server_tls+=(--member_token_file="$c/member_token"); fi
 fi
 
 echo "== starting $shards shards"

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/security.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "proto/checkpoint.pb.h"
@@ -404,6 +405,16 @@ absl::StatusOr<uint64_t> Replication::SendSnapshot(Stream* stream,
 
 absl::Status Replication::ServeBackup(Stream* stream,
                                       const v1::ReplicaJoin& join) {
+  // Before the order lock: the check may ask the coordinator.
+  if (!member_token_.empty() &&
+      !ConstantTimeEquals(join.member_token(), member_token_)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "shard ", store_->shard(), ": ", join.member(),
+        " may not join: a join needs the group's member credential "
+        "(--member_token_file), which it ",
+        join.member_token().empty() ? "did not send" : "does not match"));
+  }
+  if (join_check_) RETURN_IF_ERROR(join_check_(join.member()));
   absl::MutexLock order(&order_mu_);
   {
     absl::ReaderMutexLock lock(&mu_);

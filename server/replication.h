@@ -80,6 +80,15 @@ class Replication {
     backups_changed_ = std::move(f);
   }
 
+  // Only a member may join (docs/SECURITY.md): with a member token a join
+  // must carry it, and `JoinCheck` (ReplicaMember's: the joiner is listed
+  // among the group's members in the coordinator) must pass; otherwise
+  // ServeBackup refuses it with PERMISSION_DENIED before any state moves.
+  // Both set before serving.
+  void set_member_token(std::string token) { member_token_ = std::move(token); }
+  using JoinCheck = std::function<absl::Status(const std::string& member)>;
+  void set_join_check(JoinCheck f) { join_check_ = std::move(f); }
+
   // Role changes (ReplicaMember's). A primary's acknowledgements stop at
   // `lease_deadline`, which each renewal of its lease moves on.
   void BecomeBackup(int64_t epoch, std::string primary);
@@ -180,6 +189,8 @@ class Replication {
   const PushPolicy base_policy_;
   const absl::Duration ack_timeout_;
   BackupsChanged backups_changed_;
+  std::string member_token_;
+  JoinCheck join_check_;
   size_t snapshot_chunk_bytes_ = kCheckpointChunkBytes;
   int min_insync_ = 1;
 

@@ -32,6 +32,18 @@ absl::Status ShardServerConfig::Validate() const {
     return absl::InvalidArgumentError(
         "--replicas needs a data plane (--data_port is not -1)");
   }
+  if (replicated &&
+      (security.tls() || !security.token.empty()) &&
+      security.member_token.empty()) {
+    return absl::InvalidArgumentError(
+        "--replicas with TLS or --auth_token_file needs --member_token_file: "
+        "without the members' own credential any holder of a worker's "
+        "token or certificate could join the group as a backup");
+  }
+  if (!replicated && !security.member_token.empty()) {
+    return absl::InvalidArgumentError(
+        "--member_token_file needs --replicas: only a group's members join");
+  }
   if (min_insync < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--min_insync=", min_insync, " must be at least 1 (the primary)"));
@@ -161,6 +173,7 @@ ShardServer::ShardServer(const ShardServerConfig& config, Env env,
                                                  env.clock, config.member, base,
                                                  config.replica_ack_timeout);
     replication_->set_min_insync(config.min_insync);
+    replication_->set_member_token(config.security.member_token);
     consistency_.set_replication(replication_.get());
   }
 }

@@ -285,7 +285,11 @@ absl::Status DataPlaneServer::ServeJoin(Stream* stream,
   }
   // The connection is the backup's stream until it ends.
   absl::Status s = config_.replication->ServeBackup(stream, join);
-  if (absl::IsFailedPrecondition(s)) {
+  if (absl::IsPermissionDenied(s)) {
+    store_->CountRejected();
+    LOG(WARNING) << s;
+  }
+  if (absl::IsFailedPrecondition(s) || absl::IsPermissionDenied(s)) {
     WriteError(stream, s, absl::Now() + t).IgnoreError();
   }
   return absl::UnavailableError(

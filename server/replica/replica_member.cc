@@ -72,10 +72,24 @@ absl::StatusOr<std::unique_ptr<ReplicaMember>> ReplicaMember::Start(
   r->set_backups_changed([p = m.get()](const std::vector<std::string>& b) {
     return p->RecordBackups(b);
   });
+  r->set_join_check([p = m.get()](const std::string& joiner) {
+    return p->CheckJoiner(joiner);
+  });
   RETURN_IF_ERROR(
       coordinator->Put(m->Key("members/" + m->member_), "joining", m->lease_));
   m->loop_ = std::thread([p = m.get()] { p->Run(); });
   return m;
+}
+
+absl::Status ReplicaMember::CheckJoiner(const std::string& joiner) {
+  auto listed = coordinator_->Get(Key("members/" + joiner));
+  if (absl::IsNotFound(listed.status())) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "shard ", server_->config().shard, ": ", joiner,
+        " may not join: it is not among the group's members in the "
+        "coordinator (", Key("members/"), "...)"));
+  }
+  return listed.status();
 }
 
 absl::Status ReplicaMember::PutAsPrimary(std::vector<KeyPut> puts) {
@@ -357,6 +371,7 @@ absl::Status ReplicaMember::FollowOnce(const std::string& address,
   v1::ReplicaJoin join;
   join.set_epoch(epoch);
   join.set_member(member_);
+  join.set_member_token(sc.security.member_token);
   FrameHeader header;
   header.op = FrameOp::kJoin;
   RETURN_IF_ERROR(WriteFrame(c.stream.get(), header, &join, {}, deadline));

@@ -151,6 +151,10 @@ class ReplicaMember {
   // Writes `puts` only while this member's epoch is the group's (the
   // primary key's create revision): every record a primary makes.
   absl::Status PutAsPrimary(std::vector<KeyPut> puts);
+  // Replication's JoinCheck: PERMISSION_DENIED unless `joiner` is listed
+  // under the group's members/ (each member puts itself there, bound to
+  // its lease, as it starts).
+  absl::Status CheckJoiner(const std::string& joiner);
 
   const ReplicaConfig config_;
   Coordinator* const coordinator_;

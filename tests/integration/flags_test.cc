@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/integration/subprocess.h"
 #include "tests/integration/worker_runner.h"
@@ -29,6 +30,33 @@ TEST(Flags, ServerRefusesBadFlags) {
     auto p = Subprocess::Start(argv);
     ASSERT_TRUE(p.ok());
     EXPECT_EQ(ExitCode(**p, absl::Seconds(30)), 2) << flags[0];
+  }
+}
+
+// A replicated group's flags (issue #40): --min_insync within the group,
+// and the members' own credential wherever the job has one. Each a clear
+// message naming the flag, and exit status 2.
+TEST(Flags, ServerRefusesBadGroupFlags) {
+  const std::string token = TempPath("token"), other = TempPath("member");
+  ASSERT_TRUE(WriteFile(token, "a-token-of-the-workers-0123456789"));
+  ASSERT_TRUE(WriteFile(other, "a-token-of-the-members-0123456789"));
+  const std::string group = "--replicas=2 --etcd=127.0.0.1:1 --port=1 ";
+  for (const auto& [flags, says] : std::vector<
+           std::pair<std::string, std::string>>{
+           {group + "--min_insync=3", "--min_insync=3 must be in [1, --re"},
+           {"--min_insync=2", "--min_insync needs --replicas"},
+           {group + "--auth_token_file=" + token, "needs --member_token_file"},
+           {"--member_token_file=" + other, "--member_token_file needs --rep"},
+           {group + "--auth_token_file=" + token +
+                " --member_token_file=" + token,
+            "the members' credential must be apart"}}) {
+    auto p = Subprocess::Start(
+        {"/bin/bash", "-c",
+         absl::StrCat(RunfilePath("server/ps_server"),
+                      " --host=127.0.0.1 --port=0 ", flags, " 2>&1")});
+    ASSERT_TRUE(p.ok());
+    EXPECT_TRUE((*p)->WaitForLine(says, absl::Seconds(30)).ok()) << flags;
+    EXPECT_EQ(ExitCode(**p, absl::Seconds(30)), 2) << flags;
   }
 }
 

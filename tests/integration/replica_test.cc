@@ -86,6 +86,7 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
     c.rejoin_grace = absl::Hours(1);
     if (GetParam().tls) c.security = LoadCerts(certs_, "server");
     c.min_insync = min_insync_;
+    if (GetParam().tls) c.security.member_token = member_token_;
     ReplicaConfig rc;
     rc.prefix = "/test";
     rc.lease_ttl = Ttl(GetParam().etcd);
@@ -180,6 +181,7 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
 
   int min_insync_ = 1;  // For the members started from now on.
   int workers_ = 1;     // The job's, as Client() joins it (rank 0).
+  std::string member_token_ = "the-members-own-token-0123456789";
   std::string certs_;
   EtcdProcess etcd_;
   MemoryCoordinator coordinator_;
@@ -385,6 +387,26 @@ TEST_P(ReplicaTest, BelowMinInsyncAPushIsAcknowledgedOnlyOnceABackupHoldsIt) {
   ExpectWeights(a, pushed);
   ExpectWeights(c, pushed);
   EXPECT_EQ(ra->Stats().in_sync(), 2);
+}
+
+// Issue #40, "Only a member may join": a process with the workers'
+// certificate and token, listed as a member in the coordinator, but without
+// the members' token is refused: it gets no state and is no backup.
+TEST_P(ReplicaTest, AWorkersCredentialDoesNotJoinTheGroup) {
+  if (!GetParam().tls) GTEST_SKIP() << "no credentials without TLS";
+  Member& a = StartAs(Replication::Role::kPrimary);
+  auto client = DeclaredClient();
+  ASSERT_FALSE(HasFailure());
+  member_token_ = "a-worker-posing-as-a-member-0123";
+  Member& m = Start();
+  auto rejected = [&] {
+    auto stats = AdminClient(client->caller()).Stats(0);
+    return stats.ok() ? stats->rejected_requests() : -1;
+  };
+  ASSERT_TRUE(WaitFor([&] { return rejected() > 0; }));
+  EXPECT_EQ(m.member->role(), Replication::Role::kJoining);
+  EXPECT_FALSE(m.member->server()->store().declared());
+  EXPECT_EQ(a.member->server()->replication()->Stats().backups_size(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Coordinators, ReplicaTest,

@@ -280,6 +280,55 @@ TEST(Replication, BelowMinInsyncNothingOnlyThePrimaryHoldsIsAcknowledged) {
   serve_c.join();
 }
 
+// Issue #40, "Only a member may join": a primary with a member token takes
+// no backup without it (a worker's token is not one), nor one its
+// JoinCheck (the coordinator's member list) refuses, and sends neither any
+// state.
+TEST(Replication, OnlyAMemberMayJoin) {
+  Member primary("p"), backup("b");
+  const std::string token = "members-0123456789abcdef";
+  primary.replication.set_member_token(token);
+  std::vector<std::string> checked;
+  primary.replication.set_join_check([&](const std::string& m) {
+    checked.push_back(m);
+    return m == "b" ? absl::OkStatus()
+                    : absl::PermissionDeniedError(m + " is not listed");
+  });
+  primary.replication.BecomePrimary(1, absl::InfiniteFuture());
+  StreamPair streams;
+  v1::ReplicaJoin join;
+  join.set_epoch(1);
+  join.set_member("b");
+  for (const auto& [sent, why] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"", "did not send"},
+           {"a-worker-token-0123456789", "does not match"}}) {
+    join.set_member_token(sent);
+    absl::Status s = primary.replication.ServeBackup(streams.a.get(), join);
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+    EXPECT_NE(s.message().find(why), absl::string_view::npos) << s;
+    EXPECT_EQ(s.message().find(token), absl::string_view::npos) << s;
+  }
+  join.set_member_token(token);
+  join.set_member("x");
+  absl::Status s = primary.replication.ServeBackup(streams.a.get(), join);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_EQ(checked, std::vector<std::string>{"x"});
+  char byte;
+  EXPECT_EQ(recv(streams.b->fd(), &byte, 1, MSG_DONTWAIT), -1)
+      << "state went to a process that may not join";
+  EXPECT_EQ(primary.replication.Stats().backups_size(), 0);
+
+  join.set_member("b");
+  std::thread serve([&] {
+    EXPECT_FALSE(primary.replication.ServeBackup(streams.a.get(), join).ok());
+  });
+  backup.replication.BecomeBackup(1, "p");
+  EXPECT_TRUE(FollowSnapshot(streams.b.get(), &backup.replication).ok());
+  primary.replication.Fence("test over");
+  serve.join();
+}
+
 // The chunks of `store`'s snapshot, and the end that counts them.
 std::vector<v1::ReplicaSnapshotChunk> Chunks(const ShardStore& store,
                                              v1::ReplicaSnapshotEnd* end) {
