@@ -29,6 +29,7 @@
 #include "common/stop_signal.h"
 #include "glog/logging.h"
 #include "server/replica/etcd_coordinator.h"
+#include "server/replica/etcd_flags.h"
 #include "server/replica/replica_member.h"
 #include "server/shard_server.h"
 
@@ -312,7 +313,7 @@ bool GroupJobDone(ReplicaMember& member, Coordinator* coordinator,
 // backup) each time it ends by itself (deposed, dropped from the stream),
 // until a signal; then it steps down (its lease revoked: a backup takes
 // over at once) and drains.
-int RunReplicated(const ShardServerConfig& config) {
+int RunReplicated(const ShardServerConfig& config, const EtcdTls& etcd_tls) {
   ReplicaConfig rc;
   rc.prefix = absl::StrCat("/asyncps/", absl::GetFlag(FLAGS_job));
   rc.lease_ttl = absl::GetFlag(FLAGS_lease_ttl);
@@ -326,7 +327,8 @@ int RunReplicated(const ShardServerConfig& config) {
   while (true) {
     // A new channel for each member (it outlives the member): one that
     // failed to connect (etcd not up yet) would back off for seconds.
-    EtcdCoordinator etcd(absl::GetFlag(FLAGS_etcd));
+    EtcdCoordinator etcd(absl::GetFlag(FLAGS_etcd), absl::Seconds(2),
+                         etcd_tls);
     auto member = ReplicaMember::Start(config, rc, &etcd);
     if (!member.ok()) {
       if (member.status().code() == absl::StatusCode::kInvalidArgument) {
@@ -393,7 +395,14 @@ int Run() {
   LOG(INFO) << "shard " << config->shard << ": "
             << config->security.Describe(/*server=*/true);
   InstallStopSignalHandlers();
-  if (config->replicated) return RunReplicated(*config);
+  if (config->replicated) {
+    absl::StatusOr<EtcdTls> etcd_tls = EtcdTlsFromFlags();
+    if (!etcd_tls.ok()) {
+      LOG(ERROR) << etcd_tls.status();
+      return 2;
+    }
+    return RunReplicated(*config, *etcd_tls);
+  }
   auto server = ShardServer::Start(*config);
   if (!server.ok()) {
     LOG(ERROR) << server.status();

@@ -38,10 +38,18 @@ std::string PrefixEnd(std::string prefix) {
 }  // namespace
 
 EtcdCoordinator::EtcdCoordinator(const std::string& endpoint,
-                                 absl::Duration timeout)
+                                 absl::Duration timeout, const EtcdTls& tls)
     : timeout_(timeout) {
-  auto channel =
-      grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials());
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      grpc::InsecureChannelCredentials();
+  if (tls.on()) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = tls.ca_pem;
+    ssl.pem_cert_chain = tls.cert_pem;
+    ssl.pem_private_key = tls.key_pem;
+    credentials = grpc::SslCredentials(ssl);
+  }
+  auto channel = grpc::CreateChannel(endpoint, credentials);
   kv_ = etcdserverpb::KV::NewStub(channel);
   lease_ = etcdserverpb::Lease::NewStub(channel);
 }

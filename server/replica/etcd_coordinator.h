@@ -21,13 +21,26 @@
 
 namespace asyncps {
 
+// TLS to etcd (ps_server and psctl --etcd_tls_ca, --etcd_tls_cert,
+// --etcd_tls_key: server/replica/etcd_flags.h): etcd's certificate is
+// checked against `ca_pem` and the endpoint's name, and `cert_pem` with
+// `key_pem` is the client certificate etcd's --client-cert-auth asks for.
+// No CA: plain TCP.
+struct EtcdTls {
+  std::string ca_pem;
+  std::string cert_pem;
+  std::string key_pem;
+  bool on() const { return !ca_pem.empty(); }
+};
+
 class EtcdCoordinator final : public Coordinator {
  public:
-  // `endpoint`: etcd's client URL's host:port (e.g. "127.0.0.1:2379").
-  // Plain TCP: etcd's client port on a private network (TLS to etcd is not
-  // built yet).
+  // `endpoint`: etcd's client URL's host:port (e.g. "127.0.0.1:2379"),
+  // over TLS when `tls.on()`, else plain TCP (etcd's client port on a
+  // private network).
   explicit EtcdCoordinator(const std::string& endpoint,
-                           absl::Duration timeout = absl::Seconds(2));
+                           absl::Duration timeout = absl::Seconds(2),
+                           const EtcdTls& tls = EtcdTls());
 
   absl::StatusOr<std::pair<int64_t, absl::Duration>> Grant(
       absl::Duration ttl) override;

@@ -26,6 +26,7 @@
 #include "server/replica/testing/memory_coordinator.h"
 #include "tests/integration/etcd_process.h"
 #include "tests/integration/subprocess.h"
+#include "tests/testing/certs.h"
 
 namespace asyncps::testing {
 namespace {
@@ -156,30 +157,57 @@ TEST(ReplicaMemberStart, MembersStartedBeforeEtcdServeOnceItIs) {
 // psctl group init, as a launcher runs it (docs/DEPLOY.md): members of a
 // job with no group records wait for them; once psctl created them, the
 // members start and elect a primary; run again, psctl changes nothing.
-TEST(ReplicaMemberStart, PsctlGroupInitLetsTheMembersStart) {
-  auto etcd = StartEtcd("etcd-init");
+// With `certs`, etcd's client port is TLS asking for a client certificate
+// (issue #40), and ps_server and psctl reach it with --etcd_tls_*.
+void GroupInitLetsTheMembersStart(const std::string& name,
+                                  const std::string& certs) {
+  auto etcd = StartEtcd(name, 0, certs);
   ASSERT_TRUE(etcd.ok()) << etcd.status();
+  std::vector<std::string> tls;
+  if (!certs.empty()) {
+    tls = {"--etcd_tls_ca=" + certs + "/ca.pem",
+           "--etcd_tls_cert=" + certs + "/client.pem",
+           "--etcd_tls_key=" + certs + "/client.key"};
+  }
   const int port = FreePort();
   const std::string ready = UniqueTempPath("ready", ".json");
-  auto member = Subprocess::Start(
-      {RunfilePath("server/ps_server"), "--host=127.0.0.1",
-       absl::StrCat("--port=", port), "--shard=0", "--num_shards=1",
-       absl::StrCat("--advertise=127.0.0.1:", port), "--replicas=2",
-       "--etcd=" + etcd->endpoint, "--job=init", "--ready_file=" + ready});
+  std::vector<std::string> argv = {
+      RunfilePath("server/ps_server"), "--host=127.0.0.1",
+      absl::StrCat("--port=", port), "--shard=0", "--num_shards=1",
+      absl::StrCat("--advertise=127.0.0.1:", port), "--replicas=2",
+      "--etcd=" + etcd->endpoint, "--job=init", "--ready_file=" + ready};
+  argv.insert(argv.end(), tls.begin(), tls.end());
+  auto member = Subprocess::Start(argv);
   ASSERT_TRUE(member.ok()) << member.status();
-  auto init = [&] {
-    auto psctl = Subprocess::Start({RunfilePath("tools/psctl"), "group", "init",
-                                    "--etcd=" + etcd->endpoint, "--job=init",
-                                    "--num_shards=1"});
+  auto init = [&](const std::vector<std::string>& flags, int expect) {
+    std::vector<std::string> psctl_argv = {
+        RunfilePath("tools/psctl"), "group", "init",
+        "--etcd=" + etcd->endpoint, "--job=init", "--num_shards=1",
+        "--etcd_timeout=2s"};
+    psctl_argv.insert(psctl_argv.end(), flags.begin(), flags.end());
+    auto psctl = Subprocess::Start(psctl_argv);
     EXPECT_TRUE(psctl.ok()) << psctl.status();
     const int status = (*psctl)->Wait(absl::Seconds(30));
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == expect) << status;
     return (*psctl)->output();
   };
-  EXPECT_TRUE(absl::StrContains(init(), "shard 0: group created"));
+  if (!certs.empty()) {
+    // Without the client certificate etcd answers no one.
+    init({}, 1);
+    EXPECT_FALSE(EtcdCoordinator(etcd->endpoint, absl::Milliseconds(500))
+                     .Get("/asyncps/init/shard/0/insync")
+                     .ok());
+    EtcdTls ca_only = etcd->tls;
+    ca_only.cert_pem = ca_only.key_pem = "";
+    EXPECT_FALSE(
+        EtcdCoordinator(etcd->endpoint, absl::Milliseconds(500), ca_only)
+            .Get("/asyncps/init/shard/0/insync")
+            .ok());
+  }
+  EXPECT_TRUE(absl::StrContains(init(tls, 0), "shard 0: group created"));
   auto served = (*member)->WaitForFile(ready, absl::Seconds(30));
   ASSERT_TRUE(served.ok()) << served.status();
-  EtcdCoordinator coordinator(etcd->endpoint);
+  EtcdCoordinator coordinator(etcd->endpoint, absl::Seconds(2), etcd->tls);
   auto primary = coordinator.Get("/asyncps/init/shard/0/primary");
   for (int i = 0; i < 300 && !primary.ok(); ++i) {
     absl::SleepFor(absl::Milliseconds(20));
@@ -187,9 +215,17 @@ TEST(ReplicaMemberStart, PsctlGroupInitLetsTheMembersStart) {
   }
   ASSERT_TRUE(primary.ok()) << primary.status();
   EXPECT_EQ(primary->value, absl::StrCat("127.0.0.1:", port));
-  EXPECT_TRUE(absl::StrContains(init(), "has its records already"));
+  EXPECT_TRUE(absl::StrContains(init(tls, 0), "has its records already"));
   (*member)->Signal(SIGTERM);
   EXPECT_NE((*member)->Wait(absl::Seconds(30)), -1);
+}
+
+TEST(ReplicaMemberStart, PsctlGroupInitLetsTheMembersStart) {
+  GroupInitLetsTheMembersStart("etcd-init", "");
+}
+
+TEST(ReplicaMemberStart, MembersAndPsctlReachEtcdOverTls) {
+  GroupInitLetsTheMembersStart("etcd-tls", MakeCerts("certs"));
 }
 
 }  // namespace

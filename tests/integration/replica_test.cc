@@ -65,7 +65,8 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
   void SetUp() override {
     if (GetParam().tls) certs_ = MakeCerts("certs");
     if (!GetParam().etcd) return;
-    auto etcd = StartEtcd("etcd");
+    // With TLS, etcd's client port is TLS too (--etcd_tls_*).
+    auto etcd = StartEtcd("etcd", 0, certs_);
     ASSERT_TRUE(etcd.ok()) << etcd.status();
     etcd_ = *std::move(etcd);
   }
@@ -73,7 +74,8 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
   Member& Start() {
     Member& m = members_.emplace_back();
     if (GetParam().etcd) {
-      m.coordinator = std::make_unique<EtcdCoordinator>(etcd_.endpoint);
+      m.coordinator = std::make_unique<EtcdCoordinator>(
+          etcd_.endpoint, absl::Seconds(2), etcd_.tls);
     } else {
       auto view = coordinator_.NewView();
       m.view = view.get();
@@ -413,7 +415,8 @@ INSTANTIATE_TEST_SUITE_P(Coordinators, ReplicaTest,
                          ::testing::Values(Case{Transport::kTcp, false},
                                            Case{Transport::kGrpc, false},
                                            Case{Transport::kTcp, true},
-                                           Case{Transport::kTcp, false, true}),
+                                           Case{Transport::kTcp, false, true},
+                                           Case{Transport::kTcp, true, true}),
                          [](const auto& info) {
                            return absl::StrCat(
                                info.param.transport == Transport::kTcp ? "tcp"

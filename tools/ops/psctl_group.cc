@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "server/replica/etcd_coordinator.h"
+#include "server/replica/etcd_flags.h"
 #include "server/replica/group_records.h"
 
 ABSL_FLAG(std::string, etcd, "",
@@ -34,7 +35,13 @@ int GroupCommand(const std::vector<std::string>& args) {
                  "--num_shards (>= 1), as the members were given\n");
     return 2;
   }
-  EtcdCoordinator coordinator(etcd, absl::GetFlag(FLAGS_etcd_timeout));
+  absl::StatusOr<EtcdTls> tls = EtcdTlsFromFlags();
+  if (!tls.ok()) {
+    std::fprintf(stderr, "psctl group init: %s\n",
+                 tls.status().ToString().c_str());
+    return 2;
+  }
+  EtcdCoordinator coordinator(etcd, absl::GetFlag(FLAGS_etcd_timeout), *tls);
   const std::string prefix =
       absl::StrCat("/asyncps/", absl::GetFlag(FLAGS_job));
   for (int s = 0; s < shards; ++s) {
