@@ -327,8 +327,7 @@ int RunReplicated(const ShardServerConfig& config, const EtcdTls& etcd_tls) {
   while (true) {
     // A new channel for each member (it outlives the member): one that
     // failed to connect (etcd not up yet) would back off for seconds.
-    EtcdCoordinator etcd(absl::GetFlag(FLAGS_etcd), absl::Seconds(2),
-                         etcd_tls);
+    EtcdCoordinator etcd(absl::GetFlag(FLAGS_etcd), absl::Seconds(2), etcd_tls);
     auto member = ReplicaMember::Start(config, rc, &etcd);
     if (!member.ok()) {
       if (member.status().code() == absl::StatusCode::kInvalidArgument) {

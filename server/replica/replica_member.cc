@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -87,7 +88,8 @@ absl::Status ReplicaMember::CheckJoiner(const std::string& joiner) {
     return absl::PermissionDeniedError(absl::StrCat(
         "shard ", server_->config().shard, ": ", joiner,
         " may not join: it is not among the group's members in the "
-        "coordinator (", Key("members/"), "...)"));
+        "coordinator (",
+        Key("members/"), "...)"));
   }
   return listed.status();
 }
@@ -149,13 +151,18 @@ bool ReplicaMember::Renew() {
 
 bool ReplicaMember::Regrant(absl::Time now) {
   coordinator_->Revoke(lease_).IgnoreError();
+  // The lease runs from when it was asked for, not from `now` (the round's
+  // start): the calls before it may have taken seconds (the coordinator
+  // coming back from an outage), and a deadline counted from the round's
+  // start had a member promoted with a lease already over.
+  const absl::Time asked = std::max(now, clock_->Now());
   absl::StatusOr<std::pair<int64_t, absl::Duration>> granted =
       coordinator_->Grant(config_.lease_ttl);
   if (!granted.ok()) return false;  // Again next round.
   lease_ = granted->first;
   ttl_ = granted->second;
-  lease_deadline_ = now + ttl_;
-  next_renewal_ = now + ttl_ / 4;
+  lease_deadline_ = asked + ttl_;
+  next_renewal_ = asked + ttl_ / 4;
   coordinator_
       ->Put(Key("members/" + member_),
             Replication::RoleName(server_->replication()->role()), lease_)

@@ -10,8 +10,7 @@
 
 namespace asyncps::testing {
 
-absl::StatusOr<EtcdProcess> StartEtcd(const std::string& name,
-                                      int client_port,
+absl::StatusOr<EtcdProcess> StartEtcd(const std::string& name, int client_port,
                                       const std::string& certs) {
   const std::string dir = TempPath(name);
   std::filesystem::remove_all(dir);

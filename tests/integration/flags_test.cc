@@ -41,8 +41,8 @@ TEST(Flags, ServerRefusesBadGroupFlags) {
   ASSERT_TRUE(WriteFile(token, "a-token-of-the-workers-0123456789"));
   ASSERT_TRUE(WriteFile(other, "a-token-of-the-members-0123456789"));
   const std::string group = "--replicas=2 --etcd=127.0.0.1:1 --port=1 ";
-  for (const auto& [flags, says] : std::vector<
-           std::pair<std::string, std::string>>{
+  for (const auto& [flags, says] :
+       std::vector<std::pair<std::string, std::string>>{
            {group + "--min_insync=3", "--min_insync=3 must be in [1, --re"},
            {"--min_insync=2", "--min_insync needs --replicas"},
            {group + "--auth_token_file=" + token, "needs --member_token_file"},

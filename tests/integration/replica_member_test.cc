@@ -5,6 +5,7 @@
 // CheckServing read the Env's clock).
 #include "server/replica/replica_member.h"
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -115,6 +116,42 @@ TEST_F(ReplicaMemberClockTest, InSyncBackupCampaignsOnceThePrimaryKeyIsGone) {
   EXPECT_EQ(primary->value, b->member());
   EXPECT_TRUE(b->server()->replication()->CheckServing().ok());
   EXPECT_FALSE(b->Ended(absl::Milliseconds(100)));
+}
+
+// A backup campaigning while the coordinator is slow (it reads `insync`
+// for most of a lease, as etcd does coming back from an outage) is
+// promoted with a lease counted from when it was granted. Before, the
+// deadline was counted from the round's start: the member was promoted
+// with a lease nearly over and fenced itself at once, and with its old
+// primary fenced too the group had no primary left (found by replica_test's
+// tcp_etcd_tls case).
+TEST_F(ReplicaMemberClockTest,
+       ASlowCoordinatorDoesNotShortenANewPrimarysLease) {
+  std::unique_ptr<ReplicaMember> a = StartMember(view_a_.get());
+  ASSERT_NE(a, nullptr);
+  ASSERT_TRUE(
+      Eventually([&] { return a->role() == Replication::Role::kPrimary; }));
+  std::atomic<bool> slow{false};
+  view_b_->set_before_get([&](const std::string& key) {
+    if (slow && absl::EndsWith(key, "/insync")) clock_.Advance(kTtl * 9 / 10);
+  });
+  std::unique_ptr<ReplicaMember> b = StartMember(view_b_.get());
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(Eventually([&] {
+    auto insync = view_b_->Get("/asyncps/default/shard/0/insync");
+    return b->role() == Replication::Role::kBackup && insync.ok() &&
+           absl::StrContains(insync->value, b->member());
+  }));
+  a->Kill();
+  slow = true;
+  clock_.Advance(kTtl + kTtl / 2);  // a's lease runs out; b campaigns.
+  ASSERT_TRUE(
+      Eventually([&] { return b->role() == Replication::Role::kPrimary; }));
+  slow = false;
+  const absl::Time promoted = b->server()->replication()->promoted_at();
+  EXPECT_GE(b->server()->replication()->lease_deadline(), promoted + kTtl / 2)
+      << "promoted with a lease already (nearly) over";
+  EXPECT_TRUE(b->server()->replication()->CheckServing().ok());
 }
 
 // Issue #40, "No promotion of an empty member": the coordinator loses

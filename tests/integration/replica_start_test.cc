@@ -171,17 +171,22 @@ void GroupInitLetsTheMembersStart(const std::string& name,
   }
   const int port = FreePort();
   const std::string ready = UniqueTempPath("ready", ".json");
-  std::vector<std::string> argv = {
-      RunfilePath("server/ps_server"), "--host=127.0.0.1",
-      absl::StrCat("--port=", port), "--shard=0", "--num_shards=1",
-      absl::StrCat("--advertise=127.0.0.1:", port), "--replicas=2",
-      "--etcd=" + etcd->endpoint, "--job=init", "--ready_file=" + ready};
+  std::vector<std::string> argv = {RunfilePath("server/ps_server"),
+                                   "--host=127.0.0.1",
+                                   absl::StrCat("--port=", port),
+                                   "--shard=0",
+                                   "--num_shards=1",
+                                   absl::StrCat("--advertise=127.0.0.1:", port),
+                                   "--replicas=2",
+                                   "--etcd=" + etcd->endpoint,
+                                   "--job=init",
+                                   "--ready_file=" + ready};
   argv.insert(argv.end(), tls.begin(), tls.end());
   auto member = Subprocess::Start(argv);
   ASSERT_TRUE(member.ok()) << member.status();
   auto init = [&](const std::vector<std::string>& flags, int expect) {
     std::vector<std::string> psctl_argv = {
-        RunfilePath("tools/psctl"), "group", "init",
+        RunfilePath("tools/psctl"), "group",      "init",
         "--etcd=" + etcd->endpoint, "--job=init", "--num_shards=1",
         "--etcd_timeout=2s"};
     psctl_argv.insert(psctl_argv.end(), flags.begin(), flags.end());

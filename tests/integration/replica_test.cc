@@ -371,8 +371,7 @@ TEST_P(ReplicaTest, BelowMinInsyncAPushIsAcknowledgedOnlyOnceABackupHoldsIt) {
     PushStats r;
     absl::Status s = (*brief)->Push(tensors_, g_, versions, 1, 1, &r);
     EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
-    EXPECT_NE(s.message().find("--min_insync=2"), absl::string_view::npos)
-        << s;
+    EXPECT_NE(s.message().find("--min_insync=2"), absl::string_view::npos) << s;
     ExpectWeights(a, pushed + 1);
   }
   auto stats = AdminClient(client->caller()).MemberStats(0, 0);

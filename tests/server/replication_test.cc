@@ -209,7 +209,6 @@ TEST(Replication, BelowMinInsyncNothingOnlyThePrimaryHoldsIsAcknowledged) {
       << alone;
   EXPECT_FALSE(primary.store.declared());
   EXPECT_EQ(primary.replication.Stats().in_sync(), 1);
-
   // Serves `member` on `streams` until it drops; true once it is in.
   auto join = [&](StreamPair* streams, Member* m, std::thread* serve) {
     v1::ReplicaJoin j;
@@ -248,7 +247,6 @@ TEST(Replication, BelowMinInsyncNothingOnlyThePrimaryHoldsIsAcknowledged) {
                                                 PushPolicy(), &answer);
               }).ok());
   EXPECT_EQ(Weights(&backup.store), std::vector<float>(4, 7.0f));
-
   // The backup goes while push 8 streams: applied on the primary alone.
   ShutdownSocket(to_b.b->fd());
   v1::PushRequest push = SmallModelPush(2.0f);
@@ -259,7 +257,7 @@ TEST(Replication, BelowMinInsyncNothingOnlyThePrimaryHoldsIsAcknowledged) {
   serve_b.join();
   EXPECT_EQ(Weights(&primary.store), std::vector<float>(4, 5.0f));
   EXPECT_FALSE(primary.replication.CheckInSync().ok());
-  v1::PushResponse retried;
+  v1::PushResponse retried;  // The answer is remembered: not applied again.
   EXPECT_EQ(primary.ledger.Begin(push, &retried),
             PushLedger::Verdict::kAnswered);
   // A new push is refused before it is applied.
@@ -268,7 +266,6 @@ TEST(Replication, BelowMinInsyncNothingOnlyThePrimaryHoldsIsAcknowledged) {
   EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
   EXPECT_EQ(Weights(&primary.store), std::vector<float>(4, 5.0f));
   EXPECT_GE(primary.replication.Stats().below_min_insync(), 2);
-
   // A backup joins with push 8 and its answer: the group is writable.
   StreamPair to_c;
   std::thread serve_c;

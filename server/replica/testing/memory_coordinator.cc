@@ -125,6 +125,7 @@ absl::Status MemoryCoordinator::View::PutIf(
 
 absl::StatusOr<CoordinatedValue> MemoryCoordinator::View::Get(
     const std::string& key) {
+  if (before_get_) before_get_(key);
   if (absl::Status s = Reachable(); !s.ok()) return s;
   absl::MutexLock lock(&store_->mu_);
   store_->Expire();

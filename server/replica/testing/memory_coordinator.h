@@ -6,6 +6,7 @@
 #define ASYNCPS_SERVER_REPLICA_TESTING_MEMORY_COORDINATOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -38,6 +39,12 @@ class MemoryCoordinator {
       absl::MutexLock lock(&mu_);
       cut_ = cut;
     }
+    // Runs at the start of each Get, with its key: a test's way to make a
+    // read slow (advance a ManualClock), as etcd coming back from an
+    // outage is. Set before the member starts.
+    void set_before_get(std::function<void(const std::string&)> f) {
+      before_get_ = std::move(f);
+    }
 
     absl::StatusOr<std::pair<int64_t, absl::Duration>> Grant(
         absl::Duration ttl) override;
@@ -59,6 +66,7 @@ class MemoryCoordinator {
     MemoryCoordinator* const store_;
     absl::Mutex mu_;
     bool cut_ ABSL_GUARDED_BY(mu_) = false;
+    std::function<void(const std::string&)> before_get_;
   };
 
   // Loses every key and lease, as an etcd restarted without its data.
