@@ -59,6 +59,16 @@ class ReplicaMemberClockTest : public ::testing::Test {
     return m.ok() ? std::move(*m) : nullptr;
   }
 
+  // Waits until `b` follows the primary and the primary lists it in
+  // `insync`.
+  bool FollowsInSync(ReplicaMember* b) {
+    return Eventually([&] {
+      auto insync = view_b_->Get("/asyncps/default/shard/0/insync");
+      return b->role() == Replication::Role::kBackup && insync.ok() &&
+             absl::StrContains(insync->value, b->member());
+    });
+  }
+
   // Declared first: outlive the members.
   ManualClock clock_{absl::FromUnixSeconds(1000)};
   MemoryCoordinator coordinator_;
@@ -95,11 +105,7 @@ TEST_F(ReplicaMemberClockTest, InSyncBackupCampaignsOnceThePrimaryKeyIsGone) {
   std::unique_ptr<ReplicaMember> b = StartMember(view_b_.get());
   ASSERT_NE(b, nullptr);
   // B follows A and A lists it in sync.
-  ASSERT_TRUE(Eventually([&] {
-    auto insync = view_b_->Get("/asyncps/default/shard/0/insync");
-    return b->role() == Replication::Role::kBackup && insync.ok() &&
-           absl::StrContains(insync->value, b->member());
-  }));
+  ASSERT_TRUE(FollowsInSync(b.get()));
 
   // A dies without a word; its key stays while its lease lasts.
   a->Kill();
@@ -137,11 +143,7 @@ TEST_F(ReplicaMemberClockTest,
   });
   std::unique_ptr<ReplicaMember> b = StartMember(view_b_.get());
   ASSERT_NE(b, nullptr);
-  ASSERT_TRUE(Eventually([&] {
-    auto insync = view_b_->Get("/asyncps/default/shard/0/insync");
-    return b->role() == Replication::Role::kBackup && insync.ok() &&
-           absl::StrContains(insync->value, b->member());
-  }));
+  ASSERT_TRUE(FollowsInSync(b.get()));
   a->Kill();
   slow = true;
   clock_.Advance(kTtl + kTtl / 2);  // a's lease runs out; b campaigns.
@@ -167,11 +169,7 @@ TEST_F(ReplicaMemberClockTest, NoMemberLeadsAGroupWhoseRecordsWereLost) {
       Eventually([&] { return a->role() == Replication::Role::kPrimary; }));
   std::unique_ptr<ReplicaMember> b = StartMember(view_b_.get());
   ASSERT_NE(b, nullptr);
-  ASSERT_TRUE(Eventually([&] {
-    auto insync = view_b_->Get("/asyncps/default/shard/0/insync");
-    return b->role() == Replication::Role::kBackup && insync.ok() &&
-           absl::StrContains(insync->value, b->member());
-  }));
+  ASSERT_TRUE(FollowsInSync(b.get()));
 
   coordinator_.Clear();
   // Past the primary's lease and the backup's join_wait, a little at a
