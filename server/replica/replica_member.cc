@@ -248,12 +248,33 @@ bool ReplicaMember::FollowRound(const CoordinatedValue& primary,
   }
   if (ended) {
     if (stream_ended_at_ == absl::InfinitePast()) stream_ended_at_ = now;
-    if (now - stream_ended_at_ > 2 * ttl_) {
+    // A primary that drops a backup records `insync` without it before it
+    // acknowledges anything more. Still listed, this member holds every
+    // acknowledged change: the primary key outlives a dead primary when
+    // etcd was away (its lease restored, and extended, as etcd came back),
+    // and this member may be the group's only copy. It waits for the key
+    // to go and campaigns. Fenced, it would start again empty.
+    if (now - stream_ended_at_ > 2 * ttl_ && !ListedInSync()) {
       Fence("its primary dropped it from the stream");
       return false;
     }
   }
   return true;
+}
+
+bool ReplicaMember::ListedInSync() {
+  absl::StatusOr<CoordinatedValue> insync = coordinator_->Get(Key("insync"));
+  if (!insync.ok()) return !absl::IsNotFound(insync.status());  // Unknown.
+  std::pair<std::string, std::string> parts =
+      absl::StrSplit(insync->value, absl::MaxSplits(':', 1));
+  int64_t epoch = 0;
+  if (!absl::SimpleAtoi(parts.first, &epoch) || epoch != following_) {
+    return false;
+  }
+  for (absl::string_view b : absl::StrSplit(parts.second, ',')) {
+    if (b == member_) return true;
+  }
+  return false;
 }
 
 bool ReplicaMember::CampaignRound(absl::Time now) {

@@ -145,6 +145,9 @@ class ReplicaMember {
     kGroupLost,  // No one holding the state came back within join_wait.
   };
   Campaign MayCampaign(absl::Time now);
+  // Whether `insync` of the epoch this member follows lists it (true too
+  // while the coordinator cannot say).
+  bool ListedInSync();
   void Fence(const std::string& why);
   // The primary's backups, written to `insync`.
   absl::Status RecordBackups(const std::vector<std::string>& backups);

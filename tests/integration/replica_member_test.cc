@@ -156,6 +156,33 @@ TEST_F(ReplicaMemberClockTest,
   EXPECT_TRUE(b->server()->replication()->CheckServing().ok());
 }
 
+// The history checker's etcd_restart fault (seed 1 of async/r2): etcd came
+// back with the dead primary's key, its lease extended, for more than two
+// leases after the backup's stream ended. The backup took that for being
+// dropped by a live primary and started again empty, though `insync` still
+// listed it as the group's only copy: an acknowledged push was lost. Now
+// it waits while listed, and is promoted once the key is gone.
+TEST_F(ReplicaMemberClockTest, ABackupStillInSyncOutwaitsALingeringPrimaryKey) {
+  std::unique_ptr<ReplicaMember> a = StartMember(view_a_.get());
+  ASSERT_NE(a, nullptr);
+  ASSERT_TRUE(
+      Eventually([&] { return a->role() == Replication::Role::kPrimary; }));
+  std::unique_ptr<ReplicaMember> b = StartMember(view_b_.get());
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(FollowsInSync(b.get()));
+  a->Kill();
+  absl::SleepFor(absl::Milliseconds(200));  // b's rounds see the stream end.
+  coordinator_.ExtendLeases(4 * kTtl);
+  clock_.Advance(kTtl * 5 / 2);
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(b->role(), Replication::Role::kBackup)
+      << "the group's only copy started again empty";
+  EXPECT_TRUE(view_b_->Get("/asyncps/default/shard/0/primary").ok());
+  clock_.Advance(3 * kTtl);  // The key's lease runs out at last.
+  ASSERT_TRUE(
+      Eventually([&] { return b->role() == Replication::Role::kPrimary; }));
+}
+
 // Issue #40, "No promotion of an empty member": the coordinator loses
 // every key (an etcd restarted without its data). The primary's lease is
 // gone with them, so it stops; the backup, which holds the state, finds no

@@ -42,6 +42,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", ".."))
 from tools import ROOT  # noqa: E402
 from asyncps import cluster  # noqa: E402
+from tools.reliability import history_faults  # noqa: E402
 
 
 def positive_int(text):
@@ -103,18 +104,8 @@ def free_port():
 def start_etcd(directory):
     """A private etcd with elections fast enough for 1 s leases; returns
     (Popen, "127.0.0.1:port"). The members wait for it themselves."""
-    client, peer = free_port(), free_port()
-    log = open(os.path.join(directory, "etcd.log"), "a")
-    proc = subprocess.Popen(
-        ["etcd", "--name=chaos", f"--data-dir={directory}/etcd",
-         f"--listen-client-urls=http://127.0.0.1:{client}",
-         f"--advertise-client-urls=http://127.0.0.1:{client}",
-         f"--listen-peer-urls=http://127.0.0.1:{peer}",
-         f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
-         f"--initial-cluster=chaos=http://127.0.0.1:{peer}",
-         "--heartbeat-interval=50", "--election-timeout=500"],
-        stdout=log, stderr=log)
-    return proc, f"127.0.0.1:{client}"
+    argv, endpoint = history_faults.etcd_argv(directory)
+    return history_faults.start_etcd(directory, argv), endpoint
 
 
 class Job:

@@ -9,7 +9,9 @@ a seeded schedule one of
 - primary_kill, backup_kill: SIGKILL a group member and start it again (it
   joins as a backup); primary_stop: SIGSTOP the primary for 2.5 leases,
   then SIGCONT (a backup is promoted meanwhile; the old primary fences
-  itself). A member fault waits until its group has a backup in sync, so
+  itself); etcd_restart: SIGKILL etcd, and 2.5 leases later start it again
+  with its data (every primary fences itself; backups are elected once
+  etcd is back). A member fault waits until its group has a backup in sync, so
   no fault takes a group's last copy of the state (a documented loss);
 - worker_kill: SIGKILL a worker (mid-push: they push all the time) and
   start it again with the same rank (a new journal file);
@@ -53,22 +55,26 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_etcd(directory):
+def etcd_argv(directory):
     """A private etcd with elections fast enough for 1 s leases (as
-    tools/reliability/chaos.py's); returns (Popen, "127.0.0.1:port")."""
+    tools/reliability/chaos.py's): (argv, "127.0.0.1:port")."""
     client, peer = free_port(), free_port()
+    return (["etcd", "--name=history", f"--data-dir={directory}/etcd",
+             f"--listen-client-urls=http://127.0.0.1:{client}",
+             f"--advertise-client-urls=http://127.0.0.1:{client}",
+             f"--listen-peer-urls=http://127.0.0.1:{peer}",
+             f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+             f"--initial-cluster=history=http://127.0.0.1:{peer}",
+             "--heartbeat-interval=50", "--election-timeout=500"],
+            f"127.0.0.1:{client}")
+
+
+def start_etcd(directory, argv):
+    """etcd with `argv`, logging to DIR/etcd.log; its Popen."""
     log = open(os.path.join(directory, "etcd.log"), "a")
-    proc = subprocess.Popen(
-        ["etcd", "--name=history", f"--data-dir={directory}/etcd",
-         f"--listen-client-urls=http://127.0.0.1:{client}",
-         f"--advertise-client-urls=http://127.0.0.1:{client}",
-         f"--listen-peer-urls=http://127.0.0.1:{peer}",
-         f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
-         f"--initial-cluster=history=http://127.0.0.1:{peer}",
-         "--heartbeat-interval=50", "--election-timeout=500"],
-        stdout=log, stderr=log)
+    proc = subprocess.Popen(argv, stdout=log, stderr=log)
     log.close()
-    return proc, f"127.0.0.1:{client}"
+    return proc
 
 
 def restored_at(log_path, offset):
@@ -107,7 +113,8 @@ class Job:
         binary = os.path.join(self.args.bin, "ps_server")
         try:
             if self.replicated:
-                self.etcd, endpoint = start_etcd(self.dir)
+                self.etcd_argv, endpoint = etcd_argv(self.dir)
+                self.etcd = start_etcd(self.dir, self.etcd_argv)
                 flags += ["--replicas=2", f"--etcd={endpoint}",
                           f"--job=history{self.seed}",
                           f"--lease_ttl={LEASE:g}s"]
@@ -220,7 +227,8 @@ class Job:
 
     def inject(self, rng, seconds, every):
         kinds = (["primary_kill", "backup_kill", "primary_stop",
-                  "worker_kill", "drop_conn"] if self.replicated else
+                  "etcd_restart", "worker_kill", "drop_conn"]
+                 if self.replicated else
                  ["shard_kill", "worker_kill", "drop_conn"])
         until = time.monotonic() + seconds
         while time.monotonic() + every < until:
@@ -233,6 +241,8 @@ class Job:
                 self.drop_conn(rng.randrange(WORKERS), rng.randrange(SHARDS))
             elif kind == "shard_kill":
                 self.shard_kill(rng.randrange(SHARDS))
+            elif kind == "etcd_restart":
+                self.etcd_restart()
             else:
                 self.member_fault(kind, rng.randrange(SHARDS))
         remaining = until - time.monotonic()
@@ -297,6 +307,19 @@ class Job:
                 raise JobFailed(f"member of shard {s} did not restart: {e}")
         self.faults.append({"t": t, "kind": kind, "shard": s,
                             "member": member.address, "end": time.time()})
+
+    def etcd_restart(self):
+        """SIGKILL etcd and start it again on its ports with its data after
+        2.5 leases: every primary's lease runs out meanwhile (it fences
+        itself; ps_server starts a fresh member), and once etcd is back the
+        backups in `insync` are elected."""
+        t = time.time()
+        self.etcd.kill()
+        self.etcd.wait()
+        time.sleep(2.5 * LEASE)  # An outage longer than a lease.
+        self.etcd = start_etcd(self.dir, self.etcd_argv)
+        self.faults.append({"t": t, "kind": "etcd_restart", "shard": None,
+                            "end": time.time()})
 
     def wait_in_sync(self, s, wait=15.0):
         """{address: role} of group `s` once its primary has the other

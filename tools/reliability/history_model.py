@@ -28,7 +28,9 @@ import collections
 from tools.reliability import history_worker as hw
 
 RESTARTS = ("shard_kill",)  # Unreplicated: state from a checkpoint.
-PRIMARY_CHANGES = ("shard_kill", "primary_kill", "primary_stop")
+# An etcd_restart (shard None) may change every group's primary.
+PRIMARY_CHANGES = ("shard_kill", "primary_kill", "primary_stop",
+                   "etcd_restart")
 QUORUM_WINDOW = 15.0  # Seconds after a restart a short step is blamed on it.
 
 
@@ -155,7 +157,8 @@ class History:
         the QUORUM_WINDOW before `lo`, or None."""
         found = None
         for f in self.faults:
-            if (f["kind"] in PRIMARY_CHANGES and f["shard"] == shard and
+            if (f["kind"] in PRIMARY_CHANGES and f["shard"] in (shard, None)
+                    and
                     f["t"] <= lo + 1.0 and lo - f["t"] <= QUORUM_WINDOW):
                 found = f
         return found
@@ -170,6 +173,8 @@ def fault_text(f, t0):
            else f"shard {f['shard']}")
     if f["kind"] == "drop_conn":
         who = f"rank {f['rank']} to shard {f['shard']}"
+    if f["kind"] == "etcd_restart":
+        who = "(every group)"
     text = f"t={f['t'] - t0:.2f}s {f['kind']} {who}"
     if f.get("ckpt") is not None:
         text += f" (checkpoint of t={f['ckpt'] - t0:.2f}s restored)"

@@ -69,6 +69,15 @@ class MemoryCoordinator {
     std::function<void(const std::string&)> before_get_;
   };
 
+  // Moves every live lease's expiry `by` later, as etcd does to each lease
+  // when it comes back (restarted with its data, or a new leader): a dead
+  // member's keys outlive it by that much.
+  void ExtendLeases(absl::Duration by) {
+    absl::MutexLock lock(&mu_);
+    Expire();
+    for (auto& [id, lease] : leases_) lease.expires += by;
+  }
+
   // Loses every key and lease, as an etcd restarted without its data.
   void Clear() {
     absl::MutexLock lock(&mu_);
