@@ -1,11 +1,10 @@
 // ShardServerConfig's checks (server/shard_server.h): each flag that is
 // wrong named in an INVALID_ARGUMENT before anything starts.
-#include "server/shard_server.h"
-
 #include "absl/strings/str_cat.h"
 #include "common/cluster_spec.h"
 #include "common/status_macros.h"
 #include "server/checkpoint_format.h"
+#include "server/shard_server.h"
 
 namespace asyncps {
 

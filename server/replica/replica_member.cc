@@ -1,7 +1,5 @@
 #include "server/replica/replica_member.h"
 
-#include <grpcpp/grpcpp.h>
-
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -10,31 +8,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "common/cluster_spec.h"
 #include "common/random_id.h"
-#include "common/security.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
-#include "proto/asyncps.grpc.pb.h"
-#include "rpc/grpc_credentials.h"
-#include "rpc/grpc_status.h"
 #include "server/replica/group_records.h"
-#include "transport/dial.h"
-#include "transport/frame.h"
 #include "transport/socket.h"
-#include "transport/tls.h"
 
 namespace asyncps {
-namespace {
-
-// How long a step of joining (the DataPlane RPC, the connection, the hello)
-// may take. These and kFrameTimeout are real time (absl::Now()), not the
-// Env's clock: gRPC and the sockets' poll enforce them.
-constexpr absl::Duration kJoinStepTimeout = absl::Seconds(5);
-// How long a frame of the stream may take once it began.
-constexpr absl::Duration kFrameTimeout = absl::Seconds(60);
-
-}  // namespace
 
 ReplicaMember::ReplicaMember(ReplicaConfig config, Coordinator* coordinator,
                              Clock* clock)
@@ -353,91 +333,6 @@ void ReplicaMember::Run() {
       return;
     }
     stop_.WaitForNotificationWithTimeout(config_.poll);
-  }
-}
-
-void ReplicaMember::Follow(std::string address, int64_t epoch) {
-  absl::Status s = FollowOnce(address, epoch);
-  LOG(WARNING) << "shard " << shard_ << ": member " << member_
-               << " left the stream of " << address << " (epoch " << epoch
-               << "): " << s;
-  absl::MutexLock lock(&mu_);
-  stream_ended_ = true;
-  follower_fd_ = -1;
-}
-
-absl::Status ReplicaMember::FollowOnce(const std::string& address,
-                                       int64_t epoch) {
-  const ShardServerConfig& sc = server_->config();
-  ASSIGN_OR_RETURN(std::vector<ServerAddress> parsed, ParseServerList(address));
-  const ServerAddress& primary = parsed[0];
-  // Where the primary's data plane is, and its token.
-  auto stub = v1::ParameterServer::NewStub(
-      grpc::CreateChannel(address, MakeChannelCredentials(sc.security)));
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + kJoinStepTimeout));
-  if (!sc.security.token.empty()) {
-    context.AddMetadata(kAuthorizationKey, BearerValue(sc.security.token));
-  }
-  v1::DataPlaneRequest request;
-  v1::DataPlaneResponse dp;
-  RETURN_IF_ERROR(FromGrpcStatus(stub->DataPlane(&context, request, &dp)));
-  absl::Time deadline = absl::Now() + kJoinStepTimeout;
-  std::shared_ptr<const TlsContext> tls;
-  if (sc.security.tls()) {
-    ASSIGN_OR_RETURN(tls, TlsContext::ForClient(sc.security));
-  }
-  ASSIGN_OR_RETURN(
-      DataPlaneConnection c,
-      DialDataPlane({primary.host, static_cast<int>(dp.port()), dp.token()},
-                    tls.get(), deadline));
-  {
-    absl::MutexLock lock(&mu_);
-    if (stop_.HasBeenNotified()) return absl::CancelledError("stopping");
-    follower_fd_ = c.socket.fd();
-  }
-  v1::ReplicaJoin join;
-  join.set_epoch(epoch);
-  join.set_member(member_);
-  join.set_member_token(sc.security.member_token);
-  FrameHeader header;
-  header.op = FrameOp::kJoin;
-  RETURN_IF_ERROR(WriteFrame(c.stream.get(), header, &join, {}, deadline));
-  return ApplyStream(c.stream.get());
-}
-
-absl::Status ReplicaMember::ApplyStream(Stream* stream) {
-  const ShardServerConfig& sc = server_->config();
-  // Ops as big as a push or assign of the whole shard (a snapshot comes
-  // in bounded chunks); the bound is the old one, with room to spare.
-  const uint64_t max_op_bytes =
-      3 * static_cast<uint64_t>(sc.max_shard_bytes) + (64 << 20);
-  Replication* r = server_->replication();
-  FrameHeader header;
-  while (true) {
-    RETURN_IF_ERROR(stream->WaitReadable(absl::InfiniteFuture()));
-    const absl::Time deadline = absl::Now() + kFrameTimeout;
-    ASSIGN_OR_RETURN(header, ReadHeader(stream, max_op_bytes, deadline));
-    if (header.op == FrameOp::kAnswer && header.code != 0) {
-      absl::Status refused;
-      RETURN_IF_ERROR(ReadError(stream, header, deadline, &refused));
-      return refused;
-    }
-    if (header.op != FrameOp::kReplicate) {
-      return absl::InvalidArgumentError("the primary sent a frame not an op");
-    }
-    v1::ReplicaOp op;
-    RETURN_IF_ERROR(ReadBody(
-        stream, header, &op, [&] { return PayloadFields(&op); }, deadline));
-    if (absl::Status s = r->Apply(&op); !s.ok()) {
-      WriteError(stream, s, deadline).IgnoreError();
-      return s;
-    }
-    v1::ReplicaAck ack;
-    ack.set_seq(op.seq());
-    header = FrameHeader();
-    header.op = FrameOp::kAnswer;
-    RETURN_IF_ERROR(WriteFrame(stream, header, &ack, {}, deadline));
   }
 }
 
