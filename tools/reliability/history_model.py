@@ -68,7 +68,11 @@ class History:
         self.pushes = {}
         self.pulls = []  # (rank, clock, t, diff)
         self.ends = []  # Times a rank's process ended its run.
-        self.starts = []  # (rank, time) a process joined the job.
+        # (rank, time) a process joined the job: its first push or pull (a
+        # replacement may take seconds to get in, the job's steps going on
+        # without its rank meanwhile).
+        self.starts = []
+        self._joining = set()  # (rank, gen) started, not yet in.
         for (rank, gen), events in sorted(journals.items()):
             for ev in events:
                 self._take(ev, rank, gen)
@@ -78,6 +82,9 @@ class History:
 
     def _take(self, ev, rank, gen):
         e = ev.get("ev")
+        if e in ("send", "pull") and (rank, gen) in self._joining:
+            self._joining.discard((rank, gen))
+            self.starts.append((rank, ev["t"]))
         if e == "send":
             self.pushes[(ev["kind"], ev["slot"])] = Push(ev, rank, gen)
         elif e in ("ack", "err") and ev.get("kind") in ("dense", "rows"):
@@ -92,7 +99,7 @@ class History:
         elif e == "end":
             self.ends.append(ev["t"])
         elif e == "start":
-            self.starts.append((rank, ev["t"]))
+            self._joining.add((rank, gen))
 
     # Allowances: the documented limits, each a predicate on the faults.
 
@@ -133,6 +140,17 @@ class History:
                 return f
         return None
 
+    def redone(self, p):
+        """bsp: `p` came back dropped as late in a step that an earlier
+        generation of its rank had passed (it had a push of that step or a
+        later one acknowledged; a step without its push counted it as
+        zero): a replacement that resumed behind the job (at the clock its
+        shard still knew after a failover: the membership is not
+        replicated) redoes steps whose share of that rank is in already."""
+        return bool(p.dropped) and any(
+            q.rank == p.rank and q.gen < p.gen and q.step >= p.step and
+            q.outcome == "acked" for q in self.pushes.values())
+
     def restarted_before(self, p, shard):
         return any(f["t"] < (p.answered or float("inf"))
                    for f in self.restarts(shard))
@@ -148,7 +166,7 @@ class History:
 
     def back(self, f):
         """When the replacement of a killed worker joined (its journal's
-        start), or the end of the run."""
+        first push or pull), or the end of the run."""
         starts = [t for r, t in self.starts if r == f["rank"] and t > f["t"]]
         return min(starts, default=float("inf"))
 
@@ -302,7 +320,7 @@ class Checker:
         if a != 0 or p.outcome != "acked" or h.may_lose(p, shard):
             return
         silent = p.kind == "rows"  # A late row push is dropped silently.
-        if (p.dropped or silent) and short_ok:
+        if (p.dropped or silent) and short_ok or h.redone(p):
             return
         if change and (p.dropped or silent or n_seen is None or
                        n_seen < h.cfg["workers"]):
