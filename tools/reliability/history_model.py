@@ -144,11 +144,13 @@ class History:
         """bsp: `p` came back dropped as late in a step that an earlier
         generation of its rank had passed (it had a push of that step or a
         later one acknowledged; a step without its push counted it as
-        zero): a replacement that resumed behind the job (at the clock its
-        shard still knew after a failover: the membership is not
-        replicated) redoes steps whose share of that rank is in already."""
+        zero), or in the step that generation died in (completed without
+        the dead rank once it was silent for --worker_timeout): a
+        replacement that resumed behind the job (at the clock its shard
+        still knew after a failover: the membership is not replicated)
+        redoes steps whose share of that rank is in, or was given up."""
         return bool(p.dropped) and any(
-            q.rank == p.rank and q.gen < p.gen and q.step >= p.step and
+            q.rank == p.rank and q.gen < p.gen and q.step >= p.step - 1 and
             q.outcome == "acked" for q in self.pushes.values())
 
     def restarted_before(self, p, shard):
