@@ -270,6 +270,11 @@ void Membership::Restarted() {
   started_ = now;
 }
 
+void Membership::NoteJobFront(int64_t clock) {
+  absl::MutexLock lock(&mu_);
+  NoteClock(clock);
+}
+
 int64_t Membership::MinLiveClock() const {
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);

@@ -94,6 +94,12 @@ class Membership {
   // Starts that window again now: a backup promoted to primary (the job's
   // workers registered with the old primary), also for rejoin_grace.
   void Restarted();
+  // The job's front as this shard's state knows it (bsp: the last step its
+  // slices applied), for a shard whose members' clocks are not known (a
+  // backup promoted: the membership is not replicated; a restart from a
+  // checkpoint): a replacement registering before the others report
+  // resumes there, not at 0, and does not redo the job's steps.
+  void NoteJobFront(int64_t clock);
   // Highest clock any worker, live or not, has reported.
   int64_t MaxClock() const;
   // Workers the job expects (the num_workers its workers registered with) and

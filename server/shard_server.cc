@@ -106,6 +106,19 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   return server;
 }
 
+void ShardServer::BecomingPrimary() {
+  membership_.Restarted();
+  NoteJobFront();
+}
+
+void ShardServer::NoteJobFront() {
+  // bsp: the steps its slices applied; async and ssp resume a rank at its
+  // own clock, allreduce keeps no steps here.
+  if (config_.consistency.mode == Mode::kBsp) {
+    membership_.NoteJobFront(store_.Progress(/*bsp=*/true).second);
+  }
+}
+
 absl::Status ShardServer::Restore() {
   if (config_.checkpoint_dir.empty()) return absl::OkStatus();
   if (config_.replicated) {
@@ -147,6 +160,7 @@ absl::Status ShardServer::Restore() {
                 << absl::FormatTime(
                        absl::FromUnixMicros(sink.head().unix_micros()))
                 << ")";
+      NoteJobFront();
       break;
     }
     if (!config_.restore_job.empty()) {

@@ -145,8 +145,9 @@ class ShardServer {
   Replication* replication() { return replication_.get(); }
   // Called by a member about to become its group's primary: the job's
   // workers registered with the old one, so until their heartbeats register
-  // them here, they are presumed live (Membership::Restarted).
-  void BecomingPrimary() { membership_.Restarted(); }
+  // them here, they are presumed live (Membership::Restarted); a worker
+  // registering first resumes at the job's front (NoteJobFront).
+  void BecomingPrimary();
   const ShardServerConfig& config() const { return config_; }
 
  private:
@@ -157,6 +158,8 @@ class ShardServer {
     return observers_.empty() ? nullptr : &observers_;
   }
   absl::Status Restore();
+  // bsp: tells the membership the job's front from the steps applied.
+  void NoteJobFront();
   void NewCheckpointer();  // For checkpoint_dir.
   absl::Status Listen();
   void Housekeeping();

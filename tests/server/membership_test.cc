@@ -79,6 +79,22 @@ TEST(Membership, RestartedJobGetsTheSameResumeClockAndAttemptOnEveryRank) {
   }
 }
 
+// A backup promoted (or a shard restored from a checkpoint) knows no
+// worker's clock: the job's front comes from its state (bsp: the step its
+// slices applied). Before, a replacement that registered first resumed at
+// clock 0 and redid every step of the job, each push dropped as late (the
+// history checker's bsp/r2 seed 6).
+TEST(Membership, AReplacementResumesAtTheFrontTheShardsStateKnows) {
+  ManualClock clock;
+  Membership m(&clock, absl::Seconds(2));
+  m.NoteJobFront(48);
+  auto a = m.Register(Join(0));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->resume_clock(), 47);
+  m.NoteJobFront(10);  // Never backwards.
+  EXPECT_EQ(m.MaxClock(), 48);
+}
+
 TEST(Membership, LeavingWorkerStopsBeingLiveAtOnce) {
   ManualClock clock;
   Membership m(&clock, absl::Seconds(30));
