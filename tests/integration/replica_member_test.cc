@@ -59,6 +59,16 @@ class ReplicaMemberClockTest : public ::testing::Test {
     return m.ok() ? std::move(*m) : nullptr;
   }
 
+  // Member A, once it leads the group (null if it does not within 20 s).
+  std::unique_ptr<ReplicaMember> StartPrimary() {
+    std::unique_ptr<ReplicaMember> a = StartMember(view_a_.get());
+    if (a == nullptr ||
+        !Eventually([&] { return a->role() == Replication::Role::kPrimary; })) {
+      return nullptr;
+    }
+    return a;
+  }
+
   // Waits until `b` follows the primary and the primary lists it in
   // `insync`.
   bool FollowsInSync(ReplicaMember* b) {
@@ -98,10 +108,8 @@ TEST_F(ReplicaMemberClockTest, PrimaryStopsServingWhenItsLeaseRunsOut) {
 }
 
 TEST_F(ReplicaMemberClockTest, InSyncBackupCampaignsOnceThePrimaryKeyIsGone) {
-  std::unique_ptr<ReplicaMember> a = StartMember(view_a_.get());
+  std::unique_ptr<ReplicaMember> a = StartPrimary();
   ASSERT_NE(a, nullptr);
-  ASSERT_TRUE(
-      Eventually([&] { return a->role() == Replication::Role::kPrimary; }));
   std::unique_ptr<ReplicaMember> b = StartMember(view_b_.get());
   ASSERT_NE(b, nullptr);
   // B follows A and A lists it in sync.
@@ -133,10 +141,8 @@ TEST_F(ReplicaMemberClockTest, InSyncBackupCampaignsOnceThePrimaryKeyIsGone) {
 // tcp_etcd_tls case).
 TEST_F(ReplicaMemberClockTest,
        ASlowCoordinatorDoesNotShortenANewPrimarysLease) {
-  std::unique_ptr<ReplicaMember> a = StartMember(view_a_.get());
+  std::unique_ptr<ReplicaMember> a = StartPrimary();
   ASSERT_NE(a, nullptr);
-  ASSERT_TRUE(
-      Eventually([&] { return a->role() == Replication::Role::kPrimary; }));
   std::atomic<bool> slow{false};
   view_b_->set_before_get([&](const std::string& key) {
     if (slow && absl::EndsWith(key, "/insync")) clock_.Advance(kTtl * 9 / 10);
@@ -163,10 +169,8 @@ TEST_F(ReplicaMemberClockTest,
 // listed it as the group's only copy: an acknowledged push was lost. Now
 // it waits while listed, and is promoted once the key is gone.
 TEST_F(ReplicaMemberClockTest, ABackupStillInSyncOutwaitsALingeringPrimaryKey) {
-  std::unique_ptr<ReplicaMember> a = StartMember(view_a_.get());
+  std::unique_ptr<ReplicaMember> a = StartPrimary();
   ASSERT_NE(a, nullptr);
-  ASSERT_TRUE(
-      Eventually([&] { return a->role() == Replication::Role::kPrimary; }));
   std::unique_ptr<ReplicaMember> b = StartMember(view_b_.get());
   ASSERT_NE(b, nullptr);
   ASSERT_TRUE(FollowsInSync(b.get()));
@@ -190,10 +194,8 @@ TEST_F(ReplicaMemberClockTest, ABackupStillInSyncOutwaitsALingeringPrimaryKey) {
 // it. Before, a missing `insync` counted as a new group any member could
 // lead: the backup, or a member with no state, took it.
 TEST_F(ReplicaMemberClockTest, NoMemberLeadsAGroupWhoseRecordsWereLost) {
-  std::unique_ptr<ReplicaMember> a = StartMember(view_a_.get());
+  std::unique_ptr<ReplicaMember> a = StartPrimary();
   ASSERT_NE(a, nullptr);
-  ASSERT_TRUE(
-      Eventually([&] { return a->role() == Replication::Role::kPrimary; }));
   std::unique_ptr<ReplicaMember> b = StartMember(view_b_.get());
   ASSERT_NE(b, nullptr);
   ASSERT_TRUE(FollowsInSync(b.get()));
