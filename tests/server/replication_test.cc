@@ -277,6 +277,22 @@ TEST(Replication, BelowMinInsyncNothingOnlyThePrimaryHoldsIsAcknowledged) {
   serve_c.join();
 }
 
+// An assignment (a worker's weights, a load_state_dict) is a change too:
+// below min_insync it is refused before it is applied.
+TEST(Replication, BelowMinInsyncAnAssignmentIsRefused) {
+  Member primary("p");
+  primary.replication.BecomePrimary(1, absl::InfiniteFuture());
+  v1::DeclareModelRequest declare;
+  *declare.mutable_spec() = SmallModel();
+  ASSERT_TRUE(primary.replication.Declare(declare).ok());  // min_insync 1.
+  primary.replication.set_min_insync(2);
+  v1::AssignRequest assign;
+  *assign.add_weights() = testing::SmallModelSlice(3.0f);
+  absl::Status s = primary.replication.Assign(assign, false);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_EQ(Weights(&primary.store), std::vector<float>(4, 10.0f));
+}
+
 // Issue #40, "Only a member may join": a primary with a member token takes
 // no backup without it (a worker's token is not one), nor one its
 // JoinCheck (the coordinator's member list) refuses, and sends neither any
