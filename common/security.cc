@@ -7,9 +7,7 @@
 #include "absl/strings/str_cat.h"
 
 namespace asyncps {
-namespace {
 
-// The contents of `path` (flag `flag`); "" if the flag was not given.
 absl::StatusOr<std::string> ReadFlagFile(const std::string& flag,
                                          const std::string& path) {
   if (path.empty()) return std::string();
@@ -26,6 +24,8 @@ absl::StatusOr<std::string> ReadFlagFile(const std::string& flag,
   }
   return text.str();
 }
+
+namespace {
 
 // Bearer tokens shorter than this are guessable.
 constexpr size_t kMinTokenLength = 16;

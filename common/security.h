@@ -52,6 +52,12 @@ struct Security {
 // printable word, or an admin or member token equal to another token.
 absl::StatusOr<Security> LoadSecurity(const SecurityFlags& flags);
 
+// The contents of the file `path` that flag `flag` names ("" if the flag was
+// not given); INVALID_ARGUMENT naming the flag if it cannot be read or is
+// empty. For every flag that names a certificate, key or token file.
+absl::StatusOr<std::string> ReadFlagFile(const std::string& flag,
+                                         const std::string& path);
+
 // The metadata key and value calls carry their token in.
 inline constexpr char kAuthorizationKey[] = "authorization";
 // The metadata key of the admin token (the token itself, no prefix).

@@ -268,12 +268,13 @@ absl::StatusOr<ShardServerConfig> ConfigFromFlags() {
     }
     config.replica_ack_timeout = absl::GetFlag(FLAGS_replica_ack_timeout);
     const int min_insync = absl::GetFlag(FLAGS_min_insync);
+    const int by_default = std::min(replicas, 2);
     if (min_insync < 0 || min_insync > replicas) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--min_insync=", min_insync, " must be in [1, --replicas=", replicas,
-          "] (0: the default, ", std::min(replicas, 2), ")"));
+          "] (0: the default, ", by_default, ")"));
     }
-    config.min_insync = min_insync != 0 ? min_insync : std::min(replicas, 2);
+    config.min_insync = min_insync != 0 ? min_insync : by_default;
   } else if (absl::GetFlag(FLAGS_min_insync) != 0) {
     return absl::InvalidArgumentError(
         "--min_insync needs --replicas: an unreplicated shard is one member");

@@ -1,11 +1,9 @@
 #include "server/replica/etcd_flags.h"
 
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/strings/str_cat.h"
+#include "common/security.h"
 
 ABSL_FLAG(std::string, etcd_tls_ca, "",
           "PEM CA certificate that signed etcd's: reach --etcd over TLS, "
@@ -16,30 +14,14 @@ ABSL_FLAG(std::string, etcd_tls_cert, "",
 ABSL_FLAG(std::string, etcd_tls_key, "", "PEM private key of --etcd_tls_cert.");
 
 namespace asyncps {
-namespace {
-
-// The file's bytes; "" for no path.
-absl::StatusOr<std::string> Read(const char* flag, const std::string& path) {
-  if (path.empty()) return std::string();
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in || text.str().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--", flag, "=", path, ": cannot read it, or it is empty"));
-  }
-  return text.str();
-}
-
-}  // namespace
 
 absl::StatusOr<EtcdTls> EtcdTlsFromFlags() {
   EtcdTls tls;
-  auto ca = Read("etcd_tls_ca", absl::GetFlag(FLAGS_etcd_tls_ca));
+  auto ca = ReadFlagFile("etcd_tls_ca", absl::GetFlag(FLAGS_etcd_tls_ca));
   if (!ca.ok()) return ca.status();
-  auto cert = Read("etcd_tls_cert", absl::GetFlag(FLAGS_etcd_tls_cert));
+  auto cert = ReadFlagFile("etcd_tls_cert", absl::GetFlag(FLAGS_etcd_tls_cert));
   if (!cert.ok()) return cert.status();
-  auto key = Read("etcd_tls_key", absl::GetFlag(FLAGS_etcd_tls_key));
+  auto key = ReadFlagFile("etcd_tls_key", absl::GetFlag(FLAGS_etcd_tls_key));
   if (!key.ok()) return key.status();
   if (cert->empty() != key->empty()) {
     return absl::InvalidArgumentError(

@@ -1,6 +1,7 @@
 #include "server/replica/replica_member.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -15,6 +16,27 @@
 #include "transport/socket.h"
 
 namespace asyncps {
+namespace {
+
+// An `insync` record ("epoch:backup,backup", RecordBackups): its epoch and
+// whether it lists `member`; nullopt if it does not parse.
+struct InSync {
+  int64_t epoch = 0;
+  bool lists_member = false;
+};
+std::optional<InSync> ParseInSync(absl::string_view value,
+                                  absl::string_view member) {
+  std::pair<absl::string_view, absl::string_view> parts =
+      absl::StrSplit(value, absl::MaxSplits(':', 1));
+  InSync r;
+  if (!absl::SimpleAtoi(parts.first, &r.epoch)) return std::nullopt;
+  for (absl::string_view b : absl::StrSplit(parts.second, ',')) {
+    if (b == member) r.lists_member = true;
+  }
+  return r;
+}
+
+}  // namespace
 
 ReplicaMember::ReplicaMember(ReplicaConfig config, Coordinator* coordinator,
                              Clock* clock)
@@ -168,20 +190,14 @@ ReplicaMember::Campaign ReplicaMember::MayCampaign(absl::Time now) {
     return Campaign::kWait;
   }
   insync_mod_ = insync->mod_revision;
-  std::pair<std::string, std::string> parts =
-      absl::StrSplit(insync->value, absl::MaxSplits(':', 1));
-  int64_t epoch = 0;
-  if (!absl::SimpleAtoi(parts.first, &epoch)) return Campaign::kWait;
-  if (epoch == 0) return Campaign::kNow;  // The group starts afresh.
+  const std::optional<InSync> record = ParseInSync(insync->value, member_);
+  if (!record.has_value()) return Campaign::kWait;
+  if (record->epoch == 0) return Campaign::kNow;  // The group starts afresh.
   if (following_ != 0) {
-    if (server_->replication()->role() != Replication::Role::kBackup ||
-        epoch != following_) {
-      return Campaign::kWait;
-    }
-    for (absl::string_view b : absl::StrSplit(parts.second, ',')) {
-      if (b == member_) return Campaign::kNow;
-    }
-    return Campaign::kWait;
+    return server_->replication()->role() == Replication::Role::kBackup &&
+                   record->epoch == following_ && record->lists_member
+               ? Campaign::kNow
+               : Campaign::kWait;
   }
   return now - no_primary_since_ >= config_.join_wait ? Campaign::kGroupLost
                                                       : Campaign::kWait;
@@ -245,16 +261,9 @@ bool ReplicaMember::FollowRound(const CoordinatedValue& primary,
 bool ReplicaMember::ListedInSync() {
   absl::StatusOr<CoordinatedValue> insync = coordinator_->Get(Key("insync"));
   if (!insync.ok()) return !absl::IsNotFound(insync.status());  // Unknown.
-  std::pair<std::string, std::string> parts =
-      absl::StrSplit(insync->value, absl::MaxSplits(':', 1));
-  int64_t epoch = 0;
-  if (!absl::SimpleAtoi(parts.first, &epoch) || epoch != following_) {
-    return false;
-  }
-  for (absl::string_view b : absl::StrSplit(parts.second, ',')) {
-    if (b == member_) return true;
-  }
-  return false;
+  const std::optional<InSync> record = ParseInSync(insync->value, member_);
+  return record.has_value() && record->epoch == following_ &&
+         record->lists_member;
 }
 
 bool ReplicaMember::CampaignRound(absl::Time now) {

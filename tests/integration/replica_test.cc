@@ -140,6 +140,18 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
     EXPECT_TRUE((*client)->Join(0, workers_).ok());
     return *std::move(client);
   }
+  // A client of member `m` alone that gives up after 300 ms of retries.
+  std::unique_ptr<PsClient> BriefClient(Member& m) {
+    PsClientOptions options;
+    options.servers = {
+        ServerAddress{"127.0.0.1", m.member->server()->port(), {}}};
+    options.transport = GetParam().transport;
+    if (GetParam().tls) options.security = LoadCerts(certs_, "client");
+    options.retry_for = absl::Milliseconds(300);
+    auto client = PsClient::Create(options);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? *std::move(client) : nullptr;
+  }
   // A client of the whole group, with the test's model declared (weights
   // 0, SGD at learning rate 1).
   std::unique_ptr<PsClient> DeclaredClient() {
@@ -302,18 +314,12 @@ TEST_P(ReplicaTest,
   EXPECT_TRUE(a.member->Ended(kWait));
   EXPECT_EQ(a.member->role(), Replication::Role::kFenced);
   // A client that only knows a gets nothing applied there.
-  PsClientOptions options;
-  options.servers = {
-      ServerAddress{"127.0.0.1", a.member->server()->port(), {}}};
-  options.transport = GetParam().transport;
-  if (GetParam().tls) options.security = LoadCerts(certs_, "client");
-  options.retry_for = absl::Milliseconds(300);
-  auto only_a = PsClient::Create(options);
-  ASSERT_TRUE(only_a.ok());
+  auto only_a = BriefClient(a);
+  ASSERT_NE(only_a, nullptr);
   std::vector<SliceVersion> versions;
   std::vector<std::vector<float>> w = {std::vector<float>(3000),
                                        std::vector<float>(10)};
-  EXPECT_FALSE((*only_a)->Pull(tensors_, &w, &versions, 0, 0).ok());
+  EXPECT_FALSE(only_a->Pull(tensors_, &w, &versions, 0, 0).ok());
   Push(client.get(), 5, &pushed);
   ExpectWeights(b, pushed);
 }
@@ -351,25 +357,19 @@ TEST_P(ReplicaTest, BelowMinInsyncAPushIsAcknowledgedOnlyOnceABackupHoldsIt) {
   {
     // A client that gives up soon hears why, and its push is not applied;
     // its pull is answered.
-    PsClientOptions options;
-    options.servers = {
-        ServerAddress{"127.0.0.1", a.member->server()->port(), {}}};
-    options.transport = GetParam().transport;
-    if (GetParam().tls) options.security = LoadCerts(certs_, "client");
-    options.retry_for = absl::Milliseconds(300);
-    auto brief = PsClient::Create(options);
-    ASSERT_TRUE(brief.ok()) << brief.status();
-    ASSERT_TRUE((*brief)->FetchModel().ok());  // A declaration is a change.
-    absl::Status joined = (*brief)->Join(1, 2);
+    auto brief = BriefClient(a);
+    ASSERT_NE(brief, nullptr);
+    ASSERT_TRUE(brief->FetchModel().ok());  // A declaration is a change.
+    absl::Status joined = brief->Join(1, 2);
     ASSERT_TRUE(joined.ok()) << joined;
     std::vector<SliceVersion> versions;
     std::vector<std::vector<float>> w = {std::vector<float>(3000),
                                          std::vector<float>(10)};
-    absl::Status pulled = (*brief)->Pull(tensors_, &w, &versions, 1, 0);
+    absl::Status pulled = brief->Pull(tensors_, &w, &versions, 1, 0);
     EXPECT_TRUE(pulled.ok()) << pulled;
     EXPECT_EQ(w[1][0], -static_cast<float>(pushed + 1));
     PushStats r;
-    absl::Status s = (*brief)->Push(tensors_, g_, versions, 1, 1, &r);
+    absl::Status s = brief->Push(tensors_, g_, versions, 1, 1, &r);
     EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
     EXPECT_NE(s.message().find("--min_insync=2"), absl::string_view::npos) << s;
     ExpectWeights(a, pushed + 1);
