@@ -19,8 +19,9 @@ std::vector<std::string*> BytesFields(v1::SliceCheckpoint* s) {
           s->mutable_step_sum()};
 }
 std::vector<std::string*> BytesFields(v1::EmbeddingCheckpoint* e) {
-  return {e->mutable_ids(), e->mutable_weights(), e->mutable_slot1(),
-          e->mutable_slot2(), e->mutable_steps()};
+  return {e->mutable_ids(),     e->mutable_weights(), e->mutable_slot1(),
+          e->mutable_slot2(),   e->mutable_steps(),   e->mutable_step_ids(),
+          e->mutable_step_sum()};
 }
 
 v1::SliceCheckpoint* SlicePart(v1::CheckpointChunk* c) {

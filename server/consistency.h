@@ -106,6 +106,13 @@ class Consistency {
   // and bsp). Bad pull ids are refused before anything is pushed.
   void PushRows(const v1::PushRowsRequest& request,
                 v1::PushRowsResponse* response, PendingCall call);
+  // EmbeddingTables::Declare (`may_create`: the caller's right to make a
+  // table), and ServeReadRows; through the primary on a replicated shard,
+  // which streams a table it made to its backups.
+  absl::Status DeclareEmbedding(const v1::EmbeddingSpec& spec,
+                                const absl::Status& may_create);
+  absl::Status ReadRows(const v1::ReadRowsRequest& request,
+                        v1::ReadRowsResponse* response);
   // Declares the model (ShardStore::Declare). With `recover` and a model
   // created by this call, the shard lost its weights at a restart: pulls
   // and pushes are answered UNAVAILABLE until a worker's copy has come
@@ -256,11 +263,9 @@ class Consistency {
   // Answers held row pulls that may go or expired; ranks still held into
   // `stuck` (if given).
   void RecheckRows(absl::Time now, absl::flat_hash_set<int>* stuck);
-  // bsp: the tables' pending steps applied past --step_deadline or healed,
-  // as AdvanceSteps does the slices'.
-  void AdvanceRowSteps(int quorum, const std::vector<int>& live_ranks,
-                       const absl::flat_hash_set<int>& stuck, absl::Time now);
-  // FAILED_PRECONDITION when this shard serves no tables.
+  // FAILED_PRECONDITION when this shard serves no tables; UNAVAILABLE
+  // (as CheckServing) from a replicated shard's member that is not its
+  // primary.
   absl::Status CheckTables() const;
 
   // Constant after construction.

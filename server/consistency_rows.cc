@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
 #include "server/consistency.h"
 
@@ -22,12 +23,23 @@ absl::Status Consistency::CheckTables() const {
     return absl::FailedPreconditionError(
         "this shard serves no embedding tables");
   }
-  if (replication_ != nullptr) {
-    return absl::FailedPreconditionError(
-        "embedding tables are not replicated yet: run a job with tables "
-        "without --replicas");
-  }
+  // A replicated shard's tables are served by its primary alone.
+  if (replication_ != nullptr) return replication_->CheckServing();
   return absl::OkStatus();
+}
+
+absl::Status Consistency::DeclareEmbedding(const v1::EmbeddingSpec& spec,
+                                           const absl::Status& may_create) {
+  RETURN_IF_ERROR(CheckTables());
+  return replication_ != nullptr
+             ? replication_->DeclareEmbedding(spec, may_create)
+             : tables_->Declare(spec, may_create);
+}
+
+absl::Status Consistency::ReadRows(const v1::ReadRowsRequest& request,
+                                   v1::ReadRowsResponse* response) {
+  RETURN_IF_ERROR(CheckTables());
+  return ServeReadRows(tables_, request, response);
 }
 
 bool Consistency::RowReady(const RowWait& w) const {
@@ -100,8 +112,11 @@ void Consistency::PushRows(const v1::PushRowsRequest& request,
   policy.bsp = config_.mode == Mode::kBsp;
   policy.quorum = Quorum(membership_->LiveCount());
   policy.now = clock_->Now();
-  absl::Status pushed = ServePushRows(tables_, store_->shard(), num_shards_,
-                                      request, response, policy);
+  absl::Status pushed =
+      replication_ != nullptr
+          ? replication_->PushRows(request, policy, response)
+          : ServePushRows(tables_, store_->shard(), num_shards_, request,
+                          response, policy);
   if (!pushed.ok()) {
     store_->CountRejected();
     call.done(std::move(pushed));
@@ -149,27 +164,6 @@ void Consistency::RecheckRows(absl::Time now, absl::flat_hash_set<int>* stuck) {
                          ? "the slowest live worker is too far behind"
                          : absl::StrCat("step ", h.what.request->clock(),
                                         " of the table was not applied"))));
-  }
-}
-
-void Consistency::AdvanceRowSteps(int quorum,
-                                  const std::vector<int>& live_ranks,
-                                  const absl::flat_hash_set<int>& stuck,
-                                  absl::Time now) {
-  if (tables_ == nullptr) return;
-  for (EmbeddingTable* table : tables_->All()) {
-    const std::string& name = table->spec().name();
-    table->CompleteStep(quorum, config_.step_deadline, now);
-    if (config_.heal_after <= absl::ZeroDuration()) continue;
-    std::vector<int> left_out;
-    if (table->Heal(live_ranks, stuck, config_.heal_after, now, &left_out)) {
-      LOG(WARNING) << "shard " << store_->shard() << ": applied step "
-                   << table->applied_step() << " of embedding '" << name
-                   << "' without " << left_out.size()
-                   << " rank(s): their rows had not come after "
-                   << absl::FormatDuration(config_.heal_after)
-                   << " and every one of them waits for the step";
-    }
   }
 }
 

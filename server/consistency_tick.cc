@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "server/consistency.h"
+#include "server/rows.h"
 
 namespace asyncps {
 
@@ -112,7 +113,7 @@ void Consistency::AdvanceSteps() {
   // A replicated shard's backups do the same, in the primary's order.
   const ShardStore::StepsAdvanced done =
       replication_ != nullptr ? replication_->AdvanceSteps(advance)
-                              : store_->AdvanceSteps(advance);
+                              : AdvanceShardSteps(store_, tables_, advance);
   if (done.moved > 0 && skip >= 0) {
     LOG(WARNING) << "shard " << store_->shard() << ": " << done.moved
                  << " slice(s) skipped to step " << skip
@@ -133,7 +134,6 @@ void Consistency::AdvanceSteps() {
                  << " and every rank missing from it is waiting for the "
                     "step";
   }
-  AdvanceRowSteps(Quorum(live), live_ranks, stuck, now);
 }
 
 int64_t Consistency::StepNobodySends(const std::vector<int>& live_ranks,

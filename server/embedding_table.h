@@ -111,8 +111,11 @@ class EmbeddingTable {
 
   // The table as a checkpoint holds it, and a table made from one (its
   // spec checked, its rows' sizes, ids and bounds too: DATA_LOSS saying
-  // what is wrong).
-  void Save(v1::EmbeddingCheckpoint* out) const;
+  // what is wrong). With `pending` (a replica's snapshot), also its bsp
+  // steps: the last applied and the one in progress, so a backup that
+  // loads it completes the step as its primary does; without (a
+  // checkpoint file), a loaded table learns its step from the first push.
+  void Save(v1::EmbeddingCheckpoint* out, bool pending = false) const;
   static absl::StatusOr<std::unique_ptr<EmbeddingTable>> Load(
       const v1::EmbeddingCheckpoint& in);
 
@@ -154,6 +157,9 @@ class EmbeddingTable {
   // rate times `lr_scale`.
   void ApplyLocked(absl::Span<const int64_t> ids, absl::Span<const float> grads,
                    float lr_scale) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Load's part for the bsp steps a replica's snapshot holds.
+  absl::Status LoadStepLocked(const v1::EmbeddingCheckpoint& in)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // bsp: applies the pending step's mean and starts the next.
   void ApplyStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ClearStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -217,15 +223,27 @@ class EmbeddingTables {
   // Every table (valid as long as this object, until a Restore).
   std::vector<EmbeddingTable*> All() const;
 
-  // Every table into `checkpoint`, and every table of one (replacing
-  // those held; on error none is replaced).
-  void Save(v1::ShardCheckpoint* checkpoint) const;
+  // Every table into `checkpoint` (`pending`: as EmbeddingTable::Save),
+  // and every table of one (replacing those held; on error none is
+  // replaced).
+  void Save(v1::ShardCheckpoint* checkpoint, bool pending = false) const;
   // Each table's Stats, by name.
   std::vector<v1::EmbeddingStats> Stats() const;
   absl::Status Restore(const v1::ShardCheckpoint& checkpoint);
 
   // What makes pushes of rows exactly-once (server/rows.cc).
   RowsLedger& ledger() { return ledger_; }
+
+  // bsp housekeeping of every table (a tick's, or a backup's replay of
+  // its primary's): each pending step applied once `quorum` ranks pushed
+  // it or its first push came `deadline` (if > 0) before `now`; with
+  // `heal_after` > 0, healed as EmbeddingTable::Heal says. Returns the
+  // steps applied; each healed one is described in `healed`.
+  int AdvanceSteps(int quorum, absl::Duration deadline, absl::Time now,
+                   absl::Duration heal_after,
+                   const std::vector<int>& live_ranks,
+                   const absl::flat_hash_set<int>& stuck,
+                   std::vector<std::string>* healed);
 
  private:
   RowsLedger ledger_;

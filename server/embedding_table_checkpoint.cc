@@ -34,7 +34,30 @@ absl::StatusOr<std::vector<T>> ValuesOf(const std::string& bytes, size_t n,
 
 }  // namespace
 
-void EmbeddingTable::Save(v1::EmbeddingCheckpoint* out) const {
+absl::Status EmbeddingTable::LoadStepLocked(const v1::EmbeddingCheckpoint& in) {
+  const size_t n = in.step_ids().size() / sizeof(int64_t);
+  ASSIGN_OR_RETURN(step_ids_, ValuesOf<int64_t>(in.step_ids(), n, "step_ids"));
+  ASSIGN_OR_RETURN(step_sum_,
+                   ValuesOf<float>(in.step_sum(), n * dim_, "step_sum"));
+  for (size_t k = 0; k < n; ++k) {
+    if (!step_index_.try_emplace(step_ids_[k], static_cast<uint32_t>(k))
+             .second) {
+      return absl::DataLossError(absl::StrCat("embedding checkpoint: step row ",
+                                              step_ids_[k], " appears twice"));
+    }
+  }
+  if (!in.steps_known() && (n > 0 || in.step_ranks_size() > 0)) {
+    return absl::DataLossError(
+        "embedding checkpoint: a step in progress with no step known");
+  }
+  applied_step_ = in.applied_step();
+  steps_known_ = in.steps_known();
+  step_ranks_.assign(in.step_ranks().begin(), in.step_ranks().end());
+  step_first_ = absl::FromUnixNanos(in.step_first_unix_nanos());
+  return absl::OkStatus();
+}
+
+void EmbeddingTable::Save(v1::EmbeddingCheckpoint* out, bool pending) const {
   absl::MutexLock lock(&mu_);
   *out->mutable_spec() = spec_;
   out->set_evicted(evicted_);
@@ -55,6 +78,13 @@ void EmbeddingTable::Save(v1::EmbeddingCheckpoint* out) const {
   out->set_weights(BytesOf(weights));
   out->set_slot1(BytesOf(slot1));
   out->set_slot2(BytesOf(slot2));
+  if (!pending) return;
+  out->set_applied_step(applied_step_);
+  out->set_steps_known(steps_known_);
+  for (int rank : step_ranks_) out->add_step_ranks(rank);
+  out->set_step_first_unix_nanos(absl::ToUnixNanos(step_first_));
+  out->set_step_ids(BytesOf(step_ids_));
+  out->set_step_sum(BytesOf(step_sum_));
 }
 
 absl::StatusOr<std::unique_ptr<EmbeddingTable>> EmbeddingTable::Load(
@@ -105,6 +135,7 @@ absl::StatusOr<std::unique_ptr<EmbeddingTable>> EmbeddingTable::Load(
     table->steps_[slot] = steps[k];
   }
   table->evicted_ = in.evicted();
+  RETURN_IF_ERROR(table->LoadStepLocked(in));
   return table;
 }
 

@@ -66,11 +66,32 @@ std::vector<v1::EmbeddingStats> EmbeddingTables::Stats() const {
   return out;
 }
 
-void EmbeddingTables::Save(v1::ShardCheckpoint* checkpoint) const {
+void EmbeddingTables::Save(v1::ShardCheckpoint* checkpoint,
+                           bool pending) const {
   absl::MutexLock lock(&mu_);
   for (const auto& [name, table] : tables_) {
-    table->Save(checkpoint->add_embeddings());
+    table->Save(checkpoint->add_embeddings(), pending);
   }
+}
+
+int EmbeddingTables::AdvanceSteps(int quorum, absl::Duration deadline,
+                                  absl::Time now, absl::Duration heal_after,
+                                  const std::vector<int>& live_ranks,
+                                  const absl::flat_hash_set<int>& stuck,
+                                  std::vector<std::string>* healed) {
+  int applied = 0;
+  for (EmbeddingTable* table : All()) {
+    if (table->CompleteStep(quorum, deadline, now)) ++applied;
+    if (heal_after <= absl::ZeroDuration()) continue;
+    std::vector<int> left_out;
+    if (table->Heal(live_ranks, stuck, heal_after, now, &left_out)) {
+      ++applied;
+      healed->push_back(absl::StrCat(
+          "step ", table->applied_step(), " of embedding '",
+          table->spec().name(), "' without ", left_out.size(), " rank(s)"));
+    }
+  }
+  return applied;
 }
 
 absl::Status EmbeddingTables::Restore(const v1::ShardCheckpoint& checkpoint) {

@@ -18,10 +18,14 @@ absl::Status InSnapshot(const absl::Status& s) {
 
 }  // namespace
 
-SnapshotIn::SnapshotIn(ShardStore* store, const v1::ReplicaSnapshot& begin)
-    : sink_(store, /*tables=*/nullptr), decoder_(&sink_) {
+SnapshotIn::SnapshotIn(ShardStore* store, EmbeddingTables* tables,
+                       const v1::ReplicaSnapshot& begin)
+    : sink_(store, tables), decoder_(&sink_), tables_(tables) {
   for (const v1::LedgerEntry& e : begin.ledger()) {
     ledger_.push_back({e.client_id(), e.sequence(), e.answer()});
+  }
+  for (const v1::RowsLedgerEntry& e : begin.rows_ledger()) {
+    rows_ledger_.push_back({e.client_id(), e.sequence(), e.answer()});
   }
 }
 
@@ -42,8 +46,8 @@ absl::Status SnapshotIn::Chunk(const v1::ReplicaSnapshotChunk& chunk) {
   return InSnapshot(decoder_.Add(chunk.chunk()));
 }
 
-absl::StatusOr<std::vector<PushLedger::Remembered>> SnapshotIn::End(
-    const v1::ReplicaSnapshotEnd& end) {
+absl::Status SnapshotIn::End(const v1::ReplicaSnapshotEnd& end,
+                             PushLedger* ledger) {
   if (end.chunks() != chunks_ || end.bytes() != bytes_) {
     return absl::DataLossError(absl::StrCat(
         "the snapshot's end counts ", end.chunks(), " chunks of ", end.bytes(),
@@ -53,7 +57,9 @@ absl::StatusOr<std::vector<PushLedger::Remembered>> SnapshotIn::End(
     return absl::DataLossError("the snapshot's whole checksum mismatch");
   }
   RETURN_IF_ERROR(InSnapshot(decoder_.Finish()));
-  return std::move(ledger_);
+  ledger->Import(ledger_);
+  if (tables_ != nullptr) tables_->ledger().Import(rows_ledger_);
+  return absl::OkStatus();
 }
 
 }  // namespace asyncps

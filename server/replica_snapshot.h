@@ -1,10 +1,11 @@
 // SnapshotIn: a joining backup's copy of its primary's state as it streams
-// in (server/replication.h): a ReplicaSnapshot op (the push ledger), then
-// ReplicaSnapshotChunk ops (the shard's checkpoint in bounded chunks), then
-// a ReplicaSnapshotEnd with their count and CRC-32. Each chunk is checked
-// and loaded into the store's restore as it comes, but the store serves
-// none of it, and the ledger is not handed over, until the end arrived and
-// everything checked out. Not thread-safe.
+// in (server/replication.h): a ReplicaSnapshot op (the push ledgers), then
+// ReplicaSnapshotChunk ops (the shard's checkpoint, its embedding tables
+// with their bsp steps in progress too, in bounded chunks), then a
+// ReplicaSnapshotEnd with their count and CRC-32. Each chunk is checked
+// and loaded into the restore as it comes, but the store and the tables
+// serve none of it, and the ledgers are not handed over, until the end
+// arrived and everything checked out. Not thread-safe.
 #ifndef ASYNCPS_SERVER_REPLICA_SNAPSHOT_H_
 #define ASYNCPS_SERVER_REPLICA_SNAPSHOT_H_
 
@@ -15,6 +16,7 @@
 #include "proto/asyncps.pb.h"
 #include "server/checkpoint_restore.h"
 #include "server/checkpoint_stream.h"
+#include "server/embedding_table.h"
 #include "server/push_ledger.h"
 #include "server/shard_store.h"
 
@@ -22,8 +24,11 @@ namespace asyncps {
 
 class SnapshotIn {
  public:
-  // `store` is borrowed and must outlive this; it must hold no model.
-  SnapshotIn(ShardStore* store, const v1::ReplicaSnapshot& begin);
+  // `store` and `tables` (may be null: a shard without tables, which
+  // refuses a snapshot holding any) are borrowed and must outlive this;
+  // the store must hold no model.
+  SnapshotIn(ShardStore* store, EmbeddingTables* tables,
+             const v1::ReplicaSnapshot& begin);
   SnapshotIn(const SnapshotIn&) = delete;
   SnapshotIn& operator=(const SnapshotIn&) = delete;
 
@@ -31,17 +36,19 @@ class SnapshotIn {
   // the store's refusal (another model) as it is.
   absl::Status Chunk(const v1::ReplicaSnapshotChunk& chunk);
   // Checks the count and the CRC-32 of every chunk, then makes the store
-  // serve the snapshot's state; returns the ledger to import. DATA_LOSS if
-  // anything is missing or damaged (the store is left as it was).
-  absl::StatusOr<std::vector<PushLedger::Remembered>> End(
-      const v1::ReplicaSnapshotEnd& end);
+  // and the tables serve the snapshot's state and imports its ledgers into
+  // `ledger` and the tables' own. DATA_LOSS if anything is missing or
+  // damaged (nothing is changed).
+  absl::Status End(const v1::ReplicaSnapshotEnd& end, PushLedger* ledger);
 
   uint64_t bytes() const { return bytes_; }
 
  private:
   RestoreSink sink_;
   ChunkDecoder decoder_;
+  EmbeddingTables* const tables_;
   std::vector<PushLedger::Remembered> ledger_;
+  std::vector<RowsLedger::Remembered> rows_ledger_;
   uint64_t chunks_ = 0;
   uint64_t bytes_ = 0;
   uint32_t crc_ = 0;

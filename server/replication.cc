@@ -1,5 +1,6 @@
 // The primary's side of replication (server/replication.h): the order of
-// writes (Push, Declare, Assign, AdvanceSteps), each streamed to every
+// writes (Push, Declare, Assign, DeclareEmbedding, PushRows, AdvanceSteps),
+// each streamed to every
 // backup and acknowledged before it is answered, and a joining backup's
 // snapshot (SendSnapshot, ServeBackup). Roles, the lease and the checks
 // before a write are in replication_roles.cc; the backup's apply of the
@@ -177,6 +178,52 @@ absl::Status Replication::Assign(const v1::AssignRequest& request,
   return CheckWritable();
 }
 
+absl::Status Replication::DeclareEmbedding(const v1::EmbeddingSpec& spec,
+                                           const absl::Status& may_create) {
+  if (tables_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this shard serves no embedding tables");
+  }
+  absl::MutexLock order(&order_mu_);
+  RETURN_IF_ERROR(CheckWritable());
+  const bool there = tables_->Find(spec.name()).ok();
+  RETURN_IF_ERROR(tables_->Declare(spec, may_create));
+  if (!there) {
+    v1::ReplicaOp op;
+    *op.mutable_declare_embedding()->mutable_spec() = spec;
+    Broadcast(&op);
+  }
+  // A declaration is idempotent: one below min_insync is declared again.
+  return CheckWritable();
+}
+
+absl::Status Replication::PushRows(const v1::PushRowsRequest& request,
+                                   const RowPolicy& policy,
+                                   v1::PushRowsResponse* response) {
+  if (tables_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this shard serves no embedding tables");
+  }
+  absl::MutexLock order(&order_mu_);
+  RETURN_IF_ERROR(CheckWritable());
+  bool applied = false;
+  // The ledger records the answer here, under the order lock, with the
+  // effect: a snapshot holds both or neither.
+  RETURN_IF_ERROR(ServePushRows(tables_, store_->shard(), num_shards_, request,
+                                response, policy, &applied));
+  if (applied) {
+    v1::ReplicaOp op;
+    op.set_allocated_push_rows(const_cast<v1::PushRowsRequest*>(&request));
+    op.set_quorum(policy.quorum);
+    op.set_now_unix_nanos(absl::ToUnixNanos(policy.now));
+    Broadcast(&op);
+    (void)op.release_push_rows();  // Back to its owner, the caller.
+  }
+  // As Push: acknowledged only within the lease, and (a retry answered
+  // from the ledger too) only while min_insync members hold it.
+  return CheckWritable();
+}
+
 namespace {
 
 v1::ReplicaSteps ToProto(const ShardStore::StepAdvance& a) {
@@ -198,7 +245,7 @@ ShardStore::StepsAdvanced Replication::AdvanceSteps(
     const ShardStore::StepAdvance& advance) {
   absl::MutexLock order(&order_mu_);
   if (!CheckServing().ok()) return {};
-  ShardStore::StepsAdvanced done = store_->AdvanceSteps(advance);
+  ShardStore::StepsAdvanced done = AdvanceShardSteps(store_, tables_, advance);
   if (done.changed()) {
     v1::ReplicaOp op;
     *op.mutable_steps() = ToProto(advance);
@@ -231,6 +278,14 @@ absl::StatusOr<uint64_t> Replication::SendSnapshot(Stream* stream,
     e->set_sequence(r.sequence);
     *e->mutable_answer() = r.answer;
   }
+  if (tables_ != nullptr) {
+    for (const RowsLedger::Remembered& r : tables_->ledger().Export()) {
+      v1::RowsLedgerEntry* e = begin->add_rows_ledger();
+      e->set_client_id(r.client_id);
+      e->set_sequence(r.sequence);
+      *e->mutable_answer() = r.answer;
+    }
+  }
   RETURN_IF_ERROR(send(&start));
   uint64_t index = 0;
   ChunkEncoder encoder(
@@ -250,6 +305,13 @@ absl::StatusOr<uint64_t> Replication::SendSnapshot(Stream* stream,
     head.set_shard(store_->shard());
     head.set_unix_micros(now);
     RETURN_IF_ERROR(encoder.Head(head));
+  }
+  // Each table with its bsp step in progress, one copy at a time.
+  for (const EmbeddingTable* table :
+       tables_ != nullptr ? tables_->All() : std::vector<EmbeddingTable*>()) {
+    v1::EmbeddingCheckpoint saved;
+    table->Save(&saved, /*pending=*/true);
+    RETURN_IF_ERROR(encoder.Table(&saved));
   }
   RETURN_IF_ERROR(encoder.Finish());
   v1::ReplicaOp end;

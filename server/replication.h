@@ -1,6 +1,8 @@
 // Replication: one member's part in a replicated shard group (ps_server
 // --replicas; docs/DESIGN.md "Replicated shards"). The primary applies each
-// change (a push, a declare, an assign) and, under one lock, streams it to
+// change (a push, a declare, an assign, a bsp step its housekeeping
+// applied, an embedding table declared, a push of rows) and, under one
+// lock, streams it to
 // every backup in the same order, then waits for each backup's
 // acknowledgement before the worker hears that the change is done; so an
 // acknowledged push is on every member. A backup applies the stream in
@@ -41,8 +43,10 @@
 #include "common/clock.h"
 #include "proto/asyncps.pb.h"
 #include "server/checkpoint_stream.h"
+#include "server/embedding_table.h"
 #include "server/push_ledger.h"
 #include "server/replica_snapshot.h"
+#include "server/rows.h"
 #include "server/shard_store.h"
 #include "transport/stream.h"
 
@@ -133,8 +137,26 @@ class Replication {
   absl::StatusOr<v1::DeclareModelResponse> Declare(
       const v1::DeclareModelRequest& request);
   absl::Status Assign(const v1::AssignRequest& request, bool steps_unknown);
-  // bsp housekeeping (ShardStore::AdvanceSteps), streamed when it changed
-  // anything. Nothing is done unless this member serves.
+
+  // The shard's embedding tables (borrowed, outliving this; null: none)
+  // and the job's shard count (which ids are this shard's). Set before
+  // serving.
+  void set_tables(EmbeddingTables* tables, int num_shards) {
+    tables_ = tables;
+    num_shards_ = num_shards;
+  }
+  // Primary: EmbeddingTables::Declare, streamed when it made the table.
+  absl::Status DeclareEmbedding(const v1::EmbeddingSpec& spec,
+                                const absl::Status& may_create);
+  // Primary: ServePushRows with `policy`, streamed when it changed the
+  // table (a retry answered from the rows' ledger or a refused push is
+  // not). UNAVAILABLE, nothing applied, as Push.
+  absl::Status PushRows(const v1::PushRowsRequest& request,
+                        const RowPolicy& policy,
+                        v1::PushRowsResponse* response);
+  // bsp housekeeping of the slices and the tables (AdvanceShardSteps),
+  // streamed when it changed anything. Nothing is done unless this member
+  // serves.
   ShardStore::StepsAdvanced AdvanceSteps(
       const ShardStore::StepAdvance& advance);
 
@@ -178,6 +200,10 @@ class Replication {
   // before the next. Returns the chunks' bytes.
   absl::StatusOr<uint64_t> SendSnapshot(Stream* stream, int64_t epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
+  // Backup: applies a streamed table's declaration, or push of rows with
+  // the primary's policy.
+  absl::Status ApplyTableOp(const v1::ReplicaOp& op)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
   // Backup: applies one op of the snapshot (start, chunk, end); true once
   // it is whole and in place.
   absl::StatusOr<bool> ApplySnapshot(v1::ReplicaOp* op)
@@ -185,6 +211,8 @@ class Replication {
 
   ShardStore* const store_;
   PushLedger* const ledger_;
+  EmbeddingTables* tables_ = nullptr;
+  int num_shards_ = 1;
   Clock* const clock_;
   const PushPolicy base_policy_;
   const absl::Duration ack_timeout_;

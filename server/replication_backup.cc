@@ -32,6 +32,31 @@ ShardStore::StepAdvance FromProto(const v1::ReplicaSteps& p) {
 
 }  // namespace
 
+absl::Status Replication::ApplyTableOp(const v1::ReplicaOp& op) {
+  if (tables_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "the primary streamed an embedding table to a member without tables");
+  }
+  if (op.has_declare_embedding()) {
+    return tables_->Declare(op.declare_embedding().spec());
+  }
+  const v1::PushRowsRequest& push = op.push_rows();
+  RowPolicy policy;
+  policy.bsp = base_policy_.mode == Mode::kBsp;
+  policy.quorum = op.quorum();
+  policy.now = absl::FromUnixNanos(op.now_unix_nanos());
+  v1::PushRowsResponse response;
+  bool applied = false;
+  RETURN_IF_ERROR(ServePushRows(tables_, store_->shard(), num_shards_, push,
+                                &response, policy, &applied));
+  if (!applied) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("push of rows ", push.sequence(), " of client ",
+                     push.client_id(), " streamed twice"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<bool> Replication::ApplySnapshot(v1::ReplicaOp* op) {
   switch (op->op_case()) {
     case v1::ReplicaOp::kSnapshot: {
@@ -44,7 +69,7 @@ absl::StatusOr<bool> Replication::ApplySnapshot(v1::ReplicaOp* op) {
       if (joining_ != nullptr) {
         return absl::FailedPreconditionError("a second snapshot started");
       }
-      joining_ = std::make_unique<SnapshotIn>(store_, s);
+      joining_ = std::make_unique<SnapshotIn>(store_, tables_, s);
       return false;
     }
     case v1::ReplicaOp::kSnapshotChunk:
@@ -60,9 +85,7 @@ absl::StatusOr<bool> Replication::ApplySnapshot(v1::ReplicaOp* op) {
             "a snapshot's end before its start");
       }
       std::unique_ptr<SnapshotIn> in = std::move(joining_);
-      ASSIGN_OR_RETURN(std::vector<PushLedger::Remembered> remembered,
-                       in->End(op->snapshot_end()));
-      ledger_->Import(remembered);
+      RETURN_IF_ERROR(in->End(op->snapshot_end(), ledger_));
       return true;
     }
     default:
@@ -129,7 +152,11 @@ absl::Status Replication::Apply(v1::ReplicaOp* op) {
       RETURN_IF_ERROR(store_->Declare(op->declare().spec()).status());
       break;
     case v1::ReplicaOp::kSteps:
-      store_->AdvanceSteps(FromProto(op->steps()));
+      AdvanceShardSteps(store_, tables_, FromProto(op->steps()));
+      break;
+    case v1::ReplicaOp::kDeclareEmbedding:
+    case v1::ReplicaOp::kPushRows:
+      RETURN_IF_ERROR(ApplyTableOp(*op));
       break;
     case v1::ReplicaOp::kAssign:
       RETURN_IF_ERROR(op->assign().load_state()

@@ -71,7 +71,8 @@ absl::Status ServePullRows(EmbeddingTables* tables, int shard, int num_shards,
 absl::Status ServePushRows(EmbeddingTables* tables, int shard, int num_shards,
                            const v1::PushRowsRequest& request,
                            v1::PushRowsResponse* response,
-                           const RowPolicy& policy) {
+                           const RowPolicy& policy, bool* applied) {
+  if (applied != nullptr) *applied = false;
   ASSIGN_OR_RETURN(EmbeddingTable * table, tables->Find(request.table()));
   RowsLedger& ledger = tables->ledger();
   const RowsLedger::Verdict verdict = ledger.Begin(request, response);
@@ -96,7 +97,21 @@ absl::Status ServePushRows(EmbeddingTables* tables, int shard, int num_shards,
   }();
   ledger.Finish(request, s, *response);
   table->CountBytes(request.ids().size() + request.grads().size(), 0);
+  if (applied != nullptr) *applied = s.ok();
   return s;
+}
+
+ShardStore::StepsAdvanced AdvanceShardSteps(
+    ShardStore* store, EmbeddingTables* tables,
+    const ShardStore::StepAdvance& advance) {
+  ShardStore::StepsAdvanced done = store->AdvanceSteps(advance);
+  if (tables != nullptr) {
+    done.completed += tables->AdvanceSteps(
+        advance.quorum, advance.deadline, advance.now,
+        advance.heal ? advance.heal_after : absl::ZeroDuration(),
+        advance.live_ranks, advance.stuck, &done.healed);
+  }
+  return done;
 }
 
 absl::Status ServeReadRows(EmbeddingTables* tables,

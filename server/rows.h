@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "proto/asyncps.pb.h"
 #include "server/embedding_table.h"
+#include "server/shard_store.h"
 
 namespace asyncps {
 
@@ -49,11 +50,21 @@ struct RowPolicy {
 };
 // Applies the push once per (client_id, sequence) (tables->ledger(): a
 // retry gets the first answer and changes nothing). Its pull_ids are not
-// read here (Consistency::PushRows pulls them).
+// read here (Consistency::PushRows pulls them). `*applied` (if given) is
+// set true only if this call changed the table (a replicated shard streams
+// just those: not a retry answered, nor a push refused).
 absl::Status ServePushRows(EmbeddingTables* tables, int shard, int num_shards,
                            const v1::PushRowsRequest& request,
                            v1::PushRowsResponse* response,
-                           const RowPolicy& policy = {});
+                           const RowPolicy& policy = {},
+                           bool* applied = nullptr);
+
+// bsp housekeeping of a shard: its slices' steps (ShardStore::AdvanceSteps)
+// and its tables' (EmbeddingTables::AdvanceSteps; `tables` may be null),
+// as one result (a table's step applied counts as completed).
+ShardStore::StepsAdvanced AdvanceShardSteps(
+    ShardStore* store, EmbeddingTables* tables,
+    const ShardStore::StepAdvance& advance);
 
 // A page of the table's rows (ReadRowsRequest); INVALID_ARGUMENT for a
 // start below 0 or max_rows outside [1, 65536].

@@ -30,7 +30,7 @@ grpc::ServerUnaryReactor* ParameterServerService::DeclareEmbedding(
   return RowCall(
       context, [] { return absl::OkStatus(); },
       [&] {
-        return tables_->Declare(
+        return consistency_->DeclareEmbedding(
             request->spec(),
             membership_->Authorize(request->rank(), request->secret(), 0));
       });
@@ -71,7 +71,7 @@ grpc::ServerUnaryReactor* ParameterServerService::ReadRows(
         return membership_->Authorize(request->rank(), request->secret(), 0,
                                       /*anyone=*/true);
       },
-      [&] { return ServeReadRows(tables_, *request, response); });
+      [&] { return consistency_->ReadRows(*request, response); });
 }
 
 }  // namespace asyncps

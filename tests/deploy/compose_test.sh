@@ -15,6 +15,13 @@
 # crashed member comes back by its restart policy and joins as a backup.
 set -euo pipefail
 variant=${1:-plain}
+# One compose test at a time (the other waits here, not Bazel's whole
+# suite): the one that started dockerd stops it at its end, which would pull
+# the engine from under the other (CI of stop 47: "worker ranks: ''" after
+# a FileNotFoundError on docker.sock), and 2 cores do not carry two
+# clusters at once. The lock goes with this process.
+exec 9>/tmp/asyncps-compose.lock
+flock 9
 root="$TEST_SRCDIR/$TEST_WORKSPACE"
 tmp="$TEST_TMPDIR/compose"
 mkdir -p "$tmp/out"

@@ -2,8 +2,8 @@
 # The history checker (tools/reliability/history_check.py) over short fixed
 # seeds: unreplicated async, bsp with rows and ssp with rows (shard restarts
 # from checkpoints, worker kills mid-push, dropped connections), then replicated
-# bsp and async (primary and backup kills, a primary stopped past its
-# lease). Fails on any departure from the model (no kind is --known).
+# bsp with rows (the tables replicated too) and async (primary and backup
+# kills, a primary stopped past its lease). Fails on any departure from the model (no kind is --known).
 set -euo pipefail
 root="$TEST_SRCDIR/$TEST_WORKSPACE"
 bin="$TEST_TMPDIR/bin"
@@ -16,5 +16,5 @@ check="$root/tools/reliability/history_check.py"
 "$check" --bin "$bin" --out "$out/a" --seconds 4 \
   --every 1.2 --seeds 1-2 --combos async,bsp/rows,ssp/rows
 "$check" --bin "$bin" --out "$out/b" --seconds 5 \
-  --every 1.2 --seeds 1-1 --combos bsp/r2,async/r2
+  --every 1.2 --seeds 1-1 --combos bsp/rows/r2,async/r2
 echo PASS

@@ -3,9 +3,7 @@
 // push's answer with its effect, so exactly-once survives a promotion.
 #include "server/replication.h"
 
-#include <fcntl.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <functional>
 #include <memory>
@@ -17,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "server/checkpoint_stream.h"
 #include "server/replica_snapshot.h"
+#include "tests/server/replication_pair.h"
 #include "tests/server/small_model.h"
 #include "transport/frame.h"
 #include "transport/socket.h"
@@ -24,63 +23,12 @@
 namespace asyncps {
 namespace {
 
+using testing::FollowOne;
+using testing::FollowSnapshot;
+using testing::Member;
 using testing::SmallModel;
 using testing::SmallModelPush;
-
-// One member: its store, ledger and Replication.
-struct Member {
-  explicit Member(const std::string& name)
-      : store(0, 1, uint64_t{64} << 20),
-        replication(&store, &ledger, Clock::Real(), name, PushPolicy(),
-                    absl::Seconds(10)) {}
-  ShardStore store;
-  PushLedger ledger;
-  Replication replication;
-};
-
-// A connected pair of non-blocking streams.
-struct StreamPair {
-  StreamPair() {
-    int fds[2];
-    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
-    for (int fd : fds) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    a = std::make_unique<TcpStream>(fds[0]);
-    b = std::make_unique<TcpStream>(fds[1]);
-  }
-  ~StreamPair() {
-    close(a->fd());
-    close(b->fd());
-  }
-  std::unique_ptr<TcpStream> a, b;
-};
-
-// The backup's side of one op: read, apply, acknowledge.
-absl::Status FollowOne(Stream* stream, Replication* backup) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  ASSIGN_OR_RETURN(FrameHeader header,
-                   ReadHeader(stream, uint64_t{64} << 20, deadline));
-  v1::ReplicaOp op;
-  RETURN_IF_ERROR(ReadBody(
-      stream, header, &op, [&] { return PayloadFields(&op); }, deadline));
-  RETURN_IF_ERROR(backup->Apply(&op));
-  v1::ReplicaAck ack;
-  ack.set_seq(op.seq());
-  FrameHeader answer;
-  answer.op = FrameOp::kAnswer;
-  return WriteFrame(stream, answer, &ack, {}, deadline);
-}
-
-// The backup's side of a whole snapshot: every op until it is a backup.
-absl::Status FollowSnapshot(Stream* stream, Replication* backup,
-                            int* ops = nullptr) {
-  int n = 0;
-  while (backup->role() == Replication::Role::kJoining) {
-    RETURN_IF_ERROR(FollowOne(stream, backup));
-    ++n;
-  }
-  if (ops != nullptr) *ops = n;
-  return absl::OkStatus();
-}
+using testing::StreamPair;
 
 std::vector<float> Weights(ShardStore* store) {
   v1::PullRequest pull;
@@ -381,14 +329,15 @@ TEST(Replication, ABackupAppliesNoDamagedOrPartialSnapshot) {
       [&](ShardStore* store, const v1::ReplicaSnapshotEnd& last,
           const std::function<void(size_t, v1::ReplicaSnapshotChunk*)>& damage)
       -> absl::Status {
-    SnapshotIn in(store, begin);
+    SnapshotIn in(store, /*tables=*/nullptr, begin);
     for (size_t i = 0; i < chunks.size(); ++i) {
       v1::ReplicaSnapshotChunk c = chunks[i];
       damage(i, &c);
       if (c.index() == UINT64_MAX) continue;  // Dropped.
       RETURN_IF_ERROR(in.Chunk(c));
     }
-    return in.End(last).status();
+    PushLedger ledger;
+    return in.End(last, &ledger);
   };
   auto none = [](size_t, v1::ReplicaSnapshotChunk*) {};
   {
@@ -427,13 +376,17 @@ TEST(Replication, ABackupAppliesNoDamagedOrPartialSnapshot) {
     EXPECT_FALSE(store.declared());
   }
   ShardStore store(0, 1, 64 << 20);
-  SnapshotIn in(&store, begin);
+  SnapshotIn in(&store, /*tables=*/nullptr, begin);
   for (const auto& c : chunks) ASSERT_TRUE(in.Chunk(c).ok());
   EXPECT_FALSE(store.declared());  // Not before the end.
-  auto ledger = in.End(end);
-  ASSERT_TRUE(ledger.ok()) << ledger.status();
-  ASSERT_EQ(ledger->size(), 1u);
-  EXPECT_EQ((*ledger)[0].sequence, 6u);
+  PushLedger ledger;
+  absl::Status ended = in.End(end, &ledger);
+  ASSERT_TRUE(ended.ok()) << ended;
+  v1::PushRequest retry;
+  retry.set_client_id(5);
+  retry.set_sequence(6);
+  v1::PushResponse remembered;
+  EXPECT_EQ(ledger.Begin(retry, &remembered), PushLedger::Verdict::kAnswered);
   EXPECT_EQ(store.Snapshot(true)->SerializeAsString(),
             primary.Snapshot(true)->SerializeAsString());
 }

@@ -15,7 +15,7 @@ A combo is mode[/rows][/r2]: mode async, ssp or bsp (allreduce keeps no
 state on the servers, only the initial weights and rank 0's hand-overs:
 there is nothing there to check a push against); /rows pushes rows of an
 embedding table too; /r2 runs each shard as a group of 2 ps_server members
-with a private etcd (tables are not replicated, so no combo has both).
+with a private etcd (its tables too).
 --seeds A-B runs those seeds over every combo; --seeds N with --minutes M
 is a soak: seeds 1, 2, ... (the combo taking turns) until N runs or M
 minutes. One line per run, then a summary; the exit status is 1 if a
@@ -46,7 +46,8 @@ from tools.reliability import history_worker as hw  # noqa: E402
 
 MODES = ("async", "ssp", "bsp")
 ALL_COMBOS = ["async", "ssp", "bsp", "async/rows", "ssp/rows", "bsp/rows",
-              "async/r2", "ssp/r2", "bsp/r2"]
+              "async/r2", "ssp/r2", "bsp/r2", "async/rows/r2", "ssp/rows/r2",
+              "bsp/rows/r2"]
 
 
 def combo_arg(text):
@@ -59,10 +60,6 @@ def combo_arg(text):
             raise argparse.ArgumentTypeError(
                 f"'{c}' is not mode[/rows][/r2] with mode in "
                 f"{', '.join(MODES)} (allreduce has no server state)")
-        if "rows" in parts and "r2" in parts:
-            raise argparse.ArgumentTypeError(
-                f"'{c}': embedding tables are not replicated (ps_server "
-                "refuses tables with --replicas)")
     return combos
 
 

@@ -1,0 +1,59 @@
+#include "tests/server/replication_pair.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/status_macros.h"
+#include "gtest/gtest.h"
+#include "transport/frame.h"
+
+namespace asyncps::testing {
+
+Member::Member(const std::string& name, PushPolicy policy)
+    : store(0, 1, uint64_t{64} << 20),
+      replication(&store, &ledger, Clock::Real(), name, policy,
+                  absl::Seconds(10)) {
+  replication.set_tables(&tables, /*num_shards=*/1);
+}
+
+StreamPair::StreamPair() {
+  int fds[2];
+  EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  for (int fd : fds) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  a = std::make_unique<TcpStream>(fds[0]);
+  b = std::make_unique<TcpStream>(fds[1]);
+}
+
+StreamPair::~StreamPair() {
+  close(a->fd());
+  close(b->fd());
+}
+
+absl::Status FollowOne(Stream* stream, Replication* backup) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  ASSIGN_OR_RETURN(FrameHeader header,
+                   ReadHeader(stream, uint64_t{64} << 20, deadline));
+  v1::ReplicaOp op;
+  RETURN_IF_ERROR(ReadBody(
+      stream, header, &op, [&] { return PayloadFields(&op); }, deadline));
+  RETURN_IF_ERROR(backup->Apply(&op));
+  v1::ReplicaAck ack;
+  ack.set_seq(op.seq());
+  FrameHeader answer;
+  answer.op = FrameOp::kAnswer;
+  return WriteFrame(stream, answer, &ack, {}, deadline);
+}
+
+absl::Status FollowSnapshot(Stream* stream, Replication* backup, int* ops) {
+  int n = 0;
+  while (backup->role() == Replication::Role::kJoining) {
+    RETURN_IF_ERROR(FollowOne(stream, backup));
+    ++n;
+  }
+  if (ops != nullptr) *ops = n;
+  return absl::OkStatus();
+}
+
+}  // namespace asyncps::testing

@@ -1,0 +1,48 @@
+// Two members of a replicated shard in one process (server/replication.h),
+// for the replication tests: a member's store, ledgers, tables and
+// Replication; a socket pair between a primary and a backup; and the
+// backup's side of the stream (read an op, apply it, acknowledge it).
+#ifndef ASYNCPS_TESTS_SERVER_REPLICATION_PAIR_H_
+#define ASYNCPS_TESTS_SERVER_REPLICATION_PAIR_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "server/embedding_table.h"
+#include "server/push_ledger.h"
+#include "server/replication.h"
+#include "server/shard_store.h"
+#include "transport/socket.h"
+#include "transport/stream.h"
+
+namespace asyncps::testing {
+
+// One member of a one-shard job: its store, push ledger, embedding tables
+// and Replication (applying pushes with `policy`).
+struct Member {
+  explicit Member(const std::string& name, PushPolicy policy = PushPolicy());
+  ShardStore store;
+  PushLedger ledger;
+  EmbeddingTables tables;
+  Replication replication;
+};
+
+// A connected pair of non-blocking streams (a: the primary's end).
+struct StreamPair {
+  StreamPair();
+  ~StreamPair();
+  std::unique_ptr<TcpStream> a, b;
+};
+
+// The backup's side of one op: read, apply, acknowledge.
+absl::Status FollowOne(Stream* stream, Replication* backup);
+
+// The backup's side of a whole snapshot: every op until it is a backup;
+// `*ops` (if given) gets how many.
+absl::Status FollowSnapshot(Stream* stream, Replication* backup,
+                            int* ops = nullptr);
+
+}  // namespace asyncps::testing
+
+#endif  // ASYNCPS_TESTS_SERVER_REPLICATION_PAIR_H_
