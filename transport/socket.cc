@@ -172,31 +172,40 @@ absl::StatusOr<Socket> AcceptTcp(int listener) {
   }
 }
 
-absl::StatusOr<Socket> ConnectTcp(const std::string& host, int port,
-                                  absl::Time deadline) {
+namespace {
+
+// ConnectTcp's work; `*refused` (if given) tells whether every address
+// refused the connection (ECONNREFUSED) when none was made.
+absl::StatusOr<Socket> Connect(const std::string& host, int port,
+                               absl::Time deadline, bool* refused) {
+  if (refused != nullptr) *refused = false;
   auto resolved = Resolve(host, port, /*passive=*/false);
   if (!resolved.ok()) return resolved.status();
   absl::Status last = absl::UnavailableError("no address");
+  bool all_refused = true;
   for (addrinfo* a = *resolved; a != nullptr; a = a->ai_next) {
     Socket s(
         socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (!s.valid()) {
       last = Errno("socket");
+      all_refused = false;
       continue;
     }
-    if (connect(s.fd(), a->ai_addr, a->ai_addrlen) != 0 &&
-        errno != EINPROGRESS) {
-      last = Errno(absl::StrCat("connect to ", host, ":", port));
-      continue;
-    }
-    last = WaitFor(s.fd(), POLLOUT, deadline);
-    if (!last.ok()) continue;
     int error = 0;
-    socklen_t len = sizeof(error);
-    getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &error, &len);
+    if (connect(s.fd(), a->ai_addr, a->ai_addrlen) != 0) error = errno;
+    if (error == EINPROGRESS) {
+      last = WaitFor(s.fd(), POLLOUT, deadline);
+      if (!last.ok()) {
+        all_refused = false;
+        continue;
+      }
+      socklen_t len = sizeof(error);
+      getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &error, &len);
+    }
     if (error != 0) {
       errno = error;
       last = Errno(absl::StrCat("connect to ", host, ":", port));
+      all_refused = all_refused && error == ECONNREFUSED;
       continue;
     }
     SetNoDelay(s.fd());
@@ -204,7 +213,24 @@ absl::StatusOr<Socket> ConnectTcp(const std::string& host, int port,
     return s;
   }
   freeaddrinfo(*resolved);
+  if (refused != nullptr) *refused = all_refused;
   return last;
+}
+
+}  // namespace
+
+absl::StatusOr<Socket> ConnectTcp(const std::string& host, int port,
+                                  absl::Time deadline) {
+  return Connect(host, port, deadline, nullptr);
+}
+
+absl::StatusOr<bool> RefusesConnections(const std::string& host, int port,
+                                        absl::Time deadline) {
+  bool refused = false;
+  absl::StatusOr<Socket> s = Connect(host, port, deadline, &refused);
+  if (s.ok()) return false;
+  if (refused) return true;
+  return s.status();
 }
 
 absl::Status ReadFull(int fd, char* p, size_t n, absl::Time deadline) {

@@ -56,6 +56,12 @@ std::string PeerHost(int fd);
 // Connects to host:port (a name or an address) before `deadline`.
 absl::StatusOr<Socket> ConnectTcp(const std::string& host, int port,
                                   absl::Time deadline);
+// Whether nothing listens at host:port: true if every address refused a
+// connection (ECONNREFUSED: no process holds the port), false if one took
+// it (it is closed again); an error if neither could be told before
+// `deadline` (no answer, no route, no such name).
+absl::StatusOr<bool> RefusesConnections(const std::string& host, int port,
+                                        absl::Time deadline);
 
 // Reads exactly `n` bytes into `p`. A peer that closes first is UNAVAILABLE
 // ("connection closed"), one that is silent past `deadline` is

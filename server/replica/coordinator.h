@@ -74,6 +74,13 @@ class Coordinator {
   // overwrite its successor's.
   virtual absl::Status PutIf(const std::vector<KeyRevision>& conditions,
                              const std::vector<KeyPut>& puts) = 0;
+  // Deletes every key of `keys` in one transaction if every condition
+  // holds; else deletes nothing and returns FAILED_PRECONDITION as PutIf.
+  // How a backup removes the key of a primary it saw die, so as not to
+  // wait out the dead one's lease: only while the key is still that
+  // primary's and `insync` is as the backup read it.
+  virtual absl::Status DeleteIf(const std::vector<KeyRevision>& conditions,
+                                const std::vector<std::string>& keys) = 0;
   // NOT_FOUND if `key` does not exist.
   virtual absl::StatusOr<CoordinatedValue> Get(const std::string& key) = 0;
   // Every key that starts with `prefix`, in key order.

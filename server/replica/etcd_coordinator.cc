@@ -149,8 +149,30 @@ absl::Status EtcdCoordinator::Put(const std::string& key,
 absl::Status EtcdCoordinator::PutIf(const std::vector<KeyRevision>& conditions,
                                     const std::vector<KeyPut>& puts) {
   etcdserverpb::TxnRequest request;
+  for (const KeyPut& p : puts) {
+    etcdserverpb::PutRequest* put =
+        request.add_success()->mutable_request_put();
+    put->set_key(p.key);
+    put->set_value(p.value);
+    put->set_lease(p.lease);
+  }
+  return TxnIf(conditions, &request);
+}
+
+absl::Status EtcdCoordinator::DeleteIf(
+    const std::vector<KeyRevision>& conditions,
+    const std::vector<std::string>& keys) {
+  etcdserverpb::TxnRequest request;
+  for (const std::string& key : keys) {
+    request.add_success()->mutable_request_delete_range()->set_key(key);
+  }
+  return TxnIf(conditions, &request);
+}
+
+absl::Status EtcdCoordinator::TxnIf(const std::vector<KeyRevision>& conditions,
+                                    etcdserverpb::TxnRequest* request) {
   for (const KeyRevision& c : conditions) {
-    etcdserverpb::Compare* compare = request.add_compare();
+    etcdserverpb::Compare* compare = request->add_compare();
     compare->set_result(etcdserverpb::Compare::EQUAL);
     compare->set_key(c.key);
     if (c.of == KeyRevision::Of::kCreate) {
@@ -161,15 +183,8 @@ absl::Status EtcdCoordinator::PutIf(const std::vector<KeyRevision>& conditions,
       compare->set_mod_revision(c.revision);
     }
   }
-  for (const KeyPut& p : puts) {
-    etcdserverpb::PutRequest* put =
-        request.add_success()->mutable_request_put();
-    put->set_key(p.key);
-    put->set_value(p.value);
-    put->set_lease(p.lease);
-  }
   etcdserverpb::TxnResponse response;
-  RETURN_IF_ERROR(Etcd(kv_->Txn(Context().get(), request, &response), "txn"));
+  RETURN_IF_ERROR(Etcd(kv_->Txn(Context().get(), *request, &response), "txn"));
   if (response.succeeded()) return absl::OkStatus();
   std::string keys;
   for (const KeyRevision& c : conditions) {

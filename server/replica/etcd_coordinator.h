@@ -53,12 +53,18 @@ class EtcdCoordinator final : public Coordinator {
                    int64_t lease) override;
   absl::Status PutIf(const std::vector<KeyRevision>& conditions,
                      const std::vector<KeyPut>& puts) override;
+  absl::Status DeleteIf(const std::vector<KeyRevision>& conditions,
+                        const std::vector<std::string>& keys) override;
   absl::StatusOr<CoordinatedValue> Get(const std::string& key) override;
   absl::StatusOr<std::vector<std::pair<std::string, CoordinatedValue>>> List(
       const std::string& prefix) override;
 
  private:
   std::unique_ptr<grpc::ClientContext> Context() const;
+  // Sends `request` (its success ops set) with `conditions` as its
+  // compares; FAILED_PRECONDITION naming them if they did not hold.
+  absl::Status TxnIf(const std::vector<KeyRevision>& conditions,
+                     etcdserverpb::TxnRequest* request);
   absl::StatusOr<std::vector<std::pair<std::string, CoordinatedValue>>> Range(
       const std::string& key, const std::string& range_end);
 

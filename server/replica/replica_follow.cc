@@ -18,6 +18,7 @@
 #include "server/replica/replica_member.h"
 #include "transport/dial.h"
 #include "transport/frame.h"
+#include "transport/socket.h"
 #include "transport/tls.h"
 
 namespace asyncps {
@@ -29,6 +30,9 @@ namespace {
 constexpr absl::Duration kJoinStepTimeout = absl::Seconds(5);
 // How long a frame of the stream may take once it began.
 constexpr absl::Duration kFrameTimeout = absl::Seconds(60);
+// How long a look at a primary whose stream broke may take (a connection,
+// then its Stats): longer is taken for a partition.
+constexpr absl::Duration kProbeTimeout = absl::Milliseconds(300);
 
 }  // namespace
 
@@ -39,7 +43,34 @@ void ReplicaMember::Follow(std::string address, int64_t epoch) {
                << "): " << s;
   absl::MutexLock lock(&mu_);
   stream_ended_ = true;
+  stream_broke_ = absl::IsUnavailable(s);
+  wake_ = true;  // The loop looks at once.
   follower_fd_ = -1;
+}
+
+bool ReplicaMember::PrimaryMayLive(const std::string& address, int64_t epoch) {
+  absl::StatusOr<std::vector<ServerAddress>> parsed = ParseServerList(address);
+  if (!parsed.ok()) return true;
+  const ServerAddress& primary = (*parsed)[0];
+  absl::StatusOr<bool> refused = RefusesConnections(
+      primary.host, primary.port, absl::Now() + kProbeTimeout);
+  if (!refused.ok()) return true;  // No answer: the lease decides.
+  if (*refused) return false;      // No process holds its port.
+  // Something listens there: the primary, or a process started in its
+  // place (a supervisor restarting the member at once), which says so.
+  const ShardServerConfig& sc = server_->config();
+  auto stub = v1::ParameterServer::NewStub(
+      grpc::CreateChannel(address, MakeChannelCredentials(sc.security)));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kProbeTimeout));
+  if (!sc.security.token.empty()) {
+    context.AddMetadata(kAuthorizationKey, BearerValue(sc.security.token));
+  }
+  v1::StatsRequest request;
+  v1::StatsResponse stats;
+  if (!stub->Stats(&context, request, &stats).ok()) return true;
+  return stats.replica().role() == "primary" &&
+         stats.replica().epoch() == epoch;
 }
 
 absl::Status ReplicaMember::FollowOnce(const std::string& address,

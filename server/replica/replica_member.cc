@@ -242,8 +242,21 @@ bool ReplicaMember::FollowRound(const CoordinatedValue& primary,
     absl::MutexLock lock(&mu_);
     ended = stream_ended_;
   }
+  bool broke;
+  {
+    absl::MutexLock lock(&mu_);
+    broke = stream_broke_;
+  }
   if (ended) {
     if (stream_ended_at_ == absl::InfinitePast()) stream_ended_at_ = now;
+    // The primary's process seen gone: no need to wait out its lease.
+    if (broke && absl::Now() >= next_probe_) {
+      next_probe_ = absl::Now() + config_.poll;
+      if (DeposeDeadPrimary(primary)) {
+        no_primary_since_ = now;
+        return CampaignRound(now);
+      }
+    }
     // A primary that drops a backup records `insync` without it before it
     // acknowledges anything more. Still listed, this member holds every
     // acknowledged change: the primary key outlives a dead primary when
@@ -264,6 +277,34 @@ bool ReplicaMember::ListedInSync() {
   const std::optional<InSync> record = ParseInSync(insync->value, member_);
   return record.has_value() && record->epoch == following_ &&
          record->lists_member;
+}
+
+bool ReplicaMember::DeposeDeadPrimary(const CoordinatedValue& primary) {
+  if (server_->replication()->role() != Replication::Role::kBackup) {
+    return false;
+  }
+  // `insync` first: the transaction below holds only if it is unchanged
+  // since, so a primary that dropped this member (and recorded so) after
+  // this read is not deposed by it.
+  absl::StatusOr<CoordinatedValue> insync = coordinator_->Get(Key("insync"));
+  if (!insync.ok()) return false;
+  const std::optional<InSync> record = ParseInSync(insync->value, member_);
+  if (!record.has_value() || record->epoch != following_ ||
+      !record->lists_member) {
+    return false;
+  }
+  if (PrimaryMayLive(primary.value, following_)) return false;
+  absl::Status s = coordinator_->DeleteIf(
+      {KeyRevision{Key("primary"), KeyRevision::Of::kCreate, following_},
+       KeyRevision{Key("insync"), KeyRevision::Of::kMod, insync->mod_revision}},
+      {Key("primary")});
+  if (!s.ok()) return false;
+  LOG(WARNING) << "shard " << shard_ << ": member " << member_
+               << " removed the key of primary " << primary.value << " (epoch "
+               << following_
+               << "): its stream broke and the process is gone; campaigns "
+                  "without waiting for its lease";
+  return true;
 }
 
 bool ReplicaMember::CampaignRound(absl::Time now) {
@@ -341,7 +382,9 @@ void ReplicaMember::Run() {
       ended_.Notify();
       return;
     }
-    stop_.WaitForNotificationWithTimeout(config_.poll);
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(&wake_), config_.poll);
+    wake_ = false;
   }
 }
 
@@ -350,6 +393,7 @@ void ReplicaMember::Stop() {
   {
     absl::MutexLock lock(&mu_);
     stop_.Notify();
+    wake_ = true;
     if (follower_fd_ >= 0) ShutdownSocket(follower_fd_);
   }
   if (loop_.joinable()) loop_.join();

@@ -22,8 +22,13 @@
 // its own lease.)
 //
 // Who may be promoted: a backup listed in `insync` for the epoch it
-// followed, as soon as the primary key is gone; a member with no state
-// only while the group has none (epoch 0 in `insync`). A group with no
+// followed, as soon as the primary key is gone. A backup whose stream
+// broke and that finds nothing of its primary answering (the process is
+// gone: its port refuses, or a process started in its place answers)
+// removes the key itself, fenced on the epoch and on `insync` as it read
+// it, and campaigns at once (DeposeDeadPrimary); otherwise (no answer: a
+// partition) the primary's lease expiring is the backstop. A member with no
+// state only while the group has none (epoch 0 in `insync`). A group with no
 // records at all (never created, or the coordinator lost them) has no
 // leader: a member does not start (ReplicaConfig::bootstrap,
 // server/replica/group_records.h), and one running refuses to campaign. After
@@ -148,6 +153,18 @@ class ReplicaMember {
   // Whether `insync` of the epoch this member follows lists it (true too
   // while the coordinator cannot say).
   bool ListedInSync();
+  // A backup whose stream broke (the connection, not a refusal) and which
+  // `insync` lists: removes the primary key of `primary` if the primary
+  // is seen to be gone (PrimaryMayLive), in one transaction that holds
+  // only while the key is still that epoch's and `insync` is as read. True
+  // if it did: the member campaigns at once instead of waiting out the
+  // dead primary's lease.
+  bool DeposeDeadPrimary(const CoordinatedValue& primary);
+  // False only if the primary of `epoch` at `address` is seen to be gone:
+  // nothing listens there (the connection is refused), or what answers
+  // there says it is not that primary (a process started in its place).
+  // No answer in time (a partition) is true: the lease decides then.
+  bool PrimaryMayLive(const std::string& address, int64_t epoch);
   void Fence(const std::string& why);
   // The primary's backups, written to `insync`.
   absl::Status RecordBackups(const std::vector<std::string>& backups);
@@ -182,9 +199,16 @@ class ReplicaMember {
   int64_t insync_mod_ = 0;  // `insync`'s mod revision when last read.
   absl::Time next_complaint_ = absl::InfinitePast();  // No records: logged.
 
+  absl::Time next_probe_ = absl::InfinitePast();  // Real time.
+
   std::thread follower_;
   absl::Mutex mu_;
   bool stream_ended_ ABSL_GUARDED_BY(mu_) = false;
+  // The stream ended with the connection (UNAVAILABLE: the primary's
+  // process went, or the network), not with a refusal or an op that failed.
+  bool stream_broke_ ABSL_GUARDED_BY(mu_) = false;
+  // Wakes the loop before its next round is due (the stream ended, Stop).
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;
   int follower_fd_ ABSL_GUARDED_BY(mu_) = -1;  // To break it at Stop.
 };
 

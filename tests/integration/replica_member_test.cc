@@ -11,12 +11,14 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/env.h"
 #include "gtest/gtest.h"
 #include "server/replica/testing/memory_coordinator.h"
+#include "transport/socket.h"
 
 namespace asyncps::testing {
 namespace {
@@ -51,7 +53,17 @@ bool Eventually(F done) {
 
 class ReplicaMemberClockTest : public ::testing::Test {
  protected:
-  ReplicaMemberClockTest() : coordinator_(&clock_) { env_.clock = &clock_; }
+  ReplicaMemberClockTest() : coordinator_(&clock_) {
+    env_.clock = &clock_;
+    // B's reads of `insync` may be made slow (a coordinator coming back
+    // from an outage) or held at a gate (KillOutOfSight).
+    view_b_->set_before_get([this](const std::string& key) {
+      if (!absl::EndsWith(key, "/insync")) return;
+      if (slow_) clock_.Advance(kTtl * 9 / 10);
+      absl::MutexLock lock(&gate_mu_);
+      gate_mu_.Await(absl::Condition(&gate_open_));
+    });
+  }
 
   std::unique_ptr<ReplicaMember> StartMember(MemoryCoordinator::View* view) {
     auto m = ReplicaMember::Start(MemberConfig(), FastConfig(), view, env_);
@@ -83,7 +95,38 @@ class ReplicaMemberClockTest : public ::testing::Test {
     return b;
   }
 
+  // Kills `a` (as SIGKILL would) and, before its backup may look, puts
+  // `instead` at its port (a listener that never answers: `a` seen as
+  // cut off by a partition, so its lease decides; or a fresh member, a
+  // process a supervisor started in its place). Returns a's port.
+  template <typename Instead>
+  int KillAndPut(ReplicaMember* a, Instead instead) {
+    {
+      absl::MutexLock lock(&gate_mu_);
+      gate_open_ = false;
+    }
+    const int port = a->server()->port();
+    a->Kill();
+    instead(port);
+    absl::MutexLock lock(&gate_mu_);
+    gate_open_ = true;
+    return port;
+  }
+  // KillAndPut with a silent listener, kept open until the test ends.
+  void KillOutOfSight(ReplicaMember* a) {
+    KillAndPut(a, [&](int port) {
+      int bound = 0;
+      absl::StatusOr<Socket> l = ListenTcp("127.0.0.1", port, &bound);
+      ASSERT_TRUE(l.ok()) << l.status();
+      silent_ = std::move(*l);
+    });
+  }
+
   // Declared first: outlive the members.
+  Socket silent_;
+  std::atomic<bool> slow_{false};
+  absl::Mutex gate_mu_;
+  bool gate_open_ ABSL_GUARDED_BY(gate_mu_) = true;
   ManualClock clock_{absl::FromUnixSeconds(1000)};
   MemoryCoordinator coordinator_;
   Env env_;
@@ -111,6 +154,54 @@ TEST_F(ReplicaMemberClockTest, PrimaryStopsServingWhenItsLeaseRunsOut) {
       view_b_->Get("/asyncps/default/shard/0/primary").status()));
 }
 
+// Issue #40, failover: a primary killed (its process gone, its port
+// refusing) is replaced as soon as its backup's stream breaks, not once its
+// lease runs out: the clock does not move here at all.
+TEST_F(ReplicaMemberClockTest,
+       AKilledPrimaryIsReplacedWithoutWaitingForItsLease) {
+  std::unique_ptr<ReplicaMember> a = StartPrimary();
+  ASSERT_NE(a, nullptr);
+  std::unique_ptr<ReplicaMember> b = StartBackupInSync();
+  ASSERT_NE(b, nullptr);
+  a->Kill();
+  ASSERT_TRUE(Eventually([&] {
+    return b->role() == Replication::Role::kPrimary;
+  })) << "the backup waited for the dead primary's lease";
+  auto primary = view_b_->Get("/asyncps/default/shard/0/primary");
+  ASSERT_TRUE(primary.ok()) << primary.status();
+  EXPECT_EQ(primary->value, b->member());
+  EXPECT_TRUE(b->server()->replication()->CheckServing().ok());
+}
+
+// The same when a supervisor has already started a fresh member on the
+// killed primary's port: what answers there says it is not the primary.
+TEST_F(ReplicaMemberClockTest, APrimaryRestartedInPlaceIsReplacedAtOnce) {
+  std::unique_ptr<ReplicaMember> a = StartPrimary();
+  ASSERT_NE(a, nullptr);
+  std::unique_ptr<ReplicaMember> b = StartBackupInSync();
+  ASSERT_NE(b, nullptr);
+  auto view_c = coordinator_.NewView();  // Outlives the member on it.
+  std::unique_ptr<ReplicaMember> again;
+  KillAndPut(a.get(), [&](int port) {
+    ShardServerConfig c = MemberConfig();
+    c.port = port;
+    ReplicaConfig rc = FastConfig();
+    rc.bootstrap = false;
+    auto m = ReplicaMember::Start(c, rc, view_c.get(), env_);
+    ASSERT_TRUE(m.ok()) << m.status();
+    again = std::move(*m);
+  });
+  ASSERT_TRUE(
+      Eventually([&] { return b->role() == Replication::Role::kPrimary; }));
+  // The restarted member joins the new primary as its backup.
+  EXPECT_TRUE(
+      Eventually([&] { return again->role() == Replication::Role::kBackup; }));
+}
+
+// The backstop: a primary whose backup cannot see it gone (its port
+// takes connections but nothing answers: a partition, as far as the backup
+// can tell) keeps its role until its lease runs out; then the backup,
+// listed in `insync`, campaigns and is promoted.
 TEST_F(ReplicaMemberClockTest, InSyncBackupCampaignsOnceThePrimaryKeyIsGone) {
   std::unique_ptr<ReplicaMember> a = StartPrimary();
   ASSERT_NE(a, nullptr);
@@ -118,8 +209,8 @@ TEST_F(ReplicaMemberClockTest, InSyncBackupCampaignsOnceThePrimaryKeyIsGone) {
   std::unique_ptr<ReplicaMember> b = StartBackupInSync();
   ASSERT_NE(b, nullptr);
 
-  // A dies without a word; its key stays while its lease lasts.
-  a->Kill();
+  // A goes silent; its key stays while its lease lasts.
+  KillOutOfSight(a.get());
   absl::SleepFor(absl::Milliseconds(200));
   EXPECT_EQ(b->role(), Replication::Role::kBackup);
   EXPECT_TRUE(view_b_->Get("/asyncps/default/shard/0/primary").ok());
@@ -146,18 +237,14 @@ TEST_F(ReplicaMemberClockTest,
        ASlowCoordinatorDoesNotShortenANewPrimarysLease) {
   std::unique_ptr<ReplicaMember> a = StartPrimary();
   ASSERT_NE(a, nullptr);
-  std::atomic<bool> slow{false};
-  view_b_->set_before_get([&](const std::string& key) {
-    if (slow && absl::EndsWith(key, "/insync")) clock_.Advance(kTtl * 9 / 10);
-  });
   std::unique_ptr<ReplicaMember> b = StartBackupInSync();
   ASSERT_NE(b, nullptr);
-  a->Kill();
-  slow = true;
+  KillOutOfSight(a.get());
+  slow_ = true;
   clock_.Advance(kTtl + kTtl / 2);  // a's lease runs out; b campaigns.
   ASSERT_TRUE(
       Eventually([&] { return b->role() == Replication::Role::kPrimary; }));
-  slow = false;
+  slow_ = false;
   const absl::Time promoted = b->server()->replication()->promoted_at();
   EXPECT_GE(b->server()->replication()->lease_deadline(), promoted + kTtl / 2)
       << "promoted with a lease already (nearly) over";
@@ -175,7 +262,7 @@ TEST_F(ReplicaMemberClockTest, ABackupStillInSyncOutwaitsALingeringPrimaryKey) {
   ASSERT_NE(a, nullptr);
   std::unique_ptr<ReplicaMember> b = StartBackupInSync();
   ASSERT_NE(b, nullptr);
-  a->Kill();
+  KillOutOfSight(a.get());
   absl::SleepFor(absl::Milliseconds(200));  // b's rounds see the stream end.
   coordinator_.ExtendLeases(4 * kTtl);
   clock_.Advance(kTtl * 5 / 2);

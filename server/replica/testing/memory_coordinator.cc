@@ -2,6 +2,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace asyncps {
 
@@ -96,11 +97,8 @@ void MemoryCoordinator::PutLocked(const KeyPut& put, int64_t revision) {
   it->second.lease = put.lease;
 }
 
-absl::Status MemoryCoordinator::View::PutIf(
-    const std::vector<KeyRevision>& conditions,
-    const std::vector<KeyPut>& puts) {
-  if (absl::Status s = Reachable(); !s.ok()) return s;
-  absl::MutexLock lock(&store_->mu_);
+absl::Status MemoryCoordinator::View::CheckLocked(
+    const std::vector<KeyRevision>& conditions) {
   store_->Expire();
   for (const KeyRevision& c : conditions) {
     auto it = store_->keys_.find(c.key);
@@ -115,11 +113,31 @@ absl::Status MemoryCoordinator::View::PutIf(
                        revision, ", not ", c.revision));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status MemoryCoordinator::View::PutIf(
+    const std::vector<KeyRevision>& conditions,
+    const std::vector<KeyPut>& puts) {
+  if (absl::Status s = Reachable(); !s.ok()) return s;
+  absl::MutexLock lock(&store_->mu_);
+  RETURN_IF_ERROR(CheckLocked(conditions));
   for (const KeyPut& p : puts) {
     if (absl::Status s = store_->CheckLease(p.lease); !s.ok()) return s;
   }
   const int64_t revision = ++store_->revision_;
   for (const KeyPut& p : puts) store_->PutLocked(p, revision);
+  return absl::OkStatus();
+}
+
+absl::Status MemoryCoordinator::View::DeleteIf(
+    const std::vector<KeyRevision>& conditions,
+    const std::vector<std::string>& keys) {
+  if (absl::Status s = Reachable(); !s.ok()) return s;
+  absl::MutexLock lock(&store_->mu_);
+  RETURN_IF_ERROR(CheckLocked(conditions));
+  ++store_->revision_;
+  for (const std::string& key : keys) store_->keys_.erase(key);
   return absl::OkStatus();
 }
 

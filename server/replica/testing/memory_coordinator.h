@@ -57,12 +57,17 @@ class MemoryCoordinator {
                      int64_t lease) override;
     absl::Status PutIf(const std::vector<KeyRevision>& conditions,
                        const std::vector<KeyPut>& puts) override;
+    absl::Status DeleteIf(const std::vector<KeyRevision>& conditions,
+                          const std::vector<std::string>& keys) override;
     absl::StatusOr<CoordinatedValue> Get(const std::string& key) override;
     absl::StatusOr<std::vector<std::pair<std::string, CoordinatedValue>>> List(
         const std::string& prefix) override;
 
    private:
     absl::Status Reachable();
+    // FAILED_PRECONDITION unless every condition holds.
+    absl::Status CheckLocked(const std::vector<KeyRevision>& conditions)
+        ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_->mu_);
     MemoryCoordinator* const store_;
     absl::Mutex mu_;
     bool cut_ ABSL_GUARDED_BY(mu_) = false;
