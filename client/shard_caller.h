@@ -105,8 +105,11 @@ struct ShardCall {
 // The longest wait between two attempts of a call to a replicated shard
 // (ps_server --replicas): while it fails over, its members are asked again
 // this often (each attempt that finds a member down or a backup moves on to
-// the next member).
-inline constexpr absl::Duration kGroupBackoffMax = absl::Milliseconds(100);
+// the next member). A promotion takes tens of milliseconds (the backup
+// sees its primary's stream break), so the wait must not be what a worker
+// waits for; an attempt on a member that is down or not primary costs the
+// member a refused connection or a short answer.
+inline constexpr absl::Duration kGroupBackoffMax = absl::Milliseconds(25);
 
 // Payload bytes kept free in each request for keys and framing.
 inline constexpr int64_t kRequestOverhead = 64 << 10;

@@ -283,6 +283,21 @@ void Consistency::Pull(const v1::PullRequest& request,
   }
 }
 
+absl::StatusOr<v1::RegisterResponse> Consistency::Register(
+    const v1::RegisterRequest& request) {
+  return replication_ != nullptr ? replication_->Register(request)
+                                 : membership_->Register(request);
+}
+
+absl::Status Consistency::Heartbeat(const v1::HeartbeatRequest& request) {
+  RETURN_IF_ERROR(membership_->Heartbeat(request));
+  if (request.leaving() && replication_ != nullptr) {
+    replication_->MembershipChanged();
+  }
+  ClockAdvanced();
+  return absl::OkStatus();
+}
+
 absl::Status Consistency::Push(const v1::PushRequest& request,
                                v1::PushResponse* response) {
   if (config_.mode == Mode::kAllreduce) {

@@ -258,8 +258,8 @@ int Membership::Presumed() const {
   int n = 0;
   for (int rank = 0; rank < expected_; ++rank) {
     const auto it = workers_.find(rank);
-    n += it == workers_.end() ||
-         (!Live(it->second, now) && it->second.last_heard < started_);
+    n += it == workers_.end() || (!Live(it->second, now) && !it->second.left &&
+                                  it->second.last_heard < started_);
   }
   return n;
 }
@@ -268,6 +268,46 @@ void Membership::Restarted() {
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
   started_ = now;
+}
+
+v1::MembershipState Membership::Export() const {
+  absl::MutexLock lock(&mu_);
+  v1::MembershipState state;
+  for (const auto& [rank, w] : workers_) {
+    v1::MembershipState::Worker* out = state.add_workers();
+    out->set_rank(rank);
+    out->set_incarnation(w.incarnation);
+    out->set_secret(w.secret);
+    out->set_clock(w.clock);
+    out->set_left(w.left);
+    out->set_host(w.host);
+    out->set_attempt(w.attempt);
+  }
+  state.set_next_incarnation(next_incarnation_);
+  state.set_expected(expected_);
+  state.set_expected_from_rank(expected_from_rank_);
+  state.set_max_clock(max_clock_);
+  return state;
+}
+
+void Membership::Import(const v1::MembershipState& state) {
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  workers_.clear();
+  for (const v1::MembershipState::Worker& in : state.workers()) {
+    Worker& w = workers_[in.rank()];
+    w.incarnation = in.incarnation();
+    w.secret = in.secret();
+    w.clock = in.clock();
+    w.left = in.left();
+    w.host = in.host();
+    w.attempt = in.attempt();
+    w.last_heard = now;
+  }
+  next_incarnation_ = std::max<int64_t>(state.next_incarnation(), 1);
+  expected_ = state.expected();
+  expected_from_rank_ = state.expected_from_rank();
+  max_clock_ = state.max_clock();
 }
 
 void Membership::NoteJobFront(int64_t clock) {

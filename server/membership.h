@@ -94,6 +94,13 @@ class Membership {
   // Starts that window again now: a backup promoted to primary (the job's
   // workers registered with the old primary), also for rejoin_grace.
   void Restarted();
+  // The registrations (ranks, incarnations, secrets, clocks, who left) and
+  // the job's size, as a replicated shard's primary streams them; and a
+  // backup's copy replaced by them (each worker heard from now; a backup
+  // hears from a worker again with each of its pushes streamed to it,
+  // Touch). A rank that left is not presumed (Presumed).
+  v1::MembershipState Export() const;
+  void Import(const v1::MembershipState& state);
   // The job's front as this shard's state knows it (bsp: the last step its
   // slices applied), for a shard whose members' clocks are not known (a
   // backup promoted: the membership is not replicated; a restart from a

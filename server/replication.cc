@@ -178,6 +178,30 @@ absl::Status Replication::Assign(const v1::AssignRequest& request,
   return CheckWritable();
 }
 
+absl::StatusOr<v1::RegisterResponse> Replication::Register(
+    const v1::RegisterRequest& request) {
+  // Not held to min_insync: a registration lost with its primary costs
+  // the worker a registration again (its heartbeat's NOT_FOUND), not a
+  // weight; and below min_insync reads go on, which need one.
+  absl::MutexLock order(&order_mu_);
+  RETURN_IF_ERROR(CheckServing());
+  ASSIGN_OR_RETURN(v1::RegisterResponse response,
+                   membership_->Register(request));
+  v1::ReplicaOp op;
+  *op.mutable_membership() = membership_->Export();
+  Broadcast(&op);
+  RETURN_IF_ERROR(CheckServing());
+  return response;
+}
+
+void Replication::MembershipChanged() {
+  absl::MutexLock order(&order_mu_);
+  if (!CheckServing().ok()) return;
+  v1::ReplicaOp op;
+  *op.mutable_membership() = membership_->Export();
+  Broadcast(&op);
+}
+
 absl::Status Replication::DeclareEmbedding(const v1::EmbeddingSpec& spec,
                                            const absl::Status& may_create) {
   if (tables_ == nullptr) {
@@ -272,6 +296,9 @@ absl::StatusOr<uint64_t> Replication::SendSnapshot(Stream* stream,
   v1::ReplicaOp start;
   v1::ReplicaSnapshot* begin = start.mutable_snapshot();
   begin->set_incarnation(store_->incarnation());
+  if (membership_ != nullptr) {
+    *begin->mutable_membership() = membership_->Export();
+  }
   for (const PushLedger::Remembered& r : ledger_->Export()) {
     v1::LedgerEntry* e = begin->add_ledger();
     e->set_client_id(r.client_id);

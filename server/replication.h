@@ -1,7 +1,8 @@
 // Replication: one member's part in a replicated shard group (ps_server
 // --replicas; docs/DESIGN.md "Replicated shards"). The primary applies each
 // change (a push, a declare, an assign, a bsp step its housekeeping
-// applied, an embedding table declared, a push of rows) and, under one
+// applied, an embedding table declared, a push of rows, a worker's
+// registration or leaving) and, under one
 // lock, streams it to
 // every backup in the same order, then waits for each backup's
 // acknowledgement before the worker hears that the change is done; so an
@@ -44,6 +45,7 @@
 #include "proto/asyncps.pb.h"
 #include "server/checkpoint_stream.h"
 #include "server/embedding_table.h"
+#include "server/membership.h"
 #include "server/push_ledger.h"
 #include "server/replica_snapshot.h"
 #include "server/rows.h"
@@ -145,6 +147,19 @@ class Replication {
     tables_ = tables;
     num_shards_ = num_shards;
   }
+  // The shard's membership (borrowed, outliving this; null: not
+  // replicated). Set before serving.
+  void set_membership(Membership* membership) { membership_ = membership; }
+  // Primary: Membership::Register, then the membership streamed (a
+  // promoted backup authorizes the worker with its secret). UNAVAILABLE,
+  // nothing registered, unless serving; below min_insync it registers (a
+  // registration lost with the primary is made again by the worker's
+  // heartbeat, and reads need one).
+  absl::StatusOr<v1::RegisterResponse> Register(
+      const v1::RegisterRequest& request);
+  // Primary: streams the membership as it is now (a worker left).
+  void MembershipChanged();
+
   // Primary: EmbeddingTables::Declare, streamed when it made the table.
   absl::Status DeclareEmbedding(const v1::EmbeddingSpec& spec,
                                 const absl::Status& may_create);
@@ -213,6 +228,7 @@ class Replication {
   PushLedger* const ledger_;
   EmbeddingTables* tables_ = nullptr;
   int num_shards_ = 1;
+  Membership* membership_ = nullptr;
   Clock* const clock_;
   const PushPolicy base_policy_;
   const absl::Duration ack_timeout_;
@@ -226,8 +242,10 @@ class Replication {
   absl::Mutex order_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   uint64_t seq_ ABSL_GUARDED_BY(order_mu_) = 0;  // Primary: ops streamed.
   std::list<Backup> backups_ ABSL_GUARDED_BY(order_mu_);
-  // Backup: the snapshot coming in, between its start and end.
+  // Backup: the snapshot coming in, between its start and end, and the
+  // membership its start carried (imported at the end).
   std::unique_ptr<SnapshotIn> joining_ ABSL_GUARDED_BY(order_mu_);
+  v1::MembershipState joining_membership_ ABSL_GUARDED_BY(order_mu_);
 
   mutable absl::Mutex mu_;
   std::string member_ ABSL_GUARDED_BY(mu_);

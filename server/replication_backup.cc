@@ -49,6 +49,7 @@ absl::Status Replication::ApplyTableOp(const v1::ReplicaOp& op) {
   bool applied = false;
   RETURN_IF_ERROR(ServePushRows(tables_, store_->shard(), num_shards_, push,
                                 &response, policy, &applied));
+  if (membership_ != nullptr) membership_->Touch(push.rank(), push.clock());
   if (!applied) {
     return absl::FailedPreconditionError(
         absl::StrCat("push of rows ", push.sequence(), " of client ",
@@ -70,6 +71,7 @@ absl::StatusOr<bool> Replication::ApplySnapshot(v1::ReplicaOp* op) {
         return absl::FailedPreconditionError("a second snapshot started");
       }
       joining_ = std::make_unique<SnapshotIn>(store_, tables_, s);
+      joining_membership_ = s.membership();
       return false;
     }
     case v1::ReplicaOp::kSnapshotChunk:
@@ -86,6 +88,7 @@ absl::StatusOr<bool> Replication::ApplySnapshot(v1::ReplicaOp* op) {
       }
       std::unique_ptr<SnapshotIn> in = std::move(joining_);
       RETURN_IF_ERROR(in->End(op->snapshot_end(), ledger_));
+      if (membership_ != nullptr) membership_->Import(joining_membership_);
       return true;
     }
     default:
@@ -146,8 +149,14 @@ absl::Status Replication::Apply(v1::ReplicaOp* op) {
       absl::Status s = store_->Push(push, policy, &response);
       ledger_->Finish(push, s, response);
       RETURN_IF_ERROR(s);
+      // The worker is heard from, at its clock (as the primary's Authorize
+      // noted): a promoted backup knows who pushed last and where.
+      if (membership_ != nullptr) membership_->Touch(push.rank(), push.clock());
       break;
     }
+    case v1::ReplicaOp::kMembership:
+      if (membership_ != nullptr) membership_->Import(op->membership());
+      break;
     case v1::ReplicaOp::kDeclare:
       RETURN_IF_ERROR(store_->Declare(op->declare().spec()).status());
       break;

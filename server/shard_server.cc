@@ -77,6 +77,7 @@ ShardServer::ShardServer(const ShardServerConfig& config, Env env,
     replication_->set_min_insync(config.min_insync);
     replication_->set_member_token(config.security.member_token);
     replication_->set_tables(&tables_, config.num_shards);
+    replication_->set_membership(&membership_);
     consistency_.set_replication(replication_.get());
   }
 }

@@ -211,7 +211,7 @@ grpc::ServerUnaryReactor* ParameterServerService::Register(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!Admit(context, reactor)) return reactor;
   if (!Allowed(consistency_->ReplicaServing(), reactor)) return reactor;
-  auto result = membership_->Register(*request);
+  auto result = consistency_->Register(*request);
   if (result.ok()) {
     *response = *std::move(result);
     response->set_mode(ModeName(consistency_->config().mode));
@@ -229,9 +229,8 @@ grpc::ServerUnaryReactor* ParameterServerService::Heartbeat(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!Admit(context, reactor)) return reactor;
   if (!Allowed(consistency_->ReplicaServing(), reactor)) return reactor;
-  absl::Status s = membership_->Heartbeat(*request);
+  absl::Status s = consistency_->Heartbeat(*request);
   if (!s.ok()) store_->CountRejected();
-  if (s.ok()) consistency_->ClockAdvanced();
   reactor->Finish(ToGrpcStatus(s));
   return reactor;
 }

@@ -127,7 +127,10 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
     return group;
   }
 
-  std::unique_ptr<PsClient> Client(const ServerAddress& group) {
+  // A client of `group`, joined as `rank` (-1: not joined, a viewer; a
+  // rank's registration is held by its live worker, and a promoted member
+  // knows it, so a second client of the job takes another rank).
+  std::unique_ptr<PsClient> Client(const ServerAddress& group, int rank = 0) {
     PsClientOptions options;
     options.servers = {group};
     options.transport = GetParam().transport;
@@ -137,7 +140,7 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
     options.rpc_timeout = absl::Seconds(5);
     auto client = PsClient::Create(options);
     EXPECT_TRUE(client.ok()) << client.status();
-    EXPECT_TRUE((*client)->Join(0, workers_).ok());
+    if (rank >= 0) EXPECT_TRUE((*client)->Join(rank, workers_).ok());
     return *std::move(client);
   }
   // A client of member `m` alone that gives up after 300 ms of retries.
@@ -154,8 +157,8 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
   }
   // A client of the whole group, with the test's model declared (weights
   // 0, SGD at learning rate 1).
-  std::unique_ptr<PsClient> DeclaredClient() {
-    auto client = Client(Group());
+  std::unique_ptr<PsClient> DeclaredClient(int rank = 0) {
+    auto client = Client(Group(), rank);
     EXPECT_TRUE(
         client
             ->DeclareModel(ConstantSpec({{300, 10}, {10}}, 1, 0.0f, 1.0f, 1024))
@@ -194,7 +197,7 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
   }
 
   int min_insync_ = 1;  // For the members started from now on.
-  int workers_ = 1;     // The job's, as Client() joins it (rank 0).
+  int workers_ = 1;     // The job's, as Client() joins it.
   std::string member_token_ = "the-members-own-token-0123456789";
   std::string certs_;
   EtcdProcess etcd_;
@@ -204,16 +207,16 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
   const std::vector<std::vector<float>> g_ = {std::vector<float>(3000, 1.0f),
                                               std::vector<float>(10, 1.0f)};
 
-  // Pushes gradient 1 `n` times; each must be acknowledged.
-  void Push(PsClient* client, int n, int* pushed) {
+  // Pushes gradient 1 `n` times as `rank`; each must be acknowledged.
+  void Push(PsClient* client, int n, int* pushed, int rank = 0) {
     std::vector<SliceVersion> versions;
     std::vector<std::vector<float>> w = {std::vector<float>(3000),
                                          std::vector<float>(10)};
-    absl::Status pulled = client->Pull(tensors_, &w, &versions, 0, 0);
+    absl::Status pulled = client->Pull(tensors_, &w, &versions, rank, 0);
     ASSERT_TRUE(pulled.ok()) << pulled;
     for (int i = 0; i < n; ++i) {
       PushStats r;
-      absl::Status s = client->Push(tensors_, g_, versions, 0, 1, &r);
+      absl::Status s = client->Push(tensors_, g_, versions, rank, 1, &r);
       ASSERT_TRUE(s.ok()) << s;
       ++*pushed;
     }
@@ -242,7 +245,7 @@ TEST_P(ReplicaTest, PrimaryKilledMidStreamLosesNoAcknowledgedPush) {
   ExpectWeights(c, pushed);
   // What psctl status and /metrics show of each member (a client that
   // knows all three).
-  auto viewer = Client(Group());
+  auto viewer = Client(Group(), /*rank=*/-1);
   AdminClient admin(viewer->caller());
   EXPECT_FALSE(admin.MemberStats(0, 0).ok());  // a is gone.
   auto stats = admin.MemberStats(0, 1);
@@ -268,6 +271,7 @@ TEST_P(ReplicaTest, PrimaryKilledMidStreamLosesNoAcknowledgedPush) {
 }
 
 TEST_P(ReplicaTest, RestartedBackupCatchesUpAndSurvivesThePrimary) {
+  workers_ = 2;  // Two clients of the job, below.
   Member& a = StartAs(Replication::Role::kPrimary);
   Member& b = StartAs(Replication::Role::kBackup);
   // The backup restarted below, at another address.
@@ -286,9 +290,11 @@ TEST_P(ReplicaTest, RestartedBackupCatchesUpAndSurvivesThePrimary) {
   ExpectWeights(d, pushed);
   c.member->Kill();
   a.member->Kill();  // Only d is left: it must be promoted.
-  auto survivor = DeclaredClient();
+  // A second worker (a client that knows d), rank 1: d knows rank 0's
+  // registration, held by the first.
+  auto survivor = DeclaredClient(1);
   ASSERT_FALSE(HasFailure());
-  Push(survivor.get(), 5, &pushed);
+  Push(survivor.get(), 5, &pushed, /*rank=*/1);
   EXPECT_TRUE(Is(d, Replication::Role::kPrimary));
   ExpectWeights(d, pushed);
 }

@@ -324,3 +324,58 @@ TEST(Membership, RanksNotHeardSinceARestartArePresumedForTheWorkerTimeout) {
 
 }  // namespace
 }  // namespace asyncps
+
+namespace asyncps {
+namespace {
+
+// Issue #40, a replicated membership: a backup holds its primary's
+// registrations (Export/Import), so a promoted backup authorizes every
+// worker with the secret it registered with, resumes each rank at its
+// clock, and counts the job's workers as live from the promotion
+// (Restarted), not as strangers whose heartbeats must register them again.
+TEST(Membership, ABackupImportsThePrimarysRegistrations) {
+  ManualClock clock;
+  Membership primary(&clock, absl::Seconds(2), Membership::Resume::kOwnClock);
+  auto a = primary.Register(Join(0));
+  auto b = primary.Register(Join(1));
+  ASSERT_TRUE(a.ok() && b.ok());
+  primary.Touch(0, 7);
+  primary.Touch(1, 4);
+  v1::HeartbeatRequest leave;
+  leave.set_rank(1);
+  leave.set_incarnation(b->incarnation());
+  leave.set_secret(b->secret());
+  leave.set_clock(4);
+  leave.set_leaving(true);
+  ASSERT_TRUE(primary.Heartbeat(leave).ok());
+
+  Membership backup(&clock, absl::Seconds(2), Membership::Resume::kOwnClock);
+  backup.Import(primary.Export());
+  clock.Advance(absl::Seconds(5));  // Long past --worker_timeout.
+  backup.Restarted();               // Promoted.
+  EXPECT_EQ(backup.LiveCount(), 0);
+  EXPECT_EQ(backup.Presumed(), 1) << "rank 0 presumed; rank 1 left";
+  EXPECT_TRUE(backup.Authorize(0, a->secret(), 8).ok());
+  EXPECT_EQ(backup.Authorize(0, b->secret(), 8).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(backup.LiveCount(), 1) << "rank 0 is heard from again";
+  EXPECT_EQ(backup.Expected(), 2);
+  EXPECT_EQ(backup.Registered(), 2);
+  EXPECT_EQ(backup.MaxClock(), 8);
+  // A replacement of rank 0 resumes at its clock, and its incarnation is
+  // newer than any the primary gave.
+  auto again = backup.Register(Join(0));
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kUnavailable)
+      << "a live rank's holder must be silent first";
+  clock.Advance(absl::Seconds(3));
+  again = backup.Register(Join(0));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->resume_clock(), 8);
+  EXPECT_GT(again->incarnation(), b->incarnation());
+  // Importing again replaces what was there.
+  backup.Import(Membership(&clock, absl::Seconds(2)).Export());
+  EXPECT_EQ(backup.Registered(), 0);
+}
+
+}  // namespace
+}  // namespace asyncps

@@ -13,9 +13,11 @@ namespace asyncps::testing {
 
 Member::Member(const std::string& name, PushPolicy policy)
     : store(0, 1, uint64_t{64} << 20),
+      membership(Clock::Real(), absl::Seconds(10)),
       replication(&store, &ledger, Clock::Real(), name, policy,
                   absl::Seconds(10)) {
   replication.set_tables(&tables, /*num_shards=*/1);
+  replication.set_membership(&membership);
 }
 
 StreamPair::StreamPair() {

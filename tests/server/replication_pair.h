@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "server/embedding_table.h"
+#include "server/membership.h"
 #include "server/push_ledger.h"
 #include "server/replication.h"
 #include "server/shard_store.h"
@@ -18,13 +19,14 @@
 
 namespace asyncps::testing {
 
-// One member of a one-shard job: its store, push ledger, embedding tables
-// and Replication (applying pushes with `policy`).
+// One member of a one-shard job: its store, push ledger, embedding tables,
+// membership and Replication (applying pushes with `policy`).
 struct Member {
   explicit Member(const std::string& name, PushPolicy policy = PushPolicy());
   ShardStore store;
   PushLedger ledger;
   EmbeddingTables tables;
+  Membership membership;
   Replication replication;
 };
 
