@@ -215,6 +215,10 @@ class Replication {
   // before the next. Returns the chunks' bytes.
   absl::StatusOr<uint64_t> SendSnapshot(Stream* stream, int64_t epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
+  // Backup: applies a streamed push with the primary's policy, through
+  // the ledger (one streamed twice breaks the stream).
+  absl::Status ApplyPush(const v1::ReplicaOp& op)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
   // Backup: applies a streamed table's declaration, or push of rows with
   // the primary's policy.
   absl::Status ApplyTableOp(const v1::ReplicaOp& op)

@@ -32,6 +32,28 @@ ShardStore::StepAdvance FromProto(const v1::ReplicaSteps& p) {
 
 }  // namespace
 
+absl::Status Replication::ApplyPush(const v1::ReplicaOp& op) {
+  const v1::PushRequest& push = op.push();
+  v1::PushResponse response;
+  const PushLedger::Verdict verdict = ledger_->Begin(push, &response);
+  if (verdict != PushLedger::Verdict::kApply) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("push ", push.sequence(), " of client ", push.client_id(),
+                     " streamed twice"));
+  }
+  PushPolicy policy = base_policy_;
+  policy.quorum = op.quorum();
+  policy.live_workers = op.live_workers();
+  policy.now = absl::FromUnixNanos(op.now_unix_nanos());
+  absl::Status s = store_->Push(push, policy, &response);
+  ledger_->Finish(push, s, response);
+  RETURN_IF_ERROR(s);
+  // The worker is heard from, at its clock (as the primary's Authorize
+  // noted): a promoted backup knows who pushed last and where.
+  if (membership_ != nullptr) membership_->Touch(push.rank(), push.clock());
+  return absl::OkStatus();
+}
+
 absl::Status Replication::ApplyTableOp(const v1::ReplicaOp& op) {
   if (tables_ == nullptr) {
     return absl::FailedPreconditionError(
@@ -133,27 +155,9 @@ absl::Status Replication::Apply(v1::ReplicaOp* op) {
       }
       break;
     }
-    case v1::ReplicaOp::kPush: {
-      const v1::PushRequest& push = op->push();
-      v1::PushResponse response;
-      const PushLedger::Verdict verdict = ledger_->Begin(push, &response);
-      if (verdict != PushLedger::Verdict::kApply) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("push ", push.sequence(), " of client ",
-                         push.client_id(), " streamed twice"));
-      }
-      PushPolicy policy = base_policy_;
-      policy.quorum = op->quorum();
-      policy.live_workers = op->live_workers();
-      policy.now = absl::FromUnixNanos(op->now_unix_nanos());
-      absl::Status s = store_->Push(push, policy, &response);
-      ledger_->Finish(push, s, response);
-      RETURN_IF_ERROR(s);
-      // The worker is heard from, at its clock (as the primary's Authorize
-      // noted): a promoted backup knows who pushed last and where.
-      if (membership_ != nullptr) membership_->Touch(push.rank(), push.clock());
+    case v1::ReplicaOp::kPush:
+      RETURN_IF_ERROR(ApplyPush(*op));
       break;
-    }
     case v1::ReplicaOp::kMembership:
       if (membership_ != nullptr) membership_->Import(op->membership());
       break;

@@ -24,7 +24,7 @@ log="$TEST_TMPDIR/chaos.txt"
   --seconds 60 | tee "$log"
 base=$(awk '$1 == "undisturbed" {print $3}' "$log")
 line=$(grep '^chaos ' "$log") || fail "no chaos run reported"
-read -r _ _ acc _ _ _ kills _ shard_kills _ worker_kills _ failed \
+read -r _ _ acc _ _ _ kills _ shard_kills _ worker_kills _ failed _ \
   <<<"${line//[(),]/}"
 echo "undisturbed $base, chaos $acc; kills $kills ($shard_kills shards," \
   "$worker_kills workers); workers failed $failed"

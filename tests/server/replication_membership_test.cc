@@ -14,9 +14,9 @@
 namespace asyncps {
 namespace {
 
-using testing::FollowOne;
-using testing::FollowSnapshot;
+using testing::JoinBackup;
 using testing::Member;
+using testing::Streamed;
 using testing::StreamPair;
 
 v1::RegisterRequest Join(int rank) {
@@ -38,34 +38,24 @@ TEST(ReplicatedMembership, APromotedBackupKnowsTheWorkersAndTheirClocks) {
   ASSERT_TRUE(zero.ok()) << zero.status();
 
   StreamPair streams;
-  v1::ReplicaJoin join;
-  join.set_epoch(1);
-  join.set_member("b");
-  std::thread serve([&] {
-    EXPECT_FALSE(primary.replication.ServeBackup(streams.a.get(), join).ok());
-  });
-  backup.replication.BecomeBackup(1, "p");
-  ASSERT_TRUE(FollowSnapshot(streams.b.get(), &backup.replication).ok());
+  std::thread serve = JoinBackup(&primary, &backup, &streams);
+  ASSERT_FALSE(HasFailure());
   EXPECT_TRUE(backup.membership.Authorize(0, zero->secret(), 0).ok())
       << "the snapshot lost rank 0's registration";
 
   // Rank 1 registers, then pushes at clock 5: both stream.
   absl::StatusOr<v1::RegisterResponse> one;
-  std::thread follow([&] {
-    EXPECT_TRUE(FollowOne(streams.b.get(), &backup.replication).ok());
-  });
-  one = primary.replication.Register(Join(1));
-  follow.join();
-  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_TRUE(Streamed(&streams, &backup, [&] {
+                one = primary.replication.Register(Join(1));
+                return one.status();
+              }).ok());
   v1::PushRequest push = testing::SmallModelPush(1.0f);
   push.set_rank(1);
   push.set_clock(5);
-  follow = std::thread([&] {
-    EXPECT_TRUE(FollowOne(streams.b.get(), &backup.replication).ok());
-  });
   v1::PushResponse answer;
-  ASSERT_TRUE(primary.replication.Push(push, PushPolicy(), &answer).ok());
-  follow.join();
+  ASSERT_TRUE(Streamed(&streams, &backup, [&] {
+                return primary.replication.Push(push, PushPolicy(), &answer);
+              }).ok());
   EXPECT_TRUE(backup.membership.Authorize(1, one->secret(), 5).ok())
       << "rank 1's registration was not streamed";
   EXPECT_EQ(backup.membership.MaxClock(), 5);
@@ -79,11 +69,10 @@ TEST(ReplicatedMembership, APromotedBackupKnowsTheWorkersAndTheirClocks) {
   leave.set_clock(5);
   leave.set_leaving(true);
   ASSERT_TRUE(primary.membership.Heartbeat(leave).ok());
-  follow = std::thread([&] {
-    EXPECT_TRUE(FollowOne(streams.b.get(), &backup.replication).ok());
-  });
-  primary.replication.MembershipChanged();
-  follow.join();
+  ASSERT_TRUE(Streamed(&streams, &backup, [&] {
+                primary.replication.MembershipChanged();
+                return absl::OkStatus();
+              }).ok());
   backup.membership.Restarted();  // Promoted.
   EXPECT_EQ(backup.membership.LiveCount(), 1) << "rank 0 live, rank 1 left";
 

@@ -33,6 +33,18 @@ StreamPair::~StreamPair() {
   close(b->fd());
 }
 
+std::thread JoinBackup(Member* primary, Member* backup, StreamPair* streams) {
+  v1::ReplicaJoin join;
+  join.set_epoch(1);
+  join.set_member(backup->replication.member());
+  std::thread serve([primary, streams, join] {
+    EXPECT_FALSE(primary->replication.ServeBackup(streams->a.get(), join).ok());
+  });
+  backup->replication.BecomeBackup(1, primary->replication.member());
+  EXPECT_TRUE(FollowSnapshot(streams->b.get(), &backup->replication).ok());
+  return serve;
+}
+
 absl::Status FollowOne(Stream* stream, Replication* backup) {
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   ASSIGN_OR_RETURN(FrameHeader header,

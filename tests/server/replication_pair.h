@@ -7,8 +7,10 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/status.h"
+#include "gtest/gtest.h"
 #include "server/embedding_table.h"
 #include "server/membership.h"
 #include "server/push_ledger.h"
@@ -37,8 +39,26 @@ struct StreamPair {
   std::unique_ptr<TcpStream> a, b;
 };
 
+// `backup` joins `primary` (a primary of epoch 1) over `streams`: the
+// primary serves it on the thread returned (it ends, not OK, once the
+// primary is fenced); returns once the backup holds the snapshot, or
+// with a test failure if it does not.
+std::thread JoinBackup(Member* primary, Member* backup, StreamPair* streams);
+
 // The backup's side of one op: read, apply, acknowledge.
 absl::Status FollowOne(Stream* stream, Replication* backup);
+
+// Runs `f` (a change on the primary) while `backup` follows the one op it
+// streams; returns what `f` returned.
+template <typename F>
+absl::Status Streamed(StreamPair* streams, Member* backup, F f) {
+  std::thread follow([&] {
+    EXPECT_TRUE(FollowOne(streams->b.get(), &backup->replication).ok());
+  });
+  absl::Status s = f();
+  follow.join();
+  return s;
+}
 
 // The backup's side of a whole snapshot: every op until it is a backup;
 // `*ops` (if given) gets how many.

@@ -17,9 +17,9 @@
 namespace asyncps {
 namespace {
 
-using testing::FollowOne;
-using testing::FollowSnapshot;
+using testing::JoinBackup;
 using testing::Member;
+using testing::Streamed;
 using testing::StreamPair;
 
 const absl::Time kT0 = absl::FromUnixSeconds(3600);
@@ -81,17 +81,6 @@ RowPolicy BspRows(absl::Time now) {
   return p;
 }
 
-// Runs `f` on the primary while `backup` follows the one op it streams.
-template <typename F>
-absl::Status Streamed(StreamPair* streams, Member* backup, F f) {
-  std::thread follow([&] {
-    EXPECT_TRUE(FollowOne(streams->b.get(), &backup->replication).ok());
-  });
-  absl::Status s = f();
-  follow.join();
-  return s;
-}
-
 // bsp, 2 ranks: rank 0 pushed step 1 (row 7 twice: summed) before the
 // backup joined; the snapshot carries the table, that push's answer and
 // the step in progress, so rank 1's push completes the step on both
@@ -110,14 +99,8 @@ TEST(ReplicatedTables, ABackupJoiningMidStepHoldsTheTableItsLedgerAndTheStep) {
   ASSERT_TRUE(primary.replication.PushRows(first, BspRows(kT0), &answer).ok());
 
   StreamPair streams;
-  v1::ReplicaJoin join;
-  join.set_epoch(1);
-  join.set_member("b");
-  std::thread serve([&] {
-    EXPECT_FALSE(primary.replication.ServeBackup(streams.a.get(), join).ok());
-  });
-  backup.replication.BecomeBackup(1, "p");
-  ASSERT_TRUE(FollowSnapshot(streams.b.get(), &backup.replication).ok());
+  std::thread serve = JoinBackup(&primary, &backup, &streams);
+  ASSERT_FALSE(HasFailure());
   ASSERT_TRUE(backup.tables.Find("e").ok()) << "the snapshot lost the table";
   EXPECT_EQ(Saved(&backup), Saved(&primary));
 
@@ -180,14 +163,8 @@ TEST(ReplicatedTables, OnlyWhatChangedATableStreams) {
   ASSERT_TRUE(primary.replication.PushRows(push, async, &answer).ok());
 
   StreamPair streams;
-  v1::ReplicaJoin join;
-  join.set_epoch(1);
-  join.set_member("b");
-  std::thread serve([&] {
-    EXPECT_FALSE(primary.replication.ServeBackup(streams.a.get(), join).ok());
-  });
-  backup.replication.BecomeBackup(1, "p");
-  ASSERT_TRUE(FollowSnapshot(streams.b.get(), &backup.replication).ok());
+  std::thread serve = JoinBackup(&primary, &backup, &streams);
+  ASSERT_FALSE(HasFailure());
   EXPECT_FALSE(backup.store.declared());
   EXPECT_EQ(Rows(&backup), (std::vector<float>{9, 9, 10, 10}));
   const uint64_t streamed = primary.replication.Stats().applied_seq();

@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
@@ -126,8 +127,10 @@ void PrintGroups(AdminClient* admin, ShardCaller* caller) {
     replicated |= caller->num_members(s) > 1;
   }
   if (!replicated) return;
-  std::printf("%-5s %-22s %-8s %6s %9s %6s %12s  %s\n", "shard", "member",
-              "role", "epoch", "applied", "lag", "replicated", "backups");
+  // in_sync: a primary's members holding every acknowledged change over
+  // its --min_insync ("!" below it: changes are refused).
+  std::printf("%-5s %-22s %-8s %6s %9s %8s %12s  %s\n", "shard", "member",
+              "role", "epoch", "applied", "in_sync", "replicated", "backups");
   for (int s = 0; s < caller->num_shards(); ++s) {
     for (int m = 0; m < caller->num_members(s); ++m) {
       const std::string address = caller->member_address(s, m).ToString();
@@ -138,12 +141,16 @@ void PrintGroups(AdminClient* admin, ShardCaller* caller) {
         continue;
       }
       const v1::ReplicaStats& r = stats->replica();
+      const std::string in_sync =
+          r.role() != "primary"
+              ? "-"
+              : absl::StrCat(r.in_sync(), "/", r.min_insync(),
+                             r.in_sync() < r.min_insync() ? "!" : "");
       std::printf(
-          "%-5d %-22s %-8s %6lld %9llu %6llu %11.1fM  %s\n", s, address.c_str(),
+          "%-5d %-22s %-8s %6lld %9llu %8s %11.1fM  %s\n", s, address.c_str(),
           r.role().c_str(), static_cast<long long>(r.epoch()),
-          static_cast<unsigned long long>(r.applied_seq()),
-          static_cast<unsigned long long>(r.lag()), r.replicated_bytes() / 1e6,
-          absl::StrJoin(r.backups(), ",").c_str());
+          static_cast<unsigned long long>(r.applied_seq()), in_sync.c_str(),
+          r.replicated_bytes() / 1e6, absl::StrJoin(r.backups(), ",").c_str());
     }
   }
 }

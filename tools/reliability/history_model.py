@@ -147,8 +147,9 @@ class History:
         zero), or in the step that generation died in (completed without
         the dead rank once it was silent for --worker_timeout): a
         replacement that resumed behind the job (at the clock its shard
-        still knew after a failover: the membership is not replicated)
-        redoes steps whose share of that rank is in, or was given up."""
+        still knew: after a restart from a checkpoint, or a failover whose
+        backup had not seen that rank's last pushes) redoes steps whose
+        share of that rank is in, or was given up."""
         return bool(p.dropped) and any(
             q.rank == p.rank and q.gen < p.gen and q.step >= p.step - 1 and
             q.outcome == "acked" for q in self.pushes.values())
