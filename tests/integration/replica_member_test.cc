@@ -198,6 +198,29 @@ TEST_F(ReplicaMemberClockTest, APrimaryRestartedInPlaceIsReplacedAtOnce) {
       Eventually([&] { return again->role() == Replication::Role::kBackup; }));
 }
 
+// A primary that dropped its backup recorded `insync` without it before
+// acknowledging anything more; that backup, its stream broken, must not
+// take the group when the primary then dies, even though the primary is
+// seen gone at once: it lacks what the primary acknowledged alone since.
+TEST_F(ReplicaMemberClockTest, ABackupItsPrimaryDroppedDoesNotTakeTheGroup) {
+  std::unique_ptr<ReplicaMember> a = StartPrimary();
+  ASSERT_NE(a, nullptr);
+  std::unique_ptr<ReplicaMember> b = StartBackupInSync();
+  ASSERT_NE(b, nullptr);
+  const std::string key = "/asyncps/default/shard/0/insync";
+  const int64_t epoch = a->server()->replication()->epoch();
+  KillAndPut(a.get(), [&](int) {
+    // a's last record, as it would have written it dropping b.
+    ASSERT_TRUE(view_a_->Put(key, absl::StrCat(epoch, ":"), 0).ok());
+  });
+  absl::SleepFor(absl::Milliseconds(300));  // b's rounds look, and wait.
+  EXPECT_NE(b->role(), Replication::Role::kPrimary)
+      << "a backup the primary had dropped took the group";
+  auto primary = view_b_->Get("/asyncps/default/shard/0/primary");
+  ASSERT_TRUE(primary.ok()) << "the dead primary's key was removed";
+  EXPECT_EQ(primary->create_revision, epoch);
+}
+
 // The backstop: a primary whose backup cannot see it gone (its port
 // takes connections but nothing answers: a partition, as far as the backup
 // can tell) keeps its role until its lease runs out; then the backup,

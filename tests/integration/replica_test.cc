@@ -83,9 +83,8 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
     }
     ShardServerConfig c;
     c.host = "127.0.0.1";
-    // Unregistered ranks act on a promoted member while its membership
-    // fills again (a worker's heartbeats would register it).
-    c.rejoin_grace = absl::Hours(1);
+    // No --rejoin_grace: a promoted member knows the workers' registrations
+    // (the membership is replicated).
     if (GetParam().tls) c.security = LoadCerts(certs_, "server");
     c.min_insync = min_insync_;
     if (GetParam().tls) c.security.member_token = member_token_;
