@@ -360,6 +360,14 @@ absl::Status Replication::ServeBackup(Stream* stream,
         "(--member_token_file), which it ",
         join.member_token().empty() ? "did not send" : "does not match"));
   }
+  if (!member_name_.empty() && stream->PeerName() != member_name_) {
+    const std::string shown = stream->PeerName();
+    return absl::PermissionDeniedError(absl::StrCat(
+        "shard ", store_->shard(), ": ", join.member(),
+        " may not join: a member presents the members' certificate ('",
+        member_name_, "'), and it presented ",
+        shown.empty() ? "none" : absl::StrCat("'", shown, "'")));
+  }
   if (join_check_) RETURN_IF_ERROR(join_check_(join.member()));
   absl::MutexLock order(&order_mu_);
   {

@@ -92,6 +92,10 @@ class Replication {
   // ServeBackup refuses it with PERMISSION_DENIED before any state moves.
   // Both set before serving.
   void set_member_token(std::string token) { member_token_ = std::move(token); }
+  // With mutual TLS, a joiner must also present a certificate of `name`
+  // (the common name of the members' certificate: the shards' own, which
+  // a worker's does not have), else PERMISSION_DENIED. Set before serving.
+  void set_member_name(std::string name) { member_name_ = std::move(name); }
   using JoinCheck = std::function<absl::Status(const std::string& member)>;
   void set_join_check(JoinCheck f) { join_check_ = std::move(f); }
 
@@ -238,6 +242,7 @@ class Replication {
   const absl::Duration ack_timeout_;
   BackupsChanged backups_changed_;
   std::string member_token_;
+  std::string member_name_;
   JoinCheck join_check_;
   size_t snapshot_chunk_bytes_ = kCheckpointChunkBytes;
   int min_insync_ = 1;

@@ -93,6 +93,13 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   }
   std::unique_ptr<ShardServer> server(
       new ShardServer(config, env, std::move(timeline)));
+  if (server->replication_ != nullptr && !config.security.ca_pem.empty() &&
+      !config.security.cert_pem.empty()) {
+    // Mutual TLS: a joiner presents the members' (the shards') certificate.
+    ASSIGN_OR_RETURN(std::string name,
+                     CertificateName(config.security.cert_pem));
+    server->replication_->set_member_name(std::move(name));
+  }
   RETURN_IF_ERROR(server->Restore());
   RETURN_IF_ERROR(server->Listen());
   if (server->replication_ != nullptr) {

@@ -11,6 +11,7 @@
 #include <sys/uio.h>
 
 #include <cstddef>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -41,6 +42,9 @@ class Stream {
   // True if bytes already taken off the socket wait in the stream (TLS
   // reads whole records), which poll(2) on fd() would not report.
   virtual bool Buffered() const { return false; }
+  // The common name of the certificate the peer presented (mutual TLS);
+  // "" if it presented none (or the stream is not TLS).
+  virtual std::string PeerName() const { return ""; }
 
  protected:
   explicit Stream(int fd) : fd_(fd) {}

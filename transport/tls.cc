@@ -102,6 +102,14 @@ std::string OpenSslError(absl::string_view otherwise) {
   return text;
 }
 
+// The subject's common name of `cert` ("" if it has none).
+std::string CommonName(X509* cert) {
+  char name[256];
+  const int n = X509_NAME_get_text_by_NID(X509_get_subject_name(cert),
+                                          NID_commonName, name, sizeof(name));
+  return n > 0 ? std::string(name, static_cast<size_t>(n)) : std::string();
+}
+
 // A TLS connection over a socket the caller keeps open.
 class TlsStream final : public Stream {
  public:
@@ -109,6 +117,13 @@ class TlsStream final : public Stream {
   ~TlsStream() override { SSL_free(ssl_); }
 
   SSL* ssl() const { return ssl_; }
+
+  std::string PeerName() const override {
+    // Verified against the CA in the handshake (a server with a CA asks
+    // for a certificate and refuses one it did not sign).
+    X509* cert = SSL_get0_peer_certificate(ssl_);
+    return cert == nullptr ? std::string() : CommonName(cert);
+  }
 
   absl::Status ReadFull(char* p, size_t n, absl::Time deadline) override {
     while (n > 0) {
@@ -224,6 +239,15 @@ absl::StatusOr<std::vector<std::unique_ptr<X509, X509Free>>> Certificates(
   }
   return out;
 }
+
+}  // namespace
+
+absl::StatusOr<std::string> CertificateName(const std::string& pem) {
+  ASSIGN_OR_RETURN(auto chain, Certificates(pem, "the certificate"));
+  return CommonName(chain[0].get());
+}
+
+namespace {
 
 // The context's own certificate chain and key.
 absl::Status UseCertificate(SSL_CTX* ctx, const Security& security) {

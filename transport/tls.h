@@ -21,6 +21,11 @@ typedef struct ssl_ctx_st SSL_CTX;
 
 namespace asyncps {
 
+// The subject's common name of the first certificate in `pem`
+// (INVALID_ARGUMENT if it holds none): the identity a peer presenting it
+// shows (Stream::PeerName).
+absl::StatusOr<std::string> CertificateName(const std::string& pem);
+
 class TlsContext {
  public:
   // A server's: its certificate (chain) and key; with a CA, a client must

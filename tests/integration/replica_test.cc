@@ -85,7 +85,7 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
     c.host = "127.0.0.1";
     // No --rejoin_grace: a promoted member knows the workers' registrations
     // (the membership is replicated).
-    if (GetParam().tls) c.security = LoadCerts(certs_, "server");
+    if (GetParam().tls) c.security = LoadCerts(certs_, member_cert_);
     c.min_insync = min_insync_;
     if (GetParam().tls) c.security.member_token = member_token_;
     ReplicaConfig rc;
@@ -196,7 +196,9 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
   }
 
   int min_insync_ = 1;  // For the members started from now on.
-  int workers_ = 1;     // The job's, as Client() joins it.
+  // The certificate a member started next presents (tests/testing/certs.h).
+  std::string member_cert_ = "server";
+  int workers_ = 1;  // The job's, as Client() joins it.
   std::string member_token_ = "the-members-own-token-0123456789";
   std::string certs_;
   EtcdProcess etcd_;
@@ -413,6 +415,30 @@ TEST_P(ReplicaTest, AWorkersCredentialDoesNotJoinTheGroup) {
   EXPECT_EQ(m.member->role(), Replication::Role::kJoining);
   EXPECT_FALSE(m.member->server()->store().declared());
   EXPECT_EQ(a.member->server()->replication()->Stats().backups_size(), 0);
+}
+
+// Issue #40, "a certificate identity when TLS is on": a process with the
+// members' token but a worker's certificate (mutual TLS: the CA signed it,
+// so the connection is taken) gets no state: a member presents the
+// members' certificate, the shards' own.
+TEST_P(ReplicaTest, AWorkersCertificateDoesNotJoinTheGroup) {
+  if (!GetParam().tls) GTEST_SKIP() << "no certificates without TLS";
+  Member& a = StartAs(Replication::Role::kPrimary);
+  auto client = DeclaredClient();
+  ASSERT_FALSE(HasFailure());
+  member_cert_ = "client";
+  Member& m = Start();
+  auto rejected = [&] {
+    auto stats = AdminClient(client->caller()).Stats(0);
+    return stats.ok() ? stats->rejected_requests() : -1;
+  };
+  ASSERT_TRUE(WaitFor([&] { return rejected() > 0; }));
+  EXPECT_EQ(m.member->role(), Replication::Role::kJoining);
+  EXPECT_FALSE(m.member->server()->store().declared());
+  EXPECT_EQ(a.member->server()->replication()->Stats().backups_size(), 0);
+  // A member with the members' certificate joins as before.
+  member_cert_ = "server";
+  StartAs(Replication::Role::kBackup);
 }
 
 INSTANTIATE_TEST_SUITE_P(Coordinators, ReplicaTest,
