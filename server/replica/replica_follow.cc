@@ -34,6 +34,22 @@ constexpr absl::Duration kFrameTimeout = absl::Seconds(60);
 // then its Stats): longer is taken for a partition.
 constexpr absl::Duration kProbeTimeout = absl::Milliseconds(300);
 
+// One call to another member's gRPC service, as this member's server is
+// configured (TLS, the workers' token), within `timeout`.
+struct MemberCall {
+  MemberCall(const std::string& address, const Security& security,
+             absl::Duration timeout)
+      : stub(v1::ParameterServer::NewStub(
+            grpc::CreateChannel(address, MakeChannelCredentials(security)))) {
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    if (!security.token.empty()) {
+      context.AddMetadata(kAuthorizationKey, BearerValue(security.token));
+    }
+  }
+  std::unique_ptr<v1::ParameterServer::Stub> stub;
+  grpc::ClientContext context;
+};
+
 }  // namespace
 
 void ReplicaMember::Follow(std::string address, int64_t epoch) {
@@ -58,17 +74,10 @@ bool ReplicaMember::PrimaryMayLive(const std::string& address, int64_t epoch) {
   if (*refused) return false;      // No process holds its port.
   // Something listens there: the primary, or a process started in its
   // place (a supervisor restarting the member at once), which says so.
-  const ShardServerConfig& sc = server_->config();
-  auto stub = v1::ParameterServer::NewStub(
-      grpc::CreateChannel(address, MakeChannelCredentials(sc.security)));
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + kProbeTimeout));
-  if (!sc.security.token.empty()) {
-    context.AddMetadata(kAuthorizationKey, BearerValue(sc.security.token));
-  }
+  MemberCall call(address, server_->config().security, kProbeTimeout);
   v1::StatsRequest request;
   v1::StatsResponse stats;
-  if (!stub->Stats(&context, request, &stats).ok()) return true;
+  if (!call.stub->Stats(&call.context, request, &stats).ok()) return true;
   return stats.replica().role() == "primary" &&
          stats.replica().epoch() == epoch;
 }
@@ -79,16 +88,11 @@ absl::Status ReplicaMember::FollowOnce(const std::string& address,
   ASSIGN_OR_RETURN(std::vector<ServerAddress> parsed, ParseServerList(address));
   const ServerAddress& primary = parsed[0];
   // Where the primary's data plane is, and its token.
-  auto stub = v1::ParameterServer::NewStub(
-      grpc::CreateChannel(address, MakeChannelCredentials(sc.security)));
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + kJoinStepTimeout));
-  if (!sc.security.token.empty()) {
-    context.AddMetadata(kAuthorizationKey, BearerValue(sc.security.token));
-  }
+  MemberCall call(address, sc.security, kJoinStepTimeout);
   v1::DataPlaneRequest request;
   v1::DataPlaneResponse dp;
-  RETURN_IF_ERROR(FromGrpcStatus(stub->DataPlane(&context, request, &dp)));
+  RETURN_IF_ERROR(
+      FromGrpcStatus(call.stub->DataPlane(&call.context, request, &dp)));
   absl::Time deadline = absl::Now() + kJoinStepTimeout;
   std::shared_ptr<const TlsContext> tls;
   if (sc.security.tls()) {
