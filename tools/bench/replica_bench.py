@@ -115,11 +115,13 @@ def pauses(a):
     job = chaos.Job(Args(a, a.out, a.replicas, 1, "1"), "pauses")
     out = os.path.join(job.dir, "pushes.txt")
     stop = os.path.join(job.dir, "stop")
-    pusher = subprocess.Popen(
-        [sys.executable, os.path.join(ROOT, "tools", "bench",
-                                      "failover_pusher.py"),
-         f"--servers={job.servers}", f"--out={out}", f"--stop={stop}"],
-        stdout=subprocess.DEVNULL, stderr=open(os.path.join(job.dir, "pusher.err"), "w"))
+    # The child keeps its own copy of the log file; ours closes here.
+    with open(os.path.join(job.dir, "pusher.log"), "w") as log:
+        pusher = subprocess.Popen(
+            [sys.executable, os.path.join(ROOT, "tools", "bench",
+                                          "failover_pusher.py"),
+             f"--servers={job.servers}", f"--out={out}", f"--stop={stop}"],
+            stdout=subprocess.DEVNULL, stderr=log)
     kills = []
     try:
         time.sleep(2)  # The worker declared and is pushing (a pace).
