@@ -150,15 +150,15 @@ class Consistency {
   // serving.
   void set_replication(Replication* replication) { replication_ = replication; }
   Replication* replication() const { return replication_; }
-  // OK unless this shard is a replicated group's member that is not its
-  // primary now (then UNAVAILABLE naming the primary): what calls that
-  // touch no weights (Register, Heartbeat) check.
   // Membership::Register and Heartbeat; on a replicated shard a
   // registration, and a worker's leaving, stream to the backups (a promoted
   // backup knows the job's workers and their secrets).
   absl::StatusOr<v1::RegisterResponse> Register(
       const v1::RegisterRequest& request);
   absl::Status Heartbeat(const v1::HeartbeatRequest& request);
+  // OK unless this shard is a replicated group's member that is not its
+  // primary now (then UNAVAILABLE naming the primary): what calls that
+  // touch no weights (Register, Heartbeat) check.
   absl::Status ReplicaServing() const {
     return replication_ == nullptr ? absl::OkStatus()
                                    : replication_->CheckServing();

@@ -223,10 +223,9 @@ class EmbeddingTables {
   // Every table (valid as long as this object, until a Restore).
   std::vector<EmbeddingTable*> All() const;
 
-  // Every table into `checkpoint` (`pending`: as EmbeddingTable::Save),
-  // and every table of one (replacing those held; on error none is
-  // replaced).
-  void Save(v1::ShardCheckpoint* checkpoint, bool pending = false) const;
+  // Every table into `checkpoint`, and every table of one (replacing
+  // those held; on error none is replaced).
+  void Save(v1::ShardCheckpoint* checkpoint) const;
   // Each table's Stats, by name.
   std::vector<v1::EmbeddingStats> Stats() const;
   absl::Status Restore(const v1::ShardCheckpoint& checkpoint);

@@ -66,11 +66,10 @@ std::vector<v1::EmbeddingStats> EmbeddingTables::Stats() const {
   return out;
 }
 
-void EmbeddingTables::Save(v1::ShardCheckpoint* checkpoint,
-                           bool pending) const {
+void EmbeddingTables::Save(v1::ShardCheckpoint* checkpoint) const {
   absl::MutexLock lock(&mu_);
   for (const auto& [name, table] : tables_) {
-    table->Save(checkpoint->add_embeddings(), pending);
+    table->Save(checkpoint->add_embeddings());
   }
 }
 

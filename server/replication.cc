@@ -187,27 +187,30 @@ absl::StatusOr<v1::RegisterResponse> Replication::Register(
   RETURN_IF_ERROR(CheckServing());
   ASSIGN_OR_RETURN(v1::RegisterResponse response,
                    membership_->Register(request));
-  v1::ReplicaOp op;
-  *op.mutable_membership() = membership_->Export();
-  Broadcast(&op);
+  BroadcastMembership();
   RETURN_IF_ERROR(CheckServing());
   return response;
 }
 
 void Replication::MembershipChanged() {
   absl::MutexLock order(&order_mu_);
-  if (!CheckServing().ok()) return;
+  if (CheckServing().ok()) BroadcastMembership();
+}
+
+void Replication::BroadcastMembership() {
   v1::ReplicaOp op;
   *op.mutable_membership() = membership_->Export();
   Broadcast(&op);
 }
 
+absl::Status Replication::CheckTables() const {
+  if (tables_ != nullptr) return absl::OkStatus();
+  return absl::FailedPreconditionError("this shard serves no embedding tables");
+}
+
 absl::Status Replication::DeclareEmbedding(const v1::EmbeddingSpec& spec,
                                            const absl::Status& may_create) {
-  if (tables_ == nullptr) {
-    return absl::FailedPreconditionError(
-        "this shard serves no embedding tables");
-  }
+  RETURN_IF_ERROR(CheckTables());
   absl::MutexLock order(&order_mu_);
   RETURN_IF_ERROR(CheckWritable());
   const bool there = tables_->Find(spec.name()).ok();
@@ -224,10 +227,7 @@ absl::Status Replication::DeclareEmbedding(const v1::EmbeddingSpec& spec,
 absl::Status Replication::PushRows(const v1::PushRowsRequest& request,
                                    const RowPolicy& policy,
                                    v1::PushRowsResponse* response) {
-  if (tables_ == nullptr) {
-    return absl::FailedPreconditionError(
-        "this shard serves no embedding tables");
-  }
+  RETURN_IF_ERROR(CheckTables());
   absl::MutexLock order(&order_mu_);
   RETURN_IF_ERROR(CheckWritable());
   bool applied = false;
@@ -360,8 +360,8 @@ absl::Status Replication::ServeBackup(Stream* stream,
         "(--member_token_file), which it ",
         join.member_token().empty() ? "did not send" : "does not match"));
   }
-  if (!member_name_.empty() && stream->PeerName() != member_name_) {
-    const std::string shown = stream->PeerName();
+  if (const std::string shown = stream->PeerName();
+      !member_name_.empty() && shown != member_name_) {
     return absl::PermissionDeniedError(absl::StrCat(
         "shard ", store_->shard(), ": ", join.member(),
         " may not join: a member presents the members' certificate ('",

@@ -219,6 +219,11 @@ class Replication {
   // before the next. Returns the chunks' bytes.
   absl::StatusOr<uint64_t> SendSnapshot(Stream* stream, int64_t epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
+  // Streams the membership as it is now (after a registration or a
+  // worker's leaving).
+  void BroadcastMembership() ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
+  // FAILED_PRECONDITION unless this shard serves embedding tables.
+  absl::Status CheckTables() const;
   // Backup: applies a streamed push with the primary's policy, through
   // the ledger (one streamed twice breaks the stream).
   absl::Status ApplyPush(const v1::ReplicaOp& op)

@@ -237,14 +237,10 @@ bool ReplicaMember::FollowRound(const CoordinatedValue& primary,
                        ")"));
     return false;
   }
-  bool ended;
+  bool ended, broke;
   {
     absl::MutexLock lock(&mu_);
     ended = stream_ended_;
-  }
-  bool broke;
-  {
-    absl::MutexLock lock(&mu_);
     broke = stream_broke_;
   }
   if (ended) {

@@ -28,7 +28,8 @@
 // removes the key itself, fenced on the epoch and on `insync` as it read
 // it, and campaigns at once (DeposeDeadPrimary); otherwise (no answer: a
 // partition) the primary's lease expiring is the backstop. A member with no
-// state only while the group has none (epoch 0 in `insync`). A group with no
+// state may be promoted only while the group has none (epoch 0 in
+// `insync`). A group with no
 // records at all (never created, or the coordinator lost them) has no
 // leader: a member does not start (ReplicaConfig::bootstrap,
 // server/replica/group_records.h), and one running refuses to campaign. After
