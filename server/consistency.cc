@@ -311,9 +311,13 @@ absl::Status Consistency::Push(const v1::PushRequest& request,
   const PushLedger::Verdict verdict = ledger_.Begin(request, response);
   if (verdict == PushLedger::Verdict::kAnswered) {
     store_->CountDuplicatePush();
-    // A push applied while a backup dropped out of its stream is answered
-    // only once enough members hold it (--min_insync).
-    if (replication_ != nullptr) RETURN_IF_ERROR(replication_->CheckInSync());
+    // Answered once the backups hold the first copy (its op may still be
+    // on its way), and, if a backup dropped out of its stream, only once
+    // enough members hold it (--min_insync).
+    if (replication_ != nullptr) {
+      RETURN_IF_ERROR(replication_->AwaitStreamed());
+      RETURN_IF_ERROR(replication_->CheckInSync());
+    }
     return absl::OkStatus();
   }
   if (verdict == PushLedger::Verdict::kTooOld) store_->CountRejected();

@@ -2,18 +2,19 @@
 // --replicas; docs/DESIGN.md "Replicated shards"). The primary applies each
 // change (a push, a declare, an assign, a bsp step its housekeeping
 // applied, an embedding table declared, a push of rows, a worker's
-// registration or leaving) and, under one
-// lock, streams it to
-// every backup in the same order, then waits for each backup's
-// acknowledgement before the worker hears that the change is done; so an
-// acknowledged push is on every member. A backup applies the stream in
-// order through the same ShardStore and push ledger, so it holds the same
-// weights, optimizer state, versions, bsp steps and remembered push answers
-// (exactly-once survives a failover). A backup joins with a snapshot of the
-// primary's whole state, taken under the same lock, and then the stream.
-// The snapshot travels as bounded chunks (server/checkpoint_stream.h), each
-// acknowledged, between a start and an end that carries their checksum; the
-// backup serves none of it before the end checked out (SnapshotIn).
+// registration or leaving) and, under one lock, writes it to every backup
+// in the same order; then, without the lock, waits for each backup's
+// acknowledgement before the worker hears that the change is done: so an
+// acknowledged push is on every member, and the next change goes out
+// while this one's acknowledgements come back (the ops are pipelined). A backup
+// applies the stream in order through the same ShardStore and push ledger, so
+// it holds the same weights, optimizer state, versions, bsp steps and
+// remembered push answers (exactly-once survives a failover). A backup joins
+// with a snapshot of the primary's whole state, taken under the same lock, and
+// then the stream. The snapshot travels as bounded chunks
+// (server/checkpoint_stream.h), each acknowledged, between a start and an end
+// that carries their checksum; the backup serves none of it before the end
+// checked out (SnapshotIn).
 //
 // The stream is data-plane frames (transport/frame.h): the backup's
 // connection opens with a hello and a kJoin; then the primary writes
@@ -32,7 +33,6 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -173,6 +173,12 @@ class Replication {
   absl::Status PushRows(const v1::PushRowsRequest& request,
                         const RowPolicy& policy,
                         v1::PushRowsResponse* response);
+  // Waits until every op streamed so far is acknowledged by the backups
+  // (or they dropped out and are recorded so): a retry answered from the
+  // push ledger waits here, as its first copy's op may still be on its
+  // way. Then CheckServing.
+  absl::Status AwaitStreamed();
+
   // bsp housekeeping of the slices and the tables (AdvanceShardSteps),
   // streamed when it changed anything. Nothing is done unless this member
   // serves.
@@ -198,15 +204,53 @@ class Replication {
   void set_snapshot_chunk_bytes(size_t bytes) { snapshot_chunk_bytes_ = bytes; }
 
  private:
+  // A backup in the stream. Its stream is written by the thread streaming
+  // an op (order_mu_ held) and read by the thread serving the backup (its
+  // acknowledgements, ReadAcks), each under io_mu: a TLS stream is one
+  // state for both directions.
   struct Backup {
-    Stream* stream;
-    std::string member;
+    Backup(Stream* s, std::string m, uint64_t at)
+        : stream(s), member(std::move(m)), acked(at) {}
+    Stream* const stream;
+    const std::string member;
+    absl::Mutex io_mu;
+    // Under ack_mu_: the last op it acknowledged; dropped from the stream
+    // (its socket shut); and, once dropped, whether the backups recorded
+    // since (NoteBackups) leave it out.
+    uint64_t acked;
     bool dropped = false;
+    bool noted = false;
   };
-  // Sends `op` (its epoch and seq set here) to every backup and reads
-  // their acknowledgements; drops those that fail. Called with order_mu_
-  // held, right after the primary applied the change.
-  void Broadcast(v1::ReplicaOp* op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
+  // What a change waits for once it is on the wire: op `seq` acknowledged
+  // by each of `to` (the backups it was written to), or they dropped and
+  // recorded as gone, by `deadline` (then they are dropped).
+  struct Sent {
+    uint64_t seq = 0;
+    absl::Time deadline;
+    std::vector<std::shared_ptr<Backup>> to;
+  };
+  // Sends `op` (its epoch and seq set here) to every backup, dropping
+  // those it cannot be written to. Called with order_mu_ held, right after
+  // the primary applied the change; the change is acknowledged after
+  // AwaitAcks, without the order lock, so the next change goes out while
+  // this one's acknowledgements come back (ops pipelined, in one order).
+  Sent Broadcast(v1::ReplicaOp* op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
+  // Every op streamed so far, as Broadcast's answer: what a change that
+  // streamed nothing (a retry answered from a ledger, a declaration
+  // already made) waits for, since the op that made it may still be on
+  // its way.
+  Sent Streamed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
+  // Waits until `sent` is acknowledged (a backup that does not by its
+  // deadline is dropped) and no dropped backup is still recorded as in
+  // sync. Without order_mu_.
+  void AwaitAcks(const Sent& sent) ABSL_LOCKS_EXCLUDED(order_mu_);
+  // Serving thread of `b`: reads its acknowledgements in order until the
+  // stream fails or `b` is dropped; returns why.
+  absl::Status ReadAcks(Backup* b) ABSL_LOCKS_EXCLUDED(order_mu_);
+  // Drops `b` from the stream (its socket shut): its serving thread then
+  // records the backups without it.
+  void Drop(Backup* b, const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(ack_mu_);
   // Tells backups_changed_ the backups not dropped; fences on its error.
   void NoteBackups() ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
   // UNAVAILABLE unless primary within its lease.
@@ -221,7 +265,7 @@ class Replication {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
   // Streams the membership as it is now (after a registration or a
   // worker's leaving).
-  void BroadcastMembership() ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
+  Sent BroadcastMembership() ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
   // FAILED_PRECONDITION unless this shard serves embedding tables.
   absl::Status CheckTables() const;
   // Backup: applies a streamed push with the primary's policy, through
@@ -252,10 +296,10 @@ class Replication {
   size_t snapshot_chunk_bytes_ = kCheckpointChunkBytes;
   int min_insync_ = 1;
 
-  // Held while a change is applied and streamed: the one order.
+  // Held while a change is applied and written to the backups: the one
+  // order.
   absl::Mutex order_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   uint64_t seq_ ABSL_GUARDED_BY(order_mu_) = 0;  // Primary: ops streamed.
-  std::list<Backup> backups_ ABSL_GUARDED_BY(order_mu_);
   // Backup: the snapshot coming in, between its start and end, and the
   // membership its start carried (imported at the end).
   std::unique_ptr<SnapshotIn> joining_ ABSL_GUARDED_BY(order_mu_);
@@ -273,6 +317,13 @@ class Replication {
   int64_t failovers_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time promoted_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::vector<std::string> backup_names_ ABSL_GUARDED_BY(mu_);
+  // The backups in the stream and their acknowledgements; the list
+  // changes only with order_mu_ held too.
+  mutable absl::Mutex ack_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::vector<std::shared_ptr<Backup>> backups_ ABSL_GUARDED_BY(ack_mu_);
+  // Backups dropped and not yet noted: no change is acknowledged while
+  // the coordinator may still list one of them as in sync.
+  int unnoted_drops_ ABSL_GUARDED_BY(ack_mu_) = 0;
   // Refusals for want of min_insync (Stats' below_min_insync).
   mutable std::atomic<int64_t> below_min_insync_{0};
 };

@@ -74,10 +74,12 @@ void Replication::Fence(const std::string& why) {
                  << ") stops serving: " << why;
     role_ = Role::kFenced;
   }
+  // Their serving threads end; the backups are noted without a write to
+  // the coordinator.
   absl::MutexLock order(&order_mu_);
-  for (Backup& b : backups_) {
-    b.dropped = true;
-    ShutdownSocket(b.stream->fd());
+  absl::MutexLock lock(&ack_mu_);
+  for (const std::shared_ptr<Backup>& b : backups_) {
+    Drop(b.get(), absl::UnavailableError("the primary is fenced: " + why));
   }
 }
 
@@ -166,9 +168,18 @@ v1::ReplicaStats Replication::Stats() const {
   stats.set_primary(primary_);
   for (const std::string& b : backup_names_) stats.add_backups(b);
   stats.set_applied_seq(applied_);
-  // Every backup still in the stream acknowledged every op before its
-  // push was answered (acks are not pipelined): none lags behind.
-  stats.set_lag(0);
+  // A primary's: the most ops a backup in the stream has yet to
+  // acknowledge (streamed, not yet answered); a backup's: 0.
+  int64_t lag = 0;
+  {
+    absl::MutexLock ack(&ack_mu_);
+    for (const std::shared_ptr<Backup>& b : backups_) {
+      if (!b->dropped && applied_ > b->acked) {
+        lag = std::max(lag, static_cast<int64_t>(applied_ - b->acked));
+      }
+    }
+  }
+  stats.set_lag(lag);
   stats.set_replicated_bytes(bytes_);
   stats.set_failovers(failovers_);
   if (role_ == Role::kPrimary) {

@@ -81,7 +81,8 @@ if ((${#@} == 0)); then
     tsan_options+=:suppressions=$PWD/tests/tsan/suppressions.txt
     tsan_tests=(//tests/tsan:mutex_canary_test)
     for t in checkpoint concurrency consistency consistency_restart \
-      embedding_table kv_store membership recovery_rules shard_store; do
+      embedding_table kv_store membership recovery_rules shard_store \
+      replication replication_pipeline; do
       tsan_tests+=("//tests/server:${t}_test")
     done
     sanitized tsan TSAN --config=tsan --test_env=LD_LIBRARY_PATH="$absl_tsan" \

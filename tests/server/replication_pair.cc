@@ -45,19 +45,27 @@ std::thread JoinBackup(Member* primary, Member* backup, StreamPair* streams) {
   return serve;
 }
 
-absl::Status FollowOne(Stream* stream, Replication* backup) {
+absl::Status ReadOp(Stream* stream, v1::ReplicaOp* op) {
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   ASSIGN_OR_RETURN(FrameHeader header,
                    ReadHeader(stream, uint64_t{64} << 20, deadline));
-  v1::ReplicaOp op;
-  RETURN_IF_ERROR(ReadBody(
-      stream, header, &op, [&] { return PayloadFields(&op); }, deadline));
-  RETURN_IF_ERROR(backup->Apply(&op));
+  return ReadBody(
+      stream, header, op, [&] { return PayloadFields(op); }, deadline);
+}
+
+absl::Status WriteAck(Stream* stream, uint64_t seq) {
   v1::ReplicaAck ack;
-  ack.set_seq(op.seq());
+  ack.set_seq(seq);
   FrameHeader answer;
   answer.op = FrameOp::kAnswer;
-  return WriteFrame(stream, answer, &ack, {}, deadline);
+  return WriteFrame(stream, answer, &ack, {}, absl::Now() + absl::Seconds(10));
+}
+
+absl::Status FollowOne(Stream* stream, Replication* backup) {
+  v1::ReplicaOp op;
+  RETURN_IF_ERROR(ReadOp(stream, &op));
+  RETURN_IF_ERROR(backup->Apply(&op));
+  return WriteAck(stream, op.seq());
 }
 
 absl::Status FollowSnapshot(Stream* stream, Replication* backup, int* ops) {

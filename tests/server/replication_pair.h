@@ -47,6 +47,9 @@ std::thread JoinBackup(Member* primary, Member* backup, StreamPair* streams);
 
 // The backup's side of one op: read, apply, acknowledge.
 absl::Status FollowOne(Stream* stream, Replication* backup);
+// Its parts: read an op (within 10 s); acknowledge op `seq`.
+absl::Status ReadOp(Stream* stream, v1::ReplicaOp* op);
+absl::Status WriteAck(Stream* stream, uint64_t seq);
 
 // Runs `f` (a change on the primary) while `backup` follows the one op it
 // streams; returns what `f` returned.

@@ -174,34 +174,31 @@ TEST(Replication, BelowMinInsyncNothingOnlyThePrimaryHoldsIsAcknowledged) {
     }
     return primary.replication.CheckInSync().ok();
   };
-  // Applies `f` on the primary while `m` follows the one op it streams.
-  auto streamed = [](StreamPair* streams, Member* m, auto f) {
-    std::thread follow([&] {
-      EXPECT_TRUE(FollowOne(streams->b.get(), &m->replication).ok());
-    });
-    absl::Status s = f();
-    follow.join();
-    return s;
-  };
   StreamPair to_b;
   std::thread serve_b;
   ASSERT_TRUE(join(&to_b, &backup, &serve_b));
-  ASSERT_TRUE(streamed(&to_b, &backup, [&] {
+  ASSERT_TRUE(testing::Streamed(&to_b, &backup, [&] {
                 return primary.replication.Declare(declare).status();
               }).ok());
   v1::PushResponse answer;
-  ASSERT_TRUE(streamed(&to_b, &backup, [&] {
+  ASSERT_TRUE(testing::Streamed(&to_b, &backup, [&] {
                 return primary.replication.Push(SmallModelPush(3.0f),
                                                 PushPolicy(), &answer);
               }).ok());
   EXPECT_EQ(Weights(&backup.store), std::vector<float>(4, 7.0f));
-  // The backup goes while push 8 streams: applied on the primary alone.
-  ShutdownSocket(to_b.b->fd());
+  // The backup goes while push 8 streams (it has the op, and leaves
+  // without acknowledging it): applied on the primary alone.
   v1::PushRequest push = SmallModelPush(2.0f);
   push.set_client_id(42);
   push.set_sequence(8);
   ASSERT_EQ(primary.ledger.Begin(push, &answer), PushLedger::Verdict::kApply);
+  std::thread leave([&] {
+    v1::ReplicaOp op;
+    EXPECT_TRUE(testing::ReadOp(to_b.b.get(), &op).ok());
+    ShutdownSocket(to_b.b->fd());
+  });
   ASSERT_TRUE(primary.replication.Push(push, PushPolicy(), &answer).ok());
+  leave.join();
   serve_b.join();
   EXPECT_EQ(Weights(&primary.store), std::vector<float>(4, 5.0f));
   EXPECT_FALSE(primary.replication.CheckInSync().ok());
