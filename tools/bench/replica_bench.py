@@ -20,7 +20,8 @@
                                [--bin DIR] [--out DIR] [--epochs 2]
                                [--slowdown 1]
 
---bin takes ps_server, ps_worker and psctl from DIR instead of building them.
+--bin takes ps_server, ps_worker and psctl from DIR instead of building them
+(and the Python module from DIR/python, if there, for the pause's worker).
 """
 
 import argparse
@@ -117,11 +118,18 @@ def pauses(a):
     stop = os.path.join(job.dir, "stop")
     # The child keeps its own copy of the log file; ours closes here.
     with open(os.path.join(job.dir, "pusher.log"), "w") as log:
+        # The Python module: DIR/python (built with the binaries), else
+        # wherever PYTHONPATH or pip put it.
+        env = dict(os.environ)
+        module = os.path.join(a.bin, "python")
+        if os.path.isdir(os.path.join(module, "asyncps")):
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (module, env.get("PYTHONPATH")) if p)
         pusher = subprocess.Popen(
             [sys.executable, os.path.join(ROOT, "tools", "bench",
                                           "failover_pusher.py"),
              f"--servers={job.servers}", f"--out={out}", f"--stop={stop}"],
-            stdout=subprocess.DEVNULL, stderr=log)
+            stdout=subprocess.DEVNULL, stderr=log, env=env)
     kills = []
     try:
         time.sleep(2)  # The worker declared and is pushing (a pace).
@@ -169,8 +177,8 @@ def main():
     if not a.bin:
         subprocess.run(["bazel", "build", "--noshow_progress",
                         "//server:ps_server", "//worker:ps_worker",
-                        "//tools:psctl"], cwd=ROOT, check=True,
-                       stdout=sys.stderr)
+                        "//tools:psctl", "//python:asyncps"], cwd=ROOT,
+                       check=True, stdout=sys.stderr)
         built = subprocess.run(["bazel", "info", "bazel-bin"], cwd=ROOT,
                                capture_output=True, text=True,
                                check=True).stdout.strip()
@@ -181,6 +189,8 @@ def main():
             if os.path.exists(target):
                 os.remove(target)
             subprocess.run(["cp", os.path.join(built, b), target], check=True)
+        subprocess.run(["cp", "-rL", os.path.join(built, "python"),
+                        a.bin], check=True)
     print(f"== async, 2 shards, 2 workers, {a.epochs} epochs; replicated: "
           f"{a.replicas} members per shard; logs in {a.out}", flush=True)
     ratios = []
