@@ -10,6 +10,8 @@
 #define ASYNCPS_SERVER_REPLICA_COORDINATOR_H_
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -86,6 +88,21 @@ class Coordinator {
   // Every key that starts with `prefix`, in key order.
   virtual absl::StatusOr<std::vector<std::pair<std::string, CoordinatedValue>>>
   List(const std::string& prefix) = 0;
+
+  // A watch on the keys under a prefix: ends (and calls nothing more) when
+  // destroyed.
+  class Watch {
+   public:
+    virtual ~Watch() = default;
+  };
+  // Calls `changed` (on a thread of the watch's own, never with a lock of
+  // the caller's held) soon after a key under `prefix` is created, changed
+  // or deleted, a lease's expiry included, and each time the watch is
+  // (re)established, since changes may have been missed while it was
+  // down. It says when to look, not what changed: the caller reads the keys
+  // itself, and keeps a slower poll for what the watch might miss.
+  virtual std::unique_ptr<Watch> WatchPrefix(const std::string& prefix,
+                                             std::function<void()> changed) = 0;
 };
 
 }  // namespace asyncps

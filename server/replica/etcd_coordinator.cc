@@ -3,8 +3,11 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cmath>
+#include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/status.h"
 #include "common/status_macros.h"
 #include "rpc/grpc_status.h"
@@ -35,7 +38,82 @@ std::string PrefixEnd(std::string prefix) {
   return std::string(1, '\0');  // Every key.
 }
 
+// A watch on etcd: its Watch stream, made again after it breaks, read on
+// a thread of its own.
+class EtcdWatch final : public Coordinator::Watch {
+ public:
+  EtcdWatch(etcdserverpb::Watch::Stub* stub, std::string prefix,
+            std::function<void()> changed)
+      : stub_(stub),
+        prefix_(std::move(prefix)),
+        changed_(std::move(changed)),
+        thread_([this] { Run(); }) {}
+  ~EtcdWatch() override {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+      if (context_ != nullptr) context_->TryCancel();
+    }
+    thread_.join();
+  }
+
+ private:
+  // How long a broken stream waits before it is made again.
+  static constexpr absl::Duration kRetry = absl::Milliseconds(100);
+
+  void Run() {
+    while (true) {
+      grpc::ClientContext context;
+      {
+        absl::MutexLock lock(&mu_);
+        if (stop_) return;
+        context_ = &context;
+      }
+      Follow(&context);
+      absl::MutexLock lock(&mu_);
+      context_ = nullptr;
+      mu_.AwaitWithTimeout(absl::Condition(&stop_), kRetry);
+      if (stop_) return;
+    }
+  }
+
+  // One stream, until it breaks or is cancelled.
+  void Follow(grpc::ClientContext* context) {
+    auto stream = stub_->Watch(context);
+    etcdserverpb::WatchRequest request;
+    etcdserverpb::WatchCreateRequest* create = request.mutable_create_request();
+    create->set_key(prefix_);
+    create->set_range_end(PrefixEnd(prefix_));
+    if (stream->Write(request)) {
+      etcdserverpb::WatchResponse response;
+      while (stream->Read(&response)) {
+        // Created: whatever changed while no stream was up is looked at.
+        if (response.created() || response.canceled() ||
+            response.events_size() > 0) {
+          changed_();
+        }
+        if (response.canceled()) break;
+      }
+    }
+    context->TryCancel();
+    stream->Finish().IgnoreError();  // Cancelled, or why it broke.
+  }
+
+  etcdserverpb::Watch::Stub* const stub_;
+  const std::string prefix_;
+  const std::function<void()> changed_;
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::thread thread_;  // Last: started once the rest is set.
+};
+
 }  // namespace
+
+std::unique_ptr<Coordinator::Watch> EtcdCoordinator::WatchPrefix(
+    const std::string& prefix, std::function<void()> changed) {
+  return std::make_unique<EtcdWatch>(watch_.get(), prefix, std::move(changed));
+}
 
 EtcdCoordinator::EtcdCoordinator(const std::string& endpoint,
                                  absl::Duration timeout, const EtcdTls& tls)
@@ -59,6 +137,7 @@ EtcdCoordinator::EtcdCoordinator(const std::string& endpoint,
   auto channel = grpc::CreateCustomChannel(endpoint, credentials, args);
   kv_ = etcdserverpb::KV::NewStub(channel);
   lease_ = etcdserverpb::Lease::NewStub(channel);
+  watch_ = etcdserverpb::Watch::NewStub(channel);
 }
 
 std::unique_ptr<grpc::ClientContext> EtcdCoordinator::Context() const {

@@ -4,11 +4,13 @@
 // because asyncps already builds and links gRPC and protobuf: typed messages,
 // no HTTP/JSON client and no base64 keys to hand-write, and the same deadlines
 // and status codes as every other call here. A lease's keep-alive is one
-// message each way on etcd's LeaseKeepAlive stream. Every call has a
+// message each way on etcd's LeaseKeepAlive stream; a watch is etcd's
+// Watch stream. Every call has a
 // deadline (`timeout`); an unreachable etcd is UNAVAILABLE. Thread-safe.
 #ifndef ASYNCPS_SERVER_REPLICA_ETCD_COORDINATOR_H_
 #define ASYNCPS_SERVER_REPLICA_ETCD_COORDINATOR_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -58,6 +60,10 @@ class EtcdCoordinator final : public Coordinator {
   absl::StatusOr<CoordinatedValue> Get(const std::string& key) override;
   absl::StatusOr<std::vector<std::pair<std::string, CoordinatedValue>>> List(
       const std::string& prefix) override;
+  // etcd's Watch stream on the prefix's range, on a thread of its own;
+  // made again 100 ms after it breaks (etcd away, a compaction).
+  std::unique_ptr<Watch> WatchPrefix(const std::string& prefix,
+                                     std::function<void()> changed) override;
 
  private:
   std::unique_ptr<grpc::ClientContext> Context() const;
@@ -71,6 +77,7 @@ class EtcdCoordinator final : public Coordinator {
   const absl::Duration timeout_;
   std::unique_ptr<etcdserverpb::KV::Stub> kv_;
   std::unique_ptr<etcdserverpb::Lease::Stub> lease_;
+  std::unique_ptr<etcdserverpb::Watch::Stub> watch_;
 };
 
 }  // namespace asyncps

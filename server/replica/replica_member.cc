@@ -80,6 +80,10 @@ absl::StatusOr<std::unique_ptr<ReplicaMember>> ReplicaMember::Start(
   });
   RETURN_IF_ERROR(
       coordinator->Put(m->Key("members/" + m->member_), "joining", m->lease_));
+  m->watch_ = coordinator->WatchPrefix(m->Key(""), [p = m.get()] {
+    absl::MutexLock lock(&p->mu_);
+    p->wake_ = true;
+  });
   m->loop_ = std::thread([p = m.get()] { p->Run(); });
   return m;
 }
@@ -378,8 +382,13 @@ void ReplicaMember::Run() {
       ended_.Notify();
       return;
     }
+    // A watch wakes the loop when the group's keys change: the poll is
+    // then only what the watch might miss (and the lease's renewal).
+    const absl::Duration poll = watch_ != nullptr
+                                    ? std::min(config_.watched_poll, ttl_ / 4)
+                                    : config_.poll;
     absl::MutexLock lock(&mu_);
-    mu_.AwaitWithTimeout(absl::Condition(&wake_), config_.poll);
+    mu_.AwaitWithTimeout(absl::Condition(&wake_), poll);
     wake_ = false;
   }
 }
@@ -394,6 +403,7 @@ void ReplicaMember::Stop() {
   }
   if (loop_.joinable()) loop_.join();
   if (follower_.joinable()) follower_.join();
+  watch_.reset();
   // Start failed before the server was up (the coordinator not reachable
   // yet, the port taken): nothing serves and the lease, if one was
   // granted, holds no key; it expires by itself.

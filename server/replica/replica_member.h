@@ -70,8 +70,12 @@ struct ReplicaConfig {
   // The lease's TTL: how long a dead primary keeps its role. etcd rounds
   // up to whole seconds, no lower than its own minimum.
   absl::Duration lease_ttl = absl::Seconds(1);
-  // How often a member looks at the coordinator and renews its lease.
+  // How often a member looks at the coordinator without a watch on it; with
+  // one (Coordinator::WatchPrefix on the group's keys, which wakes the
+  // member as they change), `watched_poll`, or a quarter of the lease if
+  // that is sooner. The lease is renewed each quarter of it either way.
   absl::Duration poll = absl::Milliseconds(50);
+  absl::Duration watched_poll = absl::Milliseconds(250);
   // See the file comment; 0: 5 x lease_ttl.
   absl::Duration join_wait = absl::ZeroDuration();
   // Creates the group's records if it has none (ps_server --bootstrap): a
@@ -184,6 +188,8 @@ class ReplicaMember {
   std::string member_;
   int shard_ = 0;
   std::thread loop_;
+  // On the group's keys; null if the coordinator could not make one.
+  std::unique_ptr<Coordinator::Watch> watch_;
 
   absl::Notification stop_;
   absl::Notification ended_;
@@ -208,7 +214,8 @@ class ReplicaMember {
   // The stream ended with the connection (UNAVAILABLE: the primary's
   // process went, or the network), not with a refusal or an op that failed.
   bool stream_broke_ ABSL_GUARDED_BY(mu_) = false;
-  // Wakes the loop before its next round is due (the stream ended, Stop).
+  // Wakes the loop before its next round is due (the stream ended, Stop,
+  // the watch saw the group's keys change).
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
   int follower_fd_ ABSL_GUARDED_BY(mu_) = -1;  // To break it at Stop.
 };

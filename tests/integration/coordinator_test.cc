@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "gtest/gtest.h"
 #include "server/replica/etcd_coordinator.h"
@@ -91,6 +92,50 @@ TEST_P(CoordinatorTest, PutIfWritesAllOrNothing) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_EQ(c.Get("/g/insync")->value, "1:b");
   EXPECT_EQ(c.Get("/g/x")->value, "1");
+}
+
+// What a member's loop wakes on (ReplicaMember: the group's keys watched
+// instead of polled every 50 ms): a watch calls once established, then
+// after each change under its prefix: a put, a lease revoked, and (etcd,
+// whose leases expire by themselves) a lease run out.
+TEST_P(CoordinatorTest, AWatchSaysWhenTheKeysUnderItsPrefixChange) {
+  Coordinator& c = *coordinator_;
+  absl::Mutex mu;
+  int calls = 0;
+  std::unique_ptr<Coordinator::Watch> watch = c.WatchPrefix("/w/", [&] {
+    absl::MutexLock lock(&mu);
+    ++calls;
+  });
+  // Waits until the watch called more than `seen` times.
+  auto called_after = [&](int seen) {
+    absl::MutexLock lock(&mu);
+    auto more = [&]()
+                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return calls > seen; };
+    mu.AwaitWithTimeout(absl::Condition(&more), absl::Seconds(10));
+    return calls;
+  };
+  int seen = called_after(0);
+  ASSERT_GE(seen, 1) << "the watch never said it was established";
+  ASSERT_TRUE(c.Put("/w/a", "1", 0).ok());
+  seen = called_after(seen);
+  ASSERT_GE(seen, 2) << "a put under the prefix was not seen";
+  auto lease = c.Grant(absl::Seconds(10));
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  ASSERT_TRUE(c.Put("/w/b", "1", lease->first).ok());
+  seen = called_after(seen);
+  ASSERT_TRUE(c.Revoke(lease->first).ok());
+  const int revoked = called_after(seen);
+  EXPECT_GT(revoked, seen) << "a revoked lease's key going was not seen";
+  EXPECT_FALSE(c.Get("/w/b").ok());
+  if (GetParam()) {
+    auto brief = c.Grant(absl::Seconds(1));
+    ASSERT_TRUE(brief.ok()) << brief.status();
+    ASSERT_TRUE(c.Put("/w/c", "1", brief->first).ok());
+    seen = called_after(revoked);
+    // Nothing else touches the keys: the next call is the expiry.
+    EXPECT_GT(called_after(seen), seen) << "an expired lease was not seen";
+    EXPECT_FALSE(c.Get("/w/c").ok());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Coordinators, CoordinatorTest,

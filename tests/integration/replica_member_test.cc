@@ -34,7 +34,8 @@ ShardServerConfig MemberConfig() {
 ReplicaConfig FastConfig() {
   ReplicaConfig rc;
   rc.lease_ttl = kTtl;
-  rc.poll = absl::Milliseconds(10);  // Real time between rounds.
+  rc.poll = absl::Milliseconds(10);  // Real time between rounds,
+  rc.watched_poll = rc.poll;         // the coordinator watched or not.
   rc.bootstrap = true;
   return rc;
 }
@@ -65,8 +66,9 @@ class ReplicaMemberClockTest : public ::testing::Test {
     });
   }
 
-  std::unique_ptr<ReplicaMember> StartMember(MemoryCoordinator::View* view) {
-    auto m = ReplicaMember::Start(MemberConfig(), FastConfig(), view, env_);
+  std::unique_ptr<ReplicaMember> StartMember(MemoryCoordinator::View* view,
+                                             ReplicaConfig rc = FastConfig()) {
+    auto m = ReplicaMember::Start(MemberConfig(), rc, view, env_);
     EXPECT_TRUE(m.ok()) << m.status();
     return m.ok() ? std::move(*m) : nullptr;
   }
@@ -332,6 +334,33 @@ TEST_F(ReplicaMemberClockTest, NoMemberLeadsAGroupWhoseRecordsWereLost) {
   auto c = ReplicaMember::Start(MemberConfig(), fresh, view_c.get(), env_);
   EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition)
       << c.status();
+}
+
+// Issue #40, "Watch etcd instead of polling it": with no poll to speak of
+// (an hour between rounds, and as long a lease) a backup still campaigns
+// as soon as the primary key goes, woken by its watch on the group's keys.
+// The key is deleted by hand, its primary left running, so that nothing
+// else could wake the backup (no stream breaks).
+TEST_F(ReplicaMemberClockTest, TheWatchWakesABackupWhenThePrimaryKeyGoes) {
+  ReplicaConfig slow = FastConfig();
+  slow.lease_ttl = absl::Hours(1);
+  slow.poll = slow.watched_poll = absl::Hours(1);
+  std::unique_ptr<ReplicaMember> a = StartMember(view_a_.get(), slow);
+  ASSERT_NE(a, nullptr);
+  ASSERT_TRUE(  // Its first round, at its start.
+      Eventually([&] { return a->role() == Replication::Role::kPrimary; }));
+  std::unique_ptr<ReplicaMember> b = StartMember(view_b_.get(), slow);
+  ASSERT_NE(b, nullptr);
+  const std::string insync = "/asyncps/default/shard/0/insync";
+  ASSERT_TRUE(Eventually([&] {
+    auto listed = view_b_->Get(insync);
+    return b->role() == Replication::Role::kBackup && listed.ok() &&
+           absl::StrContains(listed->value, b->member());
+  }));
+  ASSERT_TRUE(view_b_->DeleteIf({}, {"/asyncps/default/shard/0/primary"}).ok());
+  EXPECT_TRUE(Eventually([&] {
+    return b->role() == Replication::Role::kPrimary;
+  })) << "the backup did not look until its next poll, an hour away";
 }
 
 }  // namespace

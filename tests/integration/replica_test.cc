@@ -92,6 +92,7 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
     rc.prefix = "/test";
     rc.lease_ttl = Ttl(GetParam().etcd);
     rc.poll = absl::Milliseconds(10);
+    rc.watched_poll = rc.poll;
     rc.bootstrap = true;  // The test's groups are new.
     auto started = ReplicaMember::Start(c, rc, m.coordinator.get());
     EXPECT_TRUE(started.ok()) << started.status();

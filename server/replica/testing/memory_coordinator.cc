@@ -1,5 +1,8 @@
 #include "server/replica/testing/memory_coordinator.h"
 
+#include <thread>
+#include <utility>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -10,6 +13,7 @@ void MemoryCoordinator::DropLease(int64_t id) {
   leases_.erase(id);
   for (auto it = keys_.begin(); it != keys_.end();) {
     if (it->second.lease == id) {
+      changed_ = true;
       it = keys_.erase(it);
     } else {
       ++it;
@@ -40,6 +44,7 @@ absl::Status MemoryCoordinator::View::Reachable() {
 absl::StatusOr<std::pair<int64_t, absl::Duration>>
 MemoryCoordinator::View::Grant(absl::Duration ttl) {
   if (absl::Status s = Reachable(); !s.ok()) return s;
+  Publisher publish{store_};
   absl::MutexLock lock(&store_->mu_);
   store_->Expire();
   const int64_t id = ++store_->next_lease_;
@@ -49,6 +54,7 @@ MemoryCoordinator::View::Grant(absl::Duration ttl) {
 
 absl::Status MemoryCoordinator::View::KeepAlive(int64_t lease) {
   if (absl::Status s = Reachable(); !s.ok()) return s;
+  Publisher publish{store_};
   absl::MutexLock lock(&store_->mu_);
   store_->Expire();
   auto it = store_->leases_.find(lease);
@@ -61,6 +67,7 @@ absl::Status MemoryCoordinator::View::KeepAlive(int64_t lease) {
 
 absl::Status MemoryCoordinator::View::Revoke(int64_t lease) {
   if (absl::Status s = Reachable(); !s.ok()) return s;
+  Publisher publish{store_};
   absl::MutexLock lock(&store_->mu_);
   store_->DropLease(lease);
   return absl::OkStatus();
@@ -69,12 +76,14 @@ absl::Status MemoryCoordinator::View::Revoke(int64_t lease) {
 absl::StatusOr<int64_t> MemoryCoordinator::View::CreateIfAbsent(
     const std::string& key, const std::string& value, int64_t lease) {
   if (absl::Status s = Reachable(); !s.ok()) return s;
+  Publisher publish{store_};
   absl::MutexLock lock(&store_->mu_);
   store_->Expire();
   if (absl::Status s = store_->CheckLease(lease); !s.ok()) return s;
   if (store_->keys_.count(key) > 0) return 0;
   const int64_t revision = ++store_->revision_;
   store_->keys_[key] = CoordinatedValue{value, revision, revision, lease};
+  store_->changed_ = true;
   return revision;
 }
 
@@ -82,6 +91,7 @@ absl::Status MemoryCoordinator::View::Put(const std::string& key,
                                           const std::string& value,
                                           int64_t lease) {
   if (absl::Status s = Reachable(); !s.ok()) return s;
+  Publisher publish{store_};
   absl::MutexLock lock(&store_->mu_);
   store_->Expire();
   if (absl::Status s = store_->CheckLease(lease); !s.ok()) return s;
@@ -90,6 +100,7 @@ absl::Status MemoryCoordinator::View::Put(const std::string& key,
 }
 
 void MemoryCoordinator::PutLocked(const KeyPut& put, int64_t revision) {
+  changed_ = true;
   auto [it, created] = keys_.try_emplace(put.key);
   if (created) it->second.create_revision = revision;
   it->second.value = put.value;
@@ -120,6 +131,7 @@ absl::Status MemoryCoordinator::View::PutIf(
     const std::vector<KeyRevision>& conditions,
     const std::vector<KeyPut>& puts) {
   if (absl::Status s = Reachable(); !s.ok()) return s;
+  Publisher publish{store_};
   absl::MutexLock lock(&store_->mu_);
   RETURN_IF_ERROR(CheckLocked(conditions));
   for (const KeyPut& p : puts) {
@@ -134,10 +146,12 @@ absl::Status MemoryCoordinator::View::DeleteIf(
     const std::vector<KeyRevision>& conditions,
     const std::vector<std::string>& keys) {
   if (absl::Status s = Reachable(); !s.ok()) return s;
+  Publisher publish{store_};
   absl::MutexLock lock(&store_->mu_);
   RETURN_IF_ERROR(CheckLocked(conditions));
   ++store_->revision_;
   for (const std::string& key : keys) store_->keys_.erase(key);
+  store_->changed_ = true;
   return absl::OkStatus();
 }
 
@@ -145,6 +159,7 @@ absl::StatusOr<CoordinatedValue> MemoryCoordinator::View::Get(
     const std::string& key) {
   if (before_get_) before_get_(key);
   if (absl::Status s = Reachable(); !s.ok()) return s;
+  Publisher publish{store_};
   absl::MutexLock lock(&store_->mu_);
   store_->Expire();
   auto it = store_->keys_.find(key);
@@ -157,6 +172,7 @@ absl::StatusOr<CoordinatedValue> MemoryCoordinator::View::Get(
 absl::StatusOr<std::vector<std::pair<std::string, CoordinatedValue>>>
 MemoryCoordinator::View::List(const std::string& prefix) {
   if (absl::Status s = Reachable(); !s.ok()) return s;
+  Publisher publish{store_};
   absl::MutexLock lock(&store_->mu_);
   store_->Expire();
   std::vector<std::pair<std::string, CoordinatedValue>> out;
@@ -165,6 +181,65 @@ MemoryCoordinator::View::List(const std::string& prefix) {
     out.push_back(*it);
   }
   return out;
+}
+
+void MemoryCoordinator::Publish() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!changed_) return;
+    changed_ = false;
+  }
+  absl::MutexLock lock(&watch_mu_);
+  ++generation_;
+}
+
+// A watch: a thread that calls its callback each time the generation
+// moved, unless its view is cut.
+class MemoryCoordinator::MemoryWatch final : public Coordinator::Watch {
+ public:
+  MemoryWatch(MemoryCoordinator* store, View* view,
+              std::function<void()> changed)
+      : store_(store), view_(view), changed_(std::move(changed)) {
+    absl::MutexLock lock(&store_->watch_mu_);
+    seen_ = store_->generation_;
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~MemoryWatch() override {
+    {
+      absl::MutexLock lock(&store_->watch_mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+
+ private:
+  void Run() {
+    if (!view_->cut()) changed_();  // Established.
+    while (true) {
+      {
+        absl::MutexLock lock(&store_->watch_mu_);
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_->watch_mu_) {
+          return stop_ || store_->generation_ != seen_;
+        };
+        store_->watch_mu_.Await(absl::Condition(&ready));
+        if (stop_) return;
+        seen_ = store_->generation_;
+      }
+      if (!view_->cut()) changed_();
+    }
+  }
+
+  MemoryCoordinator* const store_;
+  View* const view_;
+  const std::function<void()> changed_;
+  int64_t seen_ = 0;   // Under store_->watch_mu_.
+  bool stop_ = false;  // Under store_->watch_mu_.
+  std::thread thread_;
+};
+
+std::unique_ptr<Coordinator::Watch> MemoryCoordinator::View::WatchPrefix(
+    const std::string& /*prefix*/, std::function<void()> changed) {
+  return std::make_unique<MemoryWatch>(store_, this, std::move(changed));
 }
 
 }  // namespace asyncps

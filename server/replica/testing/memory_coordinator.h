@@ -62,6 +62,14 @@ class MemoryCoordinator {
     absl::StatusOr<CoordinatedValue> Get(const std::string& key) override;
     absl::StatusOr<std::vector<std::pair<std::string, CoordinatedValue>>> List(
         const std::string& prefix) override;
+    // Calls `changed` on the watch's thread after any change to the keys
+    // (any prefix: it only says when to look), while the view is not cut.
+    std::unique_ptr<Watch> WatchPrefix(const std::string& prefix,
+                                       std::function<void()> changed) override;
+    bool cut() {
+      absl::MutexLock lock(&mu_);
+      return cut_;
+    }
 
    private:
     absl::Status Reachable();
@@ -85,9 +93,13 @@ class MemoryCoordinator {
 
   // Loses every key and lease, as an etcd restarted without its data.
   void Clear() {
-    absl::MutexLock lock(&mu_);
-    keys_.clear();
-    leases_.clear();
+    {
+      absl::MutexLock lock(&mu_);
+      keys_.clear();
+      leases_.clear();
+      changed_ = true;
+    }
+    Publish();
   }
 
   // A new view (a member's session); owned by the caller.
@@ -105,8 +117,23 @@ class MemoryCoordinator {
   void PutLocked(const KeyPut& put, int64_t revision)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Tells the watches if the keys changed since the last call (a lease's
+  // expiry included): each View call makes one on its way out.
+  void Publish() ABSL_LOCKS_EXCLUDED(mu_);
+  // Publish on scope exit: declared before a call's lock on mu_, so it
+  // runs after the lock is released.
+  struct Publisher {
+    MemoryCoordinator* store;
+    ~Publisher() { store->Publish(); }
+  };
+  class MemoryWatch;
+
   Clock* const clock_;
   absl::Mutex mu_;
+  bool changed_ ABSL_GUARDED_BY(mu_) = false;
+  // Counts the changes published; the watches wait on it.
+  absl::Mutex watch_mu_;
+  int64_t generation_ ABSL_GUARDED_BY(watch_mu_) = 0;
   int64_t revision_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t next_lease_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int64_t, Lease> leases_ ABSL_GUARDED_BY(mu_);
