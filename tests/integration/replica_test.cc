@@ -91,8 +91,7 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
     ReplicaConfig rc;
     rc.prefix = "/test";
     rc.lease_ttl = Ttl(GetParam().etcd);
-    rc.poll = absl::Milliseconds(10);
-    rc.watched_poll = rc.poll;
+    rc.poll = rc.watched_poll = absl::Milliseconds(10);
     rc.bootstrap = true;  // The test's groups are new.
     auto started = ReplicaMember::Start(c, rc, m.coordinator.get());
     EXPECT_TRUE(started.ok()) << started.status();
