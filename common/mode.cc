@@ -1,7 +1,12 @@
 #include "common/mode.h"
 
+#include <cmath>
+#include <string>
+#include <vector>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace asyncps {
 
@@ -41,8 +46,25 @@ absl::StatusOr<StalePolicy> ParseStalePolicy(const std::string& text) {
     p.kind = StalePolicy::kDrop;
     return p;
   }
+  if (text.rfind("dc:", 0) == 0) {
+    const std::vector<std::string> parts = absl::StrSplit(text.substr(3), ':');
+    p.kind = StalePolicy::kCompensate;
+    if (parts.size() <= 2 && absl::SimpleAtof(parts[0], &p.dc_lambda) &&
+        std::isfinite(p.dc_lambda) && p.dc_lambda >= 0.0f &&
+        (parts.size() == 1 ||
+         (absl::SimpleAtoi(parts[1], &p.dc_window) && p.dc_window >= 1 &&
+          p.dc_window <= kMaxCompensationWindow))) {
+      return p;
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--stale_policy=", text,
+        ": delay compensation is dc:LAMBDA or dc:LAMBDA:WINDOW, with LAMBDA "
+        "a number >= 0 and WINDOW (versions of the weights kept) from 1 to ",
+        kMaxCompensationWindow));
+  }
   return absl::InvalidArgumentError(absl::StrCat(
-      "--stale_policy=", text, " (want none, drop:K with K >= 0, or scale)"));
+      "--stale_policy=", text,
+      " (want none, drop:K with K >= 0, scale, or dc:LAMBDA[:WINDOW])"));
 }
 
 }  // namespace asyncps

@@ -18,12 +18,24 @@ std::string ModeName(Mode mode);
 
 // What an async or ssp server does with a stale gradient.
 struct StalePolicy {
-  enum Kind { kNone, kDrop, kScale };
+  enum Kind { kNone, kDrop, kScale, kCompensate };
   Kind kind = kNone;
   int64_t max_staleness = 0;  // kDrop: gradients staler than this are dropped.
+  // kCompensate (DC-ASGD, Zheng et al., ICML 2017): a gradient g computed
+  // from weights w_stale is applied as g + lambda * g * g * (w_now -
+  // w_stale), elementwise, with w_stale kept for the last `window` versions
+  // of each slice (server/stale_weights.h; older: applied as it is).
+  float dc_lambda = 0.0f;
+  int dc_window = 16;
 };
 
-// "none", "drop:K" (K >= 0), or "scale" (learning rate / (1 + staleness)).
+// The longest --stale_policy=dc window: each version kept costs a copy of
+// the shard's weights.
+inline constexpr int kMaxCompensationWindow = 1024;
+
+// "none", "drop:K" (K >= 0), "scale" (learning rate / (1 + staleness)), or
+// "dc:LAMBDA" / "dc:LAMBDA:WINDOW" (LAMBDA >= 0, 1 <= WINDOW <= 1024;
+// delay compensation, kCompensate).
 absl::StatusOr<StalePolicy> ParseStalePolicy(const std::string& text);
 
 }  // namespace asyncps

@@ -19,6 +19,19 @@ void SgdStep(float lr, float weight_decay, absl::Span<const float> g,
   for (size_t i = 0; i < n; ++i) wp[i] -= lr * (gp[i] + weight_decay * wp[i]);
 }
 
+void DelayCompensate(float lambda, absl::Span<const float> g,
+                     absl::Span<const float> w_now,
+                     absl::Span<const float> w_stale, absl::Span<float> out) {
+  const float* __restrict gp = g.data();
+  const float* __restrict np = w_now.data();
+  const float* __restrict sp = w_stale.data();
+  float* __restrict op = out.data();
+  const size_t n = out.size();
+  for (size_t i = 0; i < n; ++i) {
+    op[i] = gp[i] + lambda * gp[i] * gp[i] * (np[i] - sp[i]);
+  }
+}
+
 void MomentumStep(float lr, float momentum, bool nesterov, float weight_decay,
                   absl::Span<const float> g, absl::Span<float> velocity,
                   absl::Span<float> w, float dampening, bool first) {

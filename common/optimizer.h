@@ -13,6 +13,13 @@
 
 namespace asyncps {
 
+// Delay compensation (DC-ASGD): out = g + lambda * g * g * (w_now -
+// w_stale), elementwise. All spans the same size; `out` may be none of the
+// inputs.
+void DelayCompensate(float lambda, absl::Span<const float> g,
+                     absl::Span<const float> w_now,
+                     absl::Span<const float> w_stale, absl::Span<float> out);
+
 // w -= lr * (g + wd * w).
 void SgdStep(float lr, float weight_decay, absl::Span<const float> g,
              absl::Span<float> w);

@@ -42,6 +42,17 @@ absl::Status ConsistencyConfig::Validate() const {
   if (restore_wait < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--restore_wait must not be negative");
   }
+  if (stale.kind == StalePolicy::kCompensate &&
+      (mode == Mode::kBsp || mode == Mode::kAllreduce)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--stale_policy=dc compensates async and ssp gradients for their "
+        "delay; --mode=",
+        ModeName(mode),
+        mode == Mode::kBsp
+            ? " applies each step to the weights its gradients "
+              "came from (no delay to compensate)"
+            : " keeps no weights on the servers to apply it to"));
+  }
   return absl::OkStatus();
 }
 

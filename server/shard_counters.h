@@ -29,6 +29,8 @@ enum class ShardCounter : int {
   kDroppedStale,
   kDroppedLate,
   kDroppedRestarted,
+  kCompensated,
+  kUncompensated,
   kCount,  // Not a counter: how many there are; new ones go above.
 };
 inline constexpr int kNumShardCounters = static_cast<int>(ShardCounter::kCount);
@@ -57,6 +59,8 @@ class ShardCounterSet {
   // completed later.
   void Count(const SliceOutcome& o, bool bsp) {
     if (o.applied) Add(ShardCounter::kUpdatesApplied);
+    if (o.compensated) Add(ShardCounter::kCompensated);
+    if (o.uncompensated) Add(ShardCounter::kUncompensated);
     if (o.dropped) {
       Add(bsp ? ShardCounter::kDroppedLate : ShardCounter::kDroppedStale);
     }

@@ -27,6 +27,12 @@ absl::Status CheckGroup(const ShardServerConfig& c) {
     return absl::InvalidArgumentError(
         "--member_token_file needs --replicas: only a group's members join");
   }
+  if (c.replicated && c.consistency.stale.kind == StalePolicy::kCompensate) {
+    return absl::InvalidArgumentError(
+        "--stale_policy=dc with --replicas is not built yet: the window of "
+        "recent weights it compensates with is not carried to a joining "
+        "backup, which would then apply pushes differently");
+  }
   if (c.min_insync < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--min_insync=", c.min_insync, " must be at least 1 (the primary)"));

@@ -76,9 +76,30 @@ SliceOutcome SliceState::ApplyAsync(const v1::OptimizerSpec& optimizer,
     const float scale = stale.kind == StalePolicy::kScale
                             ? 1.0f / (1.0f + static_cast<float>(out.staleness))
                             : 1.0f;
-    slots_.Apply(optimizer, scale, grad, absl::MakeSpan(weights_));
+    const bool compensate = stale.kind == StalePolicy::kCompensate;
+    absl::Span<const float> g = grad;
+    if (compensate) {
+      // The window starts with the weights the first push finds.
+      if (stale_weights_.empty()) {
+        stale_weights_.Record(version_, weights_, stale.dc_window);
+      }
+      if (out.staleness > 0) {
+        const absl::Span<const float> old = stale_weights_.Find(version);
+        if (old.size() == weights_.size() && !old.empty()) {
+          compensated_.resize(weights_.size());
+          DelayCompensate(stale.dc_lambda, grad, weights_, old,
+                          absl::MakeSpan(compensated_));
+          g = compensated_;
+          out.compensated = true;
+        } else {
+          out.uncompensated = true;
+        }
+      }
+    }
+    slots_.Apply(optimizer, scale, g, absl::MakeSpan(weights_));
     ++version_;
     out.applied = true;
+    if (compensate) stale_weights_.Record(version_, weights_, stale.dc_window);
   }
   out.version = version_;
   return out;
@@ -255,6 +276,7 @@ void SliceState::Assign(std::vector<float> weights, int64_t version,
   absl::MutexLock lock(&mu_);
   weights_ = std::move(weights);
   version_ = version;
+  stale_weights_.Clear();
   steps_unknown_ = steps_unknown;
 }
 
@@ -311,6 +333,7 @@ bool SliceState::Load(const v1::SliceCheckpoint& in) {
   }
   weights_ = std::move(w);
   version_ = in.version();
+  stale_weights_.Clear();
   applied_step_ = in.applied_step();
   steps_unknown_ = in.steps_unknown();
   step_ranks_.assign(in.step_ranks().begin(), in.step_ranks().end());

@@ -19,6 +19,7 @@
 #include "common/optimizer.h"
 #include "proto/asyncps.pb.h"
 #include "proto/checkpoint.pb.h"
+#include "server/stale_weights.h"
 
 namespace asyncps {
 
@@ -31,6 +32,10 @@ struct SliceOutcome {
   bool step_applied = false;  // bsp: this gradient completed its step...
   bool step_short = false;    // ...with fewer gradients than live workers.
   bool step_pending = false;  // bsp: its step still waits for gradients.
+  // --stale_policy=dc, a stale gradient: compensated, or applied as it is
+  // (its version no longer held).
+  bool compensated = false;
+  bool uncompensated = false;
 };
 
 class SliceState {
@@ -60,8 +65,8 @@ class SliceState {
                          int quorum, const std::string& name) const;
 
   // async/ssp: applies `grad` (computed from `version`) with the learning
-  // rate scaled, or drops it, per `stale`. A buffer moves 1/`live_workers`
-  // of the way to the pushed value instead.
+  // rate scaled, compensated for its delay, or drops it, per `stale`. A buffer
+  // moves 1/`live_workers` of the way to the pushed value instead.
   SliceOutcome ApplyAsync(const v1::OptimizerSpec& optimizer,
                           const StalePolicy& stale, int64_t version,
                           absl::Span<const float> grad, int live_workers = 1);
@@ -177,6 +182,10 @@ class SliceState {
   // Of step_ranks_, those that sent no gradient (they add zero).
   std::vector<int> step_absent_ ABSL_GUARDED_BY(mu_);
   absl::Time step_first_ ABSL_GUARDED_BY(mu_);
+  // --stale_policy=dc: recent versions of the weights, and the compensated
+  // gradient (kept to spare an allocation per push).
+  StaleWeights stale_weights_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> compensated_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace asyncps

@@ -71,6 +71,14 @@ constexpr StatRow kRows[] = {
             &S::set_dropped_late, &S::dropped_late, "late"),
     Counted(kCalls, kDropped, kDroppedHelp, K::kDroppedRestarted,
             &S::set_dropped_restarted, &S::dropped_restarted, "restarted"),
+    Counted(kCalls, "asyncps_shard_compensated_total",
+            "--stale_policy=dc: stale slice gradients compensated for their "
+            "delay.",
+            K::kCompensated, &S::set_compensated, &S::compensated),
+    Counted(kCalls, "asyncps_shard_uncompensated_total",
+            "--stale_policy=dc: stale slice gradients applied as they were "
+            "(their version older than the window).",
+            K::kUncompensated, &S::set_uncompensated, &S::uncompensated),
     Read(kWorkers, "asyncps_shard_live_workers", "Workers heard from lately.",
          kGauge, [](const S& s) -> double { return s.live_workers(); }),
     Read(kWorkers, "asyncps_shard_registered_workers",

@@ -60,6 +60,29 @@ TEST(Flags, ServerRefusesBadGroupFlags) {
   }
 }
 
+// --stale_policy=dc (DC-ASGD, issue #42): a bad lambda or window, a mode
+// with no delay to compensate, or a replicated group (not built yet).
+TEST(Flags, ServerRefusesBadDelayCompensation) {
+  for (const auto& [flags, says] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"--stale_policy=dc:-0.5", "LAMBDA a number >= 0"},
+           {"--stale_policy=dc:nan", "LAMBDA a number >= 0"},
+           {"--stale_policy=dc:0.1:0", "from 1 to 1024"},
+           {"--stale_policy=dc:0.1:2:3", "dc:LAMBDA or dc:LAMBDA:WINDOW"},
+           {"--stale_policy=dc:0.1 --mode=bsp", "no delay to compensate"},
+           {"--stale_policy=dc:0.1 --mode=allreduce", "keeps no weights"},
+           {"--stale_policy=dc:0.1 --replicas=2 --etcd=127.0.0.1:1 --port=1",
+            "with --replicas is not built yet"}}) {
+    auto p = Subprocess::Start(
+        {"/bin/bash", "-c",
+         absl::StrCat(RunfilePath("server/ps_server"),
+                      " --host=127.0.0.1 --port=0 ", flags, " 2>&1")});
+    ASSERT_TRUE(p.ok());
+    EXPECT_TRUE((*p)->WaitForLine(says, absl::Seconds(30)).ok()) << flags;
+    EXPECT_EQ(ExitCode(**p, absl::Seconds(30)), 2) << flags;
+  }
+}
+
 // Start-up errors that only show against the machine: each a clear
 // message and exit status 2.
 TEST(Flags, ServerRefusesAnUnusableCheckpointDirectory) {

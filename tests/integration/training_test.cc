@@ -80,6 +80,44 @@ TEST(Training, TopKGradientsWithErrorFeedbackStillLearn) {
   std::printf("topk:0.01 accuracy %.4f\n", Number(*eval, "accuracy"));
 }
 
+// --stale_policy=dc (DC-ASGD, issue #42): two async workers on shards that
+// compensate each stale gradient for its delay still learn as plain async
+// does, and the shards say they compensated (the exact arithmetic is
+// delay_compensation_test's and the Python client test's).
+TEST(Training, DelayCompensatedAsyncLearns) {
+  auto cluster = TestCluster::Start(2, {"--stale_policy=dc:0.04"});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto w = StartWorker(**cluster, rank, 2,
+                         {"--max_train_examples=3000", "--epochs=3"});
+    ASSERT_TRUE(w.ok()) << w.status();
+    workers.push_back(*std::move(w));
+  }
+  for (auto& w : workers) ASSERT_TRUE(Finish(*w).ok());
+  auto eval = EvaluateOnce(**cluster, {"--max_test_examples=2000"});
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  EXPECT_GT(Number(*eval, "accuracy"), 0.70) << eval->DebugString();
+  EXPECT_EQ(Number(*eval, "updates"), 2 * 3 * 94) << eval->DebugString();
+  PsClientOptions options;
+  options.servers = (*cluster)->servers();
+  auto client = PsClient::Create(options);
+  ASSERT_TRUE(client.ok());
+  auto stats = AdminClient((*client)->caller()).StatsAll();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  int64_t compensated = 0, stale = 0;
+  for (const v1::StatsResponse& s : *stats) {
+    compensated += s.compensated() + s.uncompensated();
+    for (size_t k = 1; k < s.staleness_histogram().size(); ++k) {
+      stale += s.staleness_histogram(k);
+    }
+  }
+  // Every stale gradient was compensated or counted as not (out of the
+  // window); two workers side by side make some.
+  EXPECT_EQ(compensated, stale);
+  EXPECT_GT(stale, 0);
+}
+
 // Replicas of one container (docker-compose --scale) start with --rank=-1:
 // shard 0 assigns each the lowest rank not live, the other shard is told
 // the same, and the job trains as with ranks given.

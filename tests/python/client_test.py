@@ -70,6 +70,45 @@ def test_push_reports_what_the_servers_did(shards):
         assert second["max_staleness"] == 1, second
 
 
+def test_delay_compensation_follows_the_formula(shards):
+    """--stale_policy=dc:LAMBDA:WINDOW (DC-ASGD, issue #42): a push computed
+    from weights others have moved since is applied as g + LAMBDA * g * g *
+    (w_now - w_then); one older than the window as it is. The reference is
+    numpy's, here."""
+    lam, lr = 0.5, 0.25
+    servers = shards.start(2, "--stale_policy=dc:0.5:2")
+    a, b = (client(servers, rank=r, num_workers=2) for r in range(2))
+    for c in (a, b):
+        c.declare(model(), optimizer="sgd", lr=lr)
+    w0 = a.pull()
+    b.pull()  # b's gradients are computed from w0 from here on.
+    ga = {k: np.full(v.shape, 1.5, np.float32) for k, v in w0.items()}
+    gb = {k: np.linspace(-2, 2, v.size, dtype=np.float32).reshape(v.shape)
+          for k, v in w0.items()}
+    a.push(ga)
+    assert b.push(gb)["max_staleness"] == 1
+    w1 = {k: w0[k] - np.float32(lr) * ga[k] for k in w0}
+    w2 = {}
+    for k in w0:
+        g = gb[k] + np.float32(lam) * gb[k] * gb[k] * (w1[k] - w0[k])
+        w2[k] = w1[k] - np.float32(lr) * g
+    got = a.pull()
+    for k in w0:
+        np.testing.assert_allclose(got[k], w2[k], rtol=1e-6, atol=1e-6)
+    # Two more of a's, then b's from w0 again: 4 versions back, out of a
+    # window of 2, applied as it is.
+    a.push(ga)
+    a.push(ga)
+    w4 = a.pull()
+    assert b.push(gb)["max_staleness"] == 4
+    got = a.pull()
+    for k in w0:
+        np.testing.assert_allclose(got[k], w4[k] - np.float32(lr) * gb[k],
+                                   rtol=1e-6, atol=1e-6)
+    a.leave()
+    b.leave()
+
+
 def test_pull_into_writes_the_given_arrays(shards):
     servers = shards.start(1)
     with client(servers, rank=0, num_workers=1) as c:

@@ -131,6 +131,8 @@ v1::StatsResponse Full() {
   s.set_job_done(true);
   AddEmbeddings(&s);
   SetReplica(s.mutable_replica());
+  s.set_compensated(41);
+  s.set_uncompensated(42);
   return s;
 }
 
