@@ -187,9 +187,7 @@ namespace {
 // done and the linger to pass; returns the signal, or 0 for the job's end.
 int WaitForStopOrDone(const ShardServer& server, int shard) {
   if (!absl::GetFlag(FLAGS_exit_when_done)) return WaitForStopSignal();
-  int sig;
-  // Membership changes on calls; a second's delay in noticing is nothing
-  // beside the linger.
+  int sig;  // Noticing the job's end a second late is nothing to a linger.
   while ((sig = WaitForStopSignal(absl::Seconds(1))) < 0) {
     if (server.JobDone()) break;
   }
@@ -446,5 +444,6 @@ int main(int argc, char** argv) {
   asyncps::KeepLargeBuffers();
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
+  google::InstallFailureSignalHandler();  // SIGTERM: Run's, installed later.
   return asyncps::Run();
 }

@@ -189,7 +189,17 @@ class Job:
             if w.poll() is None:
                 w.kill()
             w.wait()
-        for _, m in self.members:
+        for s, m in self.members:
+            # The faults restart every member they kill: one found exited
+            # here ended by itself (a crash, or a member giving up), said
+            # in its log and on stderr with its status.
+            if m.proc is not None and m.proc.poll() is not None:
+                note = (f"history_check: member {m.address} of shard {s} "
+                        f"(pid {m.proc.pid}) exited by itself, status "
+                        f"{m.proc.returncode}")
+                print(note, file=sys.stderr, flush=True)
+                with open(m.log_path, "a") as log:
+                    log.write(note + "\n")
             if m.proc is not None and m.proc.poll() is None:
                 m.proc.send_signal(signal.SIGCONT)
             m.kill()
