@@ -308,10 +308,9 @@ bool GroupJobDone(ReplicaMember& member, Coordinator* coordinator,
   return coordinator->Get(done_key).ok();
 }
 
-// --replicas: one member of the shard's group, started again (fresh, as a
-// backup) each time it ends by itself (deposed, dropped from the stream),
-// until a signal; then it steps down (its lease revoked: a backup takes
-// over at once) and drains.
+// --replicas: one member of the shard's group, started again each time it
+// ends by itself (empty, or with the state it held as a primary whose lease
+// ran out); on a signal it steps down (its lease revoked) and drains.
 int RunReplicated(const ShardServerConfig& config, const EtcdTls& etcd_tls) {
   ReplicaConfig rc;
   rc.prefix = absl::StrCat("/asyncps/", absl::GetFlag(FLAGS_job));
@@ -340,6 +339,7 @@ int RunReplicated(const ShardServerConfig& config, const EtcdTls& etcd_tls) {
       continue;
     }
     rc.bootstrap = false;
+    rc.held = nullptr;  // Taken back (or not) by this member.
     if (!ready) {
       if (absl::Status s = WriteReadyFile(config, *(*member)->server());
           !s.ok()) {
@@ -378,7 +378,8 @@ int RunReplicated(const ShardServerConfig& config, const EtcdTls& etcd_tls) {
       return 0;
     }
     LOG(WARNING) << "shard " << config.shard << ": member " << config.member
-                 << " ended; starting again as a backup";
+                 << " ended; starting again";
+    rc.held = (*member)->TakeHeldState();  // Its state, if it may lead.
     (*member)->Stop();
   }
 }

@@ -199,6 +199,12 @@ class Replication {
 
   v1::ReplicaStats Stats() const;
 
+  // This member's whole state as the ops of a joining backup's snapshot
+  // (each of this member's epoch and last op), whatever its role: what a
+  // primary fenced for its lease keeps across its restart, in memory (a
+  // copy of the shard's state; ReplicaMember::TakeHeldState).
+  absl::StatusOr<std::vector<v1::ReplicaOp>> SnapshotOps();
+
   // The chunk size of the snapshots this primary sends (tests make it
   // tiny). REQUIRES: no backup being served.
   void set_snapshot_chunk_bytes(size_t bytes) { snapshot_chunk_bytes_ = bytes; }
@@ -262,6 +268,11 @@ class Replication {
   // shard's chunks and its end, each op numbered `seq_` and acknowledged
   // before the next. Returns the chunks' bytes.
   absl::StatusOr<uint64_t> SendSnapshot(Stream* stream, int64_t epoch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
+  // The snapshot's ops (start, chunks, end), each given to `send` in turn;
+  // returns the chunks' bytes.
+  absl::StatusOr<uint64_t> WriteSnapshot(
+      const std::function<absl::Status(v1::ReplicaOp*)>& send)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
   // Streams the membership as it is now (after a registration or a
   // worker's leaving).

@@ -210,6 +210,30 @@ absl::StatusOr<uint64_t> Replication::SendSnapshot(Stream* stream,
     RETURN_IF_ERROR(WriteOp(stream, op, deadline));
     return ReadAck(stream, seq, deadline);
   };
+  return WriteSnapshot(send);
+}
+
+absl::StatusOr<std::vector<v1::ReplicaOp>> Replication::SnapshotOps() {
+  absl::MutexLock order(&order_mu_);
+  int64_t epoch;
+  uint64_t seq;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    epoch = epoch_;
+    seq = applied_;
+  }
+  std::vector<v1::ReplicaOp> ops;
+  RETURN_IF_ERROR(WriteSnapshot([&](v1::ReplicaOp* op) {
+                    op->set_seq(seq);
+                    op->set_epoch(epoch);
+                    ops.push_back(*op);
+                    return absl::OkStatus();
+                  }).status());
+  return ops;
+}
+
+absl::StatusOr<uint64_t> Replication::WriteSnapshot(
+    const std::function<absl::Status(v1::ReplicaOp*)>& send) {
   // The ledger and the weights are both read under the order lock: the
   // snapshot holds each push's answer with its effect.
   v1::ReplicaOp start;

@@ -70,6 +70,7 @@ absl::StatusOr<std::unique_ptr<ReplicaMember>> ReplicaMember::Start(
                    GroupIncarnation(coordinator, m->config_.prefix, m->shard_));
   server.replicated = true;
   ASSIGN_OR_RETURN(m->server_, ShardServer::Start(server, env));
+  if (m->config_.held != nullptr) m->TakeBack(*m->config_.held);
   Replication* r = m->server_->replication();
   m->member_ = r->member();
   r->set_backups_changed([p = m.get()](const std::vector<std::string>& b) {
@@ -197,6 +198,11 @@ ReplicaMember::Campaign ReplicaMember::MayCampaign(absl::Time now) {
   const std::optional<InSync> record = ParseInSync(insync->value, member_);
   if (!record.has_value()) return Campaign::kWait;
   if (record->epoch == 0) return Campaign::kNow;  // The group starts afresh.
+  // The primary of the epoch `insync` records holds every change
+  // acknowledged in it: its state taken back, it may lead again.
+  if (following_ == 0 && held_epoch_ != 0 && record->epoch == held_epoch_) {
+    return Campaign::kNow;
+  }
   if (following_ != 0) {
     return server_->replication()->role() == Replication::Role::kBackup &&
                    record->epoch == following_ && record->lists_member
@@ -209,7 +215,8 @@ ReplicaMember::Campaign ReplicaMember::MayCampaign(absl::Time now) {
 
 bool ReplicaMember::Round() {
   const absl::Time now = clock_->Now();
-  if (!Renew()) {
+  if (!Renew()) {  // Only a primary's renewal fails for good.
+    lease_lost_ = true;
     Fence("its lease expired");
     return false;
   }
@@ -229,6 +236,12 @@ bool ReplicaMember::FollowRound(const CoordinatedValue& primary,
   // This address's key from before a restart: gone with its lease soon.
   if (primary.value == member_) return true;
   const int64_t epoch = primary.create_revision;
+  if (following_ == 0 && held_epoch_ != 0) {
+    // Another member leads: its snapshot needs an empty store.
+    Fence(absl::StrCat("member ", primary.value, " leads the group (epoch ",
+                       epoch, "): this member starts again to join it"));
+    return false;
+  }
   if (following_ == 0) {
     following_ = epoch;
     server_->replication()->BecomeBackup(epoch, primary.value);

@@ -64,6 +64,13 @@
 
 namespace asyncps {
 
+// What a primary fenced for its lease held (ReplicaMember::TakeHeldState):
+// every change acknowledged in its epoch, as a snapshot's ops.
+struct HeldState {
+  int64_t epoch = 0;
+  std::vector<v1::ReplicaOp> snapshot;
+};
+
 struct ReplicaConfig {
   // Keys live under `prefix` (e.g. "/asyncps/<job>").
   std::string prefix = "/asyncps/default";
@@ -82,6 +89,12 @@ struct ReplicaConfig {
   // new group's first start. Without them no member starts
   // (server/replica/group_records.h).
   bool bootstrap = false;
+  // The state the member this one replaces held as the primary of its
+  // epoch (null: none). Taken back before the member's first round, it may
+  // lead the group again while `insync` still carries that epoch (no one
+  // was promoted since); if another member leads, it starts again empty to
+  // join it.
+  std::shared_ptr<const HeldState> held;
 };
 
 class ReplicaMember {
@@ -111,6 +124,10 @@ class ReplicaMember {
   void Kill();
   // Whether the member ended by itself (fenced), waiting up to `timeout`.
   bool Ended(absl::Duration timeout);
+  // Once Ended: if it ended as a primary whose lease ran out (the
+  // coordinator out of reach), its state, for the member started in its
+  // place (ReplicaConfig::held); else null.
+  std::shared_ptr<const HeldState> TakeHeldState();
   // The primary records that the job is done (`key` = "1"), fenced as its
   // other records are; FAILED_PRECONDITION from any other member.
   absl::Status RecordJobDone(const std::string& key);
@@ -165,6 +182,9 @@ class ReplicaMember {
   // if it did: the member campaigns at once instead of waiting out the
   // dead primary's lease.
   bool DeposeDeadPrimary(const CoordinatedValue& primary);
+  // Loads `held` (ReplicaConfig::held) into the new server, before the
+  // loop starts; on failure the member starts empty.
+  void TakeBack(const HeldState& held);
   // False only if the primary of `epoch` at `address` is seen to be gone:
   // nothing listens there (the connection is refused), or what answers
   // there says it is not that primary (a process started in its place).
@@ -202,8 +222,10 @@ class ReplicaMember {
   absl::Time next_renewal_ = absl::InfinitePast();
   absl::Time no_primary_since_ = absl::InfinitePast();
   absl::Time stream_ended_at_ = absl::InfinitePast();
-  int64_t following_ = 0;   // The epoch whose stream this member joined.
-  int64_t insync_mod_ = 0;  // `insync`'s mod revision when last read.
+  int64_t following_ = 0;    // The epoch whose stream this member joined.
+  int64_t held_epoch_ = 0;   // The epoch of the state taken back (held).
+  bool lease_lost_ = false;  // Ended as a primary whose lease ran out.
+  int64_t insync_mod_ = 0;   // `insync`'s mod revision when last read.
   absl::Time next_complaint_ = absl::InfinitePast();  // No records: logged.
 
   absl::Time next_probe_ = absl::InfinitePast();  // Real time.
