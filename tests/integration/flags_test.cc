@@ -19,6 +19,17 @@
 namespace asyncps::testing {
 namespace {
 
+// ps_server with `flags` says `says` and exits with status 2.
+void ExpectServerRefuses(const std::string& flags, const std::string& says) {
+  auto p = Subprocess::Start(
+      {"/bin/bash", "-c",
+       absl::StrCat(RunfilePath("server/ps_server"),
+                    " --host=127.0.0.1 --port=0 ", flags, " 2>&1")});
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE((*p)->WaitForLine(says, absl::Seconds(30)).ok()) << flags;
+  EXPECT_EQ(ExitCode(**p, absl::Seconds(30)), 2) << flags;
+}
+
 TEST(Flags, ServerRefusesBadFlags) {
   for (std::vector<std::string> flags :
        {std::vector<std::string>{"--shard=2", "--num_shards=2"},
@@ -50,13 +61,7 @@ TEST(Flags, ServerRefusesBadGroupFlags) {
            {group + "--auth_token_file=" + token +
                 " --member_token_file=" + token,
             "the members' credential must be apart"}}) {
-    auto p = Subprocess::Start(
-        {"/bin/bash", "-c",
-         absl::StrCat(RunfilePath("server/ps_server"),
-                      " --host=127.0.0.1 --port=0 ", flags, " 2>&1")});
-    ASSERT_TRUE(p.ok());
-    EXPECT_TRUE((*p)->WaitForLine(says, absl::Seconds(30)).ok()) << flags;
-    EXPECT_EQ(ExitCode(**p, absl::Seconds(30)), 2) << flags;
+    ExpectServerRefuses(flags, says);
   }
 }
 
@@ -73,13 +78,7 @@ TEST(Flags, ServerRefusesBadDelayCompensation) {
            {"--stale_policy=dc:0.1 --mode=allreduce", "keeps no weights"},
            {"--stale_policy=dc:0.1 --replicas=2 --etcd=127.0.0.1:1 --port=1",
             "with --replicas is not built yet"}}) {
-    auto p = Subprocess::Start(
-        {"/bin/bash", "-c",
-         absl::StrCat(RunfilePath("server/ps_server"),
-                      " --host=127.0.0.1 --port=0 ", flags, " 2>&1")});
-    ASSERT_TRUE(p.ok());
-    EXPECT_TRUE((*p)->WaitForLine(says, absl::Seconds(30)).ok()) << flags;
-    EXPECT_EQ(ExitCode(**p, absl::Seconds(30)), 2) << flags;
+    ExpectServerRefuses(flags, says);
   }
 }
 

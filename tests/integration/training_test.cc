@@ -21,16 +21,22 @@
 namespace asyncps::testing {
 namespace {
 
+// Starts ranks 0 and 1 of 2 on 3 epochs of 3,000 examples, with `extra`.
+void StartTwo(TestCluster& cluster, std::vector<std::string> extra,
+              std::vector<std::unique_ptr<Subprocess>>* workers) {
+  extra.insert(extra.begin(), {"--max_train_examples=3000", "--epochs=3"});
+  for (int rank = 0; rank < 2; ++rank) {
+    auto w = StartWorker(cluster, rank, 2, extra);
+    ASSERT_TRUE(w.ok()) << w.status();
+    workers->push_back(*std::move(w));
+  }
+}
+
 TEST(Training, TwoWorkersLearnFashionMnist) {
   auto cluster = TestCluster::Start(2);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   std::vector<std::unique_ptr<Subprocess>> workers;
-  for (int rank = 0; rank < 2; ++rank) {
-    auto w = StartWorker(**cluster, rank, 2,
-                         {"--max_train_examples=3000", "--epochs=3"});
-    ASSERT_TRUE(w.ok()) << w.status();
-    workers.push_back(*std::move(w));
-  }
+  ASSERT_NO_FATAL_FAILURE(StartTwo(**cluster, {}, &workers));
   for (int rank = 0; rank < 2; ++rank) {
     auto done = Finish(*workers[rank]);
     ASSERT_TRUE(done.ok()) << done.status();
@@ -55,13 +61,8 @@ TEST(Training, TopKGradientsWithErrorFeedbackStillLearn) {
   auto cluster = TestCluster::Start(2);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   std::vector<std::unique_ptr<Subprocess>> workers;
-  for (int rank = 0; rank < 2; ++rank) {
-    auto w = StartWorker(
-        **cluster, rank, 2,
-        {"--max_train_examples=3000", "--epochs=3", "--compress=topk:0.01"});
-    ASSERT_TRUE(w.ok()) << w.status();
-    workers.push_back(*std::move(w));
-  }
+  ASSERT_NO_FATAL_FAILURE(
+      StartTwo(**cluster, {"--compress=topk:0.01"}, &workers));
   for (auto& w : workers) {
     auto done = Finish(*w);
     ASSERT_TRUE(done.ok()) << done.status();
@@ -88,12 +89,7 @@ TEST(Training, DelayCompensatedAsyncLearns) {
   auto cluster = TestCluster::Start(2, {"--stale_policy=dc:0.04"});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   std::vector<std::unique_ptr<Subprocess>> workers;
-  for (int rank = 0; rank < 2; ++rank) {
-    auto w = StartWorker(**cluster, rank, 2,
-                         {"--max_train_examples=3000", "--epochs=3"});
-    ASSERT_TRUE(w.ok()) << w.status();
-    workers.push_back(*std::move(w));
-  }
+  ASSERT_NO_FATAL_FAILURE(StartTwo(**cluster, {}, &workers));
   for (auto& w : workers) ASSERT_TRUE(Finish(*w).ok());
   auto eval = EvaluateOnce(**cluster, {"--max_test_examples=2000"});
   ASSERT_TRUE(eval.ok()) << eval.status();
