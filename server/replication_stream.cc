@@ -59,19 +59,12 @@ absl::Status WriteOp(Stream* stream, v1::ReplicaOp* op, absl::Time deadline) {
 }  // namespace
 
 Replication::Sent Replication::Broadcast(v1::ReplicaOp* op) {
-  op->set_seq(++seq_);
+  ++seq_;
+  const Sent sent = Streamed();  // The new op, to the backups in the stream.
+  op->set_seq(sent.seq);
   {
     absl::ReaderMutexLock lock(&mu_);
     op->set_epoch(epoch_);
-  }
-  Sent sent;
-  sent.seq = op->seq();
-  sent.deadline = absl::Now() + ack_timeout_;
-  {
-    absl::MutexLock lock(&ack_mu_);
-    for (const std::shared_ptr<Backup>& b : backups_) {
-      if (!b->dropped) sent.to.push_back(b);
-    }
   }
   // Every backup gets the op before any acknowledgement is waited for, so
   // they apply it side by side.
