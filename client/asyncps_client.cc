@@ -41,9 +41,17 @@ absl::StatusOr<v1::OptimizerSpec> ToSpec(const OptimizerOptions& o) {
     spec.set_kind(v1::OptimizerSpec::ADAGRAD);
     spec.set_epsilon(o.epsilon);
     spec.set_initial_accumulator_value(o.initial_accumulator_value);
+  } else if (o.kind == "delayed_nesterov") {
+    spec.set_kind(v1::OptimizerSpec::DELAYED_NESTEROV);
+    spec.set_momentum(o.momentum);
+    spec.set_delay(o.delay);
+  } else if (o.kind == "elastic") {
+    spec.set_kind(v1::OptimizerSpec::ELASTIC);
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "optimizer '", o.kind, "' (want sgd, momentum, adam, adamw, adagrad)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer '", o.kind,
+                     "' (want sgd, momentum, adam, adamw, adagrad, "
+                     "delayed_nesterov, elastic)"));
   }
   spec.set_learning_rate(o.learning_rate);
   spec.set_weight_decay(o.weight_decay);

@@ -66,6 +66,34 @@ void MomentumStep(float lr, float momentum, bool nesterov, float weight_decay,
   }
 }
 
+void DelayedNesterovStep(float lr, float momentum, int delay, int64_t step,
+                         absl::Span<const float> g, absl::Span<float> velocity,
+                         absl::Span<float> sum, absl::Span<float> w) {
+  const float d = static_cast<float>(delay);
+  const float* __restrict gp = g.data();
+  float* __restrict vp = velocity.data();
+  float* __restrict bp = sum.data();
+  float* __restrict wp = w.data();
+  const size_t n = w.size();
+  for (size_t i = 0; i < n; ++i) {
+    bp[i] += gp[i];
+    wp[i] -= lr * (gp[i] / d);
+  }
+  if (step % delay != 0) return;
+  for (size_t i = 0; i < n; ++i) {
+    vp[i] = momentum * vp[i] + bp[i] / d;
+    wp[i] -= lr * momentum * vp[i];
+    bp[i] = 0.0f;
+  }
+}
+
+void ElasticStep(float alpha, absl::Span<const float> x, absl::Span<float> w) {
+  const float* __restrict xp = x.data();
+  float* __restrict wp = w.data();
+  const size_t n = w.size();
+  for (size_t i = 0; i < n; ++i) wp[i] += alpha * (xp[i] - wp[i]);
+}
+
 void AdamStep(float lr, float beta1, float beta2, float epsilon,
               float weight_decay, int64_t step, absl::Span<const float> g,
               absl::Span<float> m, absl::Span<float> v, absl::Span<float> w) {
@@ -126,7 +154,9 @@ absl::Status ValidateOptimizer(const v1::OptimizerSpec& spec) {
       spec.kind() != OptimizerSpec::MOMENTUM &&
       spec.kind() != OptimizerSpec::ADAM &&
       spec.kind() != OptimizerSpec::ADAMW &&
-      spec.kind() != OptimizerSpec::ADAGRAD) {
+      spec.kind() != OptimizerSpec::ADAGRAD &&
+      spec.kind() != OptimizerSpec::DELAYED_NESTEROV &&
+      spec.kind() != OptimizerSpec::ELASTIC) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown optimizer kind ", static_cast<int>(spec.kind())));
   }
@@ -158,6 +188,23 @@ absl::Status ValidateOptimizer(const v1::OptimizerSpec& spec) {
       if (!s.ok()) return s;
       return CheckField(std::isfinite(spec.epsilon()) && spec.epsilon() > 0,
                         "epsilon", spec.epsilon(), "finite and > 0");
+    case OptimizerSpec::DELAYED_NESTEROV:
+      s = CheckField(spec.weight_decay() == 0, "weight_decay",
+                     spec.weight_decay(), "0 for delayed_nesterov");
+      if (!s.ok()) return s;
+      s = CheckField(spec.delay() >= 1, "delay", spec.delay(),
+                     "at least 1 for delayed_nesterov");
+      if (!s.ok()) return s;
+      return CheckField(finite_nonneg(spec.momentum()) && spec.momentum() < 1,
+                        "momentum", spec.momentum(), "in [0, 1)");
+    case OptimizerSpec::ELASTIC:
+      s = CheckField(spec.weight_decay() == 0 && spec.lr_decay() == 0,
+                     "weight_decay + lr_decay",
+                     spec.weight_decay() + spec.lr_decay(), "0 for elastic");
+      if (!s.ok()) return s;
+      return CheckField(spec.learning_rate() > 0 && spec.learning_rate() < 1,
+                        "learning_rate", spec.learning_rate(),
+                        "the moving rate, in (0, 1), for elastic");
     case OptimizerSpec::ADAGRAD:
       s = CheckField(finite_nonneg(spec.initial_accumulator_value()),
                      "initial_accumulator_value",
@@ -177,6 +224,7 @@ int OptimizerSlotCount(const v1::OptimizerSpec& spec) {
       return 1;
     case v1::OptimizerSpec::ADAM:
     case v1::OptimizerSpec::ADAMW:
+    case v1::OptimizerSpec::DELAYED_NESTEROV:
       return 2;
     default:
       return 0;
@@ -233,6 +281,15 @@ void ApplyOptimizer(const v1::OptimizerSpec& spec, float lr_scale,
       break;
     case v1::OptimizerSpec::ADAGRAD:
       AdagradStep(lr, spec.epsilon(), spec.weight_decay(), g, slot1, w);
+      break;
+    case v1::OptimizerSpec::DELAYED_NESTEROV:
+      DelayedNesterovStep(lr, spec.momentum(), spec.delay(), step, g, slot1,
+                          slot2, w);
+      break;
+    case v1::OptimizerSpec::ELASTIC:
+      // The moving rate as declared, never scaled: the worker takes its own
+      // share of the step from it (docs/MODES.md "Outer optimizers").
+      ElasticStep(spec.learning_rate(), g, w);
       break;
     default:
       break;

@@ -33,6 +33,18 @@ void MomentumStep(float lr, float momentum, bool nesterov, float weight_decay,
                   absl::Span<float> w, float dampening = 0.0f,
                   bool first = false);
 
+// Asynchronous DiLoCo's outer step with delayed Nesterov momentum (Liu et
+// al. 2024): sum += g; w -= lr * g / delay; then, if `step` (this update's
+// 1-based count) is a multiple of `delay`: velocity = momentum * velocity +
+// sum / delay; w -= lr * momentum * velocity; sum = 0.
+void DelayedNesterovStep(float lr, float momentum, int delay, int64_t step,
+                         absl::Span<const float> g, absl::Span<float> velocity,
+                         absl::Span<float> sum, absl::Span<float> w);
+
+// EASGD's centre (Zhang et al. 2015): w += alpha * (x - w), x a worker's
+// weights.
+void ElasticStep(float alpha, absl::Span<const float> x, absl::Span<float> w);
+
 // Adam with bias correction; `step` is this update's 1-based count.
 void AdamStep(float lr, float beta1, float beta2, float epsilon,
               float weight_decay, int64_t step, absl::Span<const float> g,
@@ -48,13 +60,21 @@ void AdagradStep(float lr, float epsilon, float weight_decay,
                  absl::Span<const float> g, absl::Span<float> accumulator,
                  absl::Span<float> w);
 
+// True for the kinds whose push is not a gradient but what a worker's local
+// steps made (DELAYED_NESTEROV: a pseudo-gradient; ELASTIC: its weights).
+inline bool IsOuterOptimizer(const v1::OptimizerSpec& spec) {
+  return spec.kind() == v1::OptimizerSpec::DELAYED_NESTEROV ||
+         spec.kind() == v1::OptimizerSpec::ELASTIC;
+}
+
 // Returns INVALID_ARGUMENT naming the bad field if `spec` is not usable
 // (unknown kind, non-finite or negative learning rate, beta outside [0, 1),
 // ...).
 absl::Status ValidateOptimizer(const v1::OptimizerSpec& spec);
 
 // What a kind keeps per weight beyond the weight itself: 0, 1 (momentum's
-// velocity, Adam's m, AdaGrad's accumulator) or 2 slots (Adam's v), and the
+// velocity, Adam's m, AdaGrad's accumulator) or 2 slots (Adam's v; delayed
+// Nesterov's velocity and pseudo-gradient sum), and the
 // first slot's starting value (AdaGrad's initial accumulator; 0 otherwise).
 int OptimizerSlotCount(const v1::OptimizerSpec& spec);
 float InitialSlot1(const v1::OptimizerSpec& spec);
@@ -92,8 +112,9 @@ class OptimizerSlots {
                int64_t steps);
 
  private:
-  std::vector<float> slot1_;  // Momentum velocity, Adam m, AdaGrad accumulator.
-  std::vector<float> slot2_;  // Adam v.
+  // Momentum velocity, Adam m, AdaGrad accumulator.
+  std::vector<float> slot1_;
+  std::vector<float> slot2_;  // Adam v, delayed Nesterov's sum.
   int64_t steps_ = 0;
 };
 

@@ -37,7 +37,9 @@ class BazelBuild(build_py):
         package = os.path.join(self.build_lib, "asyncps")
         os.makedirs(os.path.join(package, "bin"), exist_ok=True)
         for name in ("__init__.py", "_torch_embedding.py", "_torch_kinds.py",
-                     "_torch_overlap.py", "_torch_progress.py",
+                     "_torch_load.py",
+                     "_torch_outer.py", "_torch_overlap.py",
+                     "_torch_progress.py",
                      "_torch_staging.py", "cluster.py", "ctr.py", "run.py",
                      "torch.py", "_core.so"):
             shutil.copy(os.path.join(bin_dir, "python", "asyncps", name),

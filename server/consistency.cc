@@ -4,7 +4,9 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/optimizer.h"
 #include "common/status.h"
 #include "glog/logging.h"
 #include "server/bsp_step.h"
@@ -183,8 +185,41 @@ absl::Status Consistency::CheckPaused(const v1::PushRequest& push) {
       "shard ", store_->shard(), " is paused for a job checkpoint"));
 }
 
+absl::Status Consistency::CheckOuterOptimizer(
+    const v1::OptimizerSpec& optimizer) const {
+  if (!IsOuterOptimizer(optimizer)) return absl::OkStatus();
+  const std::string kind =
+      absl::AsciiStrToLower(v1::OptimizerSpec::Kind_Name(optimizer.kind()));
+  if (config_.mode == Mode::kBsp || config_.mode == Mode::kAllreduce) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer ", kind,
+        " is an asynchronous outer optimizer (async, ssp); "
+        "--mode=",
+        ModeName(config_.mode),
+        config_.mode == Mode::kBsp
+            ? " takes momentum with nesterov for synchronous DiLoCo "
+              "(docs/MODES.md \"Outer optimizers\")"
+            : " keeps no weights on the servers to apply it to"));
+  }
+  if (config_.stale.kind == StalePolicy::kCompensate ||
+      (optimizer.kind() == v1::OptimizerSpec::ELASTIC &&
+       config_.stale.kind != StalePolicy::kNone)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer ", kind, " with --stale_policy=",
+        config_.stale.kind == StalePolicy::kCompensate ? "dc"
+        : config_.stale.kind == StalePolicy::kScale    ? "scale"
+                                                       : "drop",
+        optimizer.kind() == v1::OptimizerSpec::ELASTIC
+            ? ": the worker takes its share of EASGD's step at the moving "
+              "rate declared, so the server must apply it unchanged"
+            : ": delay compensation is for gradients, not pseudo-gradients"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::DeclareModelResponse> Consistency::Declare(
     const v1::DeclareModelRequest& request) {
+  RETURN_IF_ERROR(CheckOuterOptimizer(request.spec().optimizer()));
   if (replication_ != nullptr) RETURN_IF_ERROR(replication_->CheckServing());
   ASSIGN_OR_RETURN(v1::DeclareModelResponse r,
                    replication_ != nullptr ? replication_->Declare(request)

@@ -176,6 +176,11 @@ class Consistency {
   size_t waiting() { return waiters_.size(); }
 
  private:
+  // INVALID_ARGUMENT for an outer optimizer (IsOuterOptimizer) this mode or
+  // stale policy cannot run: bsp and allreduce; EASGD with any stale
+  // policy; DC-ASGD with either.
+  absl::Status CheckOuterOptimizer(const v1::OptimizerSpec& optimizer) const;
+
   struct Wait {
     const v1::PullRequest* request;
     v1::PullResponse* response;

@@ -78,6 +78,13 @@ absl::Status ValidateEmbedding(const v1::EmbeddingSpec& spec) {
   if (!optimizer.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(where, optimizer.message()));
   }
+  if (IsOuterOptimizer(spec.optimizer())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, "optimizer ",
+        v1::OptimizerSpec::Kind_Name(spec.optimizer().kind()),
+        " is an outer optimizer of the dense model; a table's rows take "
+        "sgd, momentum, adam, adamw or adagrad"));
+  }
   return absl::OkStatus();
 }
 

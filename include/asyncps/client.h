@@ -47,7 +47,10 @@ namespace asyncps {
 
 // How the servers turn gradients into weights (common/optimizer.h).
 struct OptimizerOptions {
-  std::string kind = "sgd";  // sgd, momentum, adam, adamw, adagrad.
+  // sgd, momentum, adam, adamw, adagrad; the outer optimizers (docs/MODES.md
+  // "Outer optimizers"): delayed_nesterov (async DiLoCo), elastic (EASGD's
+  // centre, learning_rate its moving rate).
+  std::string kind = "sgd";
   float learning_rate = 0.01f;
   float momentum = 0.9f;  // momentum.
   bool nesterov = false;  // momentum.
@@ -63,6 +66,7 @@ struct OptimizerOptions {
   // learning_rate / (1 + lr_decay * t).
   float lr_decay = 0.0f;
   float initial_accumulator_value = 0.0f;  // adagrad.
+  int delay = 1;  // delayed_nesterov: pushes per momentum update.
 };
 
 // A sparse embedding table (docs/SPARSE.md): rows of `dim` floats by a

@@ -20,6 +20,7 @@ class Client:
                 weight_decay: float = ..., dampening: float = ...,
                 lr_decay: float = ...,
                 initial_accumulator_value: float = ...,
+                delay: int = ...,
                 buffers: Optional[Iterable[str]] = ...,
                 wire_dtypes: Optional[Mapping[str, str]] = ...) -> None: ...
     def attach(self) -> None: ...

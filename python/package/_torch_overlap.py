@@ -4,6 +4,7 @@ its new weights, and step() collects them.
 """
 
 import concurrent.futures
+import time
 
 import torch
 
@@ -90,6 +91,48 @@ class Overlap:
                     "after it was pushed (clipping or scaling after "
                     "backward?): use overlap=False")
         return sent, failure
+
+    def finish(self, staging, params, buffers, buffer_hyper, recover):
+        """step(): waits for the push-pulls, checks that no gradient changed
+        after it left, and takes the prefetched weights into `staging` (the
+        optimizer's HostTensors) and the model; pulls those of `params`
+        without a gradient, and pushes and pulls `buffers` (with
+        `buffer_hyper`). On a failed call, `recover()` (the optimizer's
+        _recover) says whether a shard that lost the model got it back (the
+        step in flight is lost where it was not applied). Returns the
+        seconds spent in the client's calls."""
+        sent, failure = self.collect(params)
+        host = staging.host
+        start = time.perf_counter()
+        ended = False
+        with torch.no_grad():
+            if failure is not None:
+                if not recover():
+                    raise failure
+            else:
+                for name in sent:
+                    host[name].copy_(self.prefetched[name])
+                rest = [n for n in params if n not in sent]
+                try:
+                    if buffers:
+                        staging.buffers_to_host()
+                        self._client.push(
+                            {n: host[n].numpy().copy() for n in buffers},
+                            {n: buffer_hyper for n in buffers})
+                        rest += list(buffers)
+                    # bsp: the parameters without a gradient count as zero
+                    # from this rank (end_step), then their step is pulled.
+                    self._client.end_step()
+                    ended = True
+                    if rest:  # Other workers may have moved them.
+                        self._client.pull_into(staging.arrays(rest))
+                except RuntimeError:
+                    if not recover():
+                        raise
+        staging.to_model()
+        if not ended:
+            self._client.end_step()
+        return time.perf_counter() - start
 
     def close(self):
         """Removes the hooks and waits for the background thread."""

@@ -32,10 +32,14 @@ void BindDense(Bound& c) {
            py::arg("beta1") = 0.9f, py::arg("beta2") = 0.999f,
            py::arg("eps") = 1e-8f, py::arg("weight_decay") = 0.0f,
            py::arg("dampening") = 0.0f, py::arg("lr_decay") = 0.0f,
-           py::arg("initial_accumulator_value") = 0.0f,
+           py::arg("initial_accumulator_value") = 0.0f, py::arg("delay") = 1,
            py::arg("buffers") = py::none(), py::arg("wire_dtypes") = py::none(),
            "Declares the model {name: initial array}; the first worker's "
-           "arrays are the initial weights. `buffers`: names of model "
+           "arrays are the initial weights. `optimizer`: sgd, momentum, "
+           "adam, adamw, adagrad, or an outer optimizer (docs/MODES.md "
+           "'Outer optimizers'): delayed_nesterov (momentum; `delay` pushes "
+           "a momentum update), elastic (lr: EASGD's moving rate). "
+           "`buffers`: names of model "
            "buffers (averaged, not trained); `wire_dtypes`: {name: 'f32', "
            "'bf16' or 'f16'}, the dtype a tensor travels in (default: the "
            "client's wire_dtype).")

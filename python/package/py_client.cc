@@ -57,7 +57,7 @@ void PyClient::Declare(py::dict arrays, const std::string& optimizer, float lr,
                        float momentum, bool nesterov, float beta1, float beta2,
                        float eps, float weight_decay, float dampening,
                        float lr_decay, float initial_accumulator_value,
-                       py::object buffers, py::object wire_dtypes) {
+                       int delay, py::object buffers, py::object wire_dtypes) {
   absl::flat_hash_set<std::string> is_buffer;
   if (!buffers.is_none()) {
     for (auto name : buffers) is_buffer.insert(py::str(name));
@@ -102,6 +102,7 @@ void PyClient::Declare(py::dict arrays, const std::string& optimizer, float lr,
   opt.dampening = dampening;
   opt.lr_decay = lr_decay;
   opt.initial_accumulator_value = initial_accumulator_value;
+  opt.delay = delay;
   kind_ = optimizer;
   absl::Status s;
   {

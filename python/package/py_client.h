@@ -51,7 +51,7 @@ class PyClient {
   void Declare(py::dict arrays, const std::string& optimizer, float lr,
                float momentum, bool nesterov, float beta1, float beta2,
                float eps, float weight_decay, float dampening, float lr_decay,
-               float initial_accumulator_value, py::object buffers,
+               float initial_accumulator_value, int delay, py::object buffers,
                py::object wire_dtypes);
 
   void Attach();

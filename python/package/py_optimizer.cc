@@ -108,6 +108,8 @@ OptimizerOptions PyClient::Hyper(const std::string& name,
       o.lr_decay = v.cast<float>();
     } else if (key == "initial_accumulator_value") {
       o.initial_accumulator_value = v.cast<float>();
+    } else if (key == "delay") {
+      o.delay = v.cast<int>();
     } else {
       throw py::value_error(absl::StrCat(
           "tensor '", name, "': unknown hyper-parameter '", key, "'"));

@@ -51,41 +51,17 @@ import time
 import torch
 
 from asyncps import _torch_kinds as kinds
+from asyncps._torch_outer import Outer, local_weights
 from asyncps._torch_overlap import Overlap
 from asyncps._torch_progress import Progress
 from asyncps._torch_staging import HostTensors
 # Public here: asyncps.torch.Embedding, .EmbeddingBag, .SUPPORTED.
 from asyncps._torch_embedding import Embedding, EmbeddingBag  # noqa: F401
 from asyncps._torch_kinds import SUPPORTED  # noqa: F401
+# Public here: asyncps.torch.load_state_dict.
+from asyncps._torch_load import load_state_dict  # noqa: F401
 
 _WIRE = {torch.bfloat16: "bf16", torch.float16: "f16"}
-
-
-def load_state_dict(model, servers, strict=True):
-    """Fills `model`'s parameters (named as its named_parameters(), as
-    DistributedOptimizer declares them) with the weights the servers hold
-    now; `servers` is "host:port,..." or a list. With `strict`, a parameter
-    the servers do not hold is a KeyError naming it."""
-    import asyncps
-    reader = asyncps.Client(servers, reader=True)
-    try:
-        reader.attach()
-        held = reader.tensors
-        missing = [n for n, _ in model.named_parameters() if n not in held]
-        if strict and missing:
-            raise KeyError(f"the servers hold no tensor {missing}")
-        # Floating-point buffers too, where the servers keep them.
-        tensors = dict(model.named_parameters())
-        tensors.update((n, b) for n, b in model.named_buffers()
-                       if b.is_floating_point())
-        weights = reader.pull([n for n in tensors if n in held])
-    finally:
-        reader.leave()
-    with torch.no_grad():
-        for name, t in tensors.items():
-            if name in weights:
-                t.copy_(torch.from_numpy(weights[name]).reshape(t.shape))
-    return model
 
 
 class DistributedOptimizer(torch.optim.Optimizer):
@@ -98,7 +74,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def __init__(self, optimizer, client, named_parameters=None,
                  overlap=False, named_buffers=None, sync_buffers=True,
-                 **legacy):
+                 outer=None, local_steps=1, outer_lr=0.7, outer_momentum=0.9,
+                 alpha=None, **legacy):
         """Wraps `optimizer` (see the module's doc). `overlap=True` pushes
         each gradient as backward produces it, on a background thread, and
         step() then only waits for them and pulls: faster where the network
@@ -111,12 +88,30 @@ class DistributedOptimizer(torch.optim.Optimizer):
         step() sends them and takes the average back), so a model pulled
         or exported from the servers evaluates as trained.
 
+        `outer` ("diloco" or "easgd"; docs/MODES.md "Outer optimizers"):
+        the wrapped optimizer runs here, as the inner optimizer, with its
+        state kept here; every `local_steps` steps the worker exchanges
+        with the servers, which apply the outer optimizer: DiLoCo's outer
+        Nesterov step (`outer_lr`, `outer_momentum`; synchronous in bsp,
+        with delayed momentum in async and ssp), or EASGD's elastic
+        centre (`alpha`, the moving rate; by default 0.9 / num_workers).
+
         Raises ValueError for an optimizer or a parameter asyncps does not
-        train, TypeError for an unknown keyword argument, and what the
-        client raises if the servers refuse the model."""
+        train, a bad outer configuration (naming it), TypeError for an
+        unknown keyword argument, and what the client raises if the
+        servers refuse the model."""
         optimizer, named_parameters, named_buffers = kinds.current_form(
             optimizer, named_parameters, named_buffers, legacy)
-        self._kind = kinds.kind_of(optimizer)
+        self._outer = None
+        if outer is not None:
+            if overlap:
+                raise ValueError("overlap=True pushes every step's "
+                                 "gradients; with outer= a step pushes none")
+            self._outer = Outer(outer, client.mode, client.num_workers,
+                                local_steps, outer_lr, outer_momentum, alpha)
+        # With outer=, the wrapped optimizer runs here: any class will do.
+        self._kind = (kinds.kind_of(optimizer) if self._outer is None
+                      else None)
         self._opt = optimizer
         self._client = client
         # The wrapped optimizer's own objects: edits through either reach
@@ -177,16 +172,22 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """Declares the model to the servers, with the first param group's
         hyper-parameters (the first worker to declare it makes it, so its
         initialisation is everyone's), and starts from their weights."""
-        first = kinds.hyper(self._kind, self.param_groups[0])
+        if self._outer is not None:
+            kind, first = self._outer.kind, self._outer.hyper
+        else:
+            kind = self._kind
+            first = kinds.hyper(self._kind, self.param_groups[0])
         self._buffer_hyper = first
         # A bf16/f16 parameter travels in its own dtype (half the bytes of
         # f32, and nothing lost: the parameter holds no more than that).
         wire = {n: _WIRE[p.dtype] for n, p in self._params.items()
                 if p.dtype in _WIRE}
-        self._client.declare(self._arrays(), optimizer=self._kind,
+        self._client.declare(self._arrays(), optimizer=kind,
                              buffers=list(self._buffers), wire_dtypes=wire,
                              **first)
         self.pull()  # Everyone starts from the servers' weights.
+        if self._outer is not None:
+            self._outer.start_round(local_weights(self._params))
 
     @property
     def client(self):
@@ -235,44 +236,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._opt.zero_grad(set_to_none=set_to_none)
 
     def _finish_overlapped(self):
-        """overlap: waits for the push-pulls, checks that no gradient
-        changed after it left, and takes the prefetched weights (and pulls
-        those of parameters without a gradient, and the buffers)."""
-        sent, failure = self._overlapped.collect(self._params)
-        host = self._staging.host
-        start = time.perf_counter()
-        ended = False
-        with torch.no_grad():
-            if failure is not None:
-                # A shard lost the model: everything afresh (the step in
-                # flight is lost where it was not applied).
-                if not self._recover():
-                    raise failure
-            else:
-                for name in sent:
-                    host[name].copy_(self._overlapped.prefetched[name])
-                rest = [n for n in self._params if n not in sent]
-                try:
-                    if self._buffers:
-                        self._staging.buffers_to_host()
-                        self._client.push(
-                            {n: host[n].numpy().copy()
-                             for n in self._buffers},
-                            {n: self._buffer_hyper for n in self._buffers})
-                        rest += list(self._buffers)
-                    # bsp: the parameters without a gradient count as zero
-                    # from this rank (end_step), then their step is pulled.
-                    self._client.end_step()
-                    ended = True
-                    if rest:  # Other workers may have moved them.
-                        self._client.pull_into(self._arrays(rest))
-                except RuntimeError:
-                    if not self._recover():
-                        raise
-        self._staging.to_model()
-        if not ended:
-            self._client.end_step()
-        self._progress.exchange_seconds += time.perf_counter() - start
+        """overlap: the step's end (_torch_overlap.Overlap.finish)."""
+        self._progress.exchange_seconds += self._overlapped.finish(
+            self._staging, self._params, self._buffers, self._buffer_hyper,
+            self._recover)
         self._progress.send()
 
     def _gradients(self):
@@ -298,9 +265,18 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 hyper[name] = h
         return grads, out, hyper, cuda
 
+    def _outer_exchange(self):
+        """The end of a round of local steps (_torch_outer.Outer.exchange)."""
+        self._progress.exchange_seconds += self._outer.exchange(
+            self._client, self._staging, self._params, self._buffers,
+            self._recover)
+        self._progress.send()
+
     def _exchange(self):
         """Pushes every gradient as it is now, with its group's
         hyper-parameters, and writes the new weights into the parameters."""
+        if self._outer is not None:
+            return  # The outer optimizer exchanges at the end of a round.
         if self._overlapped is not None:
             self._finish_overlapped()
             return
@@ -377,6 +353,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 loss = closure()
         if loss is not None:
             self._progress.loss = float(loss)
+        if self._outer is not None:
+            self._opt.step()  # The inner optimizer, here.
+            if self._outer.due():
+                self._outer_exchange()
+            return loss
         if not (self._skip and self._synchronized):
             self._exchange()
         self._synchronized = False
@@ -395,8 +376,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def state_dict(self):
         """The wrapped class's own format, its per-parameter state read
         from the servers: a plain torch.optim optimizer of that class can
-        load_state_dict it and go on."""
+        load_state_dict it and go on. With outer=, the wrapped (inner)
+        optimizer's own state, kept here."""
         saved = self._opt.state_dict()
+        if self._outer is not None:
+            return saved
         names = self._ordered()
         held = self._client.pull_state(names)
         state = {}
@@ -410,7 +394,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def load_state_dict(self, state_dict):
         """Takes the param groups' hyper-parameters (they reach the servers
         at the next step) and sends the per-parameter state to the servers;
-        the weights stay theirs."""
+        the weights stay theirs. With outer=, the wrapped (inner) optimizer
+        takes it all."""
+        if self._outer is not None:
+            self._opt.load_state_dict(state_dict)
+            return
         groups = state_dict["param_groups"]
         self._opt.load_state_dict({"state": {}, "param_groups": groups})
         names = self._ordered()

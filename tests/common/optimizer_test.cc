@@ -166,5 +166,103 @@ TEST(Optimizer, ValidateNamesTheBadField) {
             absl::string_view::npos);
 }
 
+v1::OptimizerSpec DelayedNesterov(float lr, float momentum, int delay) {
+  v1::OptimizerSpec spec;
+  spec.set_kind(v1::OptimizerSpec::DELAYED_NESTEROV);
+  spec.set_learning_rate(lr);
+  spec.set_momentum(momentum);
+  spec.set_delay(delay);
+  return spec;
+}
+
+TEST(Optimizer, DelayedNesterovByHand) {
+  const v1::OptimizerSpec spec = DelayedNesterov(0.5f, 0.9f, 2);
+  ASSERT_TRUE(ValidateOptimizer(spec).ok());
+  ASSERT_EQ(OptimizerSlotCount(spec), 2);
+  OptimizerSlots slots(spec, 1);
+  std::vector<float> w = {1.0f};
+  slots.Apply(spec, 1.0f, std::vector<float>{1.0f}, absl::MakeSpan(w));
+  EXPECT_FLOAT_EQ(w[0], 0.75f);  // 1 - 0.5 * 1 / 2; no momentum yet
+  EXPECT_FLOAT_EQ(slots.slot1()[0], 0.0f);
+  EXPECT_FLOAT_EQ(slots.slot2()[0], 1.0f);  // The round's sum so far.
+  slots.Apply(spec, 1.0f, std::vector<float>{3.0f}, absl::MakeSpan(w));
+  // 0.75 - 0.5 * 3 / 2 = 0; v = 0.9 * 0 + 4 / 2 = 2; 0 - 0.5 * 0.9 * 2.
+  EXPECT_FLOAT_EQ(slots.slot1()[0], 2.0f);
+  EXPECT_FLOAT_EQ(slots.slot2()[0], 0.0f);
+  EXPECT_FLOAT_EQ(w[0], -0.9f);
+}
+
+// With `delay` pushes a round, delayed Nesterov moves the weights as a
+// synchronous Nesterov step on the round's mean does (sync DiLoCo's outer
+// step), round after round.
+TEST(Optimizer, DelayedNesterovMatchesNesterovOnEachRoundsMean) {
+  const int kDelay = 3;
+  const v1::OptimizerSpec spec = DelayedNesterov(0.7f, 0.9f, kDelay);
+  OptimizerSlots slots(spec, 2);
+  std::vector<float> w = {0.5f, -1.0f}, ref = w, ref_v = {0.0f, 0.0f};
+  float seed = 0.3f;
+  for (int round = 0; round < 4; ++round) {
+    std::vector<float> mean = {0.0f, 0.0f};
+    for (int push = 0; push < kDelay; ++push) {
+      seed = seed * 1.7f - static_cast<float>(static_cast<int>(seed * 1.7f));
+      std::vector<float> g = {seed - 0.5f, 0.25f - seed};
+      slots.Apply(spec, 1.0f, g, absl::MakeSpan(w));
+      for (int i = 0; i < 2; ++i) mean[i] += g[i] / kDelay;
+    }
+    MomentumStep(0.7f, 0.9f, /*nesterov=*/true, 0.0f, mean,
+                 absl::MakeSpan(ref_v), absl::MakeSpan(ref));
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_NEAR(w[i], ref[i], 1e-5) << "round " << round;
+      EXPECT_NEAR(slots.slot1()[i], ref_v[i], 1e-5) << "round " << round;
+    }
+  }
+}
+
+TEST(Optimizer, ElasticMovesTheCentreAndIgnoresTheScale) {
+  v1::OptimizerSpec spec;
+  spec.set_kind(v1::OptimizerSpec::ELASTIC);
+  spec.set_learning_rate(0.25f);
+  ASSERT_TRUE(ValidateOptimizer(spec).ok());
+  ASSERT_EQ(OptimizerSlotCount(spec), 0);
+  OptimizerSlots slots(spec, 1);
+  std::vector<float> centre = {1.0f};
+  slots.Apply(spec, /*lr_scale=*/0.5f, std::vector<float>{3.0f},
+              absl::MakeSpan(centre));
+  EXPECT_FLOAT_EQ(centre[0], 1.5f);  // 1 + 0.25 * (3 - 1), scale unused.
+  // The worker's share, from the new centre alone: alpha / (1 - alpha) *
+  // (x - centre) = (3 - 1.5) / 3 = 0.5 = alpha * (x - the old centre).
+  EXPECT_FLOAT_EQ(0.25f / 0.75f * (3.0f - centre[0]), 0.5f);
+}
+
+TEST(Optimizer, ValidateOuterOptimizers) {
+  v1::OptimizerSpec spec = DelayedNesterov(0.7f, 0.9f, 0);
+  EXPECT_TRUE(IsOuterOptimizer(spec));
+  absl::Status s = ValidateOptimizer(spec);
+  EXPECT_NE(s.message().find("delay"), absl::string_view::npos) << s;
+  spec.set_delay(4);
+  EXPECT_TRUE(ValidateOptimizer(spec).ok());
+  spec.set_momentum(1.0f);
+  EXPECT_NE(ValidateOptimizer(spec).message().find("momentum"),
+            absl::string_view::npos);
+  spec.set_momentum(0.9f);
+  spec.set_weight_decay(0.1f);
+  EXPECT_NE(ValidateOptimizer(spec).message().find("weight_decay"),
+            absl::string_view::npos);
+  v1::OptimizerSpec elastic;
+  elastic.set_kind(v1::OptimizerSpec::ELASTIC);
+  EXPECT_TRUE(IsOuterOptimizer(elastic));
+  for (float alpha : {0.0f, 1.0f, -0.5f}) {
+    elastic.set_learning_rate(alpha);
+    s = ValidateOptimizer(elastic);
+    EXPECT_NE(s.message().find("learning_rate"), absl::string_view::npos) << s;
+  }
+  elastic.set_learning_rate(0.5f);
+  elastic.set_lr_decay(0.1f);
+  EXPECT_FALSE(ValidateOptimizer(elastic).ok());
+  v1::OptimizerSpec sgd;
+  sgd.set_kind(v1::OptimizerSpec::SGD);
+  EXPECT_FALSE(IsOuterOptimizer(sgd));
+}
+
 }  // namespace
 }  // namespace asyncps
