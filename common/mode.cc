@@ -46,9 +46,12 @@ absl::StatusOr<StalePolicy> ParseStalePolicy(const std::string& text) {
     p.kind = StalePolicy::kDrop;
     return p;
   }
-  if (text.rfind("dc:", 0) == 0) {
-    const std::vector<std::string> parts = absl::StrSplit(text.substr(3), ':');
+  const bool adaptive = text.rfind("dca:", 0) == 0;
+  if (adaptive || text.rfind("dc:", 0) == 0) {
+    const std::vector<std::string> parts =
+        absl::StrSplit(text.substr(adaptive ? 4 : 3), ':');
     p.kind = StalePolicy::kCompensate;
+    p.dc_adaptive = adaptive;
     if (parts.size() <= 2 && absl::SimpleAtof(parts[0], &p.dc_lambda) &&
         std::isfinite(p.dc_lambda) && p.dc_lambda >= 0.0f &&
         (parts.size() == 1 ||
@@ -58,13 +61,15 @@ absl::StatusOr<StalePolicy> ParseStalePolicy(const std::string& text) {
     }
     return absl::InvalidArgumentError(absl::StrCat(
         "--stale_policy=", text,
-        ": delay compensation is dc:LAMBDA or dc:LAMBDA:WINDOW, with LAMBDA "
-        "a number >= 0 and WINDOW (versions of the weights kept) from 1 to ",
+        ": delay compensation is dc:LAMBDA or dc:LAMBDA:WINDOW (dca: for "
+        "an adaptive LAMBDA), with LAMBDA a number >= 0 and WINDOW "
+        "(versions of the weights kept) from 1 to ",
         kMaxCompensationWindow));
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--stale_policy=", text,
-      " (want none, drop:K with K >= 0, scale, or dc:LAMBDA[:WINDOW])"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("--stale_policy=", text,
+                   " (want none, drop:K with K >= 0, scale, "
+                   "dc:LAMBDA[:WINDOW] or dca:LAMBDA[:WINDOW])"));
 }
 
 }  // namespace asyncps

@@ -27,6 +27,10 @@ struct StalePolicy {
   // of each slice (server/stale_weights.h; older: applied as it is).
   float dc_lambda = 0.0f;
   int dc_window = 16;
+  // DC-ASGD-a ("dca:"): lambda per element, dc_lambda / sqrt(ms + 1e-7),
+  // ms = 0.95 * ms + 0.05 * g * g updated with every gradient applied to
+  // the slice (the paper's running mean square).
+  bool dc_adaptive = false;
 };
 
 // The longest --stale_policy=dc window: each version kept costs a copy of
@@ -35,7 +39,8 @@ inline constexpr int kMaxCompensationWindow = 1024;
 
 // "none", "drop:K" (K >= 0), "scale" (learning rate / (1 + staleness)), or
 // "dc:LAMBDA" / "dc:LAMBDA:WINDOW" (LAMBDA >= 0, 1 <= WINDOW <= 1024;
-// delay compensation, kCompensate).
+// delay compensation, kCompensate), or "dca:" the same with an adaptive
+// lambda (dc_adaptive).
 absl::StatusOr<StalePolicy> ParseStalePolicy(const std::string& text);
 
 }  // namespace asyncps

@@ -32,6 +32,31 @@ void DelayCompensate(float lambda, absl::Span<const float> g,
   }
 }
 
+void AdaptiveDelayCompensate(float lambda, absl::Span<const float> g,
+                             absl::Span<const float> w_now,
+                             absl::Span<const float> w_stale,
+                             absl::Span<float> mean_square,
+                             absl::Span<float> out) {
+  const float* __restrict gp = g.data();
+  float* __restrict mp = mean_square.data();
+  const size_t n = out.size();
+  for (size_t i = 0; i < n; ++i) {
+    mp[i] =
+        kMeanSquareDecay * mp[i] + (1.0f - kMeanSquareDecay) * gp[i] * gp[i];
+  }
+  float* __restrict op = out.data();
+  if (w_stale.empty()) {
+    for (size_t i = 0; i < n; ++i) op[i] = gp[i];
+    return;
+  }
+  const float* __restrict np = w_now.data();
+  const float* __restrict sp = w_stale.data();
+  for (size_t i = 0; i < n; ++i) {
+    op[i] = gp[i] + lambda / std::sqrt(mp[i] + kMeanSquareEpsilon) * gp[i] *
+                        gp[i] * (np[i] - sp[i]);
+  }
+}
+
 void MomentumStep(float lr, float momentum, bool nesterov, float weight_decay,
                   absl::Span<const float> g, absl::Span<float> velocity,
                   absl::Span<float> w, float dampening, bool first) {

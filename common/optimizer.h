@@ -20,6 +20,21 @@ void DelayCompensate(float lambda, absl::Span<const float> g,
                      absl::Span<const float> w_now,
                      absl::Span<const float> w_stale, absl::Span<float> out);
 
+// DC-ASGD-a's running mean square: its decay and the epsilon under its root.
+inline constexpr float kMeanSquareDecay = 0.95f;
+inline constexpr float kMeanSquareEpsilon = 1e-7f;
+
+// DC-ASGD-a (Zheng et al. 2017): first mean_square = kMeanSquareDecay *
+// mean_square + (1 - kMeanSquareDecay) * g * g; then, where `w_stale` is
+// not empty, out = g + lambda / sqrt(mean_square + kMeanSquareEpsilon) * g *
+// g * (w_now - w_stale), else out = g. Elementwise; `out` may be none of
+// the inputs.
+void AdaptiveDelayCompensate(float lambda, absl::Span<const float> g,
+                             absl::Span<const float> w_now,
+                             absl::Span<const float> w_stale,
+                             absl::Span<float> mean_square,
+                             absl::Span<float> out);
+
 // w -= lr * (g + wd * w).
 void SgdStep(float lr, float weight_decay, absl::Span<const float> g,
              absl::Span<float> w);

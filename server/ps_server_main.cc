@@ -111,8 +111,8 @@ ABSL_FLAG(absl::Duration, heal_after, absl::Seconds(15),
           "without them (logged, counted as short); 0: never. Keep it below "
           "the workers' --retry_for.");
 ABSL_FLAG(std::string, stale_policy, "none",
-          "async/ssp: none, drop:K, scale (lr / (1 + staleness)) or "
-          "dc:LAMBDA[:WINDOW] (DC-ASGD): docs/MODES.md.");
+          "async/ssp: none, drop:K, scale (lr / (1 + staleness)), "
+          "dc:LAMBDA[:WINDOW] (DC-ASGD) or dca: (adaptive): docs/MODES.md.");
 ABSL_FLAG(absl::Duration, stall_warn, absl::Seconds(10),
           "ssp/bsp: a pull held longer than this is logged once, naming the "
           "ranks it waits for and when each was last seen (also in psctl "

@@ -83,17 +83,24 @@ SliceOutcome SliceState::ApplyAsync(const v1::OptimizerSpec& optimizer,
       if (stale_weights_.empty()) {
         stale_weights_.Record(version_, weights_, stale.dc_window);
       }
+      absl::Span<const float> old;  // Empty: no w_v to compensate with.
       if (out.staleness > 0) {
-        const absl::Span<const float> old = stale_weights_.Find(version);
-        if (old.size() == weights_.size() && !old.empty()) {
-          compensated_.resize(weights_.size());
-          DelayCompensate(stale.dc_lambda, grad, weights_, old,
-                          absl::MakeSpan(compensated_));
-          g = compensated_;
-          out.compensated = true;
-        } else {
-          out.uncompensated = true;
-        }
+        old = stale_weights_.Find(version);
+        if (old.size() != weights_.size()) old = {};
+        (old.empty() ? out.uncompensated : out.compensated) = true;
+      }
+      compensated_.resize(weights_.size());
+      if (stale.dc_adaptive) {
+        // The running mean square takes every gradient, stale or not.
+        mean_square_.resize(weights_.size(), 0.0f);
+        AdaptiveDelayCompensate(stale.dc_lambda, grad, weights_, old,
+                                absl::MakeSpan(mean_square_),
+                                absl::MakeSpan(compensated_));
+        g = compensated_;
+      } else if (!old.empty()) {
+        DelayCompensate(stale.dc_lambda, grad, weights_, old,
+                        absl::MakeSpan(compensated_));
+        g = compensated_;
       }
     }
     slots_.Apply(optimizer, scale, g, absl::MakeSpan(weights_));

@@ -186,6 +186,8 @@ class SliceState {
   // gradient (kept to spare an allocation per push).
   StaleWeights stale_weights_ ABSL_GUARDED_BY(mu_);
   std::vector<float> compensated_ ABSL_GUARDED_BY(mu_);
+  // --stale_policy=dca: DC-ASGD-a's running mean square of the gradients.
+  std::vector<float> mean_square_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace asyncps

@@ -3,6 +3,7 @@
 // (w_now - w_v) while v is within the window of versions kept, and as it
 // is beyond it (counted). Against a reference computed here, from the
 // formula, over a seeded run of pushes with random bases.
+#include <cmath>
 #include <deque>
 #include <random>
 #include <utility>
@@ -43,13 +44,16 @@ class DelayCompensationTest : public ::testing::Test {
     return w;
   }
 
-  static PushPolicy Policy(float lambda, int window) {
+  static PushPolicy Policy(float lambda, int window, bool adaptive = false) {
     PushPolicy policy;
-    auto parsed = ParseStalePolicy(absl::StrCat("dc:", lambda, ":", window));
+    auto parsed = ParseStalePolicy(
+        absl::StrCat(adaptive ? "dca:" : "dc:", lambda, ":", window));
     EXPECT_TRUE(parsed.ok()) << parsed.status();
     policy.stale = *parsed;
     return policy;
   }
+
+  void MatchesTheFormula(bool adaptive);
 
   ShardStore store_{0, 1, 64 << 20};
 };
@@ -75,14 +79,15 @@ TEST_F(DelayCompensationTest, AStaleGradientIsCorrectedByTheWeightsSinceIt) {
 
 // 200 pushes with random gradients and bases up to 6 versions back, a
 // window of 4: every weight equals the formula's, computed here with its
-// own record of the versions.
-TEST_F(DelayCompensationTest, MatchesTheFormulaOverASeededRun) {
+// own record of the versions; `adaptive`: DC-ASGD-a's lambda, from a
+// running mean square kept here too.
+void DelayCompensationTest::MatchesTheFormula(bool adaptive) {
   constexpr float kLambda = 0.3f;
   constexpr int kWindow = 4;
-  const PushPolicy dc = Policy(kLambda, kWindow);
+  const PushPolicy dc = Policy(kLambda, kWindow, adaptive);
   std::mt19937 rng(42);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  std::vector<float> w(4, 10.0f);
+  std::vector<float> w(4, 10.0f), mean_square(4, 0.0f);
   std::vector<std::vector<float>> history = {w};  // history[v]: version v.
   int compensated = 0, uncompensated = 0;
   for (int step = 0; step < 200; ++step) {
@@ -94,10 +99,16 @@ TEST_F(DelayCompensationTest, MatchesTheFormulaOverASeededRun) {
     Push(g, base, dc);
     // The reference: versions now - kWindow + 1 .. now are kept.
     std::vector<float> applied = g;
+    std::vector<float> lambda(4, kLambda);
+    for (int i = 0; adaptive && i < 4; ++i) {
+      mean_square[i] = 0.95f * mean_square[i] + 0.05f * g[i] * g[i];
+      lambda[i] = kLambda / std::sqrt(mean_square[i] + 1e-7f);
+    }
     if (base < now) {
       if (now - base < kWindow) {
         for (int i = 0; i < 4; ++i) {
-          applied[i] = g[i] + kLambda * g[i] * g[i] * (w[i] - history[base][i]);
+          applied[i] =
+              g[i] + lambda[i] * g[i] * g[i] * (w[i] - history[base][i]);
         }
         ++compensated;
       } else {
@@ -115,6 +126,14 @@ TEST_F(DelayCompensationTest, MatchesTheFormulaOverASeededRun) {
   EXPECT_GT(uncompensated, 10);
   EXPECT_EQ(store_.Counters()[ShardCounter::kCompensated], compensated);
   EXPECT_EQ(store_.Counters()[ShardCounter::kUncompensated], uncompensated);
+}
+
+TEST_F(DelayCompensationTest, MatchesTheFormulaOverASeededRun) {
+  MatchesTheFormula(/*adaptive=*/false);
+}
+
+TEST_F(DelayCompensationTest, AdaptiveLambdaMatchesTheFormulaOverASeededRun) {
+  MatchesTheFormula(/*adaptive=*/true);
 }
 
 // Lambda 0 is plain async SGD, whatever the staleness.
@@ -135,8 +154,16 @@ TEST(StalePolicy, DelayCompensationParsesAndRefusesBadValues) {
   p = ParseStalePolicy("dc:2:1024");
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->dc_window, 1024);
-  for (const char* bad : {"dc:", "dc:-1", "dc:inf", "dc:x", "dc:1:0",
-                          "dc:1:1025", "dc:1:2:3", "dc:1:x"}) {
+  EXPECT_FALSE(p->dc_adaptive);
+  p = ParseStalePolicy("dca:0.5:8");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->kind, StalePolicy::kCompensate);
+  EXPECT_TRUE(p->dc_adaptive);
+  EXPECT_FLOAT_EQ(p->dc_lambda, 0.5f);
+  EXPECT_EQ(p->dc_window, 8);
+  for (const char* bad :
+       {"dc:", "dc:-1", "dc:inf", "dc:x", "dc:1:0", "dc:1:1025", "dc:1:2:3",
+        "dc:1:x", "dca:", "dca:-1", "dca:1:0", "dca", "dcb:1"}) {
     EXPECT_FALSE(ParseStalePolicy(bad).ok()) << bad;
   }
 }
