@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "worker/allreduce_exchange.h"
+#include "worker/local_steps_exchange.h"
 #include "worker/ps_exchange.h"
 
 namespace asyncps {
@@ -12,14 +13,23 @@ std::unique_ptr<GradientExchange> MakeExchange(
     std::vector<std::vector<int>> layer_tensors) {
   if (config.mode != Mode::kAllreduce) {
     auto exchange = std::make_unique<PsExchange>(
-        worker.client.get(), std::move(layer_tensors), config.Exchange(),
+        worker.client.get(), layer_tensors, config.Exchange(),
         /*steps=*/config.mode == Mode::kBsp);
     // The shards draw the same initial weights from the spec's
     // initializers as ps_worker's declaration did.
     PsExchange::LostModelAtStart lost;
     lost.declare = [ps = worker.ps] { return ps->DeclareModel(ps->spec()); };
     exchange->set_lost_model_at_start(std::move(lost));
-    return exchange;
+    if (config.outer.kind == WorkerConfig::Outer::kNone) return exchange;
+    LocalStepsConfig local;
+    local.outer = config.outer.kind == WorkerConfig::Outer::kEasgd
+                      ? LocalStepsConfig::kEasgd
+                      : LocalStepsConfig::kDiloco;
+    local.local_steps = config.outer.local_steps;
+    local.inner = config.optimizer;
+    local.alpha = config.outer.alpha;
+    return std::make_unique<LocalStepsExchange>(local, std::move(exchange),
+                                                std::move(layer_tensors));
   }
   AllreduceConfig ar;
   ar.rank = config.rank;

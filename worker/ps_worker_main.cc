@@ -57,7 +57,18 @@ ABSL_FLAG(std::string, precision, "fp32",
 ABSL_FLAG(std::string, layers, "784,256,128,10",
           "MLP layer sizes, input first, classes last.");
 ABSL_FLAG(std::string, optimizer, "momentum",
-          "Server-side optimizer: sgd, momentum, nesterov, adam, adagrad.");
+          "Server-side optimizer: sgd, momentum, nesterov, adam, adagrad "
+          "(with --outer, the worker's own inner optimizer).");
+ABSL_FLAG(std::string, outer, "none",
+          "none, diloco or easgd: --local_steps steps here with --optimizer, "
+          "then one exchange; the servers apply the outer optimizer "
+          "(docs/MODES.md \"Outer optimizers\").");
+ABSL_FLAG(int, local_steps, 1, "--outer: steps between exchanges (>= 1).");
+ABSL_FLAG(double, outer_lr, 0.7, "--outer=diloco: the outer Nesterov rate.");
+ABSL_FLAG(double, outer_momentum, 0.9,
+          "--outer=diloco: the outer Nesterov momentum, in [0, 1).");
+ABSL_FLAG(double, alpha, 0.0,
+          "--outer=easgd: the moving rate, in (0, 1); 0: 0.9 / num_workers.");
 ABSL_FLAG(double, lr, 0.02, "Learning rate.");
 ABSL_FLAG(double, momentum, 0.9, "Momentum for momentum and nesterov.");
 ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay.");
@@ -158,6 +169,11 @@ WorkerFlags FlagsFromCommandLine() {
   c.momentum = absl::GetFlag(FLAGS_momentum);
   c.weight_decay = absl::GetFlag(FLAGS_weight_decay);
   c.lr_decay = absl::GetFlag(FLAGS_lr_decay);
+  c.outer = absl::GetFlag(FLAGS_outer);
+  c.local_steps = absl::GetFlag(FLAGS_local_steps);
+  c.outer_lr = absl::GetFlag(FLAGS_outer_lr);
+  c.outer_momentum = absl::GetFlag(FLAGS_outer_momentum);
+  c.alpha = absl::GetFlag(FLAGS_alpha);
   c.batch_size = absl::GetFlag(FLAGS_batch_size);
   c.accumulate = absl::GetFlag(FLAGS_accumulate);
   c.epochs = absl::GetFlag(FLAGS_epochs);

@@ -236,7 +236,9 @@ absl::Status Train(const TrainerConfig& config, Mlp* model, DataLoader* loader,
       loader->Skip((done_clock - config.start_clock) * config.accumulate,
                    config.batch_size);
     }
-    if (config.steps_done != nullptr) config.steps_done->store(done_clock);
+    if (config.steps_done != nullptr) {
+      config.steps_done->store(done_clock / config.local_steps);
+    }
   }
   *result = TrainerResult();
   RunProgress progress(config, loader);
@@ -262,7 +264,9 @@ absl::Status Train(const TrainerConfig& config, Mlp* model, DataLoader* loader,
          {{"step", clock}});
     // Where the exchange says the job is (StepStats::next_clock).
     done_clock = stats.next_clock >= 0 ? stats.next_clock : clock;
-    if (config.steps_done != nullptr) config.steps_done->store(done_clock);
+    if (config.steps_done != nullptr) {
+      config.steps_done->store(done_clock / config.local_steps);
+    }
     if (config.on_step) {
       config.on_step(
           Report(c, stats, exchange_start, exchange_end, done_clock));

@@ -58,8 +58,11 @@ struct TrainerConfig {
   // updates shared by all workers (async and ssp, where fast workers should
   // do more of the work than stragglers).
   int64_t stop_at_version = 0;
-  // If set, holds the steps this rank completed, for heartbeats.
+  // If set, holds the steps this rank completed, for heartbeats, in the
+  // servers' clock: divided by `local_steps` (--outer: the exchange counts
+  // rounds of that many steps; start_clock is in steps).
   std::atomic<int64_t>* steps_done = nullptr;
+  int local_steps = 1;
   // If set, told about every step (the worker's progress reports).
   std::function<void(const StepReport&)> on_step;
   // If set, each step's phases are spans here: data, compute (one span per

@@ -1,5 +1,6 @@
 #include "worker/worker_config.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -167,6 +168,56 @@ absl::StatusOr<v1::OptimizerSpec> OptimizerFromFlags(const WorkerFlags& flags) {
   return o;
 }
 
+absl::StatusOr<WorkerConfig::Outer> OuterFromFlags(const WorkerFlags& f,
+                                                   Mode mode) {
+  WorkerConfig::Outer o;
+  if (f.outer == "none") return o;
+  if (f.outer != "diloco" && f.outer != "easgd") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--outer=", f.outer, " (want none, diloco, easgd)"));
+  }
+  if (f.local_steps < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--local_steps=", f.local_steps, " (must be >= 1)"));
+  }
+  if (mode == Mode::kAllreduce || (f.outer == "easgd" && mode == Mode::kBsp)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--outer=", f.outer, " runs in ",
+        f.outer == "easgd" ? "async and ssp" : "async, ssp and bsp",
+        ", not --mode=", ModeName(mode)));
+  }
+  o.local_steps = f.local_steps;
+  if (f.outer == "easgd") {
+    o.kind = WorkerConfig::Outer::kEasgd;
+    o.alpha = static_cast<float>(
+        f.alpha == 0.0 ? 0.9 / std::max(1, f.num_workers) : f.alpha);
+    o.optimizer.set_kind(v1::OptimizerSpec::ELASTIC);
+    o.optimizer.set_learning_rate(o.alpha);
+  } else {
+    o.kind = WorkerConfig::Outer::kDiloco;
+    o.optimizer.set_learning_rate(static_cast<float>(f.outer_lr));
+    o.optimizer.set_momentum(static_cast<float>(f.outer_momentum));
+    if (mode == Mode::kBsp) {
+      o.optimizer.set_kind(v1::OptimizerSpec::MOMENTUM);
+      o.optimizer.set_nesterov(true);
+    } else {
+      o.optimizer.set_kind(v1::OptimizerSpec::DELAYED_NESTEROV);
+      o.optimizer.set_delay(std::max(1, f.num_workers));
+    }
+    if (!(f.outer_lr > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--outer_lr=", f.outer_lr, " (must be > 0)"));
+    }
+  }
+  absl::Status valid = ValidateOptimizer(o.optimizer);
+  if (!valid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--outer=", f.outer,
+        " (--outer_lr, --outer_momentum, --alpha): ", valid.message()));
+  }
+  return o;
+}
+
 absl::StatusOr<WorkerConfig> WorkerConfig::Parse(const WorkerFlags& f) {
   WorkerConfig c;
   ASSIGN_OR_RETURN(c.role, ParseRole(f.role));
@@ -184,6 +235,7 @@ absl::StatusOr<WorkerConfig> WorkerConfig::Parse(const WorkerFlags& f) {
   c.servers = *std::move(servers);
   ASSIGN_OR_RETURN(c.layers, ParseLayers(f.layers));
   ASSIGN_OR_RETURN(c.optimizer, OptimizerFromFlags(f));
+  ASSIGN_OR_RETURN(c.outer, OuterFromFlags(f, c.mode));
   ASSIGN_OR_RETURN(c.precision, ParsePrecision(f.precision));
   ASSIGN_OR_RETURN(c.wire_dtype, ParseWireDtype(f.wire_dtype));
   ASSIGN_OR_RETURN(c.compress, ParseCompression(f.compress));

@@ -46,6 +46,11 @@ struct WorkerFlags {
   double momentum = 0.9;
   double weight_decay = 0.0;
   double lr_decay = 0.0;
+  std::string outer = "none";  // --outer: none, diloco, easgd.
+  int local_steps = 1;
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
+  double alpha = 0.0;  // 0: 0.9 / num_workers.
   int batch_size = 64;
   int accumulate = 1;
   int64_t epochs = 1;
@@ -116,8 +121,19 @@ struct WorkerConfig {
   DeviceChoice device;
   GemmPrecision precision = GemmPrecision::kFp32;
   std::vector<int> layers;  // Input first, classes last.
-  // --optimizer with --lr, --momentum, --weight_decay and --lr_decay.
+  // --optimizer with --lr, --momentum, --weight_decay and --lr_decay: the
+  // servers' optimizer, or with --outer the worker's inner one.
   v1::OptimizerSpec optimizer;
+  // --outer and its flags; `outer.optimizer` is what the model is declared
+  // with when `outer.kind` is not kNone.
+  struct Outer {
+    enum Kind { kNone, kDiloco, kEasgd };
+    Kind kind = kNone;
+    int local_steps = 1;
+    v1::OptimizerSpec optimizer;
+    float alpha = 0.0f;  // kEasgd.
+  };
+  Outer outer;
   int batch_size = 0;
   int accumulate = 1;
   int64_t epochs = 1;
@@ -158,6 +174,13 @@ struct WorkerConfig {
   // "gloo" or "nccl".
   std::string CollectiveKind(int cuda_device) const;
 };
+
+// --outer and its flags for `mode`, or INVALID_ARGUMENT naming the bad one:
+// the servers' optimizer (diloco: momentum with nesterov in bsp,
+// delayed_nesterov with delay --num_workers in async and ssp; easgd:
+// elastic, async and ssp only; none in allreduce).
+absl::StatusOr<WorkerConfig::Outer> OuterFromFlags(const WorkerFlags& flags,
+                                                   Mode mode);
 
 // The optimizer of --optimizer and its hyper-parameter flags, or
 // INVALID_ARGUMENT naming the bad one.

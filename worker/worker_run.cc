@@ -124,7 +124,9 @@ TrainerConfig TrainerConfigFor(const WorkerConfig& config, const Dataset& data,
     tc.epochs = std::numeric_limits<int64_t>::max();
   }
   tc.log_every = config.log_every;
-  tc.start_clock = membership->start_clock();
+  // The servers count an --outer worker's rounds (one exchange each).
+  tc.local_steps = config.outer.local_steps;
+  tc.start_clock = membership->start_clock() * tc.local_steps;
   tc.slowdown = config.slowdown;
   tc.stop_at_version = config.stop_at_version;
   tc.steps_done = membership->clock();
@@ -229,7 +231,9 @@ absl::Status Train(const WorkerConfig& flags, const v1::ModelSpec& spec,
   DataLoader loader(&data, config.rank, config.num_workers, config.seed,
                     config.max_train_examples);
   // A replacement picks the rank's share up where the job has it.
-  loader.Skip(membership->start_clock() * config.accumulate, config.batch_size);
+  loader.Skip(
+      membership->start_clock() * config.outer.local_steps * config.accumulate,
+      config.batch_size);
   Mlp model(backend, config.layers, config.batch_size);
   std::unique_ptr<GradientExchange> exchange = MakeExchange(
       config, worker, backend->cuda_device(), model.LayerTensors());
@@ -368,8 +372,11 @@ absl::Status RunWorker(const WorkerConfig& config, std::atomic<bool>* stop,
                             eval_metrics.get(), EveryWorkerFinished(worker));
   }
   return Train(config,
-               MlpSpec(layers, config.optimizer, config.seed,
-                       config.slice_bytes, client->num_shards()),
+               MlpSpec(layers,
+                       config.outer.kind == WorkerConfig::Outer::kNone
+                           ? config.optimizer
+                           : config.outer.optimizer,
+                       config.seed, config.slice_bytes, client->num_shards()),
                worker, backend.get(), data, stop, endpoint.get(),
                timeline.get());
 }

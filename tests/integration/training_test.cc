@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -113,6 +114,55 @@ TEST(Training, DelayCompensatedAsyncLearns) {
   EXPECT_EQ(compensated, stale);
   EXPECT_GT(stale, 0);
 }
+
+// --outer (issue #42, docs/MODES.md "Outer optimizers"): ps_worker's local
+// steps with its own momentum SGD, one exchange every 4 steps, the servers
+// applying the outer optimizer: each policy learns, the servers apply one
+// update a round, and the workers send about a quarter of the bytes. The
+// arithmetic is outer_test.py's (against a plain-PyTorch reference).
+class OuterTraining
+    : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+
+TEST_P(OuterTraining, Learns) {
+  const auto [outer, mode] = GetParam();
+  auto cluster = TestCluster::Start(2, {absl::StrCat("--mode=", mode)});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  ASSERT_NO_FATAL_FAILURE(
+      StartTwo(**cluster,
+               {absl::StrCat("--mode=", mode), absl::StrCat("--outer=", outer),
+                "--local_steps=4", "--max_train_examples=2000", "--epochs=2",
+                "--optimizer=sgd", "--lr=0.05"},
+               &workers));
+  double steps = 0;
+  for (auto& w : workers) {
+    auto done = Finish(*w);
+    ASSERT_TRUE(done.ok()) << done.status();
+    steps = Number(*done, "steps");
+    const double every_step = Number(*done, "steps") * 235146 * 4;
+    EXPECT_LT(Number(*done, "sent_bytes"), every_step / 3.5)
+        << done->DebugString();
+  }
+  auto eval = EvaluateOnce(**cluster, {"--max_test_examples=2000"});
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  EXPECT_GT(Number(*eval, "accuracy"), 0.65) << eval->DebugString();
+  // One update a round: 2 workers' in async, both ranks' as one in bsp.
+  const double rounds = std::floor(steps / 4);
+  EXPECT_EQ(Number(*eval, "updates"),
+            std::string(mode) == "bsp" ? rounds : 2 * rounds)
+      << eval->DebugString();
+  std::printf("--outer=%s --mode=%s accuracy %.4f\n", outer, mode,
+              Number(*eval, "accuracy"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, OuterTraining,
+                         ::testing::Values(std::pair{"diloco", "bsp"},
+                                           std::pair{"diloco", "async"},
+                                           std::pair{"easgd", "async"}),
+                         [](const auto& info) {
+                           return absl::StrCat(info.param.first, "_",
+                                               info.param.second);
+                         });
 
 // Replicas of one container (docker-compose --scale) start with --rank=-1:
 // shard 0 assigns each the lowest rank not live, the other shard is told

@@ -186,6 +186,9 @@ TEST(WorkerConfig, BadChoiceNamesTheFlagAndTheValuesItTakes) {
       {[](WorkerFlags* c) { c->transport = "x"; },
        "--transport=x",
        {"tcp", "grpc"}},
+      {[](WorkerFlags* c) { c->outer = "x"; },
+       "--outer=x",
+       {"none", "diloco", "easgd"}},
   };
   for (const Case& c : cases) {
     WorkerFlags flags;
@@ -201,6 +204,62 @@ TEST(WorkerConfig, BadChoiceNamesTheFlagAndTheValuesItTakes) {
       EXPECT_NE(message.find(value), absl::string_view::npos)
           << c.flag << " does not name " << value << ": " << message;
     }
+  }
+}
+
+// --outer (docs/MODES.md "Outer optimizers"): the servers' optimizer each
+// choice declares, and the configurations refused, each naming its flag.
+TEST(WorkerConfig, OuterOptimizerFlags) {
+  WorkerFlags f;
+  f.outer = "diloco";
+  f.local_steps = 8;
+  f.num_workers = 4;
+  auto c = WorkerConfig::Parse(f);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->outer.kind, WorkerConfig::Outer::kDiloco);
+  EXPECT_EQ(c->outer.local_steps, 8);
+  EXPECT_EQ(c->outer.optimizer.kind(), v1::OptimizerSpec::DELAYED_NESTEROV);
+  EXPECT_EQ(c->outer.optimizer.delay(), 4);
+  EXPECT_FLOAT_EQ(c->outer.optimizer.learning_rate(), 0.7f);
+  EXPECT_EQ(c->optimizer.kind(), v1::OptimizerSpec::MOMENTUM);  // Inner.
+  f.mode = "bsp";
+  c = WorkerConfig::Parse(f);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->outer.optimizer.kind(), v1::OptimizerSpec::MOMENTUM);
+  EXPECT_TRUE(c->outer.optimizer.nesterov());
+  f.mode = "async";
+  f.outer = "easgd";
+  c = WorkerConfig::Parse(f);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->outer.optimizer.kind(), v1::OptimizerSpec::ELASTIC);
+  EXPECT_FLOAT_EQ(c->outer.alpha, 0.9f / 4);
+  const struct {
+    void (*set)(WorkerFlags*);
+    const char* words;
+  } bad[] = {
+      {[](WorkerFlags* f) { f->local_steps = 0; }, "--local_steps=0"},
+      {[](WorkerFlags* f) { f->mode = "bsp"; }, "not --mode=bsp"},
+      {[](WorkerFlags* f) { f->mode = "allreduce"; }, "not --mode=allreduce"},
+      {[](WorkerFlags* f) { f->alpha = 1.0; }, "--alpha"},
+      {[](WorkerFlags* f) {
+         f->outer = "diloco";
+         f->outer_momentum = 1.0;
+       },
+       "momentum"},
+      {[](WorkerFlags* f) {
+         f->outer = "diloco";
+         f->outer_lr = 0.0;
+       },
+       "--outer_lr=0"},
+  };
+  for (const auto& b : bad) {
+    WorkerFlags g = f;  // easgd, async, 4 workers.
+    b.set(&g);
+    const auto refused = WorkerConfig::Parse(g);
+    ASSERT_FALSE(refused.ok()) << b.words;
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find(b.words), absl::string_view::npos)
+        << refused.status();
   }
 }
 
