@@ -51,7 +51,10 @@ def parse_args():
                         "async+layered (--exchange), bsp+backupN "
                         "(--backup_workers=N on the servers), MODE+grpc "
                         "(--transport=grpc), async+scale, ssp+scale "
-                        "(--stale_policy=scale on the servers)")
+                        "(--stale_policy=scale on the servers), async+dc, "
+                        "async+dca (DC-ASGD, fixed or adaptive lambda 0.04), "
+                        "async+diloco, ssp+diloco, bsp+diloco, async+easgd "
+                        "(outer optimizers, 8 local steps; +diloco16: 16)")
     p.add_argument("--links", default="loopback",
                    help="loopback, or tc rates (1gbit, 100mbit): emulated "
                         "hosts with links of that rate")

@@ -170,7 +170,7 @@ def spread(values):
 def report(args, out, summary, pngs):
     cols = ["mode", "workers", "profile", "seed", "final_accuracy", "best_accuracy",
             "time_to_0.85", "time_to_0.88", "samples_per_s", "mean_staleness",
-            "dropped", "wall_s"]
+            "dropped", "wall_s", "sent_mb_per_worker"]
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write("# asyncps experiment\n\n")
         f.write("Command: `%s`\n\n" % " ".join(sys.argv))
@@ -178,7 +178,8 @@ def report(args, out, summary, pngs):
                 (args.samples, args.batch_size, args.shards, args.staleness))
         f.write("## Mean over seeds ± half the spread (min to max)\n\n")
         acols = ["final_accuracy", "best_accuracy", "time_to_0.85",
-                 "samples_per_s", "mean_staleness", "wall_s"]
+                 "samples_per_s", "mean_staleness", "wall_s",
+                 "sent_mb_per_worker"]
         f.write("| mode | workers | profile | seeds | " + " | ".join(acols) + " |\n")
         f.write("|" + " --- |" * (4 + len(acols)) + "\n")
         cells = list(dict.fromkeys((r["mode"], r["workers"], r["profile"])

@@ -16,6 +16,17 @@ from tools import ROOT  # first: it makes `asyncps` importable
 from asyncps import cluster as asyncps_cluster  # noqa: I100
 
 SYNC_MODES = ("bsp", "allreduce")
+# An outer optimizer's local steps a round, unless the variant names them
+# (async+diloco16).
+OUTER_LOCAL_STEPS = 8
+
+
+def local_steps(worker_flags):
+    """The steps a server update stands for: --local_steps, else 1."""
+    for flag in worker_flags:
+        if flag.startswith("--local_steps="):
+            return int(flag.split("=", 1)[1])
+    return 1
 NETEM = os.path.join(ROOT, "deploy", "netem_cluster.sh")
 
 
@@ -67,6 +78,17 @@ def variant_flags(label):
         return mode, ["--transport=grpc"], []
     if variant == "scale" and mode in ("async", "ssp"):
         return mode, [], ["--stale_policy=scale"]
+    if variant in ("dc", "dca") and mode in ("async", "ssp"):
+        return mode, [], ["--stale_policy=%s:0.04" % variant]
+    # Outer optimizers (docs/MODES.md): H local steps of plain SGD (lr
+    # 0.05) a round; diloco in async, ssp (delayed Nesterov) and bsp
+    # (synchronous), easgd in async and ssp.
+    m = re.fullmatch(r"(diloco|easgd)([0-9]*)", variant)
+    if m and (mode in ("async", "ssp") or
+              (mode == "bsp" and m.group(1) == "diloco")):
+        return mode, ["--outer=" + m.group(1), "--local_steps=%d" % int(
+            m.group(2) or OUTER_LOCAL_STEPS), "--optimizer=sgd",
+            "--lr=0.05"], []
     m = re.fullmatch(r"backup([0-9]+)", variant)
     if m and mode == "bsp":
         return mode, [], ["--backup_workers=" + m.group(1)]
@@ -215,8 +237,10 @@ class Run:
             budget = ["--steps=%d" % max(
                 1, args.samples // (workers * args.batch_size))]
         else:
+            # An update of an outer optimizer is a round of local steps.
             budget = ["--steps=1000000000", "--stop_at_version=%d" % max(
-                1, args.samples // args.batch_size)]
+                1, args.samples // (args.batch_size *
+                                    local_steps(self.worker_flags)))]
         profile = self.profile
         slow = float(profile.split(":")[1]) if profile.startswith("slow:") \
             else 1.0
@@ -286,11 +310,14 @@ class Run:
             "samples_per_s": "%.0f" % throughput,
             "mean_staleness": "%.3f" % staleness,
             "dropped": dropped, "wall_s": "%.1f" % wall, "samples": samples,
+            "sent_mb_per_worker": "%.1f" % (
+                sum(d.get("sent_bytes", 0) for d in done) / len(done) / 1e6),
         }
 
     def _curve_rows(self):
         """The evaluator's curve, with the samples seen at each point."""
-        per_update = self.args.batch_size * (
+        per_update = self.args.batch_size * local_steps(
+            self.worker_flags) * (
             self.workers if self.mode in SYNC_MODES else 1)
         rows = []
         with open(self.curve) as f:
