@@ -250,7 +250,12 @@ void Client::ReportProgress(const Progress& p) {
   w.set_data_seconds(p.data_seconds);
   w.set_compute_seconds(p.compute_seconds);
   w.set_exchange_seconds(p.exchange_seconds);
+  w.set_steps_per_second(p.steps_per_second);
   m->Report(w);
+}
+double Client::FastestStepsPerSecond() const {
+  MembershipClient* m = impl_->membership();
+  return m == nullptr ? 0.0 : m->fastest_steps_per_second();
 }
 absl::Status Client::Pull(const std::vector<std::string>& names,
                           const std::vector<absl::Span<float>>& out,

@@ -82,6 +82,9 @@ absl::Status MembershipClient::Heartbeat(int shard, bool leaving) {
   const absl::Status s =
       client_->GrpcAttempt<v1::HeartbeatRequest, v1::HeartbeatResponse>(
           {&call}, ASYNCPS_RPC(Heartbeat))[0];
+  if (s.ok() && call.response.fastest_steps_per_second() > 0) {
+    fastest_.store(call.response.fastest_steps_per_second());
+  }
   return Annotate(s, absl::StrCat("Heartbeat to shard ", shard));
 }
 

@@ -51,6 +51,10 @@ class MembershipClient {
     progress_ = progress;
   }
 
+  // What the last heartbeat answered of the job's fastest worker
+  // (HeartbeatResponse.fastest_steps_per_second; 0 before one).
+  double fastest_steps_per_second() const { return fastest_.load(); }
+
   // Stops heartbeating and says, with the final clock, that this worker is
   // leaving. Idempotent.
   void Leave();
@@ -69,6 +73,7 @@ class MembershipClient {
   const absl::Duration heartbeat_every_;
   int64_t start_clock_ = 0;
   std::atomic<int64_t> clock_{0};
+  std::atomic<double> fastest_{0};
   absl::Mutex mu_;
   std::vector<int64_t> incarnations_ ABSL_GUARDED_BY(mu_);
   v1::WorkerProgress progress_ ABSL_GUARDED_BY(mu_);

@@ -335,8 +335,10 @@ absl::StatusOr<v1::RegisterResponse> Consistency::Register(
                                  : membership_->Register(request);
 }
 
-absl::Status Consistency::Heartbeat(const v1::HeartbeatRequest& request) {
+absl::Status Consistency::Heartbeat(const v1::HeartbeatRequest& request,
+                                    v1::HeartbeatResponse* response) {
   RETURN_IF_ERROR(membership_->Heartbeat(request));
+  response->set_fastest_steps_per_second(membership_->FastestStepsPerSecond());
   if (request.leaving() && replication_ != nullptr) {
     replication_->MembershipChanged();
   }

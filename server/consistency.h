@@ -155,7 +155,10 @@ class Consistency {
   // backup knows the job's workers and their secrets).
   absl::StatusOr<v1::RegisterResponse> Register(
       const v1::RegisterRequest& request);
-  absl::Status Heartbeat(const v1::HeartbeatRequest& request);
+  // `response` gets the job's fastest worker's rate
+  // (Membership::FastestStepsPerSecond).
+  absl::Status Heartbeat(const v1::HeartbeatRequest& request,
+                         v1::HeartbeatResponse* response);
   // OK unless this shard is a replicated group's member that is not its
   // primary now (then UNAVAILABLE naming the primary): what calls that
   // touch no weights (Register, Heartbeat) check.

@@ -151,6 +151,18 @@ absl::Status Membership::Heartbeat(const v1::HeartbeatRequest& request) {
   return absl::OkStatus();
 }
 
+double Membership::FastestStepsPerSecond() const {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  double fastest = 0;
+  for (const auto& [rank, w] : workers_) {
+    if (Live(w, now) && !w.left) {
+      fastest = std::max(fastest, w.progress.steps_per_second());
+    }
+  }
+  return fastest;
+}
+
 absl::Status Membership::Authorize(int rank, uint64_t secret, int64_t clock,
                                    bool anyone) {
   if (rank < 0) {

@@ -79,6 +79,10 @@ class Membership {
 
   std::vector<v1::WorkerInfo> Workers() const;
 
+  // The highest progress.steps_per_second among the live workers that have
+  // not left, as their last heartbeats said; 0 if none said one.
+  double FastestStepsPerSecond() const;
+
   // Live workers now, and the lowest and highest clock among them (0 if
   // none is live).
   int LiveCount() const;

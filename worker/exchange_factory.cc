@@ -28,6 +28,10 @@ std::unique_ptr<GradientExchange> MakeExchange(
     local.local_steps = config.outer.local_steps;
     local.inner = config.optimizer;
     local.alpha = config.outer.alpha;
+    local.dynamic = config.outer.dynamic;
+    local.fastest = [client = worker.client.get()] {
+      return client->FastestStepsPerSecond();
+    };
     return std::make_unique<LocalStepsExchange>(local, std::move(exchange),
                                                 std::move(layer_tensors));
   }

@@ -1,10 +1,19 @@
 #include "worker/local_steps_exchange.h"
 
+#include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "common/status_macros.h"
 
 namespace asyncps {
+
+int DynamicRoundSteps(int local_steps, double mine, double fastest) {
+  if (!(mine > 0) || !(fastest > 0)) return local_steps;
+  const double scaled = std::round(local_steps * mine / fastest);
+  return static_cast<int>(
+      std::clamp(scaled, 1.0, static_cast<double>(local_steps)));
+}
 
 LocalStepsExchange::LocalStepsExchange(
     const LocalStepsConfig& config, std::unique_ptr<GradientExchange> servers,
@@ -16,7 +25,11 @@ LocalStepsExchange::LocalStepsExchange(
 absl::Status LocalStepsExchange::Start(std::vector<std::vector<float>>* weights,
                                        int64_t clock) {
   answer_ = *weights;  // Sized as the model's tensors.
-  RETURN_IF_ERROR(servers_->Start(&answer_, clock / config_.local_steps));
+  round_ = clock / config_.local_steps;
+  RETURN_IF_ERROR(servers_->Start(&answer_, round_));
+  round_steps_ = config_.local_steps;
+  done_ = 0;
+  round_start_ = config_.clock->Now();
   *weights = answer_;
   anchor_ = answer_;
   pushed_ = answer_;
@@ -47,8 +60,17 @@ absl::Status LocalStepsExchange::FinishStep(
                     absl::MakeSpan((*weights)[t]));
   }
   grads_ = nullptr;
-  if (clock % config_.local_steps != 0) return absl::OkStatus();
-  return Exchange(clock / config_.local_steps, weights, stats);
+  if (++done_ < round_steps_) return absl::OkStatus();
+  RETURN_IF_ERROR(Exchange(++round_, weights, stats));
+  const absl::Time now = config_.clock->Now();
+  const double seconds = absl::ToDoubleSeconds(now - round_start_);
+  if (config_.dynamic && config_.fastest && seconds > 0) {
+    round_steps_ = DynamicRoundSteps(config_.local_steps, done_ / seconds,
+                                     config_.fastest());
+  }
+  done_ = 0;
+  round_start_ = now;
+  return absl::OkStatus();
 }
 
 absl::Status LocalStepsExchange::Exchange(
@@ -65,7 +87,10 @@ absl::Status LocalStepsExchange::Exchange(
     servers_->LayerReady(static_cast<int>(layer), pushed_, round);
   }
   RETURN_IF_ERROR(servers_->FinishStep(round, &answer_, stats));
-  if (stats->next_clock >= 0) stats->next_clock *= config_.local_steps;
+  if (stats->next_clock >= 0) {  // bsp: the job is further on.
+    round_ = stats->next_clock;
+    stats->next_clock *= config_.local_steps;
+  }
   if (config_.outer == LocalStepsConfig::kEasgd) {
     // x -= alpha / (1 - alpha) * (x - centre): alpha * (x - the centre the
     // push met).
@@ -84,7 +109,7 @@ absl::Status LocalStepsExchange::Exchange(
 }
 
 absl::Status LocalStepsExchange::Finish(int64_t clock) {
-  return servers_->Finish(clock / config_.local_steps);
+  return servers_->Finish(round_);
 }
 
 }  // namespace asyncps

@@ -9,10 +9,13 @@
 #define ASYNCPS_WORKER_LOCAL_STEPS_EXCHANGE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/optimizer.h"
 #include "proto/asyncps.pb.h"
 #include "worker/exchange.h"
@@ -25,7 +28,20 @@ struct LocalStepsConfig {
   int local_steps = 1;      // >= 1.
   v1::OptimizerSpec inner;  // Applied here, each step.
   float alpha = 0.5f;       // kEasgd: the moving rate, in (0, 1).
+  // Dynamic local updates (asynchronous DiLoCo, Liu et al. 2024): each
+  // round takes max(1, round(local_steps * mine / fastest)) steps, capped
+  // at local_steps, where mine is this worker's steps a second over its
+  // last round (exchange included) and fastest what `fastest` says of the
+  // job's fastest worker (0: unknown, a round of local_steps).
+  bool dynamic = false;
+  std::function<double()> fastest;
+  Clock* clock = Clock::Real();  // Borrowed; times the rounds.
 };
+
+// The steps of a dynamic round (LocalStepsConfig::dynamic): `local_steps`
+// scaled by mine / fastest, rounded, in [1, local_steps]; local_steps when
+// either rate is unknown (<= 0).
+int DynamicRoundSteps(int local_steps, double mine, double fastest);
 
 // Not thread-safe: the trainer's thread calls it, as any exchange.
 class LocalStepsExchange : public GradientExchange {
@@ -63,6 +79,10 @@ class LocalStepsExchange : public GradientExchange {
   std::vector<std::vector<float>> answer_;
   std::vector<std::vector<float>> pushed_;  // What the round pushes.
   std::vector<OptimizerSlots> slots_;       // The inner optimizer's state.
+  int64_t round_ = 0;       // Rounds exchanged so far (the servers' clock).
+  int round_steps_ = 1;     // Steps this round takes.
+  int done_ = 0;            // Steps taken this round.
+  absl::Time round_start_;  // When this round's first step began.
   const std::vector<std::vector<float>>* grads_ = nullptr;  // This step's.
 };
 

@@ -64,6 +64,9 @@ ABSL_FLAG(std::string, outer, "none",
           "then one exchange; the servers apply the outer optimizer "
           "(docs/MODES.md \"Outer optimizers\").");
 ABSL_FLAG(int, local_steps, 1, "--outer: steps between exchanges (>= 1).");
+ABSL_FLAG(bool, dynamic_local_steps, false,
+          "--outer=diloco --mode=async: each round takes --local_steps scaled "
+          "by this worker's steps/s over the fastest worker's (at least 1).");
 ABSL_FLAG(double, outer_lr, 0.7, "--outer=diloco: the outer Nesterov rate.");
 ABSL_FLAG(double, outer_momentum, 0.9,
           "--outer=diloco: the outer Nesterov momentum, in [0, 1).");
@@ -171,6 +174,7 @@ WorkerFlags FlagsFromCommandLine() {
   c.lr_decay = absl::GetFlag(FLAGS_lr_decay);
   c.outer = absl::GetFlag(FLAGS_outer);
   c.local_steps = absl::GetFlag(FLAGS_local_steps);
+  c.dynamic_local_steps = absl::GetFlag(FLAGS_dynamic_local_steps);
   c.outer_lr = absl::GetFlag(FLAGS_outer_lr);
   c.outer_momentum = absl::GetFlag(FLAGS_outer_momentum);
   c.alpha = absl::GetFlag(FLAGS_alpha);

@@ -171,6 +171,11 @@ absl::StatusOr<v1::OptimizerSpec> OptimizerFromFlags(const WorkerFlags& flags) {
 absl::StatusOr<WorkerConfig::Outer> OuterFromFlags(const WorkerFlags& f,
                                                    Mode mode) {
   WorkerConfig::Outer o;
+  if (f.dynamic_local_steps && (f.outer != "diloco" || mode != Mode::kAsync)) {
+    return absl::InvalidArgumentError(
+        "--dynamic_local_steps is asynchronous DiLoCo's: --outer=diloco "
+        "--mode=async (ssp's bound and bsp's steps count rounds)");
+  }
   if (f.outer == "none") return o;
   if (f.outer != "diloco" && f.outer != "easgd") {
     return absl::InvalidArgumentError(
@@ -187,6 +192,7 @@ absl::StatusOr<WorkerConfig::Outer> OuterFromFlags(const WorkerFlags& f,
         ", not --mode=", ModeName(mode)));
   }
   o.local_steps = f.local_steps;
+  o.dynamic = f.dynamic_local_steps;
   if (f.outer == "easgd") {
     o.kind = WorkerConfig::Outer::kEasgd;
     o.alpha = static_cast<float>(

@@ -48,6 +48,7 @@ struct WorkerFlags {
   double lr_decay = 0.0;
   std::string outer = "none";  // --outer: none, diloco, easgd.
   int local_steps = 1;
+  bool dynamic_local_steps = false;
   double outer_lr = 0.7;
   double outer_momentum = 0.9;
   double alpha = 0.0;  // 0: 0.9 / num_workers.
@@ -130,6 +131,7 @@ struct WorkerConfig {
     enum Kind { kNone, kDiloco, kEasgd };
     Kind kind = kNone;
     int local_steps = 1;
+    bool dynamic = false;  // --dynamic_local_steps.
     v1::OptimizerSpec optimizer;
     float alpha = 0.0f;  // kEasgd.
   };

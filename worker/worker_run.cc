@@ -142,6 +142,7 @@ std::function<void(const StepReport&)> HeartbeatProgress(
     v1::WorkerProgress progress;
     absl::Time window_start;
     int64_t window_samples = 0;
+    int64_t window_steps = 0;
   };
   auto state = std::make_shared<State>();
   state->window_start = clock->Now();
@@ -158,11 +159,13 @@ std::function<void(const StepReport&)> HeartbeatProgress(
     progress.set_dropped(progress.dropped() + r.pushed.dropped);
     progress.set_staleness(r.pushed.MeanStaleness());
     state->window_samples += r.samples;
+    ++state->window_steps;
     const absl::Time now = clock->Now();
     if (now - state->window_start >= absl::Seconds(1)) {
-      progress.set_samples_per_second(
-          state->window_samples /
-          absl::ToDoubleSeconds(now - state->window_start));
+      const double seconds = absl::ToDoubleSeconds(now - state->window_start);
+      progress.set_samples_per_second(state->window_samples / seconds);
+      progress.set_steps_per_second(state->window_steps / seconds);
+      state->window_steps = 0;
       if (metrics != nullptr) metrics->SetRate(progress.samples_per_second());
       state->window_start = now;
       state->window_samples = 0;

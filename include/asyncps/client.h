@@ -250,6 +250,7 @@ struct Progress {
   double data_seconds = 0;
   double compute_seconds = 0;
   double exchange_seconds = 0;
+  double steps_per_second = 0;  // Recently (an outer optimizer's local steps).
 };
 
 // One tensor's optimizer state on the servers: `slot1` (momentum's
@@ -314,6 +315,9 @@ class Client {
   void EndStep();
   // What the next heartbeats report of this worker (a reader: nothing).
   void ReportProgress(const Progress& progress);
+  // The job's fastest worker's steps_per_second, as the last heartbeat's
+  // answer said (0: none known yet; a reader: 0).
+  double FastestStepsPerSecond() const;
 
   // The optimizer state of `names` as the servers hold it now (nothing
   // waits), one per name.

@@ -47,10 +47,13 @@ class Outer:
     arithmetic. Not thread-safe: the optimizer's thread uses it."""
 
     def __init__(self, outer, mode, num_workers, local_steps, outer_lr,
-                 outer_momentum, alpha):
+                 outer_momentum, alpha, dynamic=False, rates=None):
         """ValueError for an unknown `outer`, local_steps < 1, a learning
-        rate, momentum or alpha out of range, or easgd in bsp (or any
-        outer optimizer in allreduce)."""
+        rate, momentum or alpha out of range, easgd in bsp (or any outer
+        optimizer in allreduce), or `dynamic` other than with diloco in
+        async. `dynamic`: each round takes local_steps scaled by this
+        worker's rate over the job's fastest (DynamicRoundSteps), the two
+        from `rates()` as (mine, fastest) steps a second."""
         if outer not in OUTERS:
             raise ValueError(f"outer = {outer!r} (want one of {OUTERS})")
         if (isinstance(local_steps, bool) or not isinstance(local_steps, int)
@@ -64,9 +67,17 @@ class Outer:
             raise ValueError(
                 "outer='easgd' is asynchronous EASGD (async, ssp); for a "
                 "synchronous outer step use outer='diloco' in bsp")
+        if dynamic and (outer != "diloco" or mode != "async"):
+            raise ValueError(
+                "dynamic_local_steps is asynchronous DiLoCo's: outer="
+                "'diloco' in mode async (ssp's bound and bsp's steps count "
+                "rounds)")
         self.outer = outer
         self.mode = mode
         self.local_steps = local_steps
+        self.dynamic = bool(dynamic)
+        self._rates = rates
+        self.round_steps = local_steps  # This round's.
         self._done = 0  # Local steps since the last exchange.
         if outer == "diloco":
             self.lr = _number("outer_lr", outer_lr, 0, math.inf,
@@ -95,11 +106,15 @@ class Outer:
                         for n, w in weights.items()}
 
     def due(self):
-        """Counts one local step; True when it ends a round."""
+        """Counts one local step; True when it ends a round (and then,
+        with `dynamic`, sizes the next one)."""
         self._done += 1
-        if self._done < self.local_steps:
+        if self._done < self.round_steps:
             return False
         self._done = 0
+        if self.dynamic and self._rates is not None:
+            self.round_steps = dynamic_round_steps(self.local_steps,
+                                                   *self._rates())
         return True
 
     def pushed(self, local):
@@ -157,6 +172,15 @@ class Outer:
                 x = sent[n]
                 a[...] = x - share * (x - a)
         self.start_round(answer)
+
+
+def dynamic_round_steps(local_steps, mine, fastest):
+    """Dynamic local updates (Liu et al. 2024): `local_steps` scaled by
+    this worker's rate over the fastest worker's, rounded, in [1,
+    local_steps]; local_steps while either rate is unknown (<= 0)."""
+    if not mine > 0 or not fastest > 0:
+        return local_steps
+    return int(min(local_steps, max(1, round(local_steps * mine / fastest))))
 
 
 def local_weights(params):

@@ -119,9 +119,13 @@ void BindRest(Bound& c) {
       .def("report", &PyClient::Report, py::arg("samples") = 0,
            py::arg("samples_per_second") = 0.0, py::arg("loss") = 0.0,
            py::arg("data_seconds") = 0.0, py::arg("compute_seconds") = 0.0,
-           py::arg("exchange_seconds") = 0.0,
+           py::arg("exchange_seconds") = 0.0, py::arg("steps_per_second") = 0.0,
            "What the next heartbeats tell the servers of this worker "
            "(psctl status, /metrics show it).")
+      .def_property_readonly(
+          "fastest_steps_per_second", &PyClient::FastestStepsPerSecond,
+          "The job's fastest worker's reported steps_per_second, as the "
+          "last heartbeat's answer said (0: none known yet).")
       .def_property_readonly("mode", &PyClient::mode,
                              "The servers' mode: async, ssp or bsp.")
       .def("leave", &PyClient::Leave, "Tells the servers this worker is done.")

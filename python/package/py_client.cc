@@ -241,8 +241,9 @@ void PyClient::PushPullInto(py::dict grads, py::dict out, py::object hyper) {
 
 void PyClient::Report(int64_t samples, double samples_per_second, double loss,
                       double data_seconds, double compute_seconds,
-                      double exchange_seconds) {
+                      double exchange_seconds, double steps_per_second) {
   Progress p;
+  p.steps_per_second = steps_per_second;
   p.samples = samples;
   p.samples_per_second = samples_per_second;
   p.loss = loss;

@@ -104,7 +104,10 @@ class PyClient {
 
   void Report(int64_t samples, double samples_per_second, double loss,
               double data_seconds, double compute_seconds,
-              double exchange_seconds);
+              double exchange_seconds, double steps_per_second);
+  double FastestStepsPerSecond() const {
+    return client_->FastestStepsPerSecond();
+  }
   std::string mode() const { return client_->mode(); }
   int rank() const { return client_->rank(); }
   int num_workers() const { return client_->num_workers(); }

@@ -43,6 +43,10 @@ running statistics are kept on the servers too, averaged over the workers.
 
 Embedding and EmbeddingBag are sparse tables on the servers whose rows train
 as backward() runs (docs/SPARSE.md).
+
+With outer="diloco" or "easgd" (and local_steps=H) the wrapped optimizer
+runs here instead, and every H-th step() exchanges with the servers, which
+apply an outer optimizer (docs/MODES.md "Outer optimizers").
 """
 
 import contextlib
@@ -75,7 +79,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, optimizer, client, named_parameters=None,
                  overlap=False, named_buffers=None, sync_buffers=True,
                  outer=None, local_steps=1, outer_lr=0.7, outer_momentum=0.9,
-                 alpha=None, **legacy):
+                 alpha=None, dynamic_local_steps=False, **legacy):
         """Wraps `optimizer` (see the module's doc). `overlap=True` pushes
         each gradient as backward produces it, on a background thread, and
         step() then only waits for them and pulls: faster where the network
@@ -95,6 +99,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         Nesterov step (`outer_lr`, `outer_momentum`; synchronous in bsp,
         with delayed momentum in async and ssp), or EASGD's elastic
         centre (`alpha`, the moving rate; by default 0.9 / num_workers).
+        `dynamic_local_steps` (diloco in async): each round takes
+        local_steps scaled by this worker's steps a second over the job's
+        fastest worker's (as the heartbeats report them), so a slow
+        worker's rounds take about as long as a fast one's.
 
         Raises ValueError for an optimizer or a parameter asyncps does not
         train, a bad outer configuration (naming it), TypeError for an
@@ -107,8 +115,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
             if overlap:
                 raise ValueError("overlap=True pushes every step's "
                                  "gradients; with outer= a step pushes none")
-            self._outer = Outer(outer, client.mode, client.num_workers,
-                                local_steps, outer_lr, outer_momentum, alpha)
+            self._outer = Outer(
+                outer, client.mode, client.num_workers, local_steps,
+                outer_lr, outer_momentum, alpha, dynamic_local_steps,
+                lambda: (self._progress.steps_per_second,
+                         client.fastest_steps_per_second))
         # With outer=, the wrapped optimizer runs here: any class will do.
         self._kind = (kinds.kind_of(optimizer) if self._outer is None
                       else None)
@@ -355,6 +366,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._progress.loss = float(loss)
         if self._outer is not None:
             self._opt.step()  # The inner optimizer, here.
+            self._progress.step()
             if self._outer.due():
                 self._outer_exchange()
             return loss

@@ -229,7 +229,7 @@ grpc::ServerUnaryReactor* ParameterServerService::Heartbeat(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!Admit(context, reactor)) return reactor;
   if (!Allowed(consistency_->ReplicaServing(), reactor)) return reactor;
-  absl::Status s = consistency_->Heartbeat(*request);
+  absl::Status s = consistency_->Heartbeat(*request, response);
   if (!s.ok()) store_->CountRejected();
   reactor->Finish(ToGrpcStatus(s));
   return reactor;

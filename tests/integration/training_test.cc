@@ -164,6 +164,41 @@ INSTANTIATE_TEST_SUITE_P(Policies, OuterTraining,
                                                info.param.second);
                          });
 
+// --dynamic_local_steps (asynchronous DiLoCo's dynamic local updates): a
+// worker 4x slower than the other takes shorter rounds, scaled by its rate
+// over the fastest one's that the heartbeats answer, so it pushes more
+// often per step than the fast worker (without it, as often: 1 push a
+// round of 8). Each worker's bytes sent per step say how often it pushed.
+TEST(Training, DynamicLocalStepsShortenTheSlowWorkersRounds) {
+  auto cluster = TestCluster::Start(2, {"--mode=async"});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  // Both for about as long (~6 s): the fast one 8 epochs at slowdown 4, the
+  // slow one 2 at 16 (the job's fastest rate is the fast one's while it
+  // runs, first reported after a second of it).
+  for (int rank = 0; rank < 2; ++rank) {
+    auto w = StartWorker(
+        **cluster, rank, 2,
+        {"--mode=async", "--outer=diloco", "--local_steps=8",
+         "--dynamic_local_steps", "--optimizer=sgd", "--lr=0.05",
+         "--max_train_examples=8000", "--batch_size=64",
+         "--heartbeat_every=100ms", rank == 0 ? "--epochs=8" : "--epochs=2",
+         rank == 0 ? "--slowdown=4" : "--slowdown=16"});
+    ASSERT_TRUE(w.ok()) << w.status();
+    workers.push_back(*std::move(w));
+  }
+  double bytes_per_step[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    auto done = Finish(*workers[rank]);
+    ASSERT_TRUE(done.ok()) << done.status();
+    bytes_per_step[rank] =
+        Number(*done, "sent_bytes") / Number(*done, "steps");
+  }
+  std::printf("bytes sent per step: fast %.0f, slow %.0f\n",
+              bytes_per_step[0], bytes_per_step[1]);
+  EXPECT_GT(bytes_per_step[1], 1.5 * bytes_per_step[0]);
+}
+
 // Replicas of one container (docker-compose --scale) start with --rank=-1:
 // shard 0 assigns each the lowest rank not live, the other shard is told
 // the same, and the job trains as with ranks given.

@@ -6,6 +6,7 @@ asynchronous EASGD; and the configurations they refuse."""
 
 import copy
 import threading
+import time
 
 import pytest
 import torch
@@ -231,7 +232,9 @@ def test_bad_outer_configurations_are_refused(shards):
             (dict(outer="diloco", outer_lr=-1.0), "outer_lr"),
             (dict(outer="diloco", outer_momentum=1.0), "outer_momentum"),
             (dict(outer="easgd"), "asynchronous EASGD"),
-            (dict(outer="diloco", overlap=True), "overlap=True")]:
+            (dict(outer="diloco", overlap=True), "overlap=True"),
+            (dict(outer="diloco", dynamic_local_steps=True),
+             "dynamic_local_steps is asynchronous DiLoCo's")]:
         with pytest.raises(ValueError, match=words):
             asyncps.torch.DistributedOptimizer(sgd, c, **kwargs)
     # The servers refuse an asynchronous outer kind in bsp, naming it.
@@ -243,6 +246,54 @@ def test_bad_outer_configurations_are_refused(shards):
     with pytest.raises(ValueError, match="delay"):
         c.declare(arrays, optimizer="delayed_nesterov", lr=0.7, delay=0)
     c.leave()
+
+
+def test_dynamic_round_steps():
+    from asyncps._torch_outer import dynamic_round_steps
+    assert dynamic_round_steps(8, 1.0, 4.0) == 2
+    assert dynamic_round_steps(8, 4.0, 4.0) == 8
+    assert dynamic_round_steps(8, 0.1, 4.0) == 1
+    assert dynamic_round_steps(8, 6.0, 4.0) == 8
+    assert dynamic_round_steps(8, 0.0, 4.0) == 8
+    assert dynamic_round_steps(8, 2.0, 0.0) == 8
+
+
+def test_dynamic_rounds_follow_the_rates():
+    from asyncps._torch_outer import Outer
+    rates = [(1.0, 4.0)]  # (mine, fastest), as the optimizer measures them.
+    o = Outer("diloco", "async", 2, 8, 0.7, 0.9, None, dynamic=True,
+              rates=lambda: rates[0])
+    # The first round is the full 8 steps (no rate known before it).
+    assert [o.due() for _ in range(8)] == [False] * 7 + [True]
+    assert o.round_steps == 2
+    rates[0] = (4.0, 4.0)  # Caught up: the next round is 8 again.
+    assert [o.due() for _ in range(2)] == [False, True]
+    assert o.round_steps == 8
+    with pytest.raises(ValueError, match="dynamic_local_steps"):
+        Outer("diloco", "ssp", 2, 8, 0.7, 0.9, None, dynamic=True)
+
+
+def wait_for(condition, what, seconds=20.0):
+    """Polls `condition` until true; fails naming `what` after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+# The servers answer each heartbeat with the fastest rate among the live
+# workers (async DiLoCo's dynamic rounds scale by it).
+def test_heartbeats_answer_the_fastest_live_workers_rate(shards):
+    servers = shards.start(2, "--mode=async")
+    fast, slow = (asyncps.Client(servers, rank=r, num_workers=2,
+                                 mode="async", heartbeat=0.02)
+                  for r in range(2))
+    fast.report(steps_per_second=40.0)
+    slow.report(steps_per_second=10.0)
+    wait_for(lambda: slow.fastest_steps_per_second == 40.0, "40 steps/s")
+    fast.leave()  # No longer the job's pace.
+    wait_for(lambda: slow.fastest_steps_per_second == 10.0, "10 steps/s")
+    slow.leave()
 
 
 def test_servers_refuse_outer_kinds_with_dc_and_for_tables(shards):

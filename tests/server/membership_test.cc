@@ -15,6 +15,34 @@ v1::RegisterRequest Join(int rank, int num_workers = 2, uint64_t secret = 0) {
   return r;
 }
 
+// Asynchronous DiLoCo's dynamic rounds (issue #42): a heartbeat's answer
+// carries the fastest rate among the live workers that have not left.
+TEST(Membership, FastestStepsPerSecondIsOverTheLiveWorkers) {
+  ManualClock clock;
+  Membership m(&clock, absl::Seconds(2));
+  EXPECT_EQ(m.FastestStepsPerSecond(), 0.0);
+  auto a = m.Register(Join(0));
+  auto b = m.Register(Join(1));
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto beat = [&](const v1::RegisterResponse& r, int rank, double rate,
+                  bool leaving) {
+    v1::HeartbeatRequest hb;
+    hb.set_rank(rank);
+    hb.set_incarnation(r.incarnation());
+    hb.set_secret(r.secret());
+    hb.mutable_progress()->set_steps_per_second(rate);
+    hb.set_leaving(leaving);
+    ASSERT_TRUE(m.Heartbeat(hb).ok());
+  };
+  beat(*a, 0, 8.0, false);
+  beat(*b, 1, 2.0, false);
+  EXPECT_EQ(m.FastestStepsPerSecond(), 8.0);
+  beat(*a, 0, 8.0, /*leaving=*/true);  // Left: not the job's pace.
+  EXPECT_EQ(m.FastestStepsPerSecond(), 2.0);
+  clock.Advance(absl::Seconds(3));  // Rank 1 silent past the timeout.
+  EXPECT_EQ(m.FastestStepsPerSecond(), 0.0);
+}
+
 TEST(Membership, SilentWorkerStopsBeingLiveAndRejoins) {
   ManualClock clock;
   Membership m(&clock, absl::Seconds(2));
