@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 import asyncps
 import asyncps.torch
+from conftest import run_ranks
 
 
 class Branches(nn.Module):
@@ -41,8 +42,6 @@ def used_heads(rank, step):
 @pytest.mark.parametrize("workers", [2, 4])
 def test_bsp_branches_used_by_some_ranks_step_as_the_mean_with_zeros(
         shards, workers):
-    import threading
-
     servers = shards.start(2, "--mode=bsp")
     torch.manual_seed(8)
     start = Branches()
@@ -59,26 +58,14 @@ def test_bsp_branches_used_by_some_ranks_step_as_the_mean_with_zeros(
         opts.append(asyncps.torch.DistributedOptimizer(
             torch.optim.SGD(m.parameters(), lr=lr, momentum=momentum), c,
             named_parameters=m.named_parameters()))
-    errors = []
-
     def work(r):
-        try:
-            for s in range(steps):
-                x, y = data[s][r]
-                opts[r].zero_grad()
-                F.mse_loss(models[r](x, used_heads(r, s)), y).backward()
-                opts[r].step()
-        except Exception as e:  # noqa: BLE001 (re-raised below)
-            errors.append(e)
+        for s in range(steps):
+            x, y = data[s][r]
+            opts[r].zero_grad()
+            F.mse_loss(models[r](x, used_heads(r, s)), y).backward()
+            opts[r].step()
 
-    threads = [threading.Thread(target=work, args=(r,))
-               for r in range(workers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads), "a rank hangs"
-    assert not errors, errors
+    run_ranks(work, workers)
 
     # One process, the mean of the ranks' losses: DDP's gradient, with a
     # head no rank used left without one (and so not stepped).
@@ -108,8 +95,6 @@ def test_bsp_branches_used_by_some_ranks_step_as_the_mean_with_zeros(
 # gradients on every shard (as the C++ exchanges do:
 # tests/integration/ps_exchange_bsp_test, BspRecoverStepTest).
 def test_bsp_step_after_a_lost_model_is_pushed_again(shards):
-    import threading
-
     servers = shards.start(2, "--mode=bsp")
     torch.manual_seed(11)
     start = Branches()
@@ -122,27 +107,15 @@ def test_bsp_step_after_a_lost_model_is_pushed_again(shards):
             servers, rank=r, num_workers=2, mode="bsp", slice_bytes=32,
             retry_for=20.0), named_parameters=m.named_parameters())
         for r, m in enumerate(models)]
-    errors = []
-
     def steps(r, which):
-        try:
-            for s in which:
-                x, y = data[s][r]
-                opts[r].zero_grad()
-                F.mse_loss(models[r](x, [0, 1, 2]), y).backward()
-                opts[r].step()
-        except Exception as e:  # noqa: BLE001 (re-raised below)
-            errors.append(e)
+        for s in which:
+            x, y = data[s][r]
+            opts[r].zero_grad()
+            F.mse_loss(models[r](x, [0, 1, 2]), y).backward()
+            opts[r].step()
 
     for which in ([0], [1, 2]):
-        threads = [threading.Thread(target=steps, args=(r, which))
-                   for r in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
-        assert not any(t.is_alive() for t in threads), "a rank hangs"
-        assert not errors, errors
+        run_ranks(lambda r: steps(r, which), 2)
         if which == [0]:
             shards.restart(1)  # Its model is lost between steps 1 and 2.
     reference = copy.deepcopy(start)

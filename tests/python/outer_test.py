@@ -5,7 +5,6 @@ DiLoCo in bsp, asynchronous DiLoCo with delayed Nesterov momentum, and
 asynchronous EASGD; and the configurations they refuse."""
 
 import copy
-import threading
 import time
 
 import pytest
@@ -15,6 +14,7 @@ import torch.nn.functional as F
 
 import asyncps
 import asyncps.torch
+from conftest import run_ranks
 
 
 def net():
@@ -79,23 +79,11 @@ def test_sync_diloco_in_bsp_is_the_reference(shards, workers):
                  torch.optim.AdamW(m.parameters(), lr=0.02),
                  outer="diloco", local_steps=H, outer_lr=outer_lr,
                  outer_momentum=mu) for r, m in enumerate(models)]
-    errors = []
-
     def work(r):
-        try:
-            for s in range(H * rounds):
-                local_step(models[r], opts[r], data[r][s])
-        except Exception as e:  # noqa: BLE001 (re-raised below)
-            errors.append(e)
+        for s in range(H * rounds):
+            local_step(models[r], opts[r], data[r][s])
 
-    threads = [threading.Thread(target=work, args=(r,))
-               for r in range(workers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads), "a rank hangs"
-    assert not errors, errors
+    run_ranks(work, workers)
 
     # The reference, in plain PyTorch.
     centre = copy.deepcopy(start)
@@ -123,101 +111,94 @@ def test_sync_diloco_in_bsp_is_the_reference(shards, workers):
         o.close()
 
 
-def run_in_turns(opts, models, data, H, rounds):
-    """Each worker's round of H local steps in turn (0, 1, 0, 1, ...), so
-    the order of the asynchronous pushes is fixed."""
+def check_in_turns(shards, inner, H, rounds, exchange, **outer):
+    """Two async workers, each with the inner optimizer `inner(model)`, take
+    rounds of H local steps in turn (0, 1, 0, 1, ...: the order of the
+    pushes is fixed) through real servers, with `outer`'s arguments; the
+    reference does the same in plain PyTorch, `exchange(r, params, centre,
+    pushes)` being the algorithm's exchange of worker r (its parameters and
+    the centre edited in place; `pushes` counted so far, this one
+    included). The servers and every worker must hold the reference's
+    weights."""
+    servers = shards.start(2, "--mode=async")
+    workers = 2
+    data = batches(workers, H * rounds)
+    start = net()
+    models = [copy.deepcopy(start) for _ in range(workers)]
+    opts = [wrap(servers, m, r, workers, "async", inner(m), local_steps=H,
+                 **outer) for r, m in enumerate(models)]
     for k in range(rounds):
         for r, (o, m) in enumerate(zip(opts, models)):
             for s in range(H):
                 local_step(m, o, data[r][k * H + s])
+
+    centre = [p.detach().clone() for p in start.parameters()]
+    ref = [copy.deepcopy(start) for _ in range(workers)]
+    inners = [inner(m) for m in ref]
+    pushes = 0
+    for k in range(rounds):
+        for r in range(workers):
+            for s in range(H):
+                local_step(ref[r], inners[r], data[r][k * H + s])
+            pushes += 1
+            with torch.no_grad():
+                exchange(r, list(ref[r].parameters()), centre, pushes)
+    expected = copy.deepcopy(start)
+    with torch.no_grad():
+        for p, c in zip(expected.parameters(), centre):
+            p.copy_(c)
+    assert_servers_hold(servers, expected)
+    for m, r in zip(models, ref):
+        assert_close(m, r)
+    for o in opts:
+        o.close()
 
 
 # Asynchronous DiLoCo: each push is applied as it comes, its pseudo-
 # gradient against the weights its worker started from (stale by the other
 # worker's pushes); the momentum moves once per `workers` pushes.
 def test_async_diloco_delayed_nesterov_is_the_reference(shards):
-    servers = shards.start(2, "--mode=async")
-    workers, H, rounds, lr, mu = 2, 2, 3, 0.7, 0.9
-    data = batches(workers, H * rounds)
-    start = net()
-    models = [copy.deepcopy(start) for _ in range(workers)]
-    opts = [wrap(servers, m, r, workers, "async",
-                 torch.optim.SGD(m.parameters(), lr=0.1),
-                 outer="diloco", local_steps=H, outer_lr=lr,
-                 outer_momentum=mu) for r, m in enumerate(models)]
-    run_in_turns(opts, models, data, H, rounds)
+    workers, lr, mu = 2, 0.7, 0.9
+    state = {}  # The servers' velocity and sum, the workers' anchors.
 
-    centre = [p.detach().clone() for p in start.parameters()]
-    velocity = [torch.zeros_like(p) for p in centre]
-    total = [torch.zeros_like(p) for p in centre]
-    ref = [copy.deepcopy(start) for _ in range(workers)]
-    anchors = [[p.clone() for p in centre] for _ in range(workers)]
-    inner = [torch.optim.SGD(m.parameters(), lr=0.1) for m in ref]
-    pushes = 0
-    for k in range(rounds):
-        for r in range(workers):
-            for s in range(H):
-                local_step(ref[r], inner[r], data[r][k * H + s])
-            pushes += 1
-            for i, p in enumerate(ref[r].parameters()):
-                g = anchors[r][i] - p.detach()
-                total[i] += g
-                centre[i] -= lr * (g / workers)
-                if pushes % workers == 0:
-                    velocity[i] = mu * velocity[i] + total[i] / workers
-                    centre[i] -= lr * mu * velocity[i]
-                    total[i].zero_()
-            with torch.no_grad():
-                for i, p in enumerate(ref[r].parameters()):
-                    p.copy_(centre[i])
-                    anchors[r][i] = centre[i].clone()
-    expected = copy.deepcopy(start)
-    with torch.no_grad():
-        for p, c in zip(expected.parameters(), centre):
-            p.copy_(c)
-    assert_servers_hold(servers, expected)
-    for m, r in zip(models, ref):
-        assert_close(m, r)
-    for o in opts:
-        o.close()
+    def exchange(r, params, centre, pushes):
+        if not state:
+            state["v"] = [torch.zeros_like(c) for c in centre]
+            state["sum"] = [torch.zeros_like(c) for c in centre]
+            state["anchor"] = [[c.clone() for c in centre]
+                               for _ in range(workers)]
+        for i, p in enumerate(params):
+            g = state["anchor"][r][i] - p
+            state["sum"][i] += g
+            centre[i] -= lr * (g / workers)
+            if pushes % workers == 0:
+                state["v"][i] = mu * state["v"][i] + state["sum"][i] / workers
+                centre[i] -= lr * mu * state["v"][i]
+                state["sum"][i].zero_()
+        for i, p in enumerate(params):
+            p.copy_(centre[i])
+            state["anchor"][r][i] = centre[i].clone()
+
+    check_in_turns(shards, lambda m: torch.optim.SGD(m.parameters(), lr=0.1),
+                   2, 3, exchange, outer="diloco", outer_lr=lr,
+                   outer_momentum=mu)
 
 
 # Asynchronous EASGD: every tau steps a worker and the centre move toward
 # each other by alpha times their difference, in one exchange.
 def test_async_easgd_is_the_reference(shards):
-    servers = shards.start(2, "--mode=async")
-    workers, tau, rounds, alpha = 2, 2, 3, 0.3
-    data = batches(workers, tau * rounds)
-    start = net()
-    models = [copy.deepcopy(start) for _ in range(workers)]
-    opts = [wrap(servers, m, r, workers, "async",
-                 torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.5),
-                 outer="easgd", local_steps=tau, alpha=alpha)
-            for r, m in enumerate(models)]
-    run_in_turns(opts, models, data, tau, rounds)
+    alpha = 0.3
 
-    centre = [p.detach().clone() for p in start.parameters()]
-    ref = [copy.deepcopy(start) for _ in range(workers)]
-    inner = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.5)
-             for m in ref]
-    for k in range(rounds):
-        for r in range(workers):
-            for s in range(tau):
-                local_step(ref[r], inner[r], data[r][k * tau + s])
-            with torch.no_grad():
-                for i, p in enumerate(ref[r].parameters()):
-                    diff = alpha * (p - centre[i])
-                    centre[i] += diff
-                    p -= diff
-    expected = copy.deepcopy(start)
-    with torch.no_grad():
-        for p, c in zip(expected.parameters(), centre):
-            p.copy_(c)
-    assert_servers_hold(servers, expected)
-    for m, r in zip(models, ref):
-        assert_close(m, r)
-    for o in opts:
-        o.close()
+    def exchange(r, params, centre, pushes):
+        for i, p in enumerate(params):
+            diff = alpha * (p - centre[i])
+            centre[i] += diff
+            p -= diff
+
+    check_in_turns(
+        shards,
+        lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.5),
+        2, 3, exchange, outer="easgd", alpha=alpha)
 
 
 def test_bad_outer_configurations_are_refused(shards):
