@@ -111,6 +111,7 @@ def main():
         if not os.access(os.path.join(bindir, b), os.X_OK):
             fail("no %s in %s" % (b, bindir))
     summary = []
+    failed = []  # (label, workers, profile, seed, why): not in summary.
     for seed in [int(s) for s in args.seeds.split(",")]:
         for workers in [int(w) for w in args.workers.split(",")]:
             for profile in args.profiles.split(","):
@@ -127,20 +128,29 @@ def main():
                                 continue
                             print("== %s, %d workers, %s, seed %d" %
                                   (label, workers, profile, seed), flush=True)
-                            r = run_one(args, bindir, mode, workers, profile,
-                                        seed, rundir, compress, link)
+                            try:
+                                r = run_one(args, bindir, mode, workers,
+                                            profile, seed, rundir, compress,
+                                            link)
+                            except RuntimeError as e:  # A worker failed.
+                                print("   FAILED: %s" % e, flush=True)
+                                failed.append((label, workers, profile, seed,
+                                               str(e)[-300:]))
+                                continue
                             print("   final accuracy %s, %s samples/s, staleness "
                                   "%s, %s s, 0.85 at %s s" %
                                   (r["final_accuracy"], r["samples_per_s"],
                                    r["mean_staleness"], r["wall_s"],
                                    r["time_to_0.85"] or "-"), flush=True)
                             summary.append(r)
+    if not summary:
+        fail("every run failed: %s" % failed[-1][-1])
     with open(os.path.join(out, "summary.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(summary[0].keys()))
         w.writeheader()
         w.writerows(summary)
     pngs = plot(args, out, summary)
-    report(args, out, summary, pngs)
+    report(args, out, summary, pngs, failed)
     print("== report: %s" % os.path.join(out, "report.md"))
 
 

@@ -167,7 +167,10 @@ def spread(values):
     return text
 
 
-def report(args, out, summary, pngs):
+def report(args, out, summary, pngs, failed=()):
+    """Writes report.md: the tables of `summary`'s runs, the runs in
+    `failed` ((label, workers, profile, seed, why): a worker exited
+    non-zero, e.g. a diverged loss), and the plots."""
     cols = ["mode", "workers", "profile", "seed", "final_accuracy", "best_accuracy",
             "time_to_0.85", "time_to_0.88", "samples_per_s", "mean_staleness",
             "dropped", "wall_s", "sent_mb_per_worker"]
@@ -196,5 +199,14 @@ def report(args, out, summary, pngs):
             f.write("| " + " | ".join(str(r[c]) for c in cols) + " |\n")
         f.write("\nTimes are seconds from the evaluator's start to the first "
                 "evaluation at or above the accuracy; empty: not reached.\n\n")
+        if failed:
+            f.write("## Runs that failed (not in the tables)\n\n")
+            f.write("| mode | workers | profile | seed | why |\n")
+            f.write("| --- | --- | --- | --- | --- |\n")
+            for label, workers, profile, seed, why in failed:
+                f.write("| %s | %d | %s | %d | %s |\n" % (
+                    label, workers, profile, seed,
+                    why.replace("|", "/").replace("\n", " ")))
+            f.write("\n")
         for png in pngs:
             f.write("![%s](%s)\n\n" % (png, png))
