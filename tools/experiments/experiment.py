@@ -54,7 +54,8 @@ def parse_args():
                         "(--stale_policy=scale on the servers), async+dc, "
                         "async+dca (DC-ASGD, fixed or adaptive lambda 0.04), "
                         "async+diloco, ssp+diloco, bsp+diloco, async+easgd "
-                        "(outer optimizers, 8 local steps; +diloco16: 16)")
+                        "(outer optimizers, 8 local steps; +diloco16: 16), "
+                        "async+dylu (diloco, dynamic local updates)")
     p.add_argument("--links", default="loopback",
                    help="loopback, or tc rates (1gbit, 100mbit): emulated "
                         "hosts with links of that rate")

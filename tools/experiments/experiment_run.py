@@ -83,12 +83,16 @@ def variant_flags(label):
     # Outer optimizers (docs/MODES.md): H local steps of plain SGD (lr
     # 0.05) a round; diloco in async, ssp (delayed Nesterov) and bsp
     # (synchronous), easgd in async and ssp.
-    m = re.fullmatch(r"(diloco|easgd)([0-9]*)", variant)
+    # async+dylu: diloco with dynamic local updates (async only).
+    m = re.fullmatch(r"(diloco|easgd|dylu)([0-9]*)", variant)
     if m and (mode in ("async", "ssp") or
               (mode == "bsp" and m.group(1) == "diloco")):
-        return mode, ["--outer=" + m.group(1), "--local_steps=%d" % int(
-            m.group(2) or OUTER_LOCAL_STEPS), "--optimizer=sgd",
-            "--lr=0.05"], []
+        dynamic = m.group(1) == "dylu"
+        return mode, ["--outer=" + ("diloco" if dynamic else m.group(1)),
+                      "--local_steps=%d" % int(
+                          m.group(2) or OUTER_LOCAL_STEPS),
+                      "--optimizer=sgd", "--lr=0.05"] + (
+            ["--dynamic_local_steps"] if dynamic else []), []
     m = re.fullmatch(r"backup([0-9]+)", variant)
     if m and mode == "bsp":
         return mode, [], ["--backup_workers=" + m.group(1)]
