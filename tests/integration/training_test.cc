@@ -191,11 +191,10 @@ TEST(Training, DynamicLocalStepsShortenTheSlowWorkersRounds) {
   for (int rank = 0; rank < 2; ++rank) {
     auto done = Finish(*workers[rank]);
     ASSERT_TRUE(done.ok()) << done.status();
-    bytes_per_step[rank] =
-        Number(*done, "sent_bytes") / Number(*done, "steps");
+    bytes_per_step[rank] = Number(*done, "sent_bytes") / Number(*done, "steps");
   }
-  std::printf("bytes sent per step: fast %.0f, slow %.0f\n",
-              bytes_per_step[0], bytes_per_step[1]);
+  std::printf("bytes sent per step: fast %.0f, slow %.0f\n", bytes_per_step[0],
+              bytes_per_step[1]);
   EXPECT_GT(bytes_per_step[1], 1.5 * bytes_per_step[0]);
 }
 

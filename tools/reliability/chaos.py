@@ -8,13 +8,19 @@ finished (exit 0). docs/RELIABILITY.md gives measured results.
   tools/reliability/chaos.py [--mode async] [--shards 2] [--workers 2]
                              [--epochs 6] [--slowdown 3] [--seconds 40]
                              [--every 4] [--seed 1] [--seeds A-B]
+                             [--baselines N]
                              [--plan s,w,...] [--checkpoint_every 2s]
                              [--replicas N] [--bin DIR] [--out DIR]
 
 --checkpoint_every off runs the shards without checkpoints: a restarted
 shard then gets its weights back from a worker's copy. --seeds A-B runs the
 undisturbed job once and the chaos run once per seed (the seed picks the
-victims; the data order stays --seed's), then a summary line. --plan kills
+victims; the data order stays --seed's), then a summary line.
+--seconds auto kills for 0.8 of the shortest undisturbed run's time, so the
+kills fall while the job trains whatever the machine's speed.
+--baselines N runs the undisturbed job N times (the same job: only the
+scheduling differs) and judges each chaos run by its distance to the
+nearest of their accuracies (0 within their range), printing the range. --plan kills
 in that order (s: a shard, w: a worker, picked by the seed) every --every
 seconds (fractions allowed) until the plan is done. --bin takes ps_server
 and ps_worker from DIR instead of building them. Shards are started through
@@ -83,10 +89,12 @@ def parse():
     p.add_argument("--workers", type=positive_int, default=2)
     p.add_argument("--epochs", type=positive_int, default=6)
     p.add_argument("--slowdown", default="3")
-    p.add_argument("--seconds", type=positive_int, default=40)
+    p.add_argument("--seconds", type=lambda t: t if t == "auto"
+                   else positive_int(t), default=40)
     p.add_argument("--every", type=seconds_arg, default=4.0)
     p.add_argument("--seed", type=positive_int, default=1)
     p.add_argument("--seeds", type=seed_range, default=None)
+    p.add_argument("--baselines", type=positive_int, default=1)
     p.add_argument("--plan", type=plan_arg, default=[])
     p.add_argument("--checkpoint_every", default="2s")
     p.add_argument("--replicas", type=positive_int, default=None)
@@ -264,6 +272,16 @@ def no_copy_left(directory):
     return None
 
 
+def distance(accuracy, bases):
+    """How far `accuracy` (a string; "none" if unknown) lies outside the
+    range of the undisturbed accuracies `bases` (0 within it); 1 if either
+    is unknown."""
+    if accuracy == "none" or not bases:
+        return 1.0
+    a = float(accuracy)
+    return max(0.0, min(bases) - a, a - max(bases))
+
+
 def run(args, name, kill_seed=None):
     """Trains once (with chaos if `kill_seed` is given); prints and returns
     the result: name, accuracy, seconds, kills, failed workers."""
@@ -286,7 +304,8 @@ def run(args, name, kill_seed=None):
           f"{shard_kills}, workers {worker_kills}) failed_workers {failed}"
           + (f" no_copy_left [{beyond}]" if beyond else ""), flush=True)
     return {"accuracy": acc, "kills": kills, "shards": shard_kills,
-            "workers": worker_kills, "failed": failed, "beyond": beyond}
+            "workers": worker_kills, "failed": failed, "beyond": beyond,
+            "seconds": taken}
 
 
 def main():
@@ -317,7 +336,17 @@ def main():
           f"workers, {args.epochs} epochs, slowdown {args.slowdown}, "
           f"checkpoints {args.checkpoint_every}, seeds {first}-{last}{plan}; "
           f"logs in {args.out}", flush=True)
-    base = run(args, "undisturbed")
+    # The undisturbed job's own spread (scheduling alone): each chaos run
+    # is judged by its distance to the nearest of these.
+    bases = [run(args, "undisturbed" if args.baselines == 1
+                 else f"undisturbed-{k}")
+             for k in range(1, args.baselines + 1)]
+    base_acc = [float(b["accuracy"]) for b in bases
+                if b["accuracy"] != "none" and not b["failed"]]
+    if args.seconds == "auto":  # Kills within the job, not after it.
+        args.seconds = max(1, int(0.8 * min(b["seconds"] for b in bases)))
+        print(f"kills for {args.seconds} s (0.8 of the shortest undisturbed "
+              f"run)", flush=True)
     totals = {"kills": 0, "shards": 0, "workers": 0, "failed": 0}
     worst = 0.0
     beyond = []  # (seed, difference) of runs where no copy was left.
@@ -326,15 +355,16 @@ def main():
         r = run(args, name, kill_seed=seed)
         for k in totals:
             totals[k] += r[k]
-        if "none" in (r["accuracy"], base["accuracy"]):
-            diff = 1.0
-        else:
-            diff = abs(float(base["accuracy"]) - float(r["accuracy"]))
+        diff = distance(r["accuracy"], base_acc)
         if r["beyond"] and not r["failed"]:
             beyond.append((seed, diff))
         else:
             worst = max(worst, diff)
     replicas = f" replicas {args.replicas}" if args.replicas else ""
+    if args.baselines > 1:
+        print(f"undisturbed runs {len(base_acc)} of {args.baselines} "
+              f"accuracy {min(base_acc, default=0):g} to "
+              f"{max(base_acc, default=0):g}")
     print(f"summary mode {args.mode}{replicas} checkpoints "
           f"{args.checkpoint_every} runs "
           f"{last - first + 1} kills {totals['kills']} (shards "
