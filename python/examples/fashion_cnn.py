@@ -169,6 +169,11 @@ def parse_args():
     p.add_argument("--threads", type=int, default=1,
                    help="PyTorch's intra-op threads per worker")
     p.add_argument("--data", default=DATA)
+    p.add_argument("--outer", default=None, choices=["diloco", "easgd"],
+                   help="local steps with the SGD here, then an outer "
+                        "optimizer on the servers (docs/MODES.md)")
+    p.add_argument("--local_steps", type=int, default=8,
+                   help="--outer: steps between exchanges")
     p.add_argument("--ddp", action="store_true",
                    help="train with DistributedDataParallel (gloo) instead")
     p.add_argument("--port", type=int, default=29500, help="--ddp: rendezvous port")
@@ -253,7 +258,9 @@ def train_asyncps(args, model, data, curve, tx, ty):
         torch.optim.SGD(model.parameters(), lr=args.lr,
                         momentum=args.momentum),
         client, named_parameters=model.named_parameters(),
-        overlap=args.overlap)
+        overlap=args.overlap,
+        **({"outer": args.outer, "local_steps": args.local_steps}
+           if args.outer else {}))
     samples, seconds = train(model, opt, data, args.steps, args.log_every,
                              args.clip, report=opt.report, curve=curve)
     print(f"exchange_fraction {opt.exchange_seconds / seconds:.4f}",
