@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import asyncps
+from conftest import run_ranks
 
 
 def client(servers, **kw):
@@ -184,25 +185,6 @@ def test_gil_is_released_while_a_bsp_pull_waits(shards):
     np.testing.assert_array_equal(got["w"], model()["w"] - 2.0)  # Mean: 2.
     a.leave()
     b.leave()
-
-
-def run_ranks(work, n):
-    """work(rank) on n threads; re-raises the first failure."""
-    errors = []
-
-    def guarded(rank):
-        try:
-            work(rank)
-        except Exception as e:  # noqa: BLE001 (re-raised below)
-            errors.append(e)
-
-    threads = [threading.Thread(target=guarded, args=(r,)) for r in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not any(t.is_alive() for t in threads), "a rank hangs"
-    assert not errors, errors
 
 
 def test_bsp_issue_38_partial_step_neither_hangs_nor_refuses(shards):

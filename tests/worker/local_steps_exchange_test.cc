@@ -80,7 +80,7 @@ TEST(LocalSteps, DilocoPushesThePseudoGradientOfEachRound) {
   ASSERT_EQ(fake->pushes.size(), 1u);
   EXPECT_EQ(fake->pushes[0], (Tensors{{1.0f, 1.0f}}));  // Start less now.
   EXPECT_EQ(fake->clocks[0], 1);                        // Round 1.
-  EXPECT_EQ(w, (Tensors{{10.0f, 20.0f}}));  // The servers' weights.
+  EXPECT_EQ(w, (Tensors{{10.0f, 20.0f}}));              // The servers' weights.
   ASSERT_TRUE(Step(e, 3, 2.0f, &w).ok());
   ASSERT_TRUE(Step(e, 4, 2.0f, &w).ok());
   ASSERT_EQ(fake->pushes.size(), 2u);
