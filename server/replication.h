@@ -10,16 +10,22 @@
 // applies the stream in order through the same ShardStore and push ledger, so
 // it holds the same weights, optimizer state, versions, bsp steps and
 // remembered push answers (exactly-once survives a failover). A backup joins
-// with a snapshot of the primary's whole state, taken under the same lock, and
-// then the stream. The snapshot travels as bounded chunks
-// (server/checkpoint_stream.h), each acknowledged, between a start and an end
-// that carries their checksum; the backup serves none of it before the end
-// checked out (SnapshotIn).
+// with a snapshot of the primary's whole state, copied in memory under the
+// same lock (the only pause a join costs the workers), and sent from that
+// copy without it, while the primary goes on serving; the ops of that time
+// follow the snapshot on the same connection, and the backup applies them
+// once the snapshot is in place. The snapshot travels as bounded chunks
+// (server/checkpoint_stream.h) between a start and an end that carries
+// their checksum; the backup serves none of it before the end checked out
+// (SnapshotIn), and acknowledges the end with the ops it applied after it.
+// It counts as in sync (for min_insync, and in the coordinator's record of
+// who may be promoted) once it acknowledged every op streamed.
 //
 // The stream is data-plane frames (transport/frame.h): the backup's
 // connection opens with a hello and a kJoin; then the primary writes
 // kReplicate frames (a v1::ReplicaOp whose tensors travel as payloads, as a
-// worker's push does) and reads a v1::ReplicaAck for each.
+// worker's push does) and reads v1::ReplicaAcks, each naming the last op
+// applied (cumulative: the snapshot's start and chunks get none).
 //
 // Fencing: each op carries the primary's epoch (the coordinator's revision
 // of its election); a backup follows one epoch and drops a stream of any
@@ -32,8 +38,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -192,10 +200,14 @@ class Replication {
   absl::Status ServeBackup(Stream* stream, const v1::ReplicaJoin& join);
 
   // Backup: applies one op of its primary's stream (the snapshot first,
-  // which makes a joining member a backup). An error means the
-  // stream cannot go on (another epoch, a gap, a change the store
-  // refused): the backup must join again from scratch.
-  absl::Status Apply(v1::ReplicaOp* op);
+  // which makes a joining member a backup; an op that comes before the
+  // snapshot's end is kept, moved from `op`, and applied right after it).
+  // `*ack` (if given) gets the op to acknowledge, if any: the last one
+  // applied. An error means the stream cannot go on (another epoch, a gap,
+  // a change the store refused, the ops kept while joining past
+  // set_join_backlog_bytes): the backup must join again from scratch.
+  absl::Status Apply(v1::ReplicaOp* op,
+                     std::optional<uint64_t>* ack = nullptr);
 
   v1::ReplicaStats Stats() const;
 
@@ -208,6 +220,11 @@ class Replication {
   // The chunk size of the snapshots this primary sends (tests make it
   // tiny). REQUIRES: no backup being served.
   void set_snapshot_chunk_bytes(size_t bytes) { snapshot_chunk_bytes_ = bytes; }
+  // The most bytes of ops a joining backup may have yet to receive (the
+  // primary's queue while its snapshot goes out) or to apply (the backup's,
+  // until the snapshot is in place); past it the primary drops it, or the
+  // backup gives up, and it joins again. Set before serving.
+  void set_join_backlog_bytes(size_t bytes) { join_backlog_bytes_ = bytes; }
 
  private:
   // A backup in the stream. Its stream is written by the thread streaming
@@ -216,16 +233,37 @@ class Replication {
   // state for both directions.
   struct Backup {
     Backup(Stream* s, std::string m, uint64_t at)
-        : stream(s), member(std::move(m)), acked(at) {}
+        : stream(s), member(std::move(m)), written(at), acked(at) {}
     Stream* const stream;
     const std::string member;
     absl::Mutex io_mu;
-    // Under ack_mu_: the last op it acknowledged; dropped from the stream
-    // (its socket shut); and, once dropped, whether the backups recorded
-    // since (NoteBackups) leave it out.
+    // While its snapshot goes out (`sending`), the ops streamed meanwhile
+    // are queued here, copied, and written by its serving thread between
+    // chunks; then Broadcast writes to it directly.
+    absl::Mutex queue_mu;
+    bool sending ABSL_GUARDED_BY(queue_mu) = true;
+    std::deque<v1::ReplicaOp> queue ABSL_GUARDED_BY(queue_mu);
+    size_t queued_bytes ABSL_GUARDED_BY(queue_mu) = 0;
+    // The last op written to it (set before the write).
+    std::atomic<uint64_t> written;
+    // Under ack_mu_: the last op it acknowledged; in sync (it acknowledged
+    // every op streamed once: changes wait for it, the coordinator lists
+    // it); dropped from the stream (its socket shut); and, once dropped,
+    // whether the backups recorded since (NoteBackups) leave it out.
     uint64_t acked;
+    bool in_sync = false;
     bool dropped = false;
+    absl::Status dropped_why;
     bool noted = false;
+  };
+  // A joining backup's snapshot: the shard's whole state, copied under
+  // the order lock at op `seq` (CopyState) and sent from here without it.
+  struct StateCopy {
+    v1::ReplicaOp start;  // The ledgers, the membership, the incarnation.
+    bool declared = false;
+    v1::ShardCheckpoint head;
+    std::vector<v1::SliceCheckpoint> slices;
+    std::vector<v1::EmbeddingCheckpoint> tables;
   };
   // What a change waits for once it is on the wire: op `seq` acknowledged
   // by each of `to` (the backups it was written to), or they dropped and
@@ -236,7 +274,7 @@ class Replication {
     std::vector<std::shared_ptr<Backup>> to;
   };
   // Sends `op` (its epoch and seq set here) to every backup, dropping
-  // those it cannot be written to. Called with order_mu_ held, right after
+  // those it cannot be written to (a joining one gets it queued). Called with order_mu_ held, right after
   // the primary applied the change; the change is acknowledged after
   // AwaitAcks, without the order lock, so the next change goes out while
   // this one's acknowledgements come back (ops pipelined, in one order).
@@ -244,8 +282,9 @@ class Replication {
   // Every op streamed so far, as Broadcast's answer: what a change that
   // streamed nothing (a retry answered from a ledger, a declaration
   // already made) waits for, since the op that made it may still be on
-  // its way.
-  Sent Streamed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
+  // its way. `joining` (if given) gets the backups not yet in sync.
+  Sent Streamed(std::vector<std::shared_ptr<Backup>>* joining = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
   // Waits until `sent` is acknowledged (a backup that does not by its
   // deadline is dropped) and no dropped backup is still recorded as in
   // sync. Without order_mu_.
@@ -253,6 +292,15 @@ class Replication {
   // Serving thread of `b`: reads its acknowledgements in order until the
   // stream fails or `b` is dropped; returns why.
   absl::Status ReadAcks(Backup* b) ABSL_LOCKS_EXCLUDED(order_mu_);
+  // Reads `b`'s next acknowledgement, waiting for it until `deadline`.
+  absl::Status ReadNextAck(Backup* b, absl::Time deadline);
+  // Serving thread of a joining `b`: writes the ops queued for it, with
+  // `last` (the snapshot went out) Broadcast writes to it from then on.
+  absl::Status FlushQueue(Backup* b, bool last);
+  // Serving thread of a joining `b`: reads its acknowledgements until it
+  // has nearly every op streamed, then, under the order lock, the rest,
+  // and counts it in sync.
+  absl::Status CatchUp(Backup* b) ABSL_LOCKS_EXCLUDED(order_mu_);
   // Drops `b` from the stream (its socket shut): its serving thread then
   // records the backups without it.
   void Drop(Backup* b, const absl::Status& why)
@@ -264,16 +312,20 @@ class Replication {
   // CheckServing, then CheckInSync (both under mu_).
   absl::Status CheckWritable() const;
   absl::Status CheckInSyncLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Sends a joining backup the snapshot: its start (the ledger), the
-  // shard's chunks and its end, each op numbered `seq_` and acknowledged
-  // before the next. Returns the chunks' bytes.
-  absl::StatusOr<uint64_t> SendSnapshot(Stream* stream, int64_t epoch)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
-  // The snapshot's ops (start, chunks, end), each given to `send` in turn;
-  // returns the chunks' bytes.
-  absl::StatusOr<uint64_t> WriteSnapshot(
-      const std::function<absl::Status(v1::ReplicaOp*)>& send)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
+  // The shard's whole state into `copy`, reusing its buffers: under the
+  // order lock, a consistent copy; once before, without it, to size (and
+  // fault in) those buffers, so that the copy under the lock is a memcpy.
+  absl::Status CopyState(StateCopy* copy);
+  // The snapshot's ops made from `copy` (start, chunks, end: its contents
+  // taken), each given to `send` in turn; returns the chunks' bytes.
+  absl::StatusOr<uint64_t> EncodeState(
+      StateCopy* copy, const std::function<absl::Status(v1::ReplicaOp*)>& send);
+  // Sends a joining backup its snapshot from `copy` (each op numbered as
+  // the op it was copied at, of `epoch`), the ops queued meanwhile between
+  // chunks; returns the chunks' bytes.
+  absl::StatusOr<uint64_t> SendSnapshot(Backup* b, StateCopy* copy,
+                                        int64_t epoch)
+      ABSL_LOCKS_EXCLUDED(order_mu_);
   // Streams the membership as it is now (after a registration or a
   // worker's leaving).
   Sent BroadcastMembership() ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
@@ -291,6 +343,12 @@ class Replication {
   // it is whole and in place.
   absl::StatusOr<bool> ApplySnapshot(v1::ReplicaOp* op)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
+  // Backup: applies one op of the stream (not the snapshot's).
+  absl::Status ApplyOp(v1::ReplicaOp* op)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
+  // Backup, joining: keeps `op` (moved) until the snapshot is in place.
+  absl::Status KeepForLater(v1::ReplicaOp* op)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
 
   ShardStore* const store_;
   PushLedger* const ledger_;
@@ -305,6 +363,7 @@ class Replication {
   std::string member_name_;
   JoinCheck join_check_;
   size_t snapshot_chunk_bytes_ = kCheckpointChunkBytes;
+  size_t join_backlog_bytes_ = size_t{1} << 30;
   int min_insync_ = 1;
 
   // Held while a change is applied and written to the backups: the one
@@ -315,6 +374,11 @@ class Replication {
   // membership its start carried (imported at the end).
   std::unique_ptr<SnapshotIn> joining_ ABSL_GUARDED_BY(order_mu_);
   v1::MembershipState joining_membership_ ABSL_GUARDED_BY(order_mu_);
+  // Backup, joining: the op the snapshot was taken at, and the ops that
+  // came after it, kept until it is in place (their bytes).
+  uint64_t joining_seq_ ABSL_GUARDED_BY(order_mu_) = 0;
+  std::deque<v1::ReplicaOp> backlog_ ABSL_GUARDED_BY(order_mu_);
+  size_t backlog_bytes_ ABSL_GUARDED_BY(order_mu_) = 0;
 
   mutable absl::Mutex mu_;
   std::string member_ ABSL_GUARDED_BY(mu_);

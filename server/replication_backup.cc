@@ -2,6 +2,7 @@
 // snapshot (ApplySnapshot), then applies the stream's ops in order (Apply).
 // The primary's side (the order of pushes, streaming them to backups and
 // sending a joining backup its snapshot) is in replication.cc.
+#include <deque>
 #include <memory>
 #include <string>
 #include <utility>
@@ -94,6 +95,7 @@ absl::StatusOr<bool> Replication::ApplySnapshot(v1::ReplicaOp* op) {
       }
       joining_ = std::make_unique<SnapshotIn>(store_, tables_, s);
       joining_membership_ = s.membership();
+      joining_seq_ = op->seq();
       return false;
     }
     case v1::ReplicaOp::kSnapshotChunk:
@@ -118,8 +120,41 @@ absl::StatusOr<bool> Replication::ApplySnapshot(v1::ReplicaOp* op) {
   }
 }
 
-absl::Status Replication::Apply(v1::ReplicaOp* op) {
+namespace {
+
+bool IsSnapshotOp(const v1::ReplicaOp& op) {
+  return op.op_case() == v1::ReplicaOp::kSnapshot ||
+         op.op_case() == v1::ReplicaOp::kSnapshotChunk ||
+         op.op_case() == v1::ReplicaOp::kSnapshotEnd;
+}
+
+}  // namespace
+
+absl::Status Replication::KeepForLater(v1::ReplicaOp* op) {
+  if (joining_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("op ", op->seq(), " before the snapshot's start"));
+  }
+  const uint64_t due = joining_seq_ + backlog_.size() + 1;
+  if (op->seq() != due) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "op ", op->seq(), " out of order while joining (due: ", due, ")"));
+  }
+  backlog_bytes_ += op->ByteSizeLong();
+  if (backlog_bytes_ > join_backlog_bytes_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the ops that came while the snapshot did passed ",
+        join_backlog_bytes_, " bytes; the member joins again"));
+  }
+  backlog_.push_back(std::move(*op));
+  return absl::OkStatus();
+}
+
+absl::Status Replication::Apply(v1::ReplicaOp* op,
+                                std::optional<uint64_t>* ack) {
   absl::MutexLock order(&order_mu_);
+  const bool snapshot = IsSnapshotOp(*op);
+  bool joining;
   {
     absl::ReaderMutexLock lock(&mu_);
     if (role_ != Role::kJoining && role_ != Role::kBackup) {
@@ -131,59 +166,78 @@ absl::Status Replication::Apply(v1::ReplicaOp* op) {
           absl::StrCat("an op of epoch ", op->epoch(), " where this backup ",
                        "follows epoch ", epoch_));
     }
-    const bool snapshot = op->op_case() == v1::ReplicaOp::kSnapshot ||
-                          op->op_case() == v1::ReplicaOp::kSnapshotChunk ||
-                          op->op_case() == v1::ReplicaOp::kSnapshotEnd;
-    if (snapshot != (role_ == Role::kJoining) ||
-        (!snapshot && op->seq() != applied_ + 1)) {
+    joining = role_ == Role::kJoining;
+    if ((snapshot && !joining) || (!joining && op->seq() != applied_ + 1)) {
       return absl::FailedPreconditionError(
           absl::StrCat("op ", op->seq(), " out of order (applied: ", applied_,
                        ", ", RoleName(role_), ")"));
     }
   }
-  switch (op->op_case()) {
-    case v1::ReplicaOp::kSnapshot:
-    case v1::ReplicaOp::kSnapshotChunk:
-    case v1::ReplicaOp::kSnapshotEnd: {
-      absl::StatusOr<bool> whole = ApplySnapshot(op);
-      if (!whole.ok()) joining_.reset();  // The member joins again afresh.
-      RETURN_IF_ERROR(whole.status());
-      if (!*whole) {
-        absl::MutexLock lock(&mu_);
-        bytes_ += static_cast<int64_t>(op->ByteSizeLong());
-        return absl::OkStatus();
-      }
-      break;
+  auto forget = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_) {
+    joining_.reset();  // The member joins again afresh.
+    backlog_.clear();
+    backlog_bytes_ = 0;
+  };
+  if (!snapshot) {
+    if (joining) {
+      absl::Status s = KeepForLater(op);
+      if (!s.ok()) forget();
+      return s;
     }
+    RETURN_IF_ERROR(ApplyOp(op));
+    absl::MutexLock lock(&mu_);
+    applied_ = op->seq();
+    bytes_ += static_cast<int64_t>(op->ByteSizeLong());
+    if (ack != nullptr) *ack = applied_;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<bool> whole = ApplySnapshot(op);
+  if (!whole.ok()) forget();
+  RETURN_IF_ERROR(whole.status());
+  {
+    absl::MutexLock lock(&mu_);
+    bytes_ += static_cast<int64_t>(op->ByteSizeLong());
+    if (!*whole) return absl::OkStatus();
+    applied_ = op->seq();
+    role_ = Role::kBackup;
+  }
+  // In place: then the ops that came meanwhile, in order.
+  std::deque<v1::ReplicaOp> later;
+  later.swap(backlog_);
+  backlog_bytes_ = 0;
+  for (v1::ReplicaOp& next : later) {
+    RETURN_IF_ERROR(ApplyOp(&next));
+    absl::MutexLock lock(&mu_);
+    applied_ = next.seq();
+    bytes_ += static_cast<int64_t>(next.ByteSizeLong());
+  }
+  absl::ReaderMutexLock lock(&mu_);
+  if (ack != nullptr) *ack = applied_;
+  return absl::OkStatus();
+}
+
+absl::Status Replication::ApplyOp(v1::ReplicaOp* op) {
+  switch (op->op_case()) {
     case v1::ReplicaOp::kPush:
-      RETURN_IF_ERROR(ApplyPush(*op));
-      break;
+      return ApplyPush(*op);
     case v1::ReplicaOp::kMembership:
       if (membership_ != nullptr) membership_->Import(op->membership());
-      break;
+      return absl::OkStatus();
     case v1::ReplicaOp::kDeclare:
-      RETURN_IF_ERROR(store_->Declare(op->declare().spec()).status());
-      break;
+      return store_->Declare(op->declare().spec()).status();
     case v1::ReplicaOp::kSteps:
       AdvanceShardSteps(store_, tables_, FromProto(op->steps()));
-      break;
+      return absl::OkStatus();
     case v1::ReplicaOp::kDeclareEmbedding:
     case v1::ReplicaOp::kPushRows:
-      RETURN_IF_ERROR(ApplyTableOp(*op));
-      break;
+      return ApplyTableOp(*op);
     case v1::ReplicaOp::kAssign:
-      RETURN_IF_ERROR(op->assign().load_state()
-                          ? store_->LoadState(op->assign())
-                          : store_->Assign(op->assign(), op->steps_unknown()));
-      break;
+      return op->assign().load_state()
+                 ? store_->LoadState(op->assign())
+                 : store_->Assign(op->assign(), op->steps_unknown());
     default:
       return absl::InvalidArgumentError("an op with nothing in it");
   }
-  absl::MutexLock lock(&mu_);
-  applied_ = op->seq();
-  bytes_ += static_cast<int64_t>(op->ByteSizeLong());
-  if (role_ == Role::kJoining) role_ = Role::kBackup;
-  return absl::OkStatus();
 }
 
 }  // namespace asyncps

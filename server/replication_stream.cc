@@ -27,9 +27,14 @@ constexpr uint64_t kMaxAckBytes = 4096;
 // Each op of a snapshot (a chunk, or the end, when the backup puts the
 // whole in place) gets at least this long to be written and acknowledged.
 constexpr absl::Duration kSnapshotTimeout = absl::Seconds(60);
+// A joining backup that has all but this many ops streamed is brought in
+// sync under the order lock (its last ones waited for there).
+constexpr uint64_t kJoinSlack = 8;
 
-// Reads a backup's acknowledgement of op `seq`.
-absl::Status ReadAck(Stream* stream, uint64_t seq, absl::Time deadline) {
+// Reads a backup's acknowledgement: the last op it applied, from `least`
+// (what it acknowledged before) to `most` (the last op written to it).
+absl::StatusOr<uint64_t> ReadAck(Stream* stream, uint64_t least, uint64_t most,
+                                 absl::Time deadline) {
   ASSIGN_OR_RETURN(FrameHeader header,
                    ReadHeader(stream, kMaxAckBytes, deadline));
   if (header.op != FrameOp::kAnswer) {
@@ -43,11 +48,12 @@ absl::Status ReadAck(Stream* stream, uint64_t seq, absl::Time deadline) {
   v1::ReplicaAck ack;
   RETURN_IF_ERROR(ReadBody(
       stream, header, &ack, [&] { return PayloadFields(&ack); }, deadline));
-  if (ack.seq() != seq) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a backup acknowledged op ", ack.seq(), " where ", seq, " was due"));
+  if (ack.seq() < least || ack.seq() > most) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a backup acknowledged op ", ack.seq(), " where ", least,
+                     " to ", most, " were due"));
   }
-  return absl::OkStatus();
+  return ack.seq();
 }
 
 absl::Status WriteOp(Stream* stream, v1::ReplicaOp* op, absl::Time deadline) {
@@ -60,26 +66,46 @@ absl::Status WriteOp(Stream* stream, v1::ReplicaOp* op, absl::Time deadline) {
 
 Replication::Sent Replication::Broadcast(v1::ReplicaOp* op) {
   ++seq_;
-  const Sent sent = Streamed();  // The new op, to the backups in the stream.
+  std::vector<std::shared_ptr<Backup>> joining;
+  const Sent sent = Streamed(&joining);  // The new op, to the backups.
   op->set_seq(sent.seq);
   {
     absl::ReaderMutexLock lock(&mu_);
     op->set_epoch(epoch_);
   }
-  // Every backup gets the op before any acknowledgement is waited for, so
-  // they apply it side by side.
+  const size_t op_bytes = op->ByteSizeLong();
+  // A joining backup whose snapshot is still going out gets a copy queued
+  // (its serving thread writes it between chunks), so no change waits
+  // for a snapshot; the others get the op now, every one before any
+  // acknowledgement is waited for, so they apply it side by side.
+  std::vector<std::shared_ptr<Backup>> now = sent.to;
+  for (const std::shared_ptr<Backup>& b : joining) {
+    absl::MutexLock queue(&b->queue_mu);
+    if (!b->sending) {
+      now.push_back(b);
+    } else if (b->queued_bytes + op_bytes > join_backlog_bytes_) {
+      absl::MutexLock lock(&ack_mu_);
+      Drop(b.get(), absl::ResourceExhaustedError(absl::StrCat(
+                        "its backlog of ops passed ", join_backlog_bytes_,
+                        " bytes while its snapshot went out")));
+    } else {
+      b->queued_bytes += op_bytes;
+      b->queue.push_back(*op);
+    }
+  }
   int64_t bytes = 0;
-  for (const std::shared_ptr<Backup>& b : sent.to) {
+  for (const std::shared_ptr<Backup>& b : now) {
     absl::Status s;
     {
       absl::MutexLock io(&b->io_mu);
+      b->written = sent.seq;
       s = WriteOp(b->stream, op, sent.deadline);
     }
     if (!s.ok()) {
       absl::MutexLock lock(&ack_mu_);
       Drop(b.get(), s);
     } else {
-      bytes += static_cast<int64_t>(op->ByteSizeLong());
+      bytes += static_cast<int64_t>(op_bytes);
     }
   }
   absl::MutexLock lock(&mu_);
@@ -88,13 +114,19 @@ Replication::Sent Replication::Broadcast(v1::ReplicaOp* op) {
   return sent;
 }
 
-Replication::Sent Replication::Streamed() {
+Replication::Sent Replication::Streamed(
+    std::vector<std::shared_ptr<Backup>>* joining) {
   Sent sent;
   sent.seq = seq_;
   sent.deadline = absl::Now() + ack_timeout_;
   absl::MutexLock lock(&ack_mu_);
   for (const std::shared_ptr<Backup>& b : backups_) {
-    if (!b->dropped) sent.to.push_back(b);
+    if (b->dropped) continue;
+    if (b->in_sync) {
+      sent.to.push_back(b);
+    } else if (joining != nullptr) {
+      joining->push_back(b);
+    }
   }
   return sent;
 }
@@ -135,35 +167,101 @@ void Replication::Drop(Backup* b, const absl::Status& why) {
   LOG(WARNING) << "shard " << store_->shard() << ": dropping backup "
                << b->member << " (acknowledged op " << b->acked << "): " << why;
   b->dropped = true;
-  ++unnoted_drops_;
+  b->dropped_why = why;
+  // One not yet in sync was never recorded as in sync: nothing waits for
+  // its drop to be.
+  if (b->in_sync) {
+    ++unnoted_drops_;
+  } else {
+    b->noted = true;
+  }
   ShutdownSocket(b->stream->fd());
 }
 
 absl::Status Replication::ReadAcks(Backup* b) {
-  for (;;) {
-    bool buffered;
+  for (;;) RETURN_IF_ERROR(ReadNextAck(b, absl::InfiniteFuture()));
+}
+
+absl::Status Replication::ReadNextAck(Backup* b, absl::Time deadline) {
+  bool buffered;
+  {
+    absl::MutexLock io(&b->io_mu);
+    buffered = b->stream->Buffered();
+  }
+  // Waits without the stream's lock, so ops go out meanwhile; a drop
+  // shuts the socket, which wakes it.
+  if (!buffered) RETURN_IF_ERROR(WaitReadable(b->stream->fd(), deadline));
+  uint64_t least;
+  {
+    absl::MutexLock lock(&ack_mu_);
+    if (b->dropped) return absl::UnavailableError("dropped from the stream");
+    least = b->acked;
+  }
+  uint64_t seq;
+  {
+    absl::MutexLock io(&b->io_mu);
+    ASSIGN_OR_RETURN(seq, ReadAck(b->stream, least, b->written,
+                                  absl::Now() + ack_timeout_));
+  }
+  absl::MutexLock lock(&ack_mu_);
+  b->acked = seq;
+  return absl::OkStatus();
+}
+
+absl::Status Replication::FlushQueue(Backup* b, bool last) {
+  std::deque<v1::ReplicaOp> ops;
+  auto write = [&] {
+    absl::MutexLock io(&b->io_mu);
+    for (v1::ReplicaOp& op : ops) {
+      b->written = op.seq();
+      RETURN_IF_ERROR(WriteOp(b->stream, &op, absl::Now() + ack_timeout_));
+    }
+    return absl::OkStatus();
+  };
+  if (!last) {
     {
-      absl::MutexLock io(&b->io_mu);
-      buffered = b->stream->Buffered();
+      absl::MutexLock queue(&b->queue_mu);
+      ops.swap(b->queue);
+      b->queued_bytes = 0;
     }
-    // Waits without the stream's lock, so ops go out meanwhile; a drop
-    // shuts the socket, which wakes it.
-    if (!buffered) {
-      RETURN_IF_ERROR(WaitReadable(b->stream->fd(), absl::InfiniteFuture()));
-    }
-    uint64_t due;
+    return write();
+  }
+  // The queue's lock is held until its last ops are written, so that
+  // Broadcast's own writes, from now on, come after them.
+  absl::MutexLock queue(&b->queue_mu);
+  ops.swap(b->queue);
+  b->queued_bytes = 0;
+  b->sending = false;
+  return write();
+}
+
+absl::Status Replication::CatchUp(Backup* b) {
+  // The first acknowledgement comes once the snapshot is in place and the
+  // ops queued meanwhile applied; then one per op, as they come.
+  absl::Time deadline = absl::Now() + std::max(ack_timeout_, kSnapshotTimeout);
+  for (;;) {
+    RETURN_IF_ERROR(ReadNextAck(b, deadline));
+    deadline = absl::Now() + ack_timeout_;
+    absl::MutexLock lock(&ack_mu_);
+    if (b->written <= b->acked + kJoinSlack) break;
+  }
+  // No op goes out while the last ones are waited for: then the backup
+  // holds every op streamed, and is recorded so before anything later is
+  // acknowledged.
+  absl::MutexLock order(&order_mu_);
+  for (;;) {
     {
       absl::MutexLock lock(&ack_mu_);
       if (b->dropped) return absl::UnavailableError("dropped from the stream");
-      due = b->acked + 1;
+      if (b->acked == seq_) {
+        b->in_sync = true;
+        break;
+      }
     }
-    {
-      absl::MutexLock io(&b->io_mu);
-      RETURN_IF_ERROR(ReadAck(b->stream, due, absl::Now() + ack_timeout_));
-    }
-    absl::MutexLock lock(&ack_mu_);
-    b->acked = due;
+    RETURN_IF_ERROR(ReadNextAck(b, absl::Now() + ack_timeout_));
   }
+  NoteBackups();
+  return absl::OkStatus();
 }
 
 void Replication::NoteBackups() {
@@ -171,7 +269,7 @@ void Replication::NoteBackups() {
   {
     absl::MutexLock lock(&ack_mu_);
     for (const std::shared_ptr<Backup>& b : backups_) {
-      if (!b->dropped) names.push_back(b->member);
+      if (!b->dropped && b->in_sync) names.push_back(b->member);
     }
   }
   {
@@ -190,33 +288,36 @@ void Replication::NoteBackups() {
   }
 }
 
-absl::StatusOr<uint64_t> Replication::SendSnapshot(Stream* stream,
+absl::StatusOr<uint64_t> Replication::SendSnapshot(Backup* b,
+                                                   StateCopy* copy,
                                                    int64_t epoch) {
-  // Every op of the snapshot carries the op the stream goes on from (a
-  // local: the lambda is not seen to run under order_mu_).
-  const uint64_t seq = seq_;
+  const uint64_t seq = b->written;  // The op it was copied at.
   auto send = [&](v1::ReplicaOp* op) -> absl::Status {
     op->set_seq(seq);
     op->set_epoch(epoch);
-    const absl::Time deadline =
-        absl::Now() + std::max(ack_timeout_, kSnapshotTimeout);
-    RETURN_IF_ERROR(WriteOp(stream, op, deadline));
-    return ReadAck(stream, seq, deadline);
+    RETURN_IF_ERROR(FlushQueue(b, /*last=*/false));
+    absl::MutexLock io(&b->io_mu);
+    return WriteOp(b->stream, op,
+                   absl::Now() + std::max(ack_timeout_, kSnapshotTimeout));
   };
-  return WriteSnapshot(send);
+  ASSIGN_OR_RETURN(const uint64_t bytes, EncodeState(copy, send));
+  RETURN_IF_ERROR(FlushQueue(b, /*last=*/true));
+  return bytes;
 }
 
 absl::StatusOr<std::vector<v1::ReplicaOp>> Replication::SnapshotOps() {
-  absl::MutexLock order(&order_mu_);
+  StateCopy copy;
   int64_t epoch;
   uint64_t seq;
   {
+    absl::MutexLock order(&order_mu_);
+    RETURN_IF_ERROR(CopyState(&copy));
     absl::ReaderMutexLock lock(&mu_);
     epoch = epoch_;
     seq = applied_;
   }
   std::vector<v1::ReplicaOp> ops;
-  RETURN_IF_ERROR(WriteSnapshot([&](v1::ReplicaOp* op) {
+  RETURN_IF_ERROR(EncodeState(&copy, [&](v1::ReplicaOp* op) {
                     op->set_seq(seq);
                     op->set_epoch(epoch);
                     ops.push_back(*op);
@@ -225,12 +326,11 @@ absl::StatusOr<std::vector<v1::ReplicaOp>> Replication::SnapshotOps() {
   return ops;
 }
 
-absl::StatusOr<uint64_t> Replication::WriteSnapshot(
-    const std::function<absl::Status(v1::ReplicaOp*)>& send) {
-  // The ledger and the weights are both read under the order lock: the
-  // snapshot holds each push's answer with its effect.
-  v1::ReplicaOp start;
-  v1::ReplicaSnapshot* begin = start.mutable_snapshot();
+absl::Status Replication::CopyState(StateCopy* copy) {
+  // Under the order lock the ledger and the weights are read together:
+  // the snapshot holds each push's answer with its effect.
+  copy->start.Clear();
+  v1::ReplicaSnapshot* begin = copy->start.mutable_snapshot();
   begin->set_incarnation(store_->incarnation());
   if (membership_ != nullptr) {
     *begin->mutable_membership() = membership_->Export();
@@ -249,7 +349,31 @@ absl::StatusOr<uint64_t> Replication::WriteSnapshot(
       *e->mutable_answer() = r.answer;
     }
   }
-  RETURN_IF_ERROR(send(&start));
+  const int64_t now = absl::ToUnixMicros(clock_->Now());
+  copy->declared = store_->declared();
+  if (copy->declared) {
+    RETURN_IF_ERROR(
+        store_->SnapshotInto(/*pending=*/true, now, &copy->head, &copy->slices));
+  } else {
+    copy->head.Clear();  // No model yet: the head alone.
+    copy->head.set_shard(store_->shard());
+    copy->head.set_unix_micros(now);
+    copy->slices.clear();
+  }
+  // Each table with its bsp step in progress, one copy at a time.
+  const std::vector<EmbeddingTable*> tables =
+      tables_ != nullptr ? tables_->All() : std::vector<EmbeddingTable*>();
+  copy->tables.resize(tables.size());
+  for (size_t i = 0; i < tables.size(); ++i) {
+    copy->tables[i].Clear();
+    tables[i]->Save(&copy->tables[i], /*pending=*/true);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> Replication::EncodeState(
+    StateCopy* copy, const std::function<absl::Status(v1::ReplicaOp*)>& send) {
+  RETURN_IF_ERROR(send(&copy->start));
   uint64_t index = 0;
   ChunkEncoder encoder(
       snapshot_chunk_bytes_, [&](std::string bytes, uint32_t crc) {
@@ -260,21 +384,12 @@ absl::StatusOr<uint64_t> Replication::WriteSnapshot(
         chunk->set_chunk(std::move(bytes));
         return send(&op);
       });
-  const int64_t now = absl::ToUnixMicros(clock_->Now());
-  if (store_->declared()) {
-    RETURN_IF_ERROR(store_->Snapshot(/*pending=*/true, now, &encoder));
-  } else {
-    v1::ShardCheckpoint head;  // No model yet: the head alone.
-    head.set_shard(store_->shard());
-    head.set_unix_micros(now);
-    RETURN_IF_ERROR(encoder.Head(head));
+  RETURN_IF_ERROR(encoder.Head(copy->head));
+  for (v1::SliceCheckpoint& slice : copy->slices) {
+    RETURN_IF_ERROR(encoder.Slice(&slice));
   }
-  // Each table with its bsp step in progress, one copy at a time.
-  for (const EmbeddingTable* table :
-       tables_ != nullptr ? tables_->All() : std::vector<EmbeddingTable*>()) {
-    v1::EmbeddingCheckpoint saved;
-    table->Save(&saved, /*pending=*/true);
-    RETURN_IF_ERROR(encoder.Table(&saved));
+  for (v1::EmbeddingCheckpoint& table : copy->tables) {
+    RETURN_IF_ERROR(encoder.Table(&table));
   }
   RETURN_IF_ERROR(encoder.Finish());
   v1::ReplicaOp end;
@@ -305,7 +420,13 @@ absl::Status Replication::ServeBackup(Stream* stream,
         shown.empty() ? "none" : absl::StrCat("'", shown, "'")));
   }
   if (join_check_) RETURN_IF_ERROR(join_check_(join.member()));
+  // A first copy without the lock sizes the buffers (on a big shard,
+  // faulting fresh memory in costs far more than copying into it).
+  auto copy = std::make_unique<StateCopy>();
+  RETURN_IF_ERROR(CopyState(copy.get()));
   std::shared_ptr<Backup> backup;
+  const absl::Time start = absl::Now();
+  absl::Duration paused;
   {
     absl::MutexLock order(&order_mu_);
     {
@@ -320,29 +441,39 @@ absl::Status Replication::ServeBackup(Stream* stream,
                          join.epoch(), "; this primary's is ", epoch_));
       }
     }
-    const absl::Time start = absl::Now();
-    ASSIGN_OR_RETURN(const uint64_t bytes, SendSnapshot(stream, join.epoch()));
+    const absl::Time locked = absl::Now();
+    RETURN_IF_ERROR(CopyState(copy.get()));
     backup = std::make_shared<Backup>(stream, join.member(), seq_);
-    {
-      absl::MutexLock lock(&ack_mu_);
-      backups_.push_back(backup);
-    }
-    LOG(INFO) << "shard " << store_->shard() << ": backup " << join.member()
-              << " joined at op " << seq_ << " (" << bytes
-              << " bytes of state in " << absl::Now() - start << ")";
-    NoteBackups();
+    absl::MutexLock lock(&ack_mu_);
+    backups_.push_back(backup);
+    paused = absl::Now() - locked;
   }
-  const absl::Status why = ReadAcks(backup.get());
+  absl::StatusOr<uint64_t> bytes = SendSnapshot(backup.get(), copy.get(),
+                                                join.epoch());
+  copy.reset();
+  absl::Status why = bytes.status();
+  if (why.ok()) why = CatchUp(backup.get());
+  if (why.ok()) {
+    LOG(INFO) << "shard " << store_->shard() << ": backup " << join.member()
+              << " in sync at op " << backup->written << " (" << *bytes
+              << " bytes of state; changes paused " << paused
+              << " for its copy; " << absl::Now() - start << " in all)";
+    why = ReadAcks(backup.get());
+  }
   absl::MutexLock order(&order_mu_);
   {
     absl::MutexLock lock(&ack_mu_);
+    // Dropped by another thread: its reason, not the broken stream's.
+    if (backup->dropped) why = backup->dropped_why;
     Drop(backup.get(), why);
     backups_.erase(std::find(backups_.begin(), backups_.end(), backup));
   }
   NoteBackups();
   absl::MutexLock lock(&ack_mu_);
-  backup->noted = true;
-  --unnoted_drops_;
+  if (!backup->noted) {
+    backup->noted = true;
+    --unnoted_drops_;
+  }
   return absl::UnavailableError(absl::StrCat(
       "backup ", join.member(), " left the stream: ", why.message()));
 }

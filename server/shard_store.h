@@ -152,6 +152,13 @@ class ShardStore {
   // Does not call the sink's Finish; returns its first error.
   absl::Status Snapshot(bool pending, int64_t unix_micros,
                         CheckpointSink* sink) const;
+  // The same into `head` and `slices` (one per slice of this shard, in
+  // order), reusing what they hold: a copy made into the buffers of an
+  // earlier one allocates nothing when the model is the same (a joining
+  // backup's snapshot, copied under the replication order lock).
+  absl::Status SnapshotInto(bool pending, int64_t unix_micros,
+                            v1::ShardCheckpoint* head,
+                            std::vector<v1::SliceCheckpoint>* slices) const;
   // Loads a checkpoint into an empty store: its spec is declared and every
   // slice's state restored. DATA_LOSS if it does not fit the model on this
   // shard; nothing changes on error.

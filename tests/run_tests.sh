@@ -82,7 +82,7 @@ if ((${#@} == 0)); then
     tsan_tests=(//tests/tsan:mutex_canary_test)
     for t in checkpoint concurrency consistency consistency_restart \
       embedding_table kv_store membership recovery_rules shard_store \
-      replication replication_pipeline; do
+      replication replication_pipeline replication_join; do
       tsan_tests+=("//tests/server:${t}_test")
     done
     sanitized tsan TSAN --config=tsan --test_env=LD_LIBRARY_PATH="$absl_tsan" \

@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -140,12 +141,14 @@ absl::Status ReplicaMember::ApplyStream(Stream* stream) {
     v1::ReplicaOp op;
     RETURN_IF_ERROR(ReadBody(
         stream, header, &op, [&] { return PayloadFields(&op); }, deadline));
-    if (absl::Status s = r->Apply(&op); !s.ok()) {
+    std::optional<uint64_t> applied;
+    if (absl::Status s = r->Apply(&op, &applied); !s.ok()) {
       WriteError(stream, s, deadline).IgnoreError();
       return s;
     }
+    if (!applied.has_value()) continue;  // Kept, or part of the snapshot.
     v1::ReplicaAck ack;
-    ack.set_seq(op.seq());
+    ack.set_seq(*applied);
     header = FrameHeader();
     header.op = FrameOp::kAnswer;
     RETURN_IF_ERROR(WriteFrame(stream, header, &ack, {}, deadline));

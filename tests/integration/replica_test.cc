@@ -105,7 +105,28 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
     EXPECT_TRUE(WaitFor([&] { return Is(m, role); }))
         << m.member->member() << " never became "
         << Replication::RoleName(role);
+    // A backup is in sync (changes wait for it) once the primary counts it
+    // in: after the snapshot's acknowledgement and the ops streamed since.
+    if (role == Replication::Role::kBackup) {
+      EXPECT_TRUE(WaitFor([&] { return InSync(m); }))
+          << m.member->member() << " never in sync";
+    }
     return m;
+  }
+
+  // True if a primary lists `m` among its backups in sync.
+  bool InSync(Member& m) {
+    for (Member& p : members_) {
+      if (&p == &m || p.member->server() == nullptr ||
+          !Is(p, Replication::Role::kPrimary)) {
+        continue;  // (A member whose start failed has no server.)
+      }
+      const v1::ReplicaStats stats = p.member->server()->replication()->Stats();
+      for (const std::string& b : stats.backups()) {
+        if (b == m.member->member()) return true;
+      }
+    }
+    return false;
   }
 
   static bool Is(Member& m, Replication::Role role) {

@@ -4,6 +4,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <optional>
+
 #include "common/clock.h"
 #include "common/status_macros.h"
 #include "gtest/gtest.h"
@@ -37,12 +39,25 @@ std::thread JoinBackup(Member* primary, Member* backup, StreamPair* streams) {
   v1::ReplicaJoin join;
   join.set_epoch(1);
   join.set_member(backup->replication.member());
+  const int backups = primary->replication.Stats().backups_size();
   std::thread serve([primary, streams, join] {
     EXPECT_FALSE(primary->replication.ServeBackup(streams->a.get(), join).ok());
   });
   backup->replication.BecomeBackup(1, primary->replication.member());
   EXPECT_TRUE(FollowSnapshot(streams->b.get(), &backup->replication).ok());
+  EXPECT_TRUE(WaitInSync(primary, backups + 1));
   return serve;
+}
+
+bool WaitInSync(Member* primary, int backups) {
+  // The primary's serving thread counts the backup in once it read the
+  // snapshot's acknowledgement: moments after the backup sent it.
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (primary->replication.Stats().backups_size() != backups) {
+    if (absl::Now() > until) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
 }
 
 absl::Status ReadOp(Stream* stream, v1::ReplicaOp* op) {
@@ -64,8 +79,9 @@ absl::Status WriteAck(Stream* stream, uint64_t seq) {
 absl::Status FollowOne(Stream* stream, Replication* backup) {
   v1::ReplicaOp op;
   RETURN_IF_ERROR(ReadOp(stream, &op));
-  RETURN_IF_ERROR(backup->Apply(&op));
-  return WriteAck(stream, op.seq());
+  std::optional<uint64_t> applied;
+  RETURN_IF_ERROR(backup->Apply(&op, &applied));
+  return applied.has_value() ? WriteAck(stream, *applied) : absl::OkStatus();
 }
 
 absl::Status FollowSnapshot(Stream* stream, Replication* backup, int* ops) {

@@ -45,7 +45,11 @@ struct StreamPair {
 // with a test failure if it does not.
 std::thread JoinBackup(Member* primary, Member* backup, StreamPair* streams);
 
-// The backup's side of one op: read, apply, acknowledge.
+// Waits (10 s at most) until `primary` lists `backups` backups in sync;
+// false if it does not.
+bool WaitInSync(Member* primary, int backups);
+
+// The backup's side of one op: read, apply, acknowledge (if it is due).
 absl::Status FollowOne(Stream* stream, Replication* backup);
 // Its parts: read an op (within 10 s); acknowledge op `seq`.
 absl::Status ReadOp(Stream* stream, v1::ReplicaOp* op);
