@@ -164,6 +164,11 @@ ABSL_FLAG(int, min_insync, 0,
           "primary refuses them with UNAVAILABLE naming the cause (reads go "
           "on) and never acknowledges a push only it holds. 0: 2 in a group "
           "of 2 or more; 1: the primary alone may acknowledge.");
+ABSL_FLAG(int64_t, join_backlog_bytes, int64_t{2} << 30,
+          "--replicas: the most bytes of changes a joining backup may fall "
+          "behind while its snapshot goes out (queued on the primary, then "
+          "kept by the backup until the snapshot is in place); past it the "
+          "backup joins again. Each side's memory, for the join's length.");
 ABSL_FLAG(absl::Duration, replica_ack_timeout, absl::Seconds(5),
           "--replicas: how long a backup may take to acknowledge a change "
           "before the primary drops it (it rejoins by itself).");
@@ -265,6 +270,7 @@ absl::StatusOr<ShardServerConfig> ConfigFromFlags() {
       config.member = DefaultMember(config.host, config.port);
     }
     config.replica_ack_timeout = absl::GetFlag(FLAGS_replica_ack_timeout);
+    config.join_backlog_bytes = absl::GetFlag(FLAGS_join_backlog_bytes);
     const int min_insync = absl::GetFlag(FLAGS_min_insync);
     const int by_default = std::min(replicas, 2);
     if (min_insync < 0 || min_insync > replicas) {

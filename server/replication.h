@@ -223,7 +223,8 @@ class Replication {
   // The most bytes of ops a joining backup may have yet to receive (the
   // primary's queue while its snapshot goes out) or to apply (the backup's,
   // until the snapshot is in place); past it the primary drops it, or the
-  // backup gives up, and it joins again. Set before serving.
+  // backup gives up, and it joins again (ps_server --join_backlog_bytes,
+  // 2 GiB by default). Set before serving.
   void set_join_backlog_bytes(size_t bytes) { join_backlog_bytes_ = bytes; }
 
  private:
@@ -363,7 +364,7 @@ class Replication {
   std::string member_name_;
   JoinCheck join_check_;
   size_t snapshot_chunk_bytes_ = kCheckpointChunkBytes;
-  size_t join_backlog_bytes_ = size_t{1} << 30;
+  size_t join_backlog_bytes_ = size_t{2} << 30;
   int min_insync_ = 1;
 
   // Held while a change is applied and written to the backups: the one

@@ -30,6 +30,11 @@ constexpr absl::Duration kSnapshotTimeout = absl::Seconds(60);
 // A joining backup that has all but this many ops streamed is brought in
 // sync under the order lock (its last ones waited for there).
 constexpr uint64_t kJoinSlack = 8;
+// How long at a time the order lock is held for those (the workers'
+// pause), and how many times, before the last try waits for as long as
+// they take.
+constexpr absl::Duration kJoinLockedWait = absl::Milliseconds(20);
+constexpr int kJoinTries = 100;
 
 // Reads a backup's acknowledgement: the last op it applied, from `least`
 // (what it acknowledged before) to `most` (the last op written to it).
@@ -237,31 +242,42 @@ absl::Status Replication::FlushQueue(Backup* b, bool last) {
 
 absl::Status Replication::CatchUp(Backup* b) {
   // The first acknowledgement comes once the snapshot is in place and the
-  // ops queued meanwhile applied; then one per op, as they come.
-  absl::Time deadline = absl::Now() + std::max(ack_timeout_, kSnapshotTimeout);
-  for (;;) {
-    RETURN_IF_ERROR(ReadNextAck(b, deadline));
-    deadline = absl::Now() + ack_timeout_;
-    absl::MutexLock lock(&ack_mu_);
-    if (b->written <= b->acked + kJoinSlack) break;
-  }
-  // No op goes out while the last ones are waited for: then the backup
-  // holds every op streamed, and is recorded so before anything later is
-  // acknowledged.
-  absl::MutexLock order(&order_mu_);
-  for (;;) {
-    {
-      absl::MutexLock lock(&ack_mu_);
-      if (b->dropped) return absl::UnavailableError("dropped from the stream");
-      if (b->acked == seq_) {
-        b->in_sync = true;
-        break;
+  // ops that came meanwhile applied; then one per op, as they come.
+  RETURN_IF_ERROR(ReadNextAck(
+      b, absl::Now() + std::max(ack_timeout_, kSnapshotTimeout)));
+  for (int tries = 1;; ++tries) {
+    for (;;) {  // Without the lock while it is more than a few ops behind.
+      {
+        absl::MutexLock lock(&ack_mu_);
+        if (b->written <= b->acked + kJoinSlack) break;
       }
+      RETURN_IF_ERROR(ReadNextAck(b, absl::Now() + ack_timeout_));
     }
-    RETURN_IF_ERROR(ReadNextAck(b, absl::Now() + ack_timeout_));
+    // Then under the order lock, so that no op goes out meanwhile, the
+    // last ones: the backup then holds every op streamed, and is recorded
+    // so before anything later is acknowledged. The workers wait for that,
+    // so at most kJoinLockedWait at a time: a backup still busy applying
+    // gets the lock let go and another try (the last try waits as long as
+    // an op may take).
+    absl::MutexLock order(&order_mu_);
+    const absl::Time until =
+        absl::Now() + (tries < kJoinTries ? kJoinLockedWait : ack_timeout_);
+    for (;;) {
+      bool in_sync = false;
+      {
+        absl::MutexLock lock(&ack_mu_);
+        if (b->dropped) return absl::UnavailableError("dropped from the stream");
+        if (b->acked == seq_) b->in_sync = in_sync = true;
+      }
+      if (in_sync) {
+        NoteBackups();
+        return absl::OkStatus();
+      }
+      absl::Status s = ReadNextAck(b, until);
+      if (absl::IsDeadlineExceeded(s) && tries < kJoinTries) break;
+      RETURN_IF_ERROR(s);
+    }
   }
-  NoteBackups();
-  return absl::OkStatus();
 }
 
 void Replication::NoteBackups() {

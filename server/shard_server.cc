@@ -75,6 +75,8 @@ ShardServer::ShardServer(const ShardServerConfig& config, Env env,
                                                  env.clock, config.member, base,
                                                  config.replica_ack_timeout);
     replication_->set_min_insync(config.min_insync);
+    replication_->set_join_backlog_bytes(
+        static_cast<size_t>(config.join_backlog_bytes));
     replication_->set_member_token(config.security.member_token);
     replication_->set_tables(&tables_, config.num_shards);
     replication_->set_membership(&membership_);

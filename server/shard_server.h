@@ -100,6 +100,9 @@ struct ShardServerConfig {
   // is acknowledged (Replication::set_min_insync); ps_server's
   // --min_insync defaults to 2 in a group of 2 or more.
   int min_insync = 1;
+  // How far a joining backup may fall behind, in bytes of ops
+  // (Replication::set_join_backlog_bytes).
+  int64_t join_backlog_bytes = int64_t{2} << 30;
 
   // OK, or INVALID_ARGUMENT naming the flag that is wrong.
   absl::Status Validate() const;

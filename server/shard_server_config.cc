@@ -85,6 +85,9 @@ absl::Status ShardServerConfig::Validate() const {
         absl::StrCat("--max_message_bytes=", max_message_bytes, " must be in [",
                      2 * kResponseOverhead, ", 2^31 - 1]"));
   }
+  if (join_backlog_bytes < 1) {
+    return absl::InvalidArgumentError("--join_backlog_bytes must be positive");
+  }
   if (max_shard_bytes < 1) {
     return absl::InvalidArgumentError("--max_shard_bytes must be positive");
   }

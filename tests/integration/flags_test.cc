@@ -55,6 +55,7 @@ TEST(Flags, ServerRefusesBadGroupFlags) {
   for (const auto& [flags, says] :
        std::vector<std::pair<std::string, std::string>>{
            {group + "--min_insync=3", "--min_insync=3 must be in [1, --re"},
+           {group + "--join_backlog_bytes=-1", "--join_backlog_bytes must be"},
            {"--min_insync=2", "--min_insync needs --replicas"},
            {group + "--auth_token_file=" + token, "needs --member_token_file"},
            {"--member_token_file=" + other, "--member_token_file needs --rep"},

@@ -37,6 +37,8 @@ TEST(ShardServerConfig, BadValuesAreRefusedNamingTheFlag) {
        "--max_message_bytes=10"},
       {[](ShardServerConfig* c) { c->max_shard_bytes = 0; },
        "--max_shard_bytes"},
+      {[](ShardServerConfig* c) { c->join_backlog_bytes = 0; },
+       "--join_backlog_bytes"},
       {[](ShardServerConfig* c) { c->worker_timeout = absl::ZeroDuration(); },
        "--worker_timeout"},
       {[](ShardServerConfig* c) {

@@ -8,14 +8,20 @@ on the restored shard. Then a replicated pair (--replicas=2, a private
 etcd): the same declare and pushes on the first member, a second member
 that joins with the whole state as a snapshot, the first killed, and the
 promoted backup's weights, and its weights after the same extra push,
-compared with the single shard's. Prints sizes, times and throughput.
+compared with the single shard's. While the backup joins, a probe client
+pulls and pushes a tiny tensor of the model as fast as it can and prints
+its latencies (what a worker sees of the join). Prints sizes, times and
+throughput.
 
-  tools/reliability/big_shard_check.py [MODEL_BYTES]
-    (default 1100 MiB: 3.2 GiB of state)
+  tools/reliability/big_shard_check.py [MODEL_BYTES] [--part all|replicated]
+    (default 1100 MiB: 3.2 GiB of state; --part replicated: the pair
+    alone, its hashes compared with each other only)
 
 Memory: about 3.3x MODEL_BYTES per server (two at once in the replicated
 part) and a few tensors for the client. Env: OUTPUT_BASE (bazel's), WORK,
-BAZEL_FLAGS.
+BAZEL_FLAGS; PS_SERVER, another ps_server binary to run (an earlier
+build, for a before/after: one from before 2026-12-07's join, whose log
+says "joined at op N (B bytes of state in T)", with OLD_JOIN=1).
 """
 
 import argparse
@@ -66,7 +72,8 @@ def server(name, flags, wait=True):
         os.remove(ready)
     log = open(os.path.join(WORK, name + ".log"), "a")
     p = subprocess.Popen(
-        [f"{BIN}/server/ps_server", "--host=127.0.0.1", "--shard=0",
+        [os.environ.get("PS_SERVER") or f"{BIN}/server/ps_server",
+         "--host=127.0.0.1", "--shard=0",
          "--num_shards=1", f"--ready_file={ready}",
          f"--max_shard_bytes={MODEL_BYTES + (64 << 20)}",
          "--max_message_bytes=268435456", *flags],
@@ -166,15 +173,21 @@ def start_etcd():
 
 
 def wait_for_join(backup, since):
-    """The primary's log line for the backup's join: (bytes, took)."""
+    """The primary's log line for the backup's join: (bytes, how long
+    changes paused for the copy, took in all)."""
     log0 = os.path.join(WORK, "member0.log")
     while True:
         with open(log0) as f:
-            m = re.search(
-                r"joined at op \d+ \((\d+) bytes of state in ([^)]*)\)",
-                f.read())
+            log = f.read()
+        m = re.search(r"in sync at op \d+ \((\d+) bytes of state; changes "
+                      r"paused ([^ ]*) for its copy; ([^ ]*) in all\)", log)
         if m:
-            return int(m.group(1)), m.group(2)
+            return int(m.group(1)), m.group(2), m.group(3)
+        # The earlier join: changes paused for all of it.
+        m = re.search(r"joined at op \d+ \((\d+) bytes of state in ([^)]*)\)",
+                      log)
+        if m:
+            return int(m.group(1)), m.group(2), m.group(2)
         if backup.poll() is not None or time.monotonic() - since > 600:
             sys.exit("the backup did not join: see member*.log")
         time.sleep(0.2)
@@ -187,21 +200,38 @@ def replicated_pair(h1, h3):
     etcd_port = start_etcd()
     ports = [free_port(), free_port()]
     rflags = ["--replicas=2", f"--etcd=127.0.0.1:{etcd_port}", "--job=big",
-              "--replica_ack_timeout=120s"]
+              "--replica_ack_timeout=120s", "--min_insync=1"]
+    if not os.environ.get("OLD_JOIN"):
+        rflags.append("--join_backlog_bytes=6442450944")
     a = server("member0", rflags + [f"--port={ports[0]}", "--bootstrap",
                                     f"--advertise=127.0.0.1:{ports[0]}"])
     group = "|".join(f"127.0.0.1:{p}" for p in ports)
     print("replicated: declare, 3 pushes on the first member, pull")
     h4, _ = client(group, pushes=3)
+    if h1 is None:
+        h1 = h4
     print(f"   same weights as the single shard: {h4 == h1}")
     ok &= h4 == h1
+    stop_file = os.path.join(WORK, "probe.stop")
+    probe = subprocess.Popen(
+        [f"{BIN}/tools/reliability/big_shard_client", f"--servers={group}",
+         f"--model_bytes={MODEL_BYTES}", f"--probe_until={stop_file}"],
+        stdout=subprocess.PIPE, text=True)
+    procs.append(probe)
+    time.sleep(2)  # The probe's own pace before the join.
     t = time.monotonic()
     b = server("member1", rflags + [f"--port={ports[1]}",
                                     f"--advertise=127.0.0.1:{ports[1]}"])
-    snap, primary_took = wait_for_join(b, t)
+    snap, paused, primary_took = wait_for_join(b, t)
     took = time.monotonic() - t
-    print(f"snapshot: {gib(snap):.2f} GiB to the backup (primary: "
-          f"{primary_took}; "
+    time.sleep(1)
+    open(stop_file, "w").close()
+    for line in probe.communicate()[0].strip().splitlines():
+        print(f"   {line}")
+    print(f"   (the probe: 2 s before the backup's start, {took:.1f} s "
+          "until it was in sync, 1 s after)")
+    print(f"snapshot: {gib(snap):.2f} GiB to the backup (primary: changes "
+          f"paused {paused} for its copy, {primary_took} in all; "
           f"{took:.1f} s from the backup's start, "
           f"{gib(snap) / took:.2f} GiB/s); peak RSS primary "
           f"{rss_gib(a):.2f} GiB, backup {rss_gib(b):.2f} GiB")
@@ -212,6 +242,8 @@ def replicated_pair(h1, h3):
           f"{'EQUAL' if h5 == h1 else 'DIFFER'}")
     ok &= h5 == h1
     h6, _ = client(group, pushes=1, first=3)
+    if h3 is None:
+        return ok
     print(f"one more push: restored shard and promoted backup "
           f"{'EQUAL' if h6 == h3 else 'DIFFER'} (optimizer state too)")
     ok &= h6 == h3
@@ -223,7 +255,9 @@ def main():
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("model_bytes", nargs="?", type=int, default=1100 << 20)
-    MODEL_BYTES = p.parse_args().model_bytes
+    p.add_argument("--part", choices=("all", "replicated"), default="all")
+    args = p.parse_args()
+    MODEL_BYTES = args.model_bytes
     BIN = build()
     WORK = os.environ.get("WORK") or tempfile.mkdtemp(prefix="big_shard.")
     os.makedirs(WORK, exist_ok=True)
@@ -232,7 +266,8 @@ def main():
     print(f"model: {gib(MODEL_BYTES):.2f} GiB of weights, "
           f"{gib(state):.2f} GiB of shard state with Adam")
     try:
-        h1, h3, ok = single_shard()
+        h1, h3, ok = (single_shard() if args.part == "all"
+                      else (None, None, True))
         ok &= replicated_pair(h1, h3)
     finally:
         for p in procs:

@@ -3,9 +3,15 @@
 // --model_bytes of f32 weights with Adam (so the shard holds three times
 // that), pushes --pushes gradients through every tensor, then pulls every
 // weight and prints its SHA-256, a tensor at a time (the client never holds
-// the whole model).
+// the whole model). With --probe_until it instead pushes to a tiny tensor
+// of its own ("probe", left out of the hash), pull and push, until that
+// file exists, and prints the pushes' latencies: what a worker sees while
+// a backup joins the shard.
 #include <openssl/evp.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -23,6 +29,9 @@ ABSL_FLAG(int64_t, model_bytes, int64_t{1100} << 20, "Weights, in bytes.");
 ABSL_FLAG(int, tensors, 32, "Tensors the weights are split into.");
 ABSL_FLAG(int, pushes, 0, "Gradients pushed to each tensor before the pull.");
 ABSL_FLAG(int, first_push, 0, "The first push's number (its gradient).");
+ABSL_FLAG(std::string, probe_until, "",
+          "Push to the probe tensor until this file exists, and print the "
+          "latencies.");
 
 namespace asyncps {
 namespace {
@@ -48,12 +57,57 @@ v1::ModelSpec Spec() {
     ts->mutable_init()->set_kind(v1::Initializer::NORMAL);
     ts->mutable_init()->set_stddev(0.02f);
   }
+  v1::TensorSpec* probe = spec.add_tensors();
+  probe->set_name("probe");
+  probe->add_shape(1024);
+  probe->set_dtype(v1::DTYPE_F32);
+  probe->mutable_init()->set_kind(v1::Initializer::ZEROS);
   return spec;
 }
 
 int Fail(const absl::Status& s) {
   std::fprintf(stderr, "big_shard_client: %s\n", s.ToString().c_str());
   return 1;
+}
+
+// The probe: pull and push the probe tensor until `until` exists; prints
+// how many, and the latencies' median, 99th percentile and maximum.
+int Probe(PsClient& ps, const v1::ModelSpec& spec, const std::string& until) {
+  const int t = spec.tensors_size() - 1;
+  const int tensor[] = {t};
+  std::vector<double> ms;
+  std::vector<std::pair<double, double>> slowest;  // (ms, seconds in)
+  const absl::Time begin = absl::Now();
+  while (access(until.c_str(), F_OK) != 0) {
+    const absl::Time start = absl::Now();
+    std::vector<std::vector<float>> w(spec.tensors_size());
+    w[t].resize(ps.partition().tensor_elements(t));
+    std::vector<SliceVersion> versions;
+    absl::Status s = ps.Pull(tensor, &w, &versions, 0, 0);
+    std::vector<std::vector<float>> g(spec.tensors_size());
+    g[t].assign(w[t].size(), 1e-3f);
+    if (s.ok()) s = ps.Push(tensor, g, versions, 0, 0, nullptr);
+    if (!s.ok()) return Fail(s);
+    ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
+    slowest.emplace_back(ms.back(), absl::ToDoubleSeconds(start - begin));
+    std::sort(slowest.rbegin(), slowest.rend());
+    if (slowest.size() > 5) slowest.pop_back();
+  }
+  if (ms.empty()) return Fail(absl::FailedPreconditionError("no probe push"));
+  std::vector<double> sorted = ms;
+  std::sort(sorted.begin(), sorted.end());
+  auto at = [&](double q) {
+    return sorted[std::min(sorted.size() - 1,
+                           static_cast<size_t>(q * sorted.size()))];
+  };
+  std::printf("probe %zu pull+push p50 %.2f ms p99 %.2f ms max %.2f ms\n",
+              sorted.size(), at(0.5), at(0.99), sorted.back());
+  std::printf("probe slowest:");
+  for (const auto& [took, when] : slowest) {
+    std::printf(" %.1f ms at %.1f s", took, when);
+  }
+  std::printf("\n");
+  return 0;
 }
 
 int Run() {
@@ -70,6 +124,9 @@ int Run() {
   const absl::Time start = absl::Now();
   if (s.ok()) s = ps.DeclareModel(spec);
   if (!s.ok()) return Fail(s);
+  if (!absl::GetFlag(FLAGS_probe_until).empty()) {
+    return Probe(ps, spec, absl::GetFlag(FLAGS_probe_until));
+  }
   if (absl::GetFlag(FLAGS_pushes) > 0) {
     std::printf("declared %lld bytes of weights in %.1f s\n",
                 static_cast<long long>(absl::GetFlag(FLAGS_model_bytes)),
@@ -104,7 +161,7 @@ int Run() {
   EVP_MD_CTX* sha = EVP_MD_CTX_new();
   EVP_DigestInit_ex(sha, EVP_sha256(), nullptr);
   int64_t bytes = 0;
-  for (int t = 0; t < spec.tensors_size(); ++t) {
+  for (int t = 0; t + 1 < spec.tensors_size(); ++t) {  // Not the probe.
     std::vector<std::vector<float>> w(spec.tensors_size());
     w[t].resize(ps.partition().tensor_elements(t));
     std::vector<SliceVersion> versions;
