@@ -300,8 +300,9 @@ class Replication {
   absl::Status FlushQueue(Backup* b, bool last);
   // Serving thread of a joining `b`: reads its acknowledgements until it
   // has nearly every op streamed, then, under the order lock, the rest,
-  // and counts it in sync.
-  absl::Status CatchUp(Backup* b) ABSL_LOCKS_EXCLUDED(order_mu_);
+  // and counts it in sync; `*how` says how that went, for the log.
+  absl::Status CatchUp(Backup* b, std::string* how)
+      ABSL_LOCKS_EXCLUDED(order_mu_);
   // Drops `b` from the stream (its socket shut): its serving thread then
   // records the backups without it.
   void Drop(Backup* b, const absl::Status& why)

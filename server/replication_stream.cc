@@ -240,14 +240,17 @@ absl::Status Replication::FlushQueue(Backup* b, bool last) {
   return write();
 }
 
-absl::Status Replication::CatchUp(Backup* b) {
+absl::Status Replication::CatchUp(Backup* b, std::string* how) {
   // The first acknowledgement comes once the snapshot is in place and the
   // ops that came meanwhile applied; then one per op, as they come.
   RETURN_IF_ERROR(ReadNextAck(
       b, absl::Now() + std::max(ack_timeout_, kSnapshotTimeout)));
   for (int tries = 1;; ++tries) {
-    for (;;) {  // Without the lock while it is more than a few ops behind.
-      {
+    // Without the lock while it is more than a few ops behind; after a try
+    // under the lock that timed out, for one more acknowledgement at
+    // least, so that the workers' pushes get the lock in between.
+    for (bool again = tries > 1;; again = false) {
+      if (!again) {
         absl::MutexLock lock(&ack_mu_);
         if (b->written <= b->acked + kJoinSlack) break;
       }
@@ -260,8 +263,9 @@ absl::Status Replication::CatchUp(Backup* b) {
     // gets the lock let go and another try (the last try waits as long as
     // an op may take).
     absl::MutexLock order(&order_mu_);
+    const absl::Time locked = absl::Now();
     const absl::Time until =
-        absl::Now() + (tries < kJoinTries ? kJoinLockedWait : ack_timeout_);
+        locked + (tries < kJoinTries ? kJoinLockedWait : ack_timeout_);
     for (;;) {
       bool in_sync = false;
       {
@@ -271,6 +275,9 @@ absl::Status Replication::CatchUp(Backup* b) {
       }
       if (in_sync) {
         NoteBackups();
+        *how = absl::StrCat("caught up in ", tries, " tries, the last ops "
+                            "and its record taking ", absl::FormatDuration(
+                                absl::Now() - locked), " under the lock");
         return absl::OkStatus();
       }
       absl::Status s = ReadNextAck(b, until);
@@ -468,12 +475,14 @@ absl::Status Replication::ServeBackup(Stream* stream,
                                                 join.epoch());
   copy.reset();
   absl::Status why = bytes.status();
-  if (why.ok()) why = CatchUp(backup.get());
+  std::string how;
+  if (why.ok()) why = CatchUp(backup.get(), &how);
   if (why.ok()) {
     LOG(INFO) << "shard " << store_->shard() << ": backup " << join.member()
               << " in sync at op " << backup->written << " (" << *bytes
               << " bytes of state; changes paused " << paused
-              << " for its copy; " << absl::Now() - start << " in all)";
+              << " for its copy; " << absl::Now() - start << " in all; "
+              << how << ")";
     why = ReadAcks(backup.get());
   }
   absl::MutexLock order(&order_mu_);

@@ -180,9 +180,11 @@ def wait_for_join(backup, since):
         with open(log0) as f:
             log = f.read()
         m = re.search(r"in sync at op \d+ \((\d+) bytes of state; changes "
-                      r"paused ([^ ]*) for its copy; ([^ ]*) in all\)", log)
+                      r"paused ([^ ]*) for its copy; ([^ ]*) in all; ([^)]*)\)",
+                      log)
         if m:
-            return int(m.group(1)), m.group(2), m.group(3)
+            return (int(m.group(1)), m.group(2),
+                    f"{m.group(3)}; {m.group(4)}")
         # The earlier join: changes paused for all of it.
         m = re.search(r"joined at op \d+ \((\d+) bytes of state in ([^)]*)\)",
                       log)
@@ -218,6 +220,7 @@ def replicated_pair(h1, h3):
          f"--model_bytes={MODEL_BYTES}", f"--probe_until={stop_file}"],
         stdout=subprocess.PIPE, text=True)
     procs.append(probe)
+    probe.stdout.readline()  # "probing": joined, declared, pushing.
     time.sleep(2)  # The probe's own pace before the join.
     t = time.monotonic()
     b = server("member1", rflags + [f"--port={ports[1]}",

@@ -78,6 +78,8 @@ int Probe(PsClient& ps, const v1::ModelSpec& spec, const std::string& until) {
   std::vector<double> ms;
   std::vector<std::pair<double, double>> slowest;  // (ms, seconds in)
   const absl::Time begin = absl::Now();
+  std::printf("probing\n");  // The caller starts what it measures now.
+  std::fflush(stdout);
   while (access(until.c_str(), F_OK) != 0) {
     const absl::Time start = absl::Now();
     std::vector<std::vector<float>> w(spec.tensors_size());
