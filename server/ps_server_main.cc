@@ -132,10 +132,9 @@ ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
 
 ABSL_FLAG(int, replicas, 0,
           "Run this shard as a replicated group of this many processes (2 or "
-          "3; docs/DESIGN.md \"Replicated shards\"): start each member with "
-          "the same --shard, --job and --etcd. The primary streams every "
-          "change to the backups before it answers; a backup is promoted "
-          "when the primary's etcd lease expires. 0: one process, no etcd.");
+          "3; docs/DESIGN.md \"Replicated shards\"), each with the same "
+          "--shard, --job and --etcd: the primary streams every change to "
+          "the backups before it answers. 0: one process, no etcd.");
 ABSL_FLAG(std::string, etcd, "",
           "--replicas: etcd's client address (host:port) for the election "
           "and the shard map.");
@@ -151,24 +150,19 @@ ABSL_FLAG(absl::Duration, lease_ttl, absl::Seconds(1),
           "long after it stops renewing (etcd rounds up to whole seconds and "
           "grants no less than 1.5 of its election timeouts).");
 ABSL_FLAG(bool, bootstrap, false,
-          "--replicas: create the group's records in etcd if it has none. "
-          "Give it to one member of a new group, on its first start only "
-          "(or run `psctl group init` once instead): a member never leads "
-          "a group with no records, since after etcd lost its keys a "
-          "member with no state could otherwise be elected over one "
-          "holding the shard.");
+          "--replicas: create the group's records in etcd if it has none; "
+          "one member of a new group, first start only (or `psctl group "
+          "init`): no member leads a group without records, lest one with no "
+          "state be elected over one holding the shard after etcd lost them.");
 ABSL_FLAG(int, min_insync, 0,
-          "--replicas: the fewest members, the primary included, that must "
-          "hold a push (or a declaration, an assignment) before it is "
-          "acknowledged, as Kafka's min.insync.replicas. Below it the "
-          "primary refuses them with UNAVAILABLE naming the cause (reads go "
-          "on) and never acknowledges a push only it holds. 0: 2 in a group "
-          "of 2 or more; 1: the primary alone may acknowledge.");
+          "--replicas: the fewest members, primary included, holding a "
+          "change before it is acknowledged (Kafka's min.insync.replicas); "
+          "below it changes are refused UNAVAILABLE, reads go on. 0: 2 in a "
+          "group of 2 or more; 1: the primary alone may acknowledge.");
 ABSL_FLAG(int64_t, join_backlog_bytes, int64_t{2} << 30,
-          "--replicas: the most bytes of changes a joining backup may fall "
-          "behind while its snapshot goes out (queued on the primary, then "
-          "kept by the backup until the snapshot is in place); past it the "
-          "backup joins again. Each side's memory, for the join's length.");
+          "--replicas: how many bytes of changes a joining backup may fall "
+          "behind while its snapshot goes out (memory on both sides); past "
+          "it the backup joins again.");
 ABSL_FLAG(absl::Duration, replica_ack_timeout, absl::Seconds(5),
           "--replicas: how long a backup may take to acknowledge a change "
           "before the primary drops it (it rejoins by itself).");

@@ -206,8 +206,7 @@ class Replication {
   // applied. An error means the stream cannot go on (another epoch, a gap,
   // a change the store refused, the ops kept while joining past
   // set_join_backlog_bytes): the backup must join again from scratch.
-  absl::Status Apply(v1::ReplicaOp* op,
-                     std::optional<uint64_t>* ack = nullptr);
+  absl::Status Apply(v1::ReplicaOp* op, std::optional<uint64_t>* ack = nullptr);
 
   v1::ReplicaStats Stats() const;
 
@@ -275,10 +274,11 @@ class Replication {
     std::vector<std::shared_ptr<Backup>> to;
   };
   // Sends `op` (its epoch and seq set here) to every backup, dropping
-  // those it cannot be written to (a joining one gets it queued). Called with order_mu_ held, right after
-  // the primary applied the change; the change is acknowledged after
-  // AwaitAcks, without the order lock, so the next change goes out while
-  // this one's acknowledgements come back (ops pipelined, in one order).
+  // those it cannot be written to (a joining one gets it queued). Called with
+  // order_mu_ held, right after the primary applied the change; the change is
+  // acknowledged after AwaitAcks, without the order lock, so the next change
+  // goes out while this one's acknowledgements come back (ops pipelined, in one
+  // order).
   Sent Broadcast(v1::ReplicaOp* op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_);
   // Every op streamed so far, as Broadcast's answer: what a change that
   // streamed nothing (a retry answered from a ledger, a declaration
@@ -293,6 +293,9 @@ class Replication {
   // Serving thread of `b`: reads its acknowledgements in order until the
   // stream fails or `b` is dropped; returns why.
   absl::Status ReadAcks(Backup* b) ABSL_LOCKS_EXCLUDED(order_mu_);
+  // Writes one op of the stream.
+  static absl::Status WriteOp(Stream* stream, v1::ReplicaOp* op,
+                              absl::Time deadline);
   // Reads `b`'s next acknowledgement, waiting for it until `deadline`.
   absl::Status ReadNextAck(Backup* b, absl::Time deadline);
   // Serving thread of a joining `b`: writes the ops queued for it, with

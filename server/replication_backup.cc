@@ -142,9 +142,9 @@ absl::Status Replication::KeepForLater(v1::ReplicaOp* op) {
   }
   backlog_bytes_ += op->ByteSizeLong();
   if (backlog_bytes_ > join_backlog_bytes_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the ops that came while the snapshot did passed ",
-        join_backlog_bytes_, " bytes; the member joins again"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the ops that came while the snapshot did passed ",
+                     join_backlog_bytes_, " bytes; the member joins again"));
   }
   backlog_.push_back(std::move(*op));
   return absl::OkStatus();

@@ -130,16 +130,14 @@ TEST(ReplicationJoin, AJoinerFallingTooFarBehindIsDropped) {
   join.set_epoch(1);
   join.set_member("b");
   absl::Status ended;
-  std::thread serve([&] {
-    ended = primary.replication.ServeBackup(streams.a.get(), join);
-  });
+  std::thread serve(
+      [&] { ended = primary.replication.ServeBackup(streams.a.get(), join); });
   backup.replication.BecomeBackup(1, "p");
   ASSERT_TRUE(FollowOne(streams.b.get(), &backup.replication).ok());
   LedgerPush(&primary, ChunkyModelPush(-0.5f));
   serve.join();
   EXPECT_FALSE(ended.ok());
-  EXPECT_NE(ended.message().find("backlog"), absl::string_view::npos)
-      << ended;
+  EXPECT_NE(ended.message().find("backlog"), absl::string_view::npos) << ended;
   EXPECT_EQ(primary.replication.Stats().backups_size(), 0);
   LedgerPush(&primary, ChunkyModelPush(0.25f));  // The primary goes on.
 }

