@@ -110,7 +110,7 @@ restarted() {
 wait_until 60 "$primary restarted by its restart policy" restarted
 if [[ "$variant" == replicated ]]; then
   wait_until 60 "$backup promoted" promoted
-  rejoined() { docker logs "$(compose ps -q "$backup")" 2>&1 | grep -q "backup $primary:5000 joined"; }
+  rejoined() { docker logs "$(compose ps -q "$backup")" 2>&1 | grep -q "backup $primary:5000 in sync"; }
   wait_until 60 "$primary back as a backup of $backup" rejoined
   echo "$primary killed: $(docker logs "$(compose ps -q "$backup")" 2>&1 | grep -m1 'is the primary now')"
 else
