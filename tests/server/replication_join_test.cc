@@ -68,13 +68,7 @@ TEST(ReplicationJoin, PushesGoOnWhileABackupReadsTheSnapshot) {
   Start(&primary);
   StreamPair streams;
   Narrow(&streams);
-  v1::ReplicaJoin join;
-  join.set_epoch(1);
-  join.set_member("b");
-  std::thread serve([&] {
-    EXPECT_FALSE(primary.replication.ServeBackup(streams.a.get(), join).ok());
-  });
-  backup.replication.BecomeBackup(1, "p");
+  std::thread serve = testing::ServeJoin(&primary, &backup, &streams);
   // The backup takes the snapshot's start and one chunk, then reads no more
   // for a while (a slow link, a busy machine).
   for (int i = 0; i < 2; ++i) {

@@ -35,15 +35,20 @@ StreamPair::~StreamPair() {
   close(b->fd());
 }
 
-std::thread JoinBackup(Member* primary, Member* backup, StreamPair* streams) {
+std::thread ServeJoin(Member* primary, Member* backup, StreamPair* streams) {
   v1::ReplicaJoin join;
   join.set_epoch(1);
   join.set_member(backup->replication.member());
-  const int backups = primary->replication.Stats().backups_size();
   std::thread serve([primary, streams, join] {
     EXPECT_FALSE(primary->replication.ServeBackup(streams->a.get(), join).ok());
   });
   backup->replication.BecomeBackup(1, primary->replication.member());
+  return serve;
+}
+
+std::thread JoinBackup(Member* primary, Member* backup, StreamPair* streams) {
+  const int backups = primary->replication.Stats().backups_size();
+  std::thread serve = ServeJoin(primary, backup, streams);
   EXPECT_TRUE(FollowSnapshot(streams->b.get(), &backup->replication).ok());
   EXPECT_TRUE(WaitInSync(primary, backups + 1));
   return serve;

@@ -39,6 +39,11 @@ struct StreamPair {
   std::unique_ptr<TcpStream> a, b;
 };
 
+// `backup` asks to join `primary` (a primary of epoch 1) over `streams`:
+// the primary serves it on the thread returned (it ends, not OK, once the
+// primary is fenced); the backup's side of the stream is the caller's.
+std::thread ServeJoin(Member* primary, Member* backup, StreamPair* streams);
+
 // `backup` joins `primary` (a primary of epoch 1) over `streams`: the
 // primary serves it on the thread returned (it ends, not OK, once the
 // primary is fenced); returns once the backup holds the snapshot, or

@@ -109,13 +109,7 @@ TEST(Replication, ASnapshotInManySmallChunksIsThePrimarysWholeState) {
   }
 
   StreamPair streams;
-  v1::ReplicaJoin join;
-  join.set_epoch(1);
-  join.set_member("b");
-  std::thread serve([&] {
-    EXPECT_FALSE(primary.replication.ServeBackup(streams.a.get(), join).ok());
-  });
-  backup.replication.BecomeBackup(1, "p");
+  std::thread serve = testing::ServeJoin(&primary, &backup, &streams);
   int ops = 0;
   ASSERT_TRUE(FollowSnapshot(streams.b.get(), &backup.replication, &ops).ok());
   EXPECT_GT(ops, 30);  // A start, 36 KiB in 1 KiB chunks, an end.
