@@ -72,10 +72,7 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
 
   Member& Start() {
     Member& m = members_.emplace_back();
-    if (GetParam().etcd) {
-      m.coordinator = std::make_unique<EtcdCoordinator>(
-          etcd_.endpoint, absl::Seconds(2), etcd_.tls);
-    } else {
+    if (!GetParam().etcd) {
       auto view = coordinator_.NewView();
       m.view = view.get();
       m.coordinator = std::move(view);
@@ -92,9 +89,25 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
     rc.lease_ttl = Ttl(GetParam().etcd);
     rc.poll = rc.watched_poll = absl::Milliseconds(10);
     rc.bootstrap = true;  // The test's groups are new.
-    auto started = ReplicaMember::Start(c, rc, m.coordinator.get());
+    // With etcd, as ps_server does: a start that cannot reach it yet (a
+    // loaded machine's TLS handshake with the etcd just started) is tried
+    // again, through a new channel.
+    const absl::Time until = absl::Now() + kWait;
+    absl::StatusOr<std::unique_ptr<ReplicaMember>> started;
+    for (bool first = true;; first = false) {
+      if (!first) absl::SleepFor(absl::Milliseconds(100));  // Backoff.
+      if (GetParam().etcd) {
+        m.coordinator = std::make_unique<EtcdCoordinator>(
+            etcd_.endpoint, absl::Seconds(2), etcd_.tls);
+      }
+      started = ReplicaMember::Start(c, rc, m.coordinator.get());
+      if (!GetParam().etcd || !absl::IsUnavailable(started.status()) ||
+          absl::Now() > until) {
+        break;
+      }
+    }
     EXPECT_TRUE(started.ok()) << started.status();
-    m.member = *std::move(started);
+    if (started.ok()) m.member = *std::move(started);
     return m;
   }
 
