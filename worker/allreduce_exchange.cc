@@ -63,6 +63,22 @@ absl::Status AllreduceExchange::Start(std::vector<std::vector<float>>* weights,
   std::vector<SliceVersion> versions;
   absl::Status s =
       client_->Pull(all_tensors_, weights, &versions, config_.rank, clock);
+  if (s.code() == absl::StatusCode::kFailedPrecondition) {
+    // A shard restarted without a checkpoint after the job trained: its
+    // declaration left it to a worker holding its trained weights. Here
+    // those are the ring's: a survivor hands them over as the ring forms
+    // (Sync), and rank 0 to the shards after. So the model is declared
+    // there again, as Flush does, and pulled as a starting point.
+    auto lost = client_->ShardsWithoutModel();
+    if (lost.ok() && !lost->empty()) {
+      LOG(WARNING) << "rank " << config_.rank << ": shard(s) "
+                   << absl::StrJoin(*lost, ",")
+                   << " lost the model; declared again there, the trained "
+                      "weights come from the ring";
+      RETURN_IF_ERROR(client_->DeclareModel(client_->spec()));
+      s = client_->Pull(all_tensors_, weights, &versions, config_.rank, clock);
+    }
+  }
   if (!s.ok()) return s;
   const v1::OptimizerSpec& opt = client_->spec().optimizer();
   for (const auto& w : *weights) {

@@ -167,5 +167,64 @@ TEST_P(ReplacedRankTest, ReplacementWithAStaleClockJoinsTheSurvivorsStep) {
 
 INSTANTIATE_TEST_SUITE_P(DeadRank, ReplacedRankTest, ::testing::Values(0, 1));
 
+// Issue #38, 9 (the sweep of 2026-12-07: 13 of 16 allreduce runs without
+// checkpoints failed): rank 1 dies and shard 1 restarts without a
+// checkpoint after rank 0 handed its trained weights to the shards. Rank
+// 1's replacement leaves shard 1 to a worker holding its trained weights
+// (no initial weights over a trained model), and its first pull found no
+// model there: it exited ("pull before any model was declared"). In
+// allreduce the ring's survivors hold the trained weights and hand them
+// over as the ring forms, so the replacement declares the model there
+// again and goes on with the survivor's weights.
+TEST_F(AllreduceRejoinTest, AReplacementStartsWhenAShardLostTheModel) {
+  constexpr int kBefore = 6, kAfter = 3;
+  std::unique_ptr<Rank> owned[2] = {NewRank(0), NewRank(1)};
+  ASSERT_NE(owned[0], nullptr);
+  ASSERT_NE(owned[1], nullptr);
+  Rank* r[2] = {owned[0].get(), owned[1].get()};
+  absl::Status s[2];
+  {
+    std::thread t1([&] { s[1] = r[1]->exchange->Start(&r[1]->weights, 0); });
+    s[0] = r[0]->exchange->Start(&r[0]->weights, 0);
+    t1.join();
+  }
+  ASSERT_TRUE(s[0].ok()) << s[0];
+  ASSERT_TRUE(s[1].ok()) << s[1];
+  Steps(r, 1, kBefore, s);
+  ASSERT_TRUE(s[0].ok()) << s[0];
+  ASSERT_TRUE(s[1].ok()) << s[1];
+  // Rank 1 dies; rank 0's next step fails, hands its weights to the shards
+  // and waits for a replacement; shard 1 restarts empty meanwhile.
+  owned[1].reset();
+  StepStats failed;
+  std::thread t([&] { s[0] = Step(r[0], 0, kBefore + 1, &failed); });
+  auto handed = [&] {
+    auto presence = r[0]->worker.ps->Presence();
+    return presence.ok() && presence->trained;
+  };
+  const absl::Time until = absl::Now() + absl::Seconds(20);
+  while (!handed() && absl::Now() < until)
+    absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_TRUE(handed()) << "rank 0 did not hand its weights over";
+  ASSERT_TRUE(RestartLocalShard(&shards_, 1, [](ShardServerConfig* c) {
+                c->consistency.mode = Mode::kAllreduce;
+              }).ok());
+  owned[1] = NewRank(1);
+  r[1] = owned[1].get();
+  if (r[1] != nullptr) s[1] = r[1]->exchange->Start(&r[1]->weights, kBefore);
+  t.join();
+  ASSERT_NE(r[1], nullptr);
+  ASSERT_TRUE(s[1].ok()) << s[1];
+  ASSERT_TRUE(s[0].ok()) << s[0];
+  EXPECT_EQ(r[0]->weights, r[1]->weights);
+  Steps(r, kBefore + 1, kBefore + kAfter, s);
+  ASSERT_TRUE(s[0].ok()) << s[0];
+  ASSERT_TRUE(s[1].ok()) << s[1];
+  const float want = kInit - (kBefore + kAfter) * kLr * 2.0f;
+  for (const auto& w : r[1]->weights) {
+    for (float x : w) ASSERT_NEAR(x, want, 1e-5);
+  }
+}
+
 }  // namespace
 }  // namespace asyncps::testing
