@@ -84,6 +84,16 @@ class AllreduceRejoinTest : public ::testing::Test {
     return r;
   }
 
+  // Ranks 0 and 1 in `owned`, and `r` pointing at them; false if one
+  // failed to join.
+  bool NewPair(std::unique_ptr<Rank> owned[2], Rank* r[2]) {
+    for (int rank = 0; rank < 2; ++rank) {
+      owned[rank] = NewRank(rank);
+      r[rank] = owned[rank].get();
+    }
+    return r[0] != nullptr && r[1] != nullptr;
+  }
+
   LocalShards shards_;
 
  public:
@@ -108,6 +118,15 @@ void Steps(Rank* r[2], int from, int to, absl::Status s[2]) {
   t1.join();
 }
 
+// Both ranks started at clock 0, then steps 1..`steps`; the first failure
+// of each in `s`.
+void StartAndTrain(Rank* r[2], int steps, absl::Status s[2]) {
+  std::thread t1([&] { s[1] = r[1]->exchange->Start(&r[1]->weights, 0); });
+  s[0] = r[0]->exchange->Start(&r[0]->weights, 0);
+  t1.join();
+  if (s[0].ok() && s[1].ok()) Steps(r, 1, steps, s);
+}
+
 // The parameter is the rank that dies: the survivor's state wins either way.
 class ReplacedRankTest : public AllreduceRejoinTest,
                          public ::testing::WithParamInterface<int> {};
@@ -115,20 +134,12 @@ class ReplacedRankTest : public AllreduceRejoinTest,
 TEST_P(ReplacedRankTest, ReplacementWithAStaleClockJoinsTheSurvivorsStep) {
   constexpr int kBefore = 6, kAfter = 3;
   const int dead = GetParam(), survivor = 1 - dead;
-  std::unique_ptr<Rank> owned[2] = {NewRank(0), NewRank(1)};
-  ASSERT_NE(owned[0], nullptr);
-  ASSERT_NE(owned[1], nullptr);
-  Rank* r[2] = {owned[0].get(), owned[1].get()};
+  std::unique_ptr<Rank> owned[2];
+  Rank* r[2];
+  ASSERT_TRUE(NewPair(owned, r));
   absl::Status s[2];
-  {
-    std::thread t1([&] { s[1] = r[1]->exchange->Start(&r[1]->weights, 0); });
-    s[0] = r[0]->exchange->Start(&r[0]->weights, 0);
-    t1.join();
-  }
-  ASSERT_TRUE(s[0].ok()) << s[0];
-  ASSERT_TRUE(s[1].ok()) << s[1];
-  EXPECT_EQ(r[0]->exchange->resumed_clock(), 0);
-  Steps(r, 1, kBefore, s);
+  StartAndTrain(r, kBefore, s);
+  EXPECT_EQ(r[0]->exchange->resumed_clock(), 0);  // Set by Start.
   ASSERT_TRUE(s[0].ok()) << s[0];
   ASSERT_TRUE(s[1].ok()) << s[1];
   ASSERT_EQ(r[0]->weights, r[1]->weights);
@@ -178,19 +189,11 @@ INSTANTIATE_TEST_SUITE_P(DeadRank, ReplacedRankTest, ::testing::Values(0, 1));
 // again and goes on with the survivor's weights.
 TEST_F(AllreduceRejoinTest, AReplacementStartsWhenAShardLostTheModel) {
   constexpr int kBefore = 6, kAfter = 3;
-  std::unique_ptr<Rank> owned[2] = {NewRank(0), NewRank(1)};
-  ASSERT_NE(owned[0], nullptr);
-  ASSERT_NE(owned[1], nullptr);
-  Rank* r[2] = {owned[0].get(), owned[1].get()};
+  std::unique_ptr<Rank> owned[2];
+  Rank* r[2];
+  ASSERT_TRUE(NewPair(owned, r));
   absl::Status s[2];
-  {
-    std::thread t1([&] { s[1] = r[1]->exchange->Start(&r[1]->weights, 0); });
-    s[0] = r[0]->exchange->Start(&r[0]->weights, 0);
-    t1.join();
-  }
-  ASSERT_TRUE(s[0].ok()) << s[0];
-  ASSERT_TRUE(s[1].ok()) << s[1];
-  Steps(r, 1, kBefore, s);
+  StartAndTrain(r, kBefore, s);
   ASSERT_TRUE(s[0].ok()) << s[0];
   ASSERT_TRUE(s[1].ok()) << s[1];
   // Rank 1 dies; rank 0's next step fails, hands its weights to the shards
