@@ -118,7 +118,12 @@ absl::StatusOr<uint64_t> Replication::SendSnapshot(Backup* b, StateCopy* copy,
   auto send = [&](v1::ReplicaOp* op) -> absl::Status {
     op->set_seq(seq);
     op->set_epoch(epoch);
-    RETURN_IF_ERROR(FlushQueue(b, /*last=*/false));
+    // The ops queued meanwhile go between chunks, never before the start:
+    // a backup takes no op before the snapshot began. (This thread is the
+    // only writer while the snapshot goes out, so the start is first.)
+    if (op->op_case() != v1::ReplicaOp::kSnapshot) {
+      RETURN_IF_ERROR(FlushQueue(b, /*last=*/false));
+    }
     absl::MutexLock io(&b->io_mu);
     return WriteOp(b->stream, op,
                    absl::Now() + std::max(ack_timeout_, kSnapshotTimeout));
