@@ -2,7 +2,7 @@
 // the dense slices (SliceState) and the embedding tables (EmbeddingTable):
 // a step goes once a quorum of ranks pushed it or --step_deadline passed
 // since its first push (StepDue), and healing lets it go without ranks
-// that are all blocked waiting for it (MayHeal).
+// that will not send their share (NotSending, MayHeal).
 #ifndef ASYNCPS_SERVER_BSP_STEP_H_
 #define ASYNCPS_SERVER_BSP_STEP_H_
 
@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/time/time.h"
 
@@ -30,20 +31,38 @@ inline bool StepDue(const std::vector<int>& ranks, int quorum,
           (deadline > absl::ZeroDuration() && now - first >= deadline));
 }
 
-// True if the step with pushes from `ranks` (the first at `first`, at
-// least `bound` before `now`) may be applied without the ranks of
+// The live ranks that will not send their share of a pending step: those
+// blocked in a held pull here (`stuck`), and those that said, in a
+// heartbeat or a registration, that they completed the step (`done`: rank
+// to steps completed). A rank's shares of a step it completed were all
+// sent and acknowledged (its gradients, and EndStep's no-gradient marks),
+// so one missing here went to an earlier incarnation of this shard, or its
+// rank went on without it (it resumed past the step).
+struct NotSending {
+  absl::flat_hash_set<int> stuck;
+  absl::flat_hash_map<int, int64_t> done;
+
+  bool Contains(int rank, int64_t step) const {
+    if (stuck.contains(rank)) return true;
+    auto it = done.find(rank);
+    return it != done.end() && it->second >= step;
+  }
+};
+
+// True if step `step`, with pushes from `ranks` (the first at `first`, at
+// least `bound` before `now`), may be applied without the ranks of
 // `live_ranks` missing from it: there are some, and every one of them is
-// in `stuck` (blocked in a held pull, so it will not push). `*left_out`
-// gets those ranks when true, and is cleared otherwise.
+// in `not_sending`. `*left_out` gets those ranks when true, and is cleared
+// otherwise.
 inline bool MayHeal(const std::vector<int>& ranks, absl::Time first,
-                    const std::vector<int>& live_ranks,
-                    const absl::flat_hash_set<int>& stuck, absl::Duration bound,
+                    int64_t step, const std::vector<int>& live_ranks,
+                    const NotSending& not_sending, absl::Duration bound,
                     absl::Time now, std::vector<int>* left_out) {
   left_out->clear();
   if (ranks.empty() || now - first < bound) return false;
   for (int r : live_ranks) {
     if (std::find(ranks.begin(), ranks.end(), r) != ranks.end()) continue;
-    if (!stuck.contains(r)) {
+    if (!not_sending.Contains(r, step)) {
       left_out->clear();
       return false;
     }

@@ -93,12 +93,13 @@ void Consistency::AdvanceSteps() {
   advance.live_workers = live;
   advance.deadline = config_.step_deadline;
   advance.now = now;
-  absl::flat_hash_set<int> stuck;
+  NotSending not_sending;
   std::vector<int> live_ranks;
   int64_t skip = -1;
   if (config_.heal_after > absl::ZeroDuration()) {
     HeldByRank held;
-    Recheck(&stuck, &held);
+    Recheck(&not_sending.stuck, &held);
+    not_sending.done = membership_->DoneSteps();
     for (const v1::WorkerInfo& w : membership_->Workers()) {
       if (w.live()) live_ranks.push_back(w.rank());
     }
@@ -107,7 +108,7 @@ void Consistency::AdvanceSteps() {
     advance.fast_forward_to = std::max(advance.fast_forward_to, skip);
     advance.heal = true;
     advance.live_ranks = live_ranks;
-    advance.stuck = stuck;
+    advance.not_sending = std::move(not_sending);
     advance.heal_after = config_.heal_after;
   }
   // A replicated shard's backups do the same, in the primary's order.
@@ -131,8 +132,8 @@ void Consistency::AdvanceSteps() {
     LOG(WARNING) << "shard " << store_->shard() << ": applied " << h
                  << ": its gradient had not come after "
                  << absl::FormatDuration(config_.heal_after)
-                 << " and every rank missing from it is waiting for the "
-                    "step";
+                 << " and every rank missing from it waits for the step or "
+                    "said it completed it (its share was lost)";
   }
 }
 

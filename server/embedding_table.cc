@@ -298,12 +298,11 @@ bool EmbeddingTable::CompleteStep(int quorum, absl::Duration deadline,
 }
 
 bool EmbeddingTable::Heal(const std::vector<int>& live_ranks,
-                          const absl::flat_hash_set<int>& stuck,
-                          absl::Duration bound, absl::Time now,
-                          std::vector<int>* left_out) {
+                          const NotSending& not_sending, absl::Duration bound,
+                          absl::Time now, std::vector<int>* left_out) {
   absl::MutexLock lock(&mu_);
-  if (!MayHeal(step_ranks_, step_first_, live_ranks, stuck, bound, now,
-               left_out)) {
+  if (!MayHeal(step_ranks_, step_first_, applied_step_ + 1, live_ranks,
+               not_sending, bound, now, left_out)) {
     return false;
   }
   ApplyStepLocked();

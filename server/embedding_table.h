@@ -38,6 +38,7 @@
 #include "common/partitioner.h"  // RowShard
 #include "proto/asyncps.pb.h"
 #include "proto/checkpoint.pb.h"
+#include "server/bsp_step.h"
 #include "server/push_ledger.h"
 
 namespace asyncps {
@@ -92,11 +93,10 @@ class EmbeddingTable {
   bool CompleteStep(int quorum, absl::Duration deadline, absl::Time now);
   // bsp healing, as SliceState::Heal: the pending step, begun at least
   // `bound` before `now`, whose missing ranks of `live_ranks` are all in
-  // `stuck` (waiting in held pulls), is applied with the pushes it has;
+  // `not_sending` (MayHeal), is applied with the pushes it has;
   // `*left_out` gets the ranks left out. True if it did.
-  bool Heal(const std::vector<int>& live_ranks,
-            const absl::flat_hash_set<int>& stuck, absl::Duration bound,
-            absl::Time now, std::vector<int>* left_out);
+  bool Heal(const std::vector<int>& live_ranks, const NotSending& not_sending,
+            absl::Duration bound, absl::Time now, std::vector<int>* left_out);
   // bsp: true once step `clock` is applied here, or while the table's
   // step is not known (made or restored on this shard, no bsp push yet:
   // its rows are all it has).
@@ -241,7 +241,7 @@ class EmbeddingTables {
   int AdvanceSteps(int quorum, absl::Duration deadline, absl::Time now,
                    absl::Duration heal_after,
                    const std::vector<int>& live_ranks,
-                   const absl::flat_hash_set<int>& stuck,
+                   const NotSending& not_sending,
                    std::vector<std::string>* healed);
 
  private:

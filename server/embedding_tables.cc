@@ -76,14 +76,14 @@ void EmbeddingTables::Save(v1::ShardCheckpoint* checkpoint) const {
 int EmbeddingTables::AdvanceSteps(int quorum, absl::Duration deadline,
                                   absl::Time now, absl::Duration heal_after,
                                   const std::vector<int>& live_ranks,
-                                  const absl::flat_hash_set<int>& stuck,
+                                  const NotSending& not_sending,
                                   std::vector<std::string>* healed) {
   int applied = 0;
   for (EmbeddingTable* table : All()) {
     if (table->CompleteStep(quorum, deadline, now)) ++applied;
     if (heal_after <= absl::ZeroDuration()) continue;
     std::vector<int> left_out;
-    if (table->Heal(live_ranks, stuck, heal_after, now, &left_out)) {
+    if (table->Heal(live_ranks, not_sending, heal_after, now, &left_out)) {
       ++applied;
       healed->push_back(absl::StrCat(
           "step ", table->applied_step(), " of embedding '",

@@ -120,6 +120,7 @@ absl::StatusOr<v1::RegisterResponse> Membership::Register(
                        ? std::max(known ? w.clock : 0, request.clock())
                        : std::max<int64_t>(0, max_clock_ - 1);
   w.clock = std::max(resume, request.clock());
+  w.done = w.clock;  // It starts after `resume`: it sends none of those.
   response.set_attempt(++w.attempt);
   response.set_resume_clock(resume);
   return response;
@@ -144,6 +145,7 @@ absl::Status Membership::Heartbeat(const v1::HeartbeatRequest& request) {
   }
   it->second.last_heard = clock_->Now();
   it->second.clock = std::max(it->second.clock, request.clock());
+  it->second.done = std::max(it->second.done, request.clock());
   it->second.left = request.leaving();
   if (request.has_progress()) it->second.progress = request.progress();
   NoteClock(request.clock());
@@ -363,6 +365,13 @@ int Membership::Registered() const {
 int64_t Membership::MaxClock() const {
   absl::MutexLock lock(&mu_);
   return max_clock_;
+}
+
+absl::flat_hash_map<int, int64_t> Membership::DoneSteps() const {
+  absl::MutexLock lock(&mu_);
+  absl::flat_hash_map<int, int64_t> done;
+  for (const auto& [rank, w] : workers_) done[rank] = w.done;
+  return done;
 }
 
 std::vector<Membership::LivenessChange> Membership::LivenessChanges() {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -113,6 +114,10 @@ class Membership {
   void NoteJobFront(int64_t clock);
   // Highest clock any worker, live or not, has reported.
   int64_t MaxClock() const;
+  // Each rank's steps completed, as its registration and heartbeats said
+  // (not its pushes and pulls, whose clock is the step in progress): it
+  // sends nothing more of those (NotSending.done).
+  absl::flat_hash_map<int, int64_t> DoneSteps() const;
   // Workers the job expects (the num_workers its workers registered with) and
   // ranks that have registered so far, live or not.
   int Expected() const;
@@ -140,6 +145,9 @@ class Membership {
     int64_t incarnation = 0;
     uint64_t secret = 0;  // Of the current incarnation; never 0 once set.
     int64_t clock = 0;
+    // The steps this incarnation said it completed (registration,
+    // heartbeats): every share it had of them was sent, none will be again.
+    int64_t done = 0;
     absl::Time last_heard;
     std::string host;
     v1::WorkerProgress progress;

@@ -195,7 +195,9 @@ v1::ReplicaSteps ToProto(const ShardStore::StepAdvance& a) {
   p.set_now_unix_nanos(absl::ToUnixNanos(a.now));
   p.set_heal(a.heal);
   for (int r : a.live_ranks) p.add_live_ranks(r);
-  for (int r : a.stuck) p.add_stuck(r);
+  for (int r : a.not_sending.stuck) p.add_stuck(r);
+  for (const auto& [r, step] : a.not_sending.done)
+    (*p.mutable_done())[r] = step;
   p.set_heal_after_nanos(absl::ToInt64Nanoseconds(a.heal_after));
   return p;
 }

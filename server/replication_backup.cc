@@ -26,7 +26,8 @@ ShardStore::StepAdvance FromProto(const v1::ReplicaSteps& p) {
   a.now = absl::FromUnixNanos(p.now_unix_nanos());
   a.heal = p.heal();
   a.live_ranks.assign(p.live_ranks().begin(), p.live_ranks().end());
-  a.stuck.insert(p.stuck().begin(), p.stuck().end());
+  a.not_sending.stuck.insert(p.stuck().begin(), p.stuck().end());
+  a.not_sending.done.insert(p.done().begin(), p.done().end());
   a.heal_after = absl::Nanoseconds(p.heal_after_nanos());
   return a;
 }

@@ -109,7 +109,7 @@ ShardStore::StepsAdvanced AdvanceShardSteps(
     done.completed += tables->AdvanceSteps(
         advance.quorum, advance.deadline, advance.now,
         advance.heal ? advance.heal_after : absl::ZeroDuration(),
-        advance.live_ranks, advance.stuck, &done.healed);
+        advance.live_ranks, advance.not_sending, &done.healed);
   }
   return done;
 }

@@ -332,7 +332,7 @@ bool ShardStore::LacksGradient(const std::vector<int>& slices, int rank,
 }
 
 int ShardStore::HealPendingSteps(const std::vector<int>& live_ranks,
-                                 const absl::flat_hash_set<int>& stuck,
+                                 const NotSending& not_sending,
                                  absl::Duration bound, absl::Time now,
                                  std::vector<std::string>* healed) {
   std::shared_ptr<const Model> m = model();
@@ -344,7 +344,7 @@ int ShardStore::HealPendingSteps(const std::vector<int>& live_ranks,
     SliceState& state = *m->slices[i];
     const int64_t step = state.applied_step() + 1;
     const SliceOutcome o = state.Heal(m->model->spec().optimizer(), live_ranks,
-                                      stuck, bound, now, &left_out);
+                                      not_sending, bound, now, &left_out);
     if (!o.step_applied) continue;
     counters_.Count(o, /*bsp=*/true);
     ++applied;
@@ -363,7 +363,8 @@ ShardStore::StepsAdvanced ShardStore::AdvanceSteps(const StepAdvance& a) {
   r.completed =
       CompletePendingSteps(a.quorum, a.live_workers, a.deadline, a.now);
   if (a.heal) {
-    HealPendingSteps(a.live_ranks, a.stuck, a.heal_after, a.now, &r.healed);
+    HealPendingSteps(a.live_ranks, a.not_sending, a.heal_after, a.now,
+                     &r.healed);
   }
   return r;
 }

@@ -107,13 +107,12 @@ class ShardStore {
   bool LacksGradient(const std::vector<int>& slices, int rank,
                      int64_t clock) const;
   // bsp healing: applies each pending step whose first gradient is older
-  // than `bound` and whose missing live ranks are all in `stuck` (blocked
-  // in a held pull, so they will not send it), with the gradients it has.
+  // than `bound` and whose missing live ranks are all in `not_sending`
+  // (they will not send it: MayHeal), with the gradients it has.
   // Each step so applied is counted as short and described in `*healed`.
   int HealPendingSteps(const std::vector<int>& live_ranks,
-                       const absl::flat_hash_set<int>& stuck,
-                       absl::Duration bound, absl::Time now,
-                       std::vector<std::string>* healed);
+                       const NotSending& not_sending, absl::Duration bound,
+                       absl::Time now, std::vector<std::string>* healed);
   // bsp: what one housekeeping tick does to the steps (Consistency::
   // AdvanceSteps): FastForwardTo(fast_forward_to), CompletePendingSteps,
   // and with `heal`, HealPendingSteps. One value, so that a replicated
@@ -126,7 +125,7 @@ class ShardStore {
     absl::Time now;
     bool heal = false;
     std::vector<int> live_ranks;
-    absl::flat_hash_set<int> stuck;
+    NotSending not_sending;
     absl::Duration heal_after;
   };
   struct StepsAdvanced {

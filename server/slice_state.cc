@@ -174,13 +174,13 @@ SliceOutcome SliceState::CompleteStep(const v1::OptimizerSpec& optimizer,
 
 SliceOutcome SliceState::Heal(const v1::OptimizerSpec& optimizer,
                               const std::vector<int>& live_ranks,
-                              const absl::flat_hash_set<int>& stuck,
+                              const NotSending& not_sending,
                               absl::Duration bound, absl::Time now,
                               std::vector<int>* left_out) {
   absl::MutexLock lock(&mu_);
   SliceOutcome out;
-  if (MayHeal(step_ranks_, step_first_, live_ranks, stuck, bound, now,
-              left_out)) {
+  if (MayHeal(step_ranks_, step_first_, applied_step_ + 1, live_ranks,
+              not_sending, bound, now, left_out)) {
     ApplyStep(optimizer, static_cast<int>(live_ranks.size()), &out);
   }
   out.step_pending = !step_ranks_.empty();

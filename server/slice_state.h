@@ -19,6 +19,7 @@
 #include "common/optimizer.h"
 #include "proto/asyncps.pb.h"
 #include "proto/checkpoint.pb.h"
+#include "server/bsp_step.h"
 #include "server/stale_weights.h"
 
 namespace asyncps {
@@ -115,12 +116,12 @@ class SliceState {
 
   // bsp healing: if the pending step's first gradient came at least `bound`
   // before `now` and every rank of `live_ranks` missing from it is in
-  // `stuck` (blocked waiting, so it will not send it), applies the step with
-  // the gradients it has, as a backup worker's missing share is left out;
+  // `not_sending` (it will not send it: MayHeal), applies the step with the
+  // gradients it has, as a backup worker's missing share is left out;
   // `*left_out` gets the missing ranks. step_applied says whether it did.
   SliceOutcome Heal(const v1::OptimizerSpec& optimizer,
                     const std::vector<int>& live_ranks,
-                    const absl::flat_hash_set<int>& stuck, absl::Duration bound,
+                    const NotSending& not_sending, absl::Duration bound,
                     absl::Time now, std::vector<int>* left_out);
 
   int64_t version() const;

@@ -5,8 +5,8 @@
 // pushes count), holds a pull until its step is applied, drops a second
 // push of a rank and refuses one from a step ahead with nothing changed,
 // applies a short step at --step_deadline and heals one whose missing
-// ranks all wait; ssp holds a row pull as a dense one; shutdown answers
-// held row pulls.
+// ranks all wait or said they completed it; ssp holds a row pull as a dense
+// one; shutdown answers held row pulls.
 #include <deque>
 #include <optional>
 #include <string>
@@ -270,6 +270,35 @@ TEST_F(ConsistencyRowsTest, BspHealsAStepWhoseMissingRankWaits) {
   ASSERT_TRUE(pusher.status.has_value() && pusher.status->ok());
   ASSERT_TRUE(blocked.status.has_value() && blocked.status->ok());
   EXPECT_EQ(blocked.Rows(), (std::vector<float>{8, 8}));
+}
+
+// Rows as dense slices (issue #38, seed 19): a rank that says it completed
+// a step (here its registration, resuming past it) will not send its share
+// of it; after --heal_after the step goes without it.
+TEST_F(ConsistencyRowsTest, BspHealsAStepWhoseMissingRankCompletedIt) {
+  ConsistencyConfig config;
+  config.mode = Mode::kBsp;
+  config.heal_after = absl::Seconds(3);
+  Start(config, 0);
+  for (int rank = 0; rank < 2; ++rank) {
+    v1::RegisterRequest join;
+    join.set_rank(rank);
+    join.set_num_workers(2);
+    join.set_clock(rank);  // Rank 1 completed step 1 before this restart.
+    ASSERT_TRUE(membership_.Register(join).ok());
+  }
+  ASSERT_TRUE(Push(0, 1, {1}, {2, 2}).ok());
+  Answered pusher;
+  Pull(&pusher, 0, 1, {1});
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_FALSE(pusher.status.has_value()) << "healed before the bound";
+    clock_.Advance(absl::Seconds(1));
+    membership_.Touch(0, 1);
+    membership_.Touch(1, 1);
+    consistency_->Tick();
+  }
+  ASSERT_TRUE(pusher.status.has_value() && pusher.status->ok());
+  EXPECT_EQ(pusher.Rows(), (std::vector<float>{8, 8}));  // Rank 0's alone.
 }
 
 TEST_F(ConsistencyRowsTest, SspHoldsARowPullUntilTheSlowestIsClose) {

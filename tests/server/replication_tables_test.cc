@@ -85,8 +85,9 @@ RowPolicy BspRows(absl::Time now) {
 // backup joined; the snapshot carries the table, that push's answer and
 // the step in progress, so rank 1's push completes the step on both
 // members alike, a retry of rank 0's push is answered from the promoted
-// backup's ledger, and a step the primary applies past its deadline is
-// applied on the backup too.
+// backup's ledger, and a step the primary applies past its deadline, or
+// heals past a rank that said it completed it, is applied on the backup
+// too.
 TEST(ReplicatedTables, ABackupJoiningMidStepHoldsTheTableItsLedgerAndTheStep) {
   Member primary("p", Bsp()), backup("b", Bsp());
   primary.replication.BecomePrimary(1, absl::InfiniteFuture());
@@ -140,6 +141,28 @@ TEST(ReplicatedTables, ABackupJoiningMidStepHoldsTheTableItsLedgerAndTheStep) {
   const std::vector<float> after_2 = {8, 8, 6, 6};  // 2 over the 1 rank.
   EXPECT_EQ(Rows(&primary), after_2);
   EXPECT_EQ(Rows(&backup), after_2);
+  EXPECT_EQ(Saved(&backup), Saved(&primary));
+
+  // Step 3: rank 0 alone, healed past rank 1, which said it completed the
+  // step (its share was lost): the backup heals it too, by what the
+  // primary saw (a backup hears no heartbeats).
+  ASSERT_TRUE(Streamed(&streams, &backup, [&] {
+                return primary.replication.PushRows(RowsPush(0, 3, {7}, {4, 4}),
+                                                    BspRows(kT0), &answer);
+              }).ok());
+  tick.deadline = absl::ZeroDuration();
+  tick.heal = true;
+  tick.heal_after = absl::Seconds(1);
+  tick.live_ranks = {0, 1};
+  tick.not_sending.done = {{0, 2}, {1, 3}};
+  ASSERT_TRUE(Streamed(&streams, &backup, [&] {
+                done = primary.replication.AdvanceSteps(tick);
+                return absl::OkStatus();
+              }).ok());
+  ASSERT_EQ(done.healed.size(), 1u);
+  const std::vector<float> after_3 = {4, 4, 6, 6};
+  EXPECT_EQ(Rows(&primary), after_3);
+  EXPECT_EQ(Rows(&backup), after_3);
   EXPECT_EQ(Saved(&backup), Saved(&primary));
 
   primary.replication.Fence("test over");
