@@ -263,6 +263,8 @@ class Replication {
     bool declared = false;
     v1::ShardCheckpoint head;
     std::vector<v1::SliceCheckpoint> slices;
+    // The slices' copy, finished (EncodeState) after the order lock.
+    std::unique_ptr<ShardStore::LazyCopy> lazy;
     std::vector<v1::EmbeddingCheckpoint> tables;
   };
   // What a change waits for once it is on the wire: op `seq` acknowledged

@@ -1,7 +1,9 @@
-// A backup joining the primary (server/replication.h): ServeBackup copies
-// the shard's state under the order lock (CopyState, its buffers sized by
-// a first copy without it), sends it as the snapshot without the lock
-// (SendSnapshot, EncodeState) with the ops of that time queued between
+// A backup joining the primary (server/replication.h): ServeBackup takes
+// the shard's state at one op under the order lock (CopyState: the
+// ledgers and the tables copied there, the slices copied on write,
+// into buffers sized by a first copy without the lock), sends it as the
+// snapshot without the lock (SendSnapshot, EncodeState, which finishes
+// the slices' copy first) with the ops of that time queued between
 // chunks (FlushQueue), then waits until the backup has them all
 // (CatchUp) and counts it in sync. SnapshotOps is the same copy for a
 // primary fenced for its lease, kept in memory.
@@ -178,10 +180,12 @@ absl::Status Replication::CopyState(StateCopy* copy) {
     }
   }
   const int64_t now = absl::ToUnixMicros(clock_->Now());
+  copy->lazy.reset();  // An earlier copy into these buffers is finished.
   copy->declared = store_->declared();
   if (copy->declared) {
-    RETURN_IF_ERROR(store_->SnapshotInto(/*pending=*/true, now, &copy->head,
-                                         &copy->slices));
+    ASSIGN_OR_RETURN(copy->lazy,
+                     store_->SnapshotLazily(/*pending=*/true, now, &copy->head,
+                                            &copy->slices));
   } else {
     copy->head.Clear();  // No model yet: the head alone.
     copy->head.set_shard(store_->shard());
@@ -201,6 +205,7 @@ absl::Status Replication::CopyState(StateCopy* copy) {
 
 absl::StatusOr<uint64_t> Replication::EncodeState(
     StateCopy* copy, const std::function<absl::Status(v1::ReplicaOp*)>& send) {
+  copy->lazy.reset();  // Finishes the slices' copy (no order lock here).
   RETURN_IF_ERROR(send(&copy->start));
   uint64_t index = 0;
   ChunkEncoder encoder(
@@ -252,6 +257,7 @@ absl::Status Replication::ServeBackup(Stream* stream,
   // faulting fresh memory in costs far more than copying into it).
   auto copy = std::make_unique<StateCopy>();
   RETURN_IF_ERROR(CopyState(copy.get()));
+  copy->lazy.reset();  // Copied now, without the lock.
   std::shared_ptr<Backup> backup;
   const absl::Time start = absl::Now();
   absl::Duration paused;

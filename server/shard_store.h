@@ -158,6 +158,29 @@ class ShardStore {
   absl::Status SnapshotInto(bool pending, int64_t unix_micros,
                             v1::ShardCheckpoint* head,
                             std::vector<v1::SliceCheckpoint>* slices) const;
+  // SnapshotInto, copied on write: called under the lock that orders every
+  // change to this store (the replication order lock), it fills `head` and
+  // sets each slice to save itself into `*slices` before its next change
+  // (SliceState::CopyOnWrite); LazyCopy::Finish, without that lock, saves
+  // those not changed since. The changes wait for the marking, not for the
+  // copy (a joining backup's snapshot). `*slices` must not be touched
+  // until Finish returns; destroying the LazyCopy finishes it.
+  class LazyCopy {
+   public:
+    LazyCopy() = default;
+    LazyCopy(const LazyCopy&) = delete;
+    LazyCopy& operator=(const LazyCopy&) = delete;
+    ~LazyCopy() { Finish(); }
+    void Finish();
+
+   private:
+    friend class ShardStore;
+    std::shared_ptr<const void> model_;  // Keeps slices_ alive.
+    std::vector<SliceState*> slices_;
+  };
+  absl::StatusOr<std::unique_ptr<LazyCopy>> SnapshotLazily(
+      bool pending, int64_t unix_micros, v1::ShardCheckpoint* head,
+      std::vector<v1::SliceCheckpoint>* slices) const;
   // Loads a checkpoint into an empty store: its spec is declared and every
   // slice's state restored. DATA_LOSS if it does not fit the model on this
   // shard; nothing changes on error.

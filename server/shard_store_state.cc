@@ -61,6 +61,40 @@ absl::Status ShardStore::SnapshotInto(
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<ShardStore::LazyCopy>>
+ShardStore::SnapshotLazily(bool pending, int64_t unix_micros,
+                           v1::ShardCheckpoint* head,
+                           std::vector<v1::SliceCheckpoint>* slices) const {
+  std::shared_ptr<const Model> m = model();
+  if (m == nullptr) {
+    return absl::FailedPreconditionError("no model to checkpoint");
+  }
+  head->Clear();
+  *head->mutable_spec() = m->model->spec();
+  head->set_shard(shard_);
+  head->set_unix_micros(unix_micros);
+  const std::vector<int>& local = m->model->local_slices();
+  slices->resize(local.size());
+  auto copy = std::make_unique<LazyCopy>();
+  copy->slices_.reserve(local.size());
+  for (size_t k = 0; k < local.size(); ++k) {
+    v1::SliceCheckpoint& slice = (*slices)[k];
+    slice.Clear();  // Keeps its strings' buffers.
+    slice.set_slice(static_cast<uint32_t>(local[k]));
+    SliceState* state = m->slices[local[k]].get();
+    state->CopyOnWrite(&slice, pending);
+    copy->slices_.push_back(state);
+  }
+  copy->model_ = std::move(m);
+  return copy;
+}
+
+void ShardStore::LazyCopy::Finish() {
+  for (SliceState* s : slices_) s->FinishCopy();
+  slices_.clear();
+  model_.reset();
+}
+
 absl::Status ShardStore::Restore(const v1::ShardCheckpoint& checkpoint) {
   ASSIGN_OR_RETURN(std::unique_ptr<Restoring> restoring,
                    StartRestore(checkpoint));

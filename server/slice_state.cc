@@ -60,6 +60,7 @@ SliceOutcome SliceState::ApplyAsync(const v1::OptimizerSpec& optimizer,
                                     absl::Span<const float> grad,
                                     int live_workers) {
   absl::MutexLock lock(&mu_);
+  CopyBeforeChangeLocked();
   SliceOutcome out;
   out.staleness = version_ - version;
   if (buffer_) {
@@ -117,6 +118,7 @@ SliceOutcome SliceState::AddToStep(const v1::OptimizerSpec& optimizer, int rank,
                                    absl::Span<const float> grad, int quorum,
                                    int live_workers, absl::Time now) {
   absl::MutexLock lock(&mu_);
+  CopyBeforeChangeLocked();
   if (steps_unknown_) {
     // The first step pushed after a restore is the one the job is on.
     step_ranks_.clear();
@@ -163,6 +165,7 @@ SliceOutcome SliceState::CompleteStep(const v1::OptimizerSpec& optimizer,
                                       int quorum, int live_workers,
                                       absl::Duration deadline, absl::Time now) {
   absl::MutexLock lock(&mu_);
+  CopyBeforeChangeLocked();
   SliceOutcome out;
   if (StepDue(step_ranks_, quorum, deadline, step_first_, now)) {
     ApplyStep(optimizer, live_workers, &out);
@@ -178,6 +181,7 @@ SliceOutcome SliceState::Heal(const v1::OptimizerSpec& optimizer,
                               absl::Duration bound, absl::Time now,
                               std::vector<int>* left_out) {
   absl::MutexLock lock(&mu_);
+  CopyBeforeChangeLocked();
   SliceOutcome out;
   if (MayHeal(step_ranks_, step_first_, applied_step_ + 1, live_ranks,
               not_sending, bound, now, left_out)) {
@@ -224,6 +228,7 @@ bool SliceState::FastForward(const v1::OptimizerSpec& optimizer, int64_t step,
                              bool discard_pending, int quorum,
                              SliceOutcome* applied) {
   absl::MutexLock lock(&mu_);
+  CopyBeforeChangeLocked();
   // `step` is a step the job completed (a rank reported step + 1). The
   // pending step may be that very step and still legitimately wait: a rank
   // that did not pull this slice went on, and a slower rank's gradient is
@@ -281,6 +286,7 @@ int64_t SliceState::Read(v1::DType dtype, std::string* data) const {
 void SliceState::Assign(std::vector<float> weights, int64_t version,
                         bool steps_unknown) {
   absl::MutexLock lock(&mu_);
+  CopyBeforeChangeLocked();
   weights_ = std::move(weights);
   version_ = version;
   stale_weights_.Clear();
@@ -302,11 +308,34 @@ std::pair<size_t, size_t> SliceState::StateSizes() const {
 bool SliceState::LoadState(std::vector<float> slot1, std::vector<float> slot2,
                            int64_t steps) {
   absl::MutexLock lock(&mu_);
+  CopyBeforeChangeLocked();
   return slots_.Restore(std::move(slot1), std::move(slot2), steps);
 }
 
 void SliceState::Save(v1::SliceCheckpoint* out, bool pending) const {
   absl::MutexLock lock(&mu_);
+  SaveLocked(out, pending);
+}
+
+void SliceState::CopyOnWrite(v1::SliceCheckpoint* out, bool pending) {
+  absl::MutexLock lock(&mu_);
+  CopyBeforeChangeLocked();
+  copy_to_ = out;
+  copy_pending_ = pending;
+}
+
+void SliceState::FinishCopy() {
+  absl::MutexLock lock(&mu_);
+  CopyBeforeChangeLocked();
+}
+
+void SliceState::CopyBeforeChangeLocked() {
+  if (copy_to_ == nullptr) return;
+  SaveLocked(copy_to_, copy_pending_);
+  copy_to_ = nullptr;
+}
+
+void SliceState::SaveLocked(v1::SliceCheckpoint* out, bool pending) const {
   EncodeF32(weights_, out->mutable_weights());
   EncodeF32(slots_.slot1(), out->mutable_slot1());
   EncodeF32(slots_.slot2(), out->mutable_slot2());
@@ -329,6 +358,7 @@ bool SliceState::StepPending() const {
 
 bool SliceState::Load(const v1::SliceCheckpoint& in) {
   absl::MutexLock lock(&mu_);
+  CopyBeforeChangeLocked();
   std::vector<float> w, s1, s2, sum;
   if (!DecodeF32Vector(in.weights(), &w) || w.size() != weights_.size() ||
       !DecodeF32Vector(in.slot1(), &s1) || !DecodeF32Vector(in.slot2(), &s2) ||

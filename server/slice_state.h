@@ -155,6 +155,12 @@ class SliceState {
   void Save(v1::SliceCheckpoint* out, bool pending = false) const;
   // Loads state saved by Save; false (nothing changed) if it does not fit.
   bool Load(const v1::SliceCheckpoint& in);
+  // Copy on write (ShardStore::SnapshotLazily): Save(out, pending) of the
+  // state as it is now, made before the slice's next change or at
+  // FinishCopy, whichever comes first. `*out` must stay valid until
+  // FinishCopy returns; a second CopyOnWrite first finishes the first.
+  void CopyOnWrite(v1::SliceCheckpoint* out, bool pending);
+  void FinishCopy();
   // bsp: whether a step is in progress (some gradients are in).
   bool StepPending() const;
 
@@ -163,6 +169,11 @@ class SliceState {
   // complete with `quorum`.
   bool CompletesPendingLocked(int rank, int quorum) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void SaveLocked(v1::SliceCheckpoint* out, bool pending) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Called by every change with the lock held, before it changes anything:
+  // makes the copy CopyOnWrite asked for, if any is due.
+  void CopyBeforeChangeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the mean of the pending step: over its ranks, or over `ranks`
   // if more (the missing ones count as zero).
   void ApplyStep(const v1::OptimizerSpec& optimizer, int live_workers,
@@ -189,6 +200,9 @@ class SliceState {
   std::vector<float> compensated_ ABSL_GUARDED_BY(mu_);
   // --stale_policy=dca: DC-ASGD-a's running mean square of the gradients.
   std::vector<float> mean_square_ ABSL_GUARDED_BY(mu_);
+  // CopyOnWrite's copy still to make (null: none), and its `pending`.
+  v1::SliceCheckpoint* copy_to_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool copy_pending_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace asyncps

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/tensor_bytes.h"
@@ -360,6 +361,52 @@ TEST_F(ShardStoreTest, ReplicaSnapshotCarriesTheStepInProgress) {
   bad.mutable_slices(0)->mutable_step_sum()->resize(4);
   ShardStore refused(0, 1, 64 << 20);
   EXPECT_EQ(refused.Restore(bad).code(), absl::StatusCode::kDataLoss);
+}
+
+// A joining backup's copy is taken on write (issue #40, a join without a
+// pause): after SnapshotLazily the slices a push changes first save
+// themselves, the rest are saved by Finish, concurrently with more pushes;
+// either way the copy is the state at the mark. A copy dropped unfinished
+// leaves no slice writing into it.
+TEST(ShardStoreLazyCopyTest, TheCopyIsTheStateAtItsMark) {
+  ShardStore store(0, 1, 64 << 20);
+  ASSERT_TRUE(store.Declare(testing::ChunkyModel()).ok());
+  v1::PushResponse resp;
+  ASSERT_TRUE(store.Push(testing::ChunkyModelPush(0.5f), &resp).ok());
+  auto at_mark = store.Snapshot(/*pending=*/true);
+  ASSERT_TRUE(at_mark.ok()) << at_mark.status();
+  v1::ShardCheckpoint head;
+  std::vector<v1::SliceCheckpoint> slices;
+  auto copy =
+      store.SnapshotLazily(true, at_mark->unix_micros(), &head, &slices);
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  v1::PushRequest two = testing::ChunkyModelPush(1.5f);
+  two.mutable_gradients()->DeleteSubrange(1, 1);  // Slices 0 and 2.
+  ASSERT_TRUE(store.Push(two, &resp).ok());
+  std::thread more([&] {
+    for (int i = 0; i < 50; ++i) {
+      EXPECT_TRUE(store.Push(testing::ChunkyModelPush(0.25f), &resp).ok());
+    }
+  });
+  (*copy)->Finish();
+  more.join();
+  auto after = store.Snapshot(true);
+  ASSERT_TRUE(after.ok());
+  ASSERT_EQ(slices.size(), 3u);
+  EXPECT_EQ(head.spec().SerializeAsString(),
+            at_mark->spec().SerializeAsString());
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(slices[k].SerializeAsString(),
+              at_mark->slices(k).SerializeAsString())
+        << "slice " << k;
+    EXPECT_NE(after->slices(k).weights(), at_mark->slices(k).weights());
+  }
+  // Dropped before Finish: the next push writes into nothing (ASAN).
+  auto dropped = store.SnapshotLazily(true, 0, &head, &slices);
+  ASSERT_TRUE(dropped.ok());
+  dropped->reset();
+  slices.clear();
+  ASSERT_TRUE(store.Push(testing::ChunkyModelPush(1.0f), &resp).ok());
 }
 
 TEST_F(ShardStoreTest, AssignReplacesWeightsAndVersion) {
