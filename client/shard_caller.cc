@@ -154,7 +154,15 @@ absl::StatusOr<DataPlaneAddress> ShardCaller::DiscoverDataPlane(
                                done.Notify();
                              });
   done.WaitForNotification();
-  RETURN_IF_ERROR(Annotate(FromGrpcStatus(status), "DataPlane"));
+  absl::Status s = FromGrpcStatus(status);
+  if (s.code() == absl::StatusCode::kCancelled) {
+    // Not this client's doing (nothing cancels this call): the server, a
+    // member restarting or shutting down, cancelled the calls in flight.
+    // Retried as the shard being away, as GrpcAttempt does.
+    s = absl::UnavailableError(
+        absl::StrCat("cancelled by the server (shutting down): ", s.message()));
+  }
+  RETURN_IF_ERROR(Annotate(s, "DataPlane"));
   DataPlaneAddress address;
   address.host = m.address.host;
   address.port = static_cast<int>(response.port());

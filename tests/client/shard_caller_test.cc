@@ -5,6 +5,9 @@
 // wait for the other shards' answers.
 #include "client/shard_caller.h"
 
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +16,7 @@
 #include "common/clock.h"
 #include "common/mode.h"
 #include "gtest/gtest.h"
+#include "proto/asyncps.grpc.pb.h"
 #include "tests/integration/local_shards.h"
 
 namespace asyncps::testing {
@@ -130,6 +134,46 @@ TEST_P(FailedCall, DoesNotWaitForAShardThatHoldsThePull) {
   EXPECT_NE(s.message().find("shard 1 restarted since this worker pulled"),
             std::string::npos)
       << s;
+}
+
+// Regression (issue #38, history check seed 2 bsp/r2): a primary whose
+// lease expired restarts its member and cancels the gRPC calls in flight,
+// the data plane's discovery among them. The TCP path returned that
+// CANCELLED to the worker, which gave up its push (its step's share lost)
+// where the gRPC path retries it as the shard being away.
+class CancellingServer final : public v1::ParameterServer::Service {
+ public:
+  grpc::Status DataPlane(grpc::ServerContext*, const v1::DataPlaneRequest*,
+                         v1::DataPlaneResponse*) override {
+    ++calls;
+    return grpc::Status(grpc::StatusCode::CANCELLED, "shutting down");
+  }
+  std::atomic<int> calls{0};
+};
+
+TEST(ShardCaller, RetriesADataPlaneDiscoveryTheServerCancelled) {
+  CancellingServer service;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_GT(port, 0);
+  PsClientOptions o = Options({ServerAddress{"127.0.0.1", port, {}}});
+  o.transport = Transport::kTcp;
+  o.retry_for = absl::Milliseconds(500);
+  auto caller = ShardCaller::Create(o);
+  ASSERT_TRUE(caller.ok()) << caller.status();
+  std::vector<ShardCall<v1::PushRequest, v1::PushResponse>> calls(1);
+  absl::Status s =
+      (*caller)->Exchange(&calls, FrameOp::kPush, ASYNCPS_RPC(Push), "Push",
+                          /*idempotent=*/true);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_NE(s.message().find("cancelled by the server"), std::string::npos)
+      << s;
+  EXPECT_GT(service.calls.load(), 1) << "not retried";
+  server->Shutdown();
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, FailedCall,
