@@ -92,7 +92,10 @@ absl::Status Client::Impl::Push(
   RETURN_IF_ERROR(CheckSet(set, grads.size()));
   const std::vector<int>& indices = set.indices_;
   const std::vector<std::string>& names = set.names_;
-  RETURN_IF_ERROR(CheckFinite(names, grads));
+  if (absl::Status finite = CheckFinite(names, grads); !finite.ok()) {
+    if (membership_ != nullptr) membership_->CountNonFinite();
+    return finite;
+  }
   ConstTensorViews views(NumTensors());
   for (size_t k = 0; k < indices.size(); ++k) views[indices[k]] = grads[k];
   std::vector<SliceVersion> own;
@@ -154,7 +157,10 @@ absl::Status Client::Impl::PushPull(
     return absl::InvalidArgumentError(absl::StrCat(
         "PushPull: ", names.size(), " names but ", out.size(), " outputs"));
   }
-  RETURN_IF_ERROR(CheckFinite(names, grads));
+  if (absl::Status finite = CheckFinite(names, grads); !finite.ok()) {
+    if (membership_ != nullptr) membership_->CountNonFinite();
+    return finite;
+  }
   ConstTensorViews in(NumTensors());
   TensorViews views(NumTensors());
   for (size_t k = 0; k < indices.size(); ++k) {

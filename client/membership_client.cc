@@ -72,6 +72,7 @@ absl::Status MembershipClient::Heartbeat(int shard, bool leaving) {
     req.set_incarnation(incarnations_[shard]);
     *req.mutable_progress() = progress_;
   }
+  req.mutable_progress()->set_nonfinite_pushes(nonfinite_.load());
   req.set_clock(clock_.load());
   req.set_leaving(leaving);
   // One attempt: the next period is the retry, and a shard that is down

@@ -51,6 +51,10 @@ class MembershipClient {
     progress_ = progress;
   }
 
+  // Counts a push refused for a NaN or Inf gradient (heartbeats report
+  // the count: WorkerProgress.nonfinite_pushes).
+  void CountNonFinite() { nonfinite_.fetch_add(1); }
+
   // What the last heartbeat answered of the job's fastest worker
   // (HeartbeatResponse.fastest_steps_per_second; 0 before one).
   double fastest_steps_per_second() const { return fastest_.load(); }
@@ -74,6 +78,7 @@ class MembershipClient {
   int64_t start_clock_ = 0;
   std::atomic<int64_t> clock_{0};
   std::atomic<double> fastest_{0};
+  std::atomic<int64_t> nonfinite_{0};
   absl::Mutex mu_;
   std::vector<int64_t> incarnations_ ABSL_GUARDED_BY(mu_);
   v1::WorkerProgress progress_ ABSL_GUARDED_BY(mu_);

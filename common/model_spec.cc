@@ -10,6 +10,7 @@
 #include "common/initializer.h"
 #include "common/optimizer.h"
 #include "common/partitioner.h"
+#include "common/status.h"
 #include "common/status_macros.h"
 
 namespace asyncps {
@@ -40,7 +41,7 @@ absl::Status CheckRows(const v1::EmbeddingSpec& spec,
   const size_t d = static_cast<size_t>(spec.dim());
   for (size_t e = 0; e < grads.size(); ++e) {
     if (!std::isfinite(grads[e])) {
-      return absl::InvalidArgumentError(
+      return NonFiniteError(
           absl::StrCat("gradient of row ", ids[e / d], " of embedding '",
                        spec.name(), "' is ", grads[e], " at element ", e % d));
     }

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/build_info.h"
@@ -54,6 +55,27 @@ void Add(std::vector<MetricFamily>* out, const char* name, const char* help,
 }
 
 }  // namespace
+
+uint64_t ResidentBytes() {
+  const std::vector<std::string> f =
+      absl::StrSplit(ReadAll("/proc/self/statm"), ' ', absl::SkipEmpty());
+  uint64_t pages = 0;
+  if (f.size() < 2 || !absl::SimpleAtoi(f[1], &pages)) return 0;
+  return pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+uint64_t CgroupMemoryLimitBytes() {
+  for (const char* path : {"/sys/fs/cgroup/memory.max",
+                           "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    uint64_t limit = 0;
+    const std::string text(absl::StripAsciiWhitespace(ReadAll(path)));
+    // "max", or v1's "no limit" (a number near 2^63).
+    if (absl::SimpleAtoi(text, &limit) && limit < (uint64_t{1} << 62)) {
+      return limit;
+    }
+  }
+  return 0;
+}
 
 std::vector<MetricFamily> ProcessMetrics::Collect() const {
   std::vector<MetricFamily> out;

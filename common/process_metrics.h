@@ -7,6 +7,7 @@
 #ifndef ASYNCPS_COMMON_PROCESS_METRICS_H_
 #define ASYNCPS_COMMON_PROCESS_METRICS_H_
 
+#include <cstdint>
 #include <vector>
 
 #include "prometheus/collectable.h"
@@ -18,6 +19,12 @@ class ProcessMetrics final : public prometheus::Collectable {
  public:
   std::vector<prometheus::MetricFamily> Collect() const override;
 };
+
+// This process's resident memory (/proc/self/statm), and the memory limit
+// of its cgroup (v2 memory.max, or v1 memory.limit_in_bytes: what a
+// container's OOM killer enforces); 0 when unknown or unlimited.
+uint64_t ResidentBytes();
+uint64_t CgroupMemoryLimitBytes();
 
 }  // namespace asyncps
 

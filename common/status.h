@@ -11,8 +11,15 @@
 
 namespace asyncps {
 
-// Prefixes `status`'s message with `context` ("context: message"); OK stays OK.
+// Prefixes `status`'s message with `context` ("context: message"); OK stays
+// OK; the payloads stay.
 absl::Status Annotate(const absl::Status& status, absl::string_view context);
+
+// INVALID_ARGUMENT for a request with a NaN or Inf value in it, marked so
+// (IsNonFinite) that a shard counts it against the rank that sent it
+// (psctl doctor names a worker pushing NaN).
+absl::Status NonFiniteError(absl::string_view message);
+bool IsNonFinite(const absl::Status& status);
 
 }  // namespace asyncps
 

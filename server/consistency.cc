@@ -224,7 +224,10 @@ absl::StatusOr<v1::DeclareModelResponse> Consistency::Declare(
   ASSIGN_OR_RETURN(v1::DeclareModelResponse r,
                    replication_ != nullptr ? replication_->Declare(request)
                                            : store_->Declare(request.spec()));
-  if (r.created() && (request.weights_follow() || request.recover())) {
+  // A shard holding no slice of the model gets no weights: nothing to wait
+  // for (it reported itself awaiting a restore for --restore_wait).
+  if (r.created() && (request.weights_follow() || request.recover()) &&
+      store_->num_slices() > 0) {
     absl::MutexLock lock(&restore_mu_);
     awaiting_ = true;
     awaiting_fast_ = true;
@@ -380,6 +383,7 @@ absl::Status Consistency::Push(const v1::PushRequest& request,
                             ? replication_->Push(request, policy, response)
                             : store_->Push(request, policy, response);
   ledger_.Finish(request, pushed, *response);
+  if (IsNonFinite(pushed)) membership_->NoteNonFinite(request.rank());
   RETURN_IF_ERROR(pushed);
   Recheck();
   // Applied and remembered, but held by fewer than --min_insync members (a

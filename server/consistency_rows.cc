@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "server/consistency.h"
@@ -119,6 +120,7 @@ void Consistency::PushRows(const v1::PushRowsRequest& request,
                           response, policy);
   if (!pushed.ok()) {
     store_->CountRejected();
+    if (IsNonFinite(pushed)) membership_->NoteNonFinite(request.rank());
     call.done(std::move(pushed));
     return;
   }

@@ -121,6 +121,7 @@ absl::StatusOr<v1::RegisterResponse> Membership::Register(
                        : std::max<int64_t>(0, max_clock_ - 1);
   w.clock = std::max(resume, request.clock());
   w.done = w.clock;  // It starts after `resume`: it sends none of those.
+  w.reported_nonfinite = 0;  // A new process counts from 0.
   response.set_attempt(++w.attempt);
   response.set_resume_clock(resume);
   return response;
@@ -147,7 +148,16 @@ absl::Status Membership::Heartbeat(const v1::HeartbeatRequest& request) {
   it->second.clock = std::max(it->second.clock, request.clock());
   it->second.done = std::max(it->second.done, request.clock());
   it->second.left = request.leaving();
-  if (request.has_progress()) it->second.progress = request.progress();
+  if (request.has_progress()) {
+    it->second.progress = request.progress();
+    const int64_t more =
+        request.progress().nonfinite_pushes() - it->second.reported_nonfinite;
+    if (more > 0) {
+      it->second.nonfinite += more;
+      it->second.reported_nonfinite = request.progress().nonfinite_pushes();
+      it->second.last_nonfinite = it->second.last_heard;
+    }
+  }
   NoteClock(request.clock());
   UpdateGap(it->second.last_heard);
   return absl::OkStatus();
@@ -231,6 +241,15 @@ int64_t Membership::MaxClockGap() const {
   return max_gap_;
 }
 
+void Membership::NoteNonFinite(int rank) {
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(rank);
+  if (it == workers_.end()) return;
+  ++it->second.nonfinite;
+  it->second.last_nonfinite = now;
+}
+
 std::vector<v1::WorkerInfo> Membership::Workers() const {
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
@@ -247,6 +266,9 @@ std::vector<v1::WorkerInfo> Membership::Workers() const {
     info.set_finished(w.left);
     info.set_host(w.host);
     *info.mutable_progress() = w.progress;
+    info.set_nonfinite_pushes(w.nonfinite);
+    info.set_seconds_since_nonfinite(
+        w.nonfinite > 0 ? absl::ToDoubleSeconds(now - w.last_nonfinite) : -1);
     out.push_back(std::move(info));
   }
   return out;

@@ -77,6 +77,9 @@ class Membership {
   // Notes the clock a worker reports on a pull or push (rank < 0 ignored),
   // without Authorize's check (in-process callers).
   void Touch(int rank, int64_t clock);
+  // Counts a push of `rank` refused for a NaN or Inf value (WorkerInfo's
+  // nonfinite_pushes; rank < 0 or one not registered here is ignored).
+  void NoteNonFinite(int rank);
 
   std::vector<v1::WorkerInfo> Workers() const;
 
@@ -148,6 +151,11 @@ class Membership {
     // The steps this incarnation said it completed (registration,
     // heartbeats): every share it had of them was sent, none will be again.
     int64_t done = 0;
+    // Pushes refused for a NaN or Inf: here, and by the worker itself (as
+    // its heartbeats last said, this incarnation).
+    int64_t nonfinite = 0;
+    int64_t reported_nonfinite = 0;
+    absl::Time last_nonfinite;
     absl::Time last_heard;
     std::string host;
     v1::WorkerProgress progress;

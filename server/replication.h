@@ -112,6 +112,10 @@ class Replication {
   void BecomeBackup(int64_t epoch, std::string primary);
   void BecomePrimary(int64_t epoch, absl::Time lease_deadline);
   void ExtendLease(absl::Time lease_deadline);
+  // The coordinator (etcd) as this member's last call to it found it: OK,
+  // or the error, failing since the first such call in a row (Stats:
+  // psctl doctor names a member that cannot reach etcd).
+  void NoteCoordinator(const absl::Status& status, absl::Time now);
   // Stops serving for good and drops every backup; `why` is logged.
   void Fence(const std::string& why);
   Role role() const;
@@ -397,6 +401,8 @@ class Replication {
   uint64_t applied_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t failovers_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string coordinator_error_ ABSL_GUARDED_BY(mu_);  // "": reachable.
+  absl::Time coordinator_failing_since_ ABSL_GUARDED_BY(mu_);
   absl::Time promoted_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::vector<std::string> backup_names_ ABSL_GUARDED_BY(mu_);
   // The backups in the stream and their acknowledgements; the list

@@ -65,6 +65,16 @@ void Replication::ExtendLease(absl::Time lease_deadline) {
   lease_deadline_ = std::max(lease_deadline_, lease_deadline);
 }
 
+void Replication::NoteCoordinator(const absl::Status& status, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  if (status.ok()) {
+    coordinator_error_.clear();
+    return;
+  }
+  if (coordinator_error_.empty()) coordinator_failing_since_ = now;
+  coordinator_error_ = status.ToString();
+}
+
 void Replication::Fence(const std::string& why) {
   {
     absl::MutexLock lock(&mu_);
@@ -187,6 +197,11 @@ v1::ReplicaStats Replication::Stats() const {
   }
   stats.set_min_insync(min_insync_);
   stats.set_below_min_insync(below_min_insync_);
+  if (!coordinator_error_.empty()) {
+    stats.set_coordinator_error(coordinator_error_);
+    stats.set_coordinator_failing_seconds(
+        absl::ToDoubleSeconds(absl::Now() - coordinator_failing_since_));
+  }
   return stats;
 }
 

@@ -208,10 +208,10 @@ absl::Status ShardModel::Decode(
         SliceValues(g, info, what, compressed, packed, &out->converted));
     const int64_t bad = FirstNonFinite(v);
     if (bad >= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, " for slice ", SliceName(g.key()), " has ",
-                       std::isnan(v[bad]) ? "NaN" : "Inf", " at element ",
-                       info.begin + bad));
+      return NonFiniteError(absl::StrCat(what, " for slice ",
+                                         SliceName(g.key()), " has ",
+                                         std::isnan(v[bad]) ? "NaN" : "Inf",
+                                         " at element ", info.begin + bad));
     }
     out->indices.push_back(i);
     out->values.push_back(v);

@@ -216,6 +216,8 @@ class ShardStore {
   // Slices and payload bytes held; zero before Declare.
   uint32_t num_slices() const;
   uint64_t num_bytes() const;
+  // --max_shard_bytes: the most bytes of weights a model may put here.
+  uint64_t max_shard_bytes() const { return max_shard_bytes_; }
   std::string model_name() const;
   ShardCounters Counters() const;
   // Counts an RPC refused before it reached the store (e.g. a bad Register).

@@ -1,5 +1,8 @@
 #include "server/edge/shard_stats.h"
 
+#include "common/build_info.h"
+#include "common/process_metrics.h"
+
 namespace asyncps {
 namespace {
 
@@ -249,6 +252,11 @@ v1::StatsResponse CollectStats(const ShardParts& parts) {
       replication != nullptr) {
     *r.mutable_replica() = replication->Stats();
   }
+  r.set_version(kAsyncpsVersion);
+  r.set_commit(kAsyncpsCommit);
+  r.set_max_shard_bytes(parts.store->max_shard_bytes());
+  r.set_rss_bytes(ResidentBytes());
+  r.set_memory_limit_bytes(CgroupMemoryLimitBytes());
   return r;
 }
 

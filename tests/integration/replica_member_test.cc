@@ -158,6 +158,26 @@ TEST_F(ReplicaMemberClockTest, PrimaryStopsServingWhenItsLeaseRunsOut) {
       view_b_->Get("/asyncps/default/shard/0/primary").status()));
 }
 
+// psctl doctor (issue #44) names a member that cannot reach etcd: its
+// Stats say why and since when while its calls fail, and nothing once
+// they go through again.
+TEST_F(ReplicaMemberClockTest, StatsSayWhenTheCoordinatorIsOutOfReach) {
+  std::unique_ptr<ReplicaMember> a = StartPrimary();
+  ASSERT_NE(a, nullptr);
+  EXPECT_TRUE(a->server()->replication()->Stats().coordinator_error().empty());
+  view_a_->set_cut(true);
+  clock_.Advance(kTtl / 3);  // Time to renew the lease: the call fails.
+  ASSERT_TRUE(Eventually([&] {
+    return !a->server()->replication()->Stats().coordinator_error().empty();
+  }));
+  view_a_->set_cut(false);
+  clock_.Advance(kTtl / 3);  // Still within the lease: renewed.
+  ASSERT_TRUE(Eventually([&] {
+    return a->server()->replication()->Stats().coordinator_error().empty();
+  }));
+  EXPECT_EQ(a->role(), Replication::Role::kPrimary);
+}
+
 // Issue #40, failover: a primary killed (its process gone, its port
 // refusing) is replaced as soon as its backup's stream breaks, not once its
 // lease runs out: the clock does not move here at all.

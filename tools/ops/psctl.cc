@@ -8,6 +8,7 @@
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -26,6 +27,7 @@
 #include "common/security_flags.h"
 #include "proto/health.grpc.pb.h"
 #include "rpc/grpc_credentials.h"
+#include "tools/ops/psctl_doctor.h"
 #include "tools/ops/psctl_export.h"
 #include "tools/ops/psctl_group.h"
 #include "tools/ops/psctl_status.h"
@@ -190,7 +192,7 @@ int StatusCommand(AdminClient* admin, ShardCaller* caller) {
 int StatsCommand(const std::string& command, AdminClient* admin) {
   if (command != "stats" && command != "histogram" && command != "workers") {
     std::fprintf(stderr,
-                 "psctl: unknown command '%s' (want status, stats, "
+                 "psctl: unknown command '%s' (want status, doctor, stats, "
                  "histogram, workers, checkpoint, export or health)\n",
                  command.c_str());
     return 2;
@@ -230,6 +232,10 @@ int Run(const std::string& command) {
   options.transport = Transport::kGrpc;  // Stats and control calls only.
   options.rpc_timeout = absl::GetFlag(FLAGS_timeout);
   options.retry_for = absl::GetFlag(FLAGS_timeout);
+  if (command == "doctor") {  // Its answer within 10 s, every call at once.
+    options.rpc_timeout = options.retry_for =
+        std::min(options.rpc_timeout, absl::Seconds(3));
+  }
   auto client = PsClient::Create(options);
   if (!client.ok()) {
     std::fprintf(stderr, "psctl: %s\n", client.status().ToString().c_str());
@@ -242,6 +248,7 @@ int Run(const std::string& command) {
                          absl::GetFlag(FLAGS_out));
   }
   if (command == "checkpoint") return CheckpointCommand(&admin);
+  if (command == "doctor") return DoctorCommand(&admin, *servers);
   if (command == "status") return StatusCommand(&admin, (*client)->caller());
   return StatsCommand(command, &admin);
 }
@@ -256,6 +263,8 @@ int main(int argc, char** argv) {
       "  psctl --servers=h:p,h:p COMMAND\n"
       "  status      every shard and worker on one screen (--watch, --json)\n"
       "  health      grpc.health.v1 of every shard; exit 0 if all serve\n"
+      "  doctor      what keeps the job from training, in plain words\n"
+      "              (within 10 s); exit 0 if nothing does\n"
       "  checkpoint  a job checkpoint: every shard at one model version\n"
       "              (--tag; restore with ps_server --restore_job)\n"
       "  export      every tensor by name, as the servers hold it now, to\n"
@@ -281,7 +290,8 @@ int main(int argc, char** argv) {
   if (args.size() != 2) {
     std::fprintf(stderr,
                  "usage: psctl --servers=h:p,... "
-                 "status|health|checkpoint|export|stats|histogram|workers, or "
+                 "status|doctor|health|checkpoint|export|stats|histogram|"
+                 "workers, or "
                  "psctl timeline FILE... (psctl --help)\n");
     return 2;
   }
