@@ -152,19 +152,15 @@ class ShardStore {
   absl::Status Snapshot(bool pending, int64_t unix_micros,
                         CheckpointSink* sink) const;
   // The same into `head` and `slices` (one per slice of this shard, in
-  // order), reusing what they hold: a copy made into the buffers of an
-  // earlier one allocates nothing when the model is the same (a joining
-  // backup's snapshot, copied under the replication order lock).
-  absl::Status SnapshotInto(bool pending, int64_t unix_micros,
-                            v1::ShardCheckpoint* head,
-                            std::vector<v1::SliceCheckpoint>* slices) const;
-  // SnapshotInto, copied on write: called under the lock that orders every
-  // change to this store (the replication order lock), it fills `head` and
-  // sets each slice to save itself into `*slices` before its next change
-  // (SliceState::CopyOnWrite); LazyCopy::Finish, without that lock, saves
-  // those not changed since. The changes wait for the marking, not for the
-  // copy (a joining backup's snapshot). `*slices` must not be touched
-  // until Finish returns; destroying the LazyCopy finishes it.
+  // order), reusing what they hold (a copy made into the buffers of an
+  // earlier one allocates nothing when the model is the same), copied on
+  // write (a joining backup's snapshot): called under the lock that orders
+  // every change to this store (the replication order lock), it fills
+  // `head` and sets each slice to save itself into `*slices` before its
+  // next change (SliceState::CopyOnWrite); LazyCopy::Finish, without that
+  // lock, saves those not changed since. The changes wait for the
+  // marking, not for the copy. `*slices` must not be touched until Finish
+  // returns; destroying the LazyCopy finishes it.
   class LazyCopy {
    public:
     LazyCopy() = default;

@@ -39,28 +39,6 @@ absl::Status ShardStore::Snapshot(bool pending, int64_t unix_micros,
   return absl::OkStatus();
 }
 
-absl::Status ShardStore::SnapshotInto(
-    bool pending, int64_t unix_micros, v1::ShardCheckpoint* head,
-    std::vector<v1::SliceCheckpoint>* slices) const {
-  std::shared_ptr<const Model> m = model();
-  if (m == nullptr) {
-    return absl::FailedPreconditionError("no model to checkpoint");
-  }
-  head->Clear();
-  *head->mutable_spec() = m->model->spec();
-  head->set_shard(shard_);
-  head->set_unix_micros(unix_micros);
-  const std::vector<int>& local = m->model->local_slices();
-  slices->resize(local.size());
-  for (size_t k = 0; k < local.size(); ++k) {
-    v1::SliceCheckpoint& slice = (*slices)[k];
-    slice.Clear();  // Keeps its strings' buffers.
-    slice.set_slice(static_cast<uint32_t>(local[k]));
-    m->slices[local[k]]->Save(&slice, pending);
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::unique_ptr<ShardStore::LazyCopy>>
 ShardStore::SnapshotLazily(bool pending, int64_t unix_micros,
                            v1::ShardCheckpoint* head,
