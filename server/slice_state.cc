@@ -342,6 +342,9 @@ void SliceState::SaveLocked(v1::SliceCheckpoint* out, bool pending) const {
   out->set_version(version_);
   out->set_optimizer_steps(slots_.steps());
   out->set_applied_step(applied_step_);
+  if (!mean_square_.empty()) {
+    EncodeF32(mean_square_, out->mutable_dca_mean_square());
+  }
   if (!pending) return;
   out->set_steps_unknown(steps_unknown_);
   if (step_ranks_.empty()) return;
@@ -359,8 +362,10 @@ bool SliceState::StepPending() const {
 bool SliceState::Load(const v1::SliceCheckpoint& in) {
   absl::MutexLock lock(&mu_);
   CopyBeforeChangeLocked();
-  std::vector<float> w, s1, s2, sum;
+  std::vector<float> w, s1, s2, sum, ms;
   if (!DecodeF32Vector(in.weights(), &w) || w.size() != weights_.size() ||
+      !DecodeF32Vector(in.dca_mean_square(), &ms) ||
+      (!ms.empty() && ms.size() != weights_.size()) ||
       !DecodeF32Vector(in.slot1(), &s1) || !DecodeF32Vector(in.slot2(), &s2) ||
       !DecodeF32Vector(in.step_sum(), &sum) ||
       (in.step_ranks_size() > 0 && sum.size() != weights_.size()) ||
@@ -371,6 +376,7 @@ bool SliceState::Load(const v1::SliceCheckpoint& in) {
   weights_ = std::move(w);
   version_ = in.version();
   stale_weights_.Clear();
+  mean_square_ = std::move(ms);
   applied_step_ = in.applied_step();
   steps_unknown_ = in.steps_unknown();
   step_ranks_.assign(in.step_ranks().begin(), in.step_ranks().end());

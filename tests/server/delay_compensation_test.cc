@@ -136,6 +136,35 @@ TEST_F(DelayCompensationTest, AdaptiveLambdaMatchesTheFormulaOverASeededRun) {
   MatchesTheFormula(/*adaptive=*/true);
 }
 
+// DC-ASGD-a's running mean square is part of the slice's state: a shard
+// restored from a checkpoint (or a backup that joined) compensates as the
+// one that saved it would. (The window of recent weights is not kept: the
+// first push after the restore records it again.)
+TEST_F(DelayCompensationTest, AdaptiveMeanSquareSurvivesACheckpoint) {
+  const PushPolicy dca = Policy(0.5f, 8, /*adaptive=*/true);
+  Push({1, 2, 3, 4}, 0, dca);
+  Push({4, 3, 2, 1}, 0, dca);  // Stale: compensated, and into the mean.
+  auto saved = store_.Snapshot();
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  ShardStore restored{0, 1, 64 << 20};
+  ASSERT_TRUE(restored.Restore(*saved).ok());
+  for (ShardStore* s : {&store_, &restored}) {
+    for (const auto& [g, version] :
+         std::vector<std::pair<std::vector<float>, int64_t>>{
+             {{0.5f, 1, 1.5f, 2}, 2}, {{2, 2, 1, 1}, 2}}) {
+      v1::PushRequest push = testing::SmallModelPush(0.0f, version);
+      EncodeF32(g, push.mutable_gradients(0)->mutable_data());
+      v1::PushResponse resp;
+      ASSERT_TRUE(s->Push(push, dca, &resp).ok());
+    }
+  }
+  auto a = store_.Snapshot(), b = restored.Snapshot();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->slices(0).weights(), b->slices(0).weights());
+  EXPECT_EQ(a->slices(0).dca_mean_square(), b->slices(0).dca_mean_square());
+  EXPECT_FALSE(a->slices(0).dca_mean_square().empty());
+}
+
 // Lambda 0 is plain async SGD, whatever the staleness.
 TEST_F(DelayCompensationTest, LambdaZeroIsPlainAsync) {
   const PushPolicy dc = Policy(0.0f, 8);
