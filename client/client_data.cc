@@ -16,12 +16,14 @@ namespace asyncps {
 // INVALID_ARGUMENT at the first NaN or infinity of any gradient. Checked
 // before anything is sent: each shard refuses such a gradient itself, but
 // a push spans shards, and the others would apply their part.
-absl::Status CheckFinite(const std::vector<std::string>& names,
-                         const std::vector<absl::Span<const float>>& grads) {
+absl::Status Client::Impl::CheckFinite(
+    const std::vector<std::string>& names,
+    const std::vector<absl::Span<const float>>& grads) {
   for (size_t k = 0; k < grads.size(); ++k) {
     // On the hot path of every push: vector code (common/wire_dtype.h).
     const int64_t i = FirstNonFinite(grads[k]);
     if (i < 0) continue;
+    if (membership_ != nullptr) membership_->CountNonFinite();
     return absl::InvalidArgumentError(
         absl::StrCat("gradient of tensor '", names[k], "' has ",
                      std::isnan(grads[k][i]) ? "NaN" : "Inf", " at element ", i,
@@ -92,10 +94,7 @@ absl::Status Client::Impl::Push(
   RETURN_IF_ERROR(CheckSet(set, grads.size()));
   const std::vector<int>& indices = set.indices_;
   const std::vector<std::string>& names = set.names_;
-  if (absl::Status finite = CheckFinite(names, grads); !finite.ok()) {
-    if (membership_ != nullptr) membership_->CountNonFinite();
-    return finite;
-  }
+  RETURN_IF_ERROR(CheckFinite(names, grads));
   ConstTensorViews views(NumTensors());
   for (size_t k = 0; k < indices.size(); ++k) views[indices[k]] = grads[k];
   std::vector<SliceVersion> own;
@@ -157,10 +156,7 @@ absl::Status Client::Impl::PushPull(
     return absl::InvalidArgumentError(absl::StrCat(
         "PushPull: ", names.size(), " names but ", out.size(), " outputs"));
   }
-  if (absl::Status finite = CheckFinite(names, grads); !finite.ok()) {
-    if (membership_ != nullptr) membership_->CountNonFinite();
-    return finite;
-  }
+  RETURN_IF_ERROR(CheckFinite(names, grads));
   ConstTensorViews in(NumTensors());
   TensorViews views(NumTensors());
   for (size_t k = 0; k < indices.size(); ++k) {

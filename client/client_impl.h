@@ -36,11 +36,6 @@ struct Snapshot::Rep {
 // The public optimizer options as the proto; INVALID_ARGUMENT naming a
 // bad kind or value.
 absl::StatusOr<v1::OptimizerSpec> ToSpec(const OptimizerOptions& o);
-// INVALID_ARGUMENT naming the tensor and element of the first NaN or
-// infinity in `grads` (one per name).
-absl::Status CheckFinite(const std::vector<std::string>& names,
-                         const std::vector<absl::Span<const float>>& grads);
-
 class Client::Impl {
  public:
   Impl(std::unique_ptr<PsClient> ps, Mode mode, int num_workers,
@@ -161,6 +156,12 @@ class Client::Impl {
 
  private:
   absl::Status MustBeWorker(const char* what) const;
+
+  // INVALID_ARGUMENT naming the tensor and element of the first NaN or
+  // infinity in `grads` (one per name), counted for the heartbeats
+  // (MembershipClient::CountNonFinite).
+  absl::Status CheckFinite(const std::vector<std::string>& names,
+                           const std::vector<absl::Span<const float>>& grads);
 
   // INVALID_ARGUMENT unless `weights` holds every tensor at its size.
   absl::Status CheckWholeModel(

@@ -115,7 +115,7 @@ class Replication {
   // The coordinator (etcd) as this member's last call to it found it: OK,
   // or the error, failing since the first such call in a row (Stats:
   // psctl doctor names a member that cannot reach etcd).
-  void NoteCoordinator(const absl::Status& status, absl::Time now);
+  void NoteCoordinator(const absl::Status& status);
   // Stops serving for good and drops every backup; `why` is logged.
   void Fence(const std::string& why);
   Role role() const;

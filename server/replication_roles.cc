@@ -65,7 +65,8 @@ void Replication::ExtendLease(absl::Time lease_deadline) {
   lease_deadline_ = std::max(lease_deadline_, lease_deadline);
 }
 
-void Replication::NoteCoordinator(const absl::Status& status, absl::Time now) {
+void Replication::NoteCoordinator(const absl::Status& status) {
+  const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
   if (status.ok()) {
     coordinator_error_.clear();
@@ -200,7 +201,7 @@ v1::ReplicaStats Replication::Stats() const {
   if (!coordinator_error_.empty()) {
     stats.set_coordinator_error(coordinator_error_);
     stats.set_coordinator_failing_seconds(
-        absl::ToDoubleSeconds(absl::Now() - coordinator_failing_since_));
+        absl::ToDoubleSeconds(clock_->Now() - coordinator_failing_since_));
   }
   return stats;
 }

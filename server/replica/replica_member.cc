@@ -139,7 +139,7 @@ bool ReplicaMember::Renew() {
     return true;
   }
   absl::Status s = coordinator_->KeepAlive(lease_);
-  server_->replication()->NoteCoordinator(s, clock_->Now());
+  server_->replication()->NoteCoordinator(s);
   // A primary whose lease ran out while it waited for the answer has
   // stopped serving already (Replication::CheckServing): for good.
   if (primary && clock_->Now() >= lease_deadline_) return false;
@@ -166,7 +166,7 @@ bool ReplicaMember::Regrant(absl::Time now) {
   const absl::Time asked = std::max(now, clock_->Now());
   absl::StatusOr<std::pair<int64_t, absl::Duration>> granted =
       coordinator_->Grant(config_.lease_ttl);
-  server_->replication()->NoteCoordinator(granted.status(), clock_->Now());
+  server_->replication()->NoteCoordinator(granted.status());
   if (!granted.ok()) return false;  // Again next round.
   lease_ = granted->first;
   ttl_ = granted->second;

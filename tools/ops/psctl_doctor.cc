@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
-#include <set>
 #include <thread>
 #include <utility>
 
