@@ -120,7 +120,13 @@ class ReplicaMemberClockTest : public ::testing::Test {
   void KillOutOfSight(ReplicaMember* a) {
     KillAndPut(a, [&](int port) {
       int bound = 0;
-      absl::StatusOr<Socket> l = ListenTcp("127.0.0.1", port, &bound);
+      absl::StatusOr<Socket> l;
+      // Tried again while the killed listener closes, as in
+      // APrimaryRestartedInPlaceIsReplacedAtOnce.
+      Eventually([&] {
+        l = ListenTcp("127.0.0.1", port, &bound);
+        return l.ok();
+      });
       ASSERT_TRUE(l.ok()) << l.status();
       silent_ = std::move(*l);
     });
