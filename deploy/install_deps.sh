@@ -31,6 +31,8 @@ PACKAGES=(
   debootstrap               # the base image (deploy/docker/base_image.sh)
   curl                      # tools/bench/metrics_bench.sh
   iperf3                    # tests/deploy/netem_test.sh: the emulated links' rate
+  openssh-client            # asyncps.run -H: the launcher's ssh
+  openssh-server            # tests/deploy/launcher_hosts_test.sh: each emulated host's sshd
   cmake                     # tests/tsan/abseil.sh builds Debian's Abseil for TSAN
   dpkg-dev                  # dpkg-source, for the same
   python3-yaml              # tests/deploy/drift_test.py

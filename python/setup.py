@@ -40,7 +40,8 @@ class BazelBuild(build_py):
                      "_torch_load.py",
                      "_torch_outer.py", "_torch_overlap.py",
                      "_torch_progress.py",
-                     "_torch_staging.py", "cluster.py", "ctr.py", "run.py",
+                     "_torch_staging.py", "cluster.py", "ctr.py", "hosts.py",
+                     "run.py",
                      "torch.py", "_core.so"):
             shutil.copy(os.path.join(bin_dir, "python", "asyncps", name),
                         os.path.join(package, name))

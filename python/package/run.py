@@ -2,6 +2,7 @@
 
     python3 -m asyncps.run --shards 2 --workers 2 --mode async -- train.py ARGS
     python3 -m asyncps.run --servers h0:5000,h1:5000 --workers 2 -- train.py
+    python3 -m asyncps.run -H h1:2,h2:2 --shards 2 -- train.py ARGS
 
 Starts the shards (ps_server on 127.0.0.1, ports the kernel picks), or joins
 existing ones with --servers, then runs the script once per worker with
@@ -13,6 +14,15 @@ started again on its port (it gets the model back from a worker's copy).
 Once every worker has finished, the shards are stopped and the launcher
 exits 0; when a worker fails past the restarts, everything is stopped and
 the launcher exits with that worker's status. Nothing is left running.
+
+With -H (or --hostfile) the shards and workers run on those hosts over ssh
+(as horovodrun does; asyncps.hosts): workers fill each host's slots in
+order, shard i runs on host i % hosts, each with the launcher's directory
+and environment (less what describes this login: HOME, USER, SSH_*), and
+their output comes here line by line as "[host:rank] ..." (a shard's as
+"[host:shardI] ...", or into --log_dir). The same paths (Python, ps_server,
+the script) must hold on every host. A Ctrl-C, or a worker or shard that
+fails past --max_restarts, stops everything on every host.
 """
 
 import argparse
@@ -23,7 +33,9 @@ import subprocess
 import sys
 import tempfile
 
+from asyncps import hosts as hostlib
 from asyncps.cluster import Shard, ShardFailed
+
 
 def find_server(given):
     """ps_server: --ps_server, $ASYNCPS_PS_SERVER, next to this package
@@ -50,19 +62,42 @@ def parse(argv):
         epilog="Everything after -- is the script and its arguments.")
     p.add_argument("--shards", type=int, default=1,
                    help="shards to start (not with --servers)")
-    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--workers", type=int, default=None,
+                   help="workers (default: the hosts' slots, or 1)")
     p.add_argument("--mode", default="async",
                    choices=["async", "ssp", "bsp"])
     p.add_argument("--servers", default="",
                    help="join these shards (host:port,...) instead")
     p.add_argument("--max_restarts", type=int, default=3,
-                   help="failed workers started again, in all")
+                   help="failed workers and shards started again, in all")
+    p.add_argument("-H", "--hosts", default="",
+                   help="run on these hosts over ssh: host:slots,...")
+    p.add_argument("--hostfile", default="",
+                   help="the hosts, a line each: 'host slots=N' or host:N")
+    p.add_argument("-p", "--ssh_port", type=int, default=0)
+    p.add_argument("-i", "--ssh_identity_file", default="")
+    p.add_argument("--ssh_option", action="append", default=[],
+                   help="one more ssh -o option, e.g. "
+                        "StrictHostKeyChecking=no (repeatable)")
     p.add_argument("--ps_server", default="", help="the ps_server binary")
     p.add_argument("--server_flag", action="append", default=[],
                    help="one more flag for every shard (repeatable)")
     p.add_argument("--log_dir", default="",
                    help="write each shard's log here")
     args = p.parse_args(ours)
+    args.host_list = None
+    if args.hosts and args.hostfile:
+        p.error("give -H or --hostfile, not both")
+    try:
+        if args.hosts:
+            args.host_list = hostlib.parse_hosts(args.hosts)
+        elif args.hostfile:
+            args.host_list = hostlib.read_hostfile(args.hostfile)
+    except (ValueError, OSError) as e:
+        p.error(str(e))
+    if args.workers is None:
+        args.workers = (sum(n for _, n in args.host_list)
+                        if args.host_list else 1)
     if not script:
         p.error("no script: put it after --, e.g. -- train.py --epochs 2")
     if args.workers < 1 or args.shards < 1 or args.max_restarts < 0:
@@ -72,19 +107,25 @@ def parse(argv):
     return args, script
 
 
-def start_shards(args, ready_dir, shards):
-    """Starts --shards shards, each appended to `shards` before it starts
-    (so that the caller stops those that did), and returns their servers
-    line; SystemExit if one does not start."""
+def start_shards(args, ready_dir, shards, placed=None, env=None):
+    """Starts --shards shards (on the hosts `placed` names, if any), each
+    appended to `shards` before it starts (so that the caller stops those
+    that did), and returns their servers line; SystemExit if one does not
+    start."""
     binary = find_server(args.ps_server)
     if args.log_dir:
         os.makedirs(args.log_dir, exist_ok=True)
+    flags = [f"--mode={args.mode}", *args.server_flag]
     for i in range(args.shards):
         log = (open(os.path.join(args.log_dir, f"shard{i}.log"), "a")
                if args.log_dir else None)
-        shards.append(Shard(binary, i, args.shards,
-                            [f"--mode={args.mode}", *args.server_flag],
-                            log, ready_dir))
+        if placed is None:
+            shards.append(Shard(binary, i, args.shards, flags, log,
+                                ready_dir))
+        else:
+            shards.append(hostlib.RemoteShard(binary, i, args.shards, flags,
+                                              placed[i], ssh_options(args),
+                                              env, log))
         try:
             shards[-1].start()
         except ShardFailed as e:
@@ -92,59 +133,73 @@ def start_shards(args, ready_dir, shards):
     return ",".join(s.address for s in shards)
 
 
-def worker_env(args, servers, rank):
-    """The environment of worker `rank`: asyncps's variables and
-    torchrun's."""
-    return dict(os.environ,
+def ssh_options(args):
+    """ssh's options from -p, -i and --ssh_option."""
+    options = ["-p", str(args.ssh_port)] if args.ssh_port else []
+    if args.ssh_identity_file:
+        options += ["-i", args.ssh_identity_file]
+    for o in args.ssh_option:
+        options += ["-o", o]
+    return options
+
+
+def worker_env(args, servers, rank, base=None, local=None):
+    """The environment of worker `rank`: `base` (this process's) with
+    asyncps's variables and torchrun's; `local` is (LOCAL_RANK,
+    LOCAL_WORLD_SIZE), by default rank and --workers (one host)."""
+    local_rank, local_size = local or (rank, args.workers)
+    return dict(os.environ if base is None else base,
                 ASYNCPS_SERVERS=servers, ASYNCPS_RANK=str(rank),
                 ASYNCPS_NUM_WORKERS=str(args.workers),
                 ASYNCPS_MODE=args.mode, RANK=str(rank),
-                WORLD_SIZE=str(args.workers), LOCAL_RANK=str(rank),
-                LOCAL_WORLD_SIZE=str(args.workers))
+                WORLD_SIZE=str(args.workers), LOCAL_RANK=str(local_rank),
+                LOCAL_WORLD_SIZE=str(local_size))
 
 
 def supervise(args, workers, shards, launch):
-    """Waits for every worker (rank -> Popen) to finish: a shard that exits
-    is started again, a worker that fails is launched again with its rank
-    while --max_restarts allows. Returns 0, or the exit status of the
-    worker that failed past the restarts (SystemExit if a shard does not
-    start again)."""
+    """Waits for every worker (rank -> Popen or hosts.Remote) to finish: a
+    shard that exits is started again, a worker that fails is launched
+    again with its rank, while --max_restarts (for both, in all) allows.
+    Returns 0, or the exit status of the worker or shard that failed past
+    the restarts (SystemExit if a shard does not start again)."""
     restarts = 0
     running = set(workers)
     while running:
         pid, status = os.wait()
         code = os.waitstatus_to_exitcode(status)
         rank = next((r for r, w in workers.items() if w.pid == pid), None)
-        if rank is None:
-            shard = next((s for s in shards if s.proc.pid == pid), None)
-            if shard is not None:
-                shard.proc.returncode = code
-                print(f"asyncps.run: shard {shard.index} exited "
-                      f"({code}); starting it again", file=sys.stderr)
-                try:
-                    shard.start()
-                except ShardFailed as e:
-                    raise SystemExit(f"asyncps.run: {e}")
+        shard = next((s for s in shards if s.proc.pid == pid), None)
+        if rank is None and shard is None:
             continue
-        workers[rank].returncode = code
-        if code == 0:
-            running.discard(rank)
-            continue
+        what = f"worker {rank}" if shard is None else f"shard {shard.index}"
+        if shard is not None:
+            shard.proc.returncode = code
+        else:
+            getattr(workers[rank], "proc", workers[rank]).returncode = code
+            if code == 0:
+                running.discard(rank)
+                continue
         if restarts >= args.max_restarts:
-            print(f"asyncps.run: worker {rank} failed ({code}) and "
+            print(f"asyncps.run: {what} failed ({code}) and "
                   f"--max_restarts={args.max_restarts} are used up",
                   file=sys.stderr)
             return code if code > 0 else 128 - code
         restarts += 1
-        print(f"asyncps.run: worker {rank} failed ({code}); starting it "
+        print(f"asyncps.run: {what} failed ({code}); starting it "
               f"again ({restarts}/{args.max_restarts})", file=sys.stderr)
-        launch(rank)
+        if shard is None:
+            launch(rank)
+            continue
+        try:
+            shard.start()
+        except ShardFailed as e:
+            raise SystemExit(f"asyncps.run: {e}")
     return 0
 
 
 def stop_all(workers, shards, ready_dir):
-    """Kills the workers still running, stops the shards and removes the
-    shards' files."""
+    """Stops the workers still running (SIGKILL here, SIGTERM on other
+    hosts), then the shards, and removes the shards' files."""
     for w in workers.values():
         if w.poll() is None:
             w.kill()
@@ -158,20 +213,42 @@ def stop_all(workers, shards, ready_dir):
 def main(argv=None):
     args, script = parse(sys.argv[1:] if argv is None else argv)
     shards = []
-    workers = {}  # rank -> Popen
+    workers = {}  # rank -> Popen, or hosts.Remote with -H
     ready_dir = tempfile.mkdtemp(prefix="asyncps-run-")  # The shards' files.
     signal.signal(signal.SIGTERM, lambda n, f: sys.exit(128 + n))
     try:
-        servers = args.servers or start_shards(args, ready_dir, shards)
+        if args.host_list is None:
+            servers = args.servers or start_shards(args, ready_dir, shards)
 
-        def launch(rank):
-            workers[rank] = subprocess.Popen(
-                [sys.executable, *script],
-                env=worker_env(args, servers, rank))
+            def launch(rank):
+                workers[rank] = subprocess.Popen(
+                    [sys.executable, *script],
+                    env=worker_env(args, servers, rank))
+        else:
+            try:
+                by_rank, placed = hostlib.place(args.host_list, args.workers,
+                                                args.shards)
+            except ValueError as e:
+                raise SystemExit(f"asyncps.run: {e}")
+            env = hostlib.passed_env(os.environ)
+            servers = args.servers or start_shards(args, ready_dir, shards,
+                                                   placed, env)
+
+            def launch(rank):
+                host, local_rank, local_size = by_rank[rank]
+                workers[rank] = hostlib.Remote(
+                    host, ssh_options(args), [sys.executable, *script],
+                    worker_env(args, servers, rank, env,
+                               (local_rank, local_size)),
+                    f"[{host}:{rank}] ")
 
         for rank in range(args.workers):
             launch(rank)
         return supervise(args, workers, shards, launch)
+    except KeyboardInterrupt:
+        print("asyncps.run: interrupted; stopping everything",
+              file=sys.stderr)
+        return 130
     finally:
         stop_all(workers, shards, ready_dir)
 
