@@ -9,12 +9,19 @@
 // the evaluator score once more and exit.
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
+#include "absl/flags/internal/parse.h"
+#include "absl/flags/marshalling.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/large_buffers.h"
 #include "common/program_flags.h"
@@ -219,6 +226,42 @@ int Fail(const absl::Status& s, int code = 1) {
   return code;
 }
 
+// A flag not on the command line (nor in a --flagfile) takes the variable
+// asyncps.run sets, as the Python client does: so one command line runs
+// under the launcher, on any host, and elsewhere with the flags given.
+template <typename T>
+absl::Status FromLauncher(const absl::Flag<T>& flag, const char* variable,
+                          T* value) {
+  // CommandLineFlag::IsSpecifiedOnCommandLine is private in Abseil
+  // 20220623; this is what it answers from.
+  if (absl::flags_internal::WasPresentOnCommandLine(
+          absl::GetFlagReflectionHandle(flag).Name())) {
+    return absl::OkStatus();
+  }
+  const char* text = std::getenv(variable);
+  if (text == nullptr || *text == '\0') return absl::OkStatus();
+  std::string error;
+  if (!absl::ParseFlag(text, value, &error)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("$", variable, "='", text, "' is not a valid --",
+                     absl::GetFlagReflectionHandle(flag).Name(),
+                     error.empty() ? "" : ": ", error));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<WorkerFlags> FlagsWithLauncher() {
+  WorkerFlags c = FlagsFromCommandLine();
+  for (absl::Status s :
+       {FromLauncher(FLAGS_servers, "ASYNCPS_SERVERS", &c.servers),
+        FromLauncher(FLAGS_rank, "ASYNCPS_RANK", &c.rank),
+        FromLauncher(FLAGS_num_workers, "ASYNCPS_NUM_WORKERS", &c.num_workers),
+        FromLauncher(FLAGS_mode, "ASYNCPS_MODE", &c.mode)}) {
+    if (!s.ok()) return s;
+  }
+  return c;
+}
+
 }  // namespace
 }  // namespace asyncps
 
@@ -232,8 +275,11 @@ int main(int argc, char** argv) {
   asyncps::KeepLargeBuffers();
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
+  const absl::StatusOr<asyncps::WorkerFlags> flags =
+      asyncps::FlagsWithLauncher();
+  if (!flags.ok()) return asyncps::Fail(flags.status(), 2);
   const absl::StatusOr<asyncps::WorkerConfig> config =
-      asyncps::WorkerConfig::Parse(asyncps::FlagsFromCommandLine());
+      asyncps::WorkerConfig::Parse(*flags);
   if (!config.ok()) return asyncps::Fail(config.status(), 2);
 
   // A stop signal ends training after the current step, and makes the

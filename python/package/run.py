@@ -3,6 +3,7 @@
     python3 -m asyncps.run --shards 2 --workers 2 --mode async -- train.py ARGS
     python3 -m asyncps.run --servers h0:5000,h1:5000 --workers 2 -- train.py
     python3 -m asyncps.run -H h1:2,h2:2 --shards 2 -- train.py ARGS
+    python3 -m asyncps.run --shards 2 --workers 2 -- ps_worker --epochs=1
 
 Starts the shards (ps_server on 127.0.0.1, ports the kernel picks), or joins
 existing ones with --servers, then runs the script once per worker with
@@ -14,6 +15,9 @@ started again on its port (it gets the model back from a worker's copy).
 Once every worker has finished, the shards are stopped and the launcher
 exits 0; when a worker fails past the restarts, everything is stopped and
 the launcher exits with that worker's status. Nothing is left running.
+A script not ending in .py (or any, with --no_python) runs as a command:
+ps_worker takes --servers, --rank, --num_workers and --mode from the same
+variables when they are not given.
 
 With -H (or --hostfile) the shards and workers run on those hosts over ssh
 (as horovodrun does; asyncps.hosts): workers fill each host's slots in
@@ -80,6 +84,9 @@ def parse(argv):
                    help="one more ssh -o option, e.g. "
                         "StrictHostKeyChecking=no (repeatable)")
     p.add_argument("--ps_server", default="", help="the ps_server binary")
+    p.add_argument("--no_python", action="store_true",
+                   help="run the script as a command (the default for one "
+                        "not ending in .py, e.g. ps_worker)")
     p.add_argument("--server_flag", action="append", default=[],
                    help="one more flag for every shard (repeatable)")
     p.add_argument("--log_dir", default="",
@@ -102,9 +109,22 @@ def parse(argv):
         p.error("no script: put it after --, e.g. -- train.py --epochs 2")
     if args.workers < 1 or args.shards < 1 or args.max_restarts < 0:
         p.error("--workers and --shards must be >= 1, --max_restarts >= 0")
-    if not os.path.exists(script[0]):
-        p.error(f"no script '{script[0]}'")
+    if is_python(args, script):
+        if not os.path.exists(script[0]):
+            p.error(f"no script '{script[0]}'")
+    elif not (os.path.exists(script[0]) or shutil.which(script[0])):
+        p.error(f"no command '{script[0]}'")
     return args, script
+
+
+def is_python(args, script):
+    return script[0].endswith(".py") and not args.no_python
+
+
+def job_command(args, script):
+    """What each worker runs: the script with this Python, or the command
+    as it is (ps_worker reads the same variables as asyncps.Client)."""
+    return [sys.executable, *script] if is_python(args, script) else script
 
 
 def start_shards(args, ready_dir, shards, placed=None, env=None):
@@ -222,7 +242,7 @@ def main(argv=None):
 
             def launch(rank):
                 workers[rank] = subprocess.Popen(
-                    [sys.executable, *script],
+                    job_command(args, script),
                     env=worker_env(args, servers, rank))
         else:
             try:
@@ -237,7 +257,7 @@ def main(argv=None):
             def launch(rank):
                 host, local_rank, local_size = by_rank[rank]
                 workers[rank] = hostlib.Remote(
-                    host, ssh_options(args), [sys.executable, *script],
+                    host, ssh_options(args), job_command(args, script),
                     worker_env(args, servers, rank, env,
                                (local_rank, local_size)),
                     f"[{host}:{rank}] ")

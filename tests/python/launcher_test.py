@@ -255,3 +255,36 @@ def test_the_cnn_example_runs_through_the_launcher(tmp_path):
         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "done: rank 0" in out.stdout and "done: rank 1" in out.stdout
+
+
+PS_WORKER = os.environ.get("ASYNCPS_PS_WORKER", "worker/ps_worker")
+
+
+def test_a_command_not_python_runs_as_it_is_and_ps_worker_adopts_the_job():
+    """ps_worker under the launcher, with no flag naming the job: it takes
+    the servers, rank, workers and mode from the launcher's variables (bsp:
+    both ranks end on the same weights)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "asyncps.run", "--ps_server", SERVER,
+         "--shards", "2", "--workers", "2", "--mode", "bsp", "--",
+         PS_WORKER, "--steps=6", "--log_every=0"],
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    done = [line for line in out.stdout.splitlines() if " done: " in line]
+    assert sorted(line.split()[1] for line in done) == ["0", "1"], out.stdout
+    weights = {line.split("weights ")[1].split()[0] for line in done}
+    assert len(weights) == 1, done
+
+
+def test_ps_worker_names_a_bad_launcher_variable_and_a_flag_wins():
+    env = dict(os.environ, ASYNCPS_RANK="x")
+    bad = subprocess.run([PS_WORKER, "--steps=1"], env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2
+    assert "$ASYNCPS_RANK='x' is not a valid --rank" in bad.stderr
+    # Given on the command line, --rank is not read from the variable.
+    flag = subprocess.run([PS_WORKER, "--rank=0", "--num_workers=0"],
+                          env=env, capture_output=True, text=True,
+                          timeout=30)
+    assert flag.returncode == 2 and "ASYNCPS_RANK" not in flag.stderr
+    assert "num_workers" in flag.stderr
