@@ -8,6 +8,18 @@ Installs the `asyncps` package (the compiled client `_core` with type stubs,
 and `asyncps-run` on PATH. Supported: Debian 12 (amd64) with its Python
 3.11, after deploy/install_deps.sh (Bazel, gRPC, protobuf, Abseil come from
 Debian's packages; nothing is downloaded).
+
+    pip wheel --no-deps --no-index -w dist ./python
+
+builds the same as a wheel, asyncps-VERSION-cp311-cp311-linux_x86_64.whl,
+that installs with no compiler and no Bazel (tests/wheel_test.sh: in a
+container that has neither). It is not a manylinux wheel: the module and
+the binaries link Debian 12's shared gRPC 1.51, protobuf 3.21, Abseil
+20220623 and glog, which manylinux does not allow and no Debian 12 package
+can vendor (auditwheel is not packaged); so it runs on Debian 12 amd64 with
+Python 3.11 and these runtime packages: libgrpc++1.51 libprotobuf32
+libabsl20220623 libgoogle-glog0v6 libprometheus-cpp-core1.0
+libcpp-httplib0.11, and python3-numpy (python3-torch for asyncps.torch).
 """
 
 import os
@@ -17,6 +29,7 @@ import subprocess
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
+from setuptools.dist import Distribution
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -54,6 +67,14 @@ class BazelBuild(build_py):
             os.chmod(target, 0o755)
 
 
+class BinaryDistribution(Distribution):
+    """Holds compiled code (built by Bazel, not by setuptools): the wheel is
+    tagged for this Python and platform, not py3-none-any."""
+
+    def has_ext_modules(self):
+        return True
+
+
 setup(
     name="asyncps",
     version=VERSION,
@@ -62,6 +83,7 @@ setup(
     packages=["asyncps"],
     package_dir={"asyncps": "package"},
     cmdclass={"build_py": BazelBuild},
+    distclass=BinaryDistribution,
     python_requires=">=3.11",
     entry_points={"console_scripts": [
         "ps_server = asyncps.cli:ps_server",

@@ -127,6 +127,12 @@ if ((${#@} == 0)); then
   tests/pip_install.sh | tee -a "$log"
   if ((PIPESTATUS[0] != 0)); then rc=1; fi
   took "pip install"
+  # pip wheel ./python, installed and trained with in a container that has
+  # no compiler and no Bazel (tests/wheel_test.sh).
+  echo "== pip wheel ./python, in a container without a compiler"
+  tests/wheel_test.sh | tee -a "$log"
+  if ((PIPESTATUS[0] != 0)); then rc=1; fi
+  took "wheel"
 fi
 
 # Bazel prints one status line per test target:
