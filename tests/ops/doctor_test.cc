@@ -66,6 +66,12 @@ TEST(DoctorTest, NamesAShardUnreachableOrRefusingTheToken) {
   ShardProbe tls = Healthy(0);
   tls.status = absl::UnavailableError("Ssl handshake failed");
   ExpectOneProblem({tls}, {"TLS mismatch", "shard 0"});
+  // Plaintext to a TLS shard is a closed socket, and the probe's
+  // handshake tells it from a shard that is down.
+  ShardProbe closed = Healthy(0);
+  closed.status = absl::UnavailableError("Socket closed");
+  closed.speaks_tls = true;
+  ExpectOneProblem({closed}, {"TLS mismatch", "speaks TLS", "--tls_ca"});
 }
 
 TEST(DoctorTest, NamesAStallAndALostModel) {

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import asyncps
+from asyncps.cluster import Shards
 
 PSCTL = os.environ.get("ASYNCPS_PSCTL", "tools/psctl")
 
@@ -61,6 +62,40 @@ def test_a_wrong_token(shards, tmp_path):
     rc, out = doctor(servers, f"--auth_token_file={wrong}")
     assert rc == 1 and "refuses psctl's credentials" in out, out
     assert "--auth_token_file" in out, out
+
+
+GEN_CERTS = os.environ.get("ASYNCPS_GEN_CERTS", "deploy/gen_certs.sh")
+
+
+def test_a_tls_mismatch_either_way(shards, tmp_path):
+    """A shard with mutual TLS called in plaintext closes the connection
+    without a word: the doctor tries a TLS handshake and names the
+    mismatch. psctl with TLS calling a plaintext shard fails its
+    handshake, named the same."""
+    subprocess.run([GEN_CERTS, str(tmp_path)], check=True,
+                   capture_output=True)
+    tls = [f"--tls_cert={tmp_path}/server.pem",
+           f"--tls_key={tmp_path}/server.key", f"--tls_ca={tmp_path}/ca.pem"]
+    secured = shards.start(1, *tls)
+    rc, out = doctor(secured)
+    assert rc == 1 and "TLS mismatch with shard 0" in out, out
+    assert "it speaks TLS and psctl called in plaintext" in out, out
+    assert "unreachable" not in out, out
+    client = [f"--tls_cert={tmp_path}/client.pem",
+              f"--tls_key={tmp_path}/client.key", f"--tls_ca={tmp_path}/ca.pem"]
+    assert doctor(secured, *client)[0] == 0
+    shards.stop()
+    (tmp_path / "plain").mkdir()
+    others = Shards(shards.binary, ready_dir=str(tmp_path / "plain"))
+    try:
+        plain = others.start(1)
+        rc, out = doctor(plain, *client)
+        assert rc == 1 and "TLS mismatch with shard 0" in out, out
+    finally:
+        others.kill()
+    # A shard that is down is not taken for one that speaks TLS.
+    rc, out = doctor(plain)
+    assert rc == 1 and "is unreachable" in out and "TLS" not in out, out
 
 
 def test_a_bsp_step_waiting_on_a_rank_that_pushes_nan(shards):

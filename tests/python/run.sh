@@ -8,6 +8,7 @@ export PYTHONPATH=$root/python
 export ASYNCPS_PS_SERVER=$root/server/ps_server
 export ASYNCPS_PSCTL=$root/tools/psctl
 export ASYNCPS_PS_WORKER=$root/worker/ps_worker
+export ASYNCPS_GEN_CERTS=$root/deploy/gen_certs.sh
 export ASYNCPS_CTR_EXPERIMENT=$root/tools/experiments/ctr_experiment.py
 export ASYNCPS_EXAMPLE=$root/python/examples/fashion_cnn.py
 export ASYNCPS_MINIMAL=$root/python/examples/minimal.py

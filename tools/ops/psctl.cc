@@ -248,7 +248,9 @@ int Run(const std::string& command) {
                          absl::GetFlag(FLAGS_out));
   }
   if (command == "checkpoint") return CheckpointCommand(&admin);
-  if (command == "doctor") return DoctorCommand(&admin, *servers);
+  if (command == "doctor") {
+    return DoctorCommand(&admin, *servers, security->tls());
+  }
   if (command == "status") return StatusCommand(&admin, (*client)->caller());
   return StatsCommand(command, &admin);
 }

@@ -13,6 +13,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/build_info.h"
+#include "common/security.h"
+#include "transport/socket.h"
+#include "transport/tls.h"
 
 namespace asyncps {
 namespace {
@@ -31,6 +34,15 @@ std::string GiB(uint64_t bytes) {
 Finding Unanswered(const ShardProbe& p) {
   const std::string why(p.status.message());
   const std::string lower = absl::AsciiStrToLower(why);
+  if (p.speaks_tls) {
+    return {true, absl::StrCat("TLS mismatch with ", Who(p),
+                               ": it speaks TLS and psctl called in "
+                               "plaintext (",
+                               why,
+                               "). Give psctl (and the workers) the shards' "
+                               "CA with --tls_ca and, with mutual TLS, a "
+                               "client certificate (--tls_cert, --tls_key)")};
+  }
   if (absl::StrContains(lower, "ssl") || absl::StrContains(lower, "tls") ||
       absl::StrContains(lower, "handshake") ||
       absl::StrContains(lower, "certificate")) {
@@ -238,9 +250,28 @@ std::vector<Finding> Diagnose(const std::vector<ShardProbe>& probes,
   return out;
 }
 
+bool SpeaksTls(const ServerAddress& address, absl::Time deadline) {
+  absl::StatusOr<Socket> socket =
+      ConnectTcp(address.host, address.port, deadline);
+  if (!socket.ok()) return false;
+  absl::StatusOr<std::shared_ptr<const TlsContext>> tls =
+      TlsContext::ForClient(Security{});
+  if (!tls.ok()) return false;
+  absl::StatusOr<std::unique_ptr<Stream>> stream =
+      (*tls)->Connect(socket->fd(), address.host, deadline);
+  if (stream.ok()) return true;
+  // The system's roots do not vouch for a cluster's own CA: a failed
+  // verification is a TLS server all the same.
+  const std::string why = absl::AsciiStrToLower(stream.status().message());
+  return absl::StrContains(why, "certificate") ||
+         absl::StrContains(why, "verify");
+}
+
 std::vector<ShardProbe> ProbeShards(AdminClient* admin,
-                                    const std::vector<ServerAddress>& servers) {
+                                    const std::vector<ServerAddress>& servers,
+                                    bool tls) {
   std::vector<ShardProbe> probes;
+  std::vector<ServerAddress> addresses;
   for (size_t s = 0; s < servers.size(); ++s) {
     const std::vector<ServerAddress> members = servers[s].Members();
     for (size_t m = 0; m < members.size(); ++m) {
@@ -249,11 +280,12 @@ std::vector<ShardProbe> ProbeShards(AdminClient* admin,
       p.member = members.size() > 1 ? static_cast<int>(m) : -1;
       p.address = members[m].ToString();
       probes.push_back(std::move(p));
+      addresses.push_back(members[m]);
     }
   }
   std::vector<std::thread> calls;
-  for (ShardProbe& p : probes) {
-    calls.emplace_back([admin, &p] {
+  for (size_t i = 0; i < probes.size(); ++i) {
+    calls.emplace_back([admin, tls, &p = probes[i], &a = addresses[i]] {
       p.asked = absl::Now();
       absl::StatusOr<v1::StatsResponse> s =
           p.member < 0 ? admin->Stats(p.shard)
@@ -261,15 +293,18 @@ std::vector<ShardProbe> ProbeShards(AdminClient* admin,
       p.answered = absl::Now();
       p.status = s.status();
       if (s.ok()) p.stats = *std::move(s);
+      if (!tls && absl::IsUnavailable(p.status)) {
+        p.speaks_tls = SpeaksTls(a, absl::Now() + absl::Seconds(2));
+      }
     });
   }
   for (std::thread& t : calls) t.join();
   return probes;
 }
 
-int DoctorCommand(AdminClient* admin,
-                  const std::vector<ServerAddress>& servers) {
-  const std::vector<ShardProbe> probes = ProbeShards(admin, servers);
+int DoctorCommand(AdminClient* admin, const std::vector<ServerAddress>& servers,
+                  bool tls) {
+  const std::vector<ShardProbe> probes = ProbeShards(admin, servers, tls);
   DoctorContext context;
   context.version = kAsyncpsVersion;
   context.commit = kAsyncpsCommit;

@@ -28,6 +28,9 @@ struct ShardProbe {
   absl::Status status;         // Of the call.
   v1::StatsResponse stats;     // When status is OK.
   absl::Time asked, answered;  // This host's clock around the call.
+  // A shard that did not answer psctl's plaintext call but completes a
+  // TLS handshake: it runs TLS and psctl was given no --tls_ca.
+  bool speaks_tls = false;
 };
 
 // What the doctor says: a problem (something keeps the job from training,
@@ -54,14 +57,21 @@ std::vector<Finding> Diagnose(const std::vector<ShardProbe>& probes,
                               const DoctorContext& context);
 
 // Asks every shard of `servers` (each member of a group) for its Stats, all
-// at once (each call bounded by `admin`'s caller's timeouts).
+// at once (each call bounded by `admin`'s caller's timeouts). Without TLS
+// of its own (`tls` false), tries a TLS handshake with each shard that did
+// not answer (a TLS server closes a plaintext connection without a word).
 std::vector<ShardProbe> ProbeShards(AdminClient* admin,
-                                    const std::vector<ServerAddress>& servers);
+                                    const std::vector<ServerAddress>& servers,
+                                    bool tls);
+
+// Whether host:port completes the server's half of a TLS handshake before
+// `deadline` (its certificate is not checked: only that it speaks TLS).
+bool SpeaksTls(const ServerAddress& address, absl::Time deadline);
 
 // psctl doctor: prints each finding ("PROBLEM: ..." or "note: ..."), or
 // that none was found; 1 if there is a problem, else 0.
-int DoctorCommand(AdminClient* admin,
-                  const std::vector<ServerAddress>& servers);
+int DoctorCommand(AdminClient* admin, const std::vector<ServerAddress>& servers,
+                  bool tls);
 
 }  // namespace asyncps
 
