@@ -1,5 +1,6 @@
 #include "tools/ops/psctl_status.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -47,9 +48,9 @@ void PrintShards(const std::vector<v1::StatsResponse>& stats,
   }
 }
 
-// One line a worker, as the shards see it: the freshest report of any
-// shard.
-void PrintWorkerTable(const std::vector<v1::StatsResponse>& stats) {
+// Each rank's freshest report over the shards.
+std::map<int, v1::WorkerInfo> Freshest(
+    const std::vector<v1::StatsResponse>& stats) {
   std::map<int, v1::WorkerInfo> workers;
   for (const auto& r : stats) {
     for (const auto& w : r.workers()) {
@@ -60,19 +61,31 @@ void PrintWorkerTable(const std::vector<v1::StatsResponse>& stats) {
       }
     }
   }
-  std::printf("%-5s %-20s %9s %9s %5s %10s %10s %8s %22s\n", "rank", "host",
-              "clock", "staleness", "live", "last seen", "samples/s", "loss",
-              "data/compute/exchange");
-  for (const auto& [rank, w] : workers) {
+  return workers;
+}
+
+// One line a worker.
+void PrintWorkerTable(const std::vector<v1::StatsResponse>& stats,
+                      const std::vector<v1::StatsResponse>& previous) {
+  std::printf("%-5s %-20s %9s %7s %6s %9s %5s %10s %10s %8s %22s\n", "rank",
+              "host", "clock", "steps/s", "lag", "staleness", "live",
+              "last seen", "samples/s", "loss", "data/compute/exchange");
+  for (const WorkerRow& row : WorkerRows(stats, previous)) {
+    const v1::WorkerInfo& w = row.info;
     const v1::WorkerProgress& p = w.progress();
     const double total =
         p.data_seconds() + p.compute_seconds() + p.exchange_seconds();
     auto share = [total](double s) { return total > 0 ? 100 * s / total : 0; };
+    const std::string rate =
+        row.steps_per_second < 0
+            ? "-"
+            : absl::StrFormat("%.1f", row.steps_per_second);
     std::printf(
-        "%-5d %-20s %9lld %9.2f %5s %9.1fs %10.0f %8.4f "
+        "%-5d %-20s %9lld %7s %6lld %9.2f %5s %9.1fs %10.0f %8.4f "
         "%6.0f%%/%3.0f%%/%3.0f%%\n",
-        rank, w.host().c_str(), static_cast<long long>(w.clock()),
-        p.staleness(), w.live() ? "yes" : "NO", w.seconds_since_heard(),
+        w.rank(), w.host().c_str(), static_cast<long long>(w.clock()),
+        rate.c_str(), static_cast<long long>(row.lag), p.staleness(),
+        w.live() ? "yes" : "NO", w.seconds_since_heard(),
         p.samples_per_second(), p.loss(), share(p.data_seconds()),
         share(p.compute_seconds()), share(p.exchange_seconds()));
   }
@@ -111,13 +124,41 @@ void PrintEmbeddingTotals(const std::vector<v1::StatsResponse>& stats) {
 
 }  // namespace
 
+std::vector<WorkerRow> WorkerRows(
+    const std::vector<v1::StatsResponse>& stats,
+    const std::vector<v1::StatsResponse>& previous) {
+  const std::map<int, v1::WorkerInfo> now = Freshest(stats);
+  const std::map<int, v1::WorkerInfo> before = Freshest(previous);
+  // The time between the refreshes, on shard 0's clock (its uptime), if
+  // it is the same process both times.
+  double elapsed = 0;
+  if (!stats.empty() && !previous.empty() &&
+      stats[0].incarnation() == previous[0].incarnation()) {
+    elapsed = stats[0].uptime_seconds() - previous[0].uptime_seconds();
+  }
+  int64_t furthest = 0;
+  for (const auto& [rank, w] : now) furthest = std::max(furthest, w.clock());
+  std::vector<WorkerRow> rows;
+  for (const auto& [rank, w] : now) {
+    WorkerRow row;
+    row.info = w;
+    row.lag = furthest - w.clock();
+    auto it = before.find(rank);
+    if (elapsed > 0 && it != before.end() && w.clock() >= it->second.clock()) {
+      row.steps_per_second = (w.clock() - it->second.clock()) / elapsed;
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
 void PrintStatus(const std::vector<v1::StatsResponse>& stats,
                  const std::vector<v1::StatsResponse>& previous) {
   if (stats.empty()) return;
   std::printf("asyncps: %zu shards, mode %s, model '%s'\n", stats.size(),
               stats[0].mode().c_str(), stats[0].model_name().c_str());
   PrintShards(stats, previous);
-  PrintWorkerTable(stats);
+  PrintWorkerTable(stats, previous);
   PrintEmbeddingTotals(stats);
 }
 

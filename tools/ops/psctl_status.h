@@ -5,6 +5,7 @@
 #ifndef ASYNCPS_TOOLS_OPS_PSCTL_STATUS_H_
 #define ASYNCPS_TOOLS_OPS_PSCTL_STATUS_H_
 
+#include <cstdint>
 #include <vector>
 
 #include "client/admin_client.h"
@@ -12,6 +13,19 @@
 #include "proto/asyncps.pb.h"
 
 namespace asyncps {
+
+// One worker as psctl status shows it: the freshest report of any shard,
+// its steps a second since `previous` (-1 on the first refresh, or when
+// shard 0 restarted between them), and how many steps it is behind the
+// furthest worker (its lag).
+struct WorkerRow {
+  v1::WorkerInfo info;
+  double steps_per_second = -1;
+  int64_t lag = 0;
+};
+std::vector<WorkerRow> WorkerRows(
+    const std::vector<v1::StatsResponse>& stats,
+    const std::vector<v1::StatsResponse>& previous);
 
 // psctl status: every shard and every worker on one screen. `previous`
 // (may be empty) is the last refresh's answer, for rates.
