@@ -40,6 +40,7 @@ from tools import ROOT  # noqa: E402
 from tools.experiments.experiment_report import plot, report  # noqa: E402
 from tools.experiments.experiment_run import (  # noqa: E402
     compatible, fail, run_label, run_one, variant_flags)
+from tools.progress import Progress  # noqa: E402
 
 
 def parse_args():
@@ -113,6 +114,7 @@ def main():
             fail("no %s in %s" % (b, bindir))
     summary = []
     failed = []  # (label, workers, profile, seed, why): not in summary.
+    grid = []  # (seed, workers, profile, link, compress, mode), run order.
     for seed in [int(s) for s in args.seeds.split(",")]:
         for workers in [int(w) for w in args.workers.split(",")]:
             for profile in args.profiles.split(","):
@@ -122,28 +124,32 @@ def main():
                     for compress in args.compress.split(","):
                         for mode in args.modes.split(","):
                             variant_flags(mode)  # Fails early on a bad entry.
-                            label = run_label(mode, compress, link)
-                            if not compatible(mode, compress):
-                                print("== %s: skipped (ps_worker refuses "
-                                      "this pair)" % label, flush=True)
-                                continue
-                            print("== %s, %d workers, %s, seed %d" %
-                                  (label, workers, profile, seed), flush=True)
-                            try:
-                                r = run_one(args, bindir, mode, workers,
-                                            profile, seed, rundir, compress,
-                                            link)
-                            except RuntimeError as e:  # A worker failed.
-                                print("   FAILED: %s" % e, flush=True)
-                                failed.append((label, workers, profile, seed,
-                                               str(e)[-300:]))
-                                continue
-                            print("   final accuracy %s, %s samples/s, staleness "
-                                  "%s, %s s, 0.85 at %s s" %
-                                  (r["final_accuracy"], r["samples_per_s"],
-                                   r["mean_staleness"], r["wall_s"],
-                                   r["time_to_0.85"] or "-"), flush=True)
-                            summary.append(r)
+                            grid.append((seed, workers, profile, link,
+                                         compress, mode))
+    progress = Progress(total=len(grid))
+    for seed, workers, profile, link, compress, mode in grid:
+        label = run_label(mode, compress, link)
+        if not compatible(mode, compress):
+            print("== %s: skipped (ps_worker refuses this pair)" % label,
+                  flush=True)
+            progress.total -= 1
+            continue
+        print("== %s %s, %d workers, %s, seed %d" %
+              (progress.tag(), label, workers, profile, seed), flush=True)
+        try:
+            r = run_one(args, bindir, mode, workers, profile, seed, rundir,
+                        compress, link)
+        except RuntimeError as e:  # A worker failed.
+            print("   FAILED: %s" % e, flush=True)
+            failed.append((label, workers, profile, seed, str(e)[-300:]))
+            progress.step()
+            continue
+        progress.step()
+        print("   final accuracy %s, %s samples/s, staleness %s, %s s, 0.85 "
+              "at %s s" % (r["final_accuracy"], r["samples_per_s"],
+                           r["mean_staleness"], r["wall_s"],
+                           r["time_to_0.85"] or "-"), flush=True)
+        summary.append(r)
     if not summary:
         fail("every run failed: %s" % failed[-1][-1])
     with open(os.path.join(out, "summary.csv"), "w", newline="") as f:

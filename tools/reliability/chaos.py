@@ -48,6 +48,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", ".."))
 from tools import ROOT  # noqa: E402
 from asyncps import cluster  # noqa: E402
+from tools.progress import Progress  # noqa: E402
 from tools.reliability import history_faults  # noqa: E402
 
 
@@ -338,8 +339,16 @@ def main():
           f"logs in {args.out}", flush=True)
     # The undisturbed job's own spread (scheduling alone): each chaos run
     # is judged by its distance to the nearest of these.
-    bases = [run(args, "undisturbed" if args.baselines == 1
-                 else f"undisturbed-{k}")
+    progress = Progress(total=args.baselines + last - first + 1)
+
+    def tagged(name, **kw):  # Each run with its place and the ETA.
+        print(f"== {progress.tag()} {name}", file=sys.stderr, flush=True)
+        r = run(args, name, **kw)
+        progress.step()
+        return r
+
+    bases = [tagged("undisturbed" if args.baselines == 1
+                    else f"undisturbed-{k}")
              for k in range(1, args.baselines + 1)]
     base_acc = [float(b["accuracy"]) for b in bases
                 if b["accuracy"] != "none" and not b["failed"]]
@@ -352,7 +361,7 @@ def main():
     beyond = []  # (seed, difference) of runs where no copy was left.
     for seed in range(first, last + 1):
         name = "chaos" if first == last else f"chaos-seed{seed}"
-        r = run(args, name, kill_seed=seed)
+        r = tagged(name, kill_seed=seed)
         for k in totals:
             totals[k] += r[k]
         diff = distance(r["accuracy"], base_acc)

@@ -40,6 +40,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", ".."))
 from tools import ROOT  # noqa: E402
+from tools.progress import Progress  # noqa: E402
 from tools.reliability import history_faults as hf  # noqa: E402
 from tools.reliability import history_model  # noqa: E402
 from tools.reliability import history_worker as hw  # noqa: E402
@@ -270,12 +271,18 @@ def main(argv=None):
     start = time.monotonic()
     runs, by_kind, failed = 0, {}, []
     fatal = False
+    progress = Progress(
+        total=(args.seeds[1] - args.seeds[0] + 1) * len(args.combos)
+        if isinstance(args.seeds, tuple) else args.seeds,
+        minutes=args.minutes or None)
     for seed, combo in schedule(args):
         if args.minutes and time.monotonic() - start > args.minutes * 60:
             break
+        tag = progress.tag()
         line, violations, _ = run_one(args, seed, combo, pypath)
         runs += 1
-        print(line, flush=True)
+        progress.step()
+        print(f"{tag} {line}", flush=True)
         for kind, text in violations[:20]:
             print("  " + text, flush=True)
         if len(violations) > 20:
