@@ -288,37 +288,55 @@ absl::Status EmbeddingClient::Redeclaring(
 absl::Status EmbeddingClient::ReadAll(const std::string& table,
                                       std::vector<int64_t>* ids,
                                       std::vector<float>* rows) {
-  constexpr int64_t kPage = 65536;
   for (int s = 0; s < caller_->num_shards(); ++s) {
-    v1::ReadRowsRequest request;
-    request.set_table(table);
-    request.set_max_rows(kPage);
-    for (int64_t start = 0; start >= 0;) {
-      request.set_start(start);
-      ASSIGN_OR_RETURN(const v1::ReadRowsResponse page,
-                       caller_->CallOne<v1::ReadRowsResponse>(
-                           s, request, ASYNCPS_RPC(ReadRows), "ReadRows",
-                           /*idempotent=*/true));
-      const std::string& id_bytes = page.ids();
-      const size_t n = id_bytes.size() / sizeof(int64_t);
-      if (id_bytes.size() % sizeof(int64_t) != 0 ||
-          (n == 0 ? !page.rows().empty()
-                  : page.rows().size() % (n * sizeof(float)) != 0)) {
-        return absl::InternalError(
-            absl::StrCat("ReadRows: shard ", s, " answered ", id_bytes.size(),
-                         " bytes of ids and ", page.rows().size(), " of rows"));
-      }
-      const size_t old = ids->size();
-      ids->resize(old + n);
-      if (n > 0) std::memcpy(&(*ids)[old], id_bytes.data(), id_bytes.size());
-      const size_t floats = page.rows().size() / sizeof(float);
-      const size_t old_rows = rows->size();
-      rows->resize(old_rows + floats);
-      if (floats > 0) {
-        std::memcpy(&(*rows)[old_rows], page.rows().data(), page.rows().size());
-      }
-      start = page.next();
+    // A shard that restarted or failed over between pages holds no longer
+    // the read's snapshot: its part is read again from the start.
+    const size_t ids_before = ids->size(), rows_before = rows->size();
+    absl::Status read;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      ids->resize(ids_before);
+      rows->resize(rows_before);
+      read = ReadShard(s, table, ids, rows);
+      if (!absl::IsFailedPrecondition(read)) break;
     }
+    RETURN_IF_ERROR(read);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingClient::ReadShard(int shard, const std::string& table,
+                                        std::vector<int64_t>* ids,
+                                        std::vector<float>* rows) {
+  constexpr int64_t kPage = 65536;
+  v1::ReadRowsRequest request;
+  request.set_table(table);
+  request.set_max_rows(kPage);
+  for (int64_t start = 0; start >= 0;) {
+    request.set_start(start);
+    ASSIGN_OR_RETURN(const v1::ReadRowsResponse page,
+                     caller_->CallOne<v1::ReadRowsResponse>(
+                         shard, request, ASYNCPS_RPC(ReadRows), "ReadRows",
+                         /*idempotent=*/true));
+    const std::string& id_bytes = page.ids();
+    const size_t n = id_bytes.size() / sizeof(int64_t);
+    if (id_bytes.size() % sizeof(int64_t) != 0 ||
+        (n == 0 ? !page.rows().empty()
+                : page.rows().size() % (n * sizeof(float)) != 0)) {
+      return absl::InternalError(
+          absl::StrCat("ReadRows: shard ", shard, " answered ", id_bytes.size(),
+                       " bytes of ids and ", page.rows().size(), " of rows"));
+    }
+    const size_t old = ids->size();
+    ids->resize(old + n);
+    if (n > 0) std::memcpy(&(*ids)[old], id_bytes.data(), id_bytes.size());
+    const size_t floats = page.rows().size() / sizeof(float);
+    const size_t old_rows = rows->size();
+    rows->resize(old_rows + floats);
+    if (floats > 0) {
+      std::memcpy(&(*rows)[old_rows], page.rows().data(), page.rows().size());
+    }
+    request.set_snapshot(page.snapshot());
+    start = page.next();
   }
   return absl::OkStatus();
 }

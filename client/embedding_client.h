@@ -100,12 +100,17 @@ class EmbeddingClient {
 
   // Every row of `table` the shards hold (in no particular order), its id
   // into `ids` and its values into `rows` (ids->size() x dim), read a page
-  // at a time without waiting for any step (psctl export). Needs no
+  // at a time without waiting for any step (psctl export). Each shard's
+  // part is a snapshot of its table (ReadRowsRequest.snapshot): every row
+  // it held at the first page, once, with its values then. Needs no
   // Declare. NOT_FOUND if a shard has no such table.
   absl::Status ReadAll(const std::string& table, std::vector<int64_t>* ids,
                        std::vector<float>* rows);
 
  private:
+  // ReadAll's part of one shard, from its first page.
+  absl::Status ReadShard(int shard, const std::string& table,
+                         std::vector<int64_t>* ids, std::vector<float>* rows);
   // Runs `call`; if a shard answers NOT_FOUND (it lost its tables),
   // declares `spec` again and runs `call` once more.
   absl::Status Redeclaring(const v1::EmbeddingSpec& spec,

@@ -47,6 +47,10 @@ namespace asyncps {
 inline constexpr size_t kMaxRowsPerCall = size_t{1} << 20;
 // The most rows one shard may hold of one table.
 inline constexpr int64_t kMaxRowsPerShard = int64_t{1} << 31;
+// A read's snapshot not read from for this long is dropped (its reader is
+// gone); at most kMaxSnapshots are open at once per table.
+inline constexpr absl::Duration kSnapshotIdle = absl::Seconds(60);
+inline constexpr size_t kMaxSnapshots = 4;
 
 // INVALID_ARGUMENT naming the field if `spec` is unusable (name, dim,
 // num_rows, max_rows_per_shard, initializer, optimizer).
@@ -103,11 +107,22 @@ class EmbeddingTable {
   bool StepApplied(int64_t clock) const;
   int64_t applied_step() const;
 
-  // Up to `max_rows` held rows from position `start` of the shard's own
-  // order, their ids and values appended to `ids` and `rows`; returns the
-  // next page's start, or -1 after the last.
-  int64_t Read(int64_t start, int64_t max_rows, std::vector<int64_t>* ids,
-               std::vector<float>* rows) const;
+  // A paged read of the whole table (psctl export) that is a snapshot: the
+  // rows held at its first page, with their values then, each once,
+  // whatever pushes and evictions come between the pages. With `*snapshot`
+  // 0 it opens one (setting `*snapshot`); each page passes it back with
+  // the last page's next start. Appends up to `max_rows` rows from
+  // position `start` to `ids` and `rows`; returns the next page's start,
+  // or -1 after the last (which ends the snapshot).
+  // FAILED_PRECONDITION for a snapshot this table does not hold (ended,
+  // left idle past kSnapshotIdle, or the shard restarted): read again from
+  // the start. A change to a row while snapshots are open first copies
+  // its values for them, so an open snapshot costs the rows changed since.
+  absl::StatusOr<int64_t> Read(uint64_t* snapshot, int64_t start,
+                               int64_t max_rows, std::vector<int64_t>* ids,
+                               std::vector<float>* rows, absl::Time now);
+  // Snapshots open now (for tests).
+  int open_snapshots() const;
 
   // The table as a checkpoint holds it, and a table made from one (its
   // spec checked, its rows' sizes, ids and bounds too: DATA_LOSS saying
@@ -163,6 +178,9 @@ class EmbeddingTable {
   // bsp: applies the pending step's mean and starts the next.
   void ApplyStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ClearStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Before slot `slot`'s id or weights change: copies them into every
+  // open snapshot that reads the slot and has no copy yet.
+  void KeepForSnapshotsLocked(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unlink(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LinkLast(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -197,6 +215,18 @@ class EmbeddingTable {
   absl::flat_hash_map<int64_t, uint32_t> step_index_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> step_ids_ ABSL_GUARDED_BY(mu_);
   std::vector<float> step_sum_ ABSL_GUARDED_BY(mu_);
+  // Reads in progress (Read): each the slots held at its first page, and
+  // the id and weights of each of those slots changed since, as they were.
+  struct Snapshot {
+    uint64_t id = 0;
+    int64_t held = 0;
+    absl::Time used;
+    absl::flat_hash_map<uint32_t, size_t> kept;  // Slot -> its copy's index.
+    std::vector<int64_t> kept_ids;
+    std::vector<float> kept_rows;  // dim_ each.
+  };
+  std::vector<Snapshot> snapshots_ ABSL_GUARDED_BY(mu_);
+  uint64_t last_snapshot_ ABSL_GUARDED_BY(mu_) = 0;
   mutable std::atomic<int64_t> pulled_{0};
   std::atomic<int64_t> bytes_received_{0};
   std::atomic<int64_t> bytes_sent_{0};

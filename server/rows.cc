@@ -127,8 +127,12 @@ absl::Status ServeReadRows(EmbeddingTables* tables,
   }
   std::vector<int64_t> ids;
   std::vector<float> rows;
-  response->set_next(
-      table->Read(request.start(), request.max_rows(), &ids, &rows));
+  uint64_t snapshot = request.snapshot();
+  ASSIGN_OR_RETURN(const int64_t next,
+                   table->Read(&snapshot, request.start(), request.max_rows(),
+                               &ids, &rows, absl::Now()));
+  response->set_next(next);
+  response->set_snapshot(snapshot);
   response->set_ids(reinterpret_cast<const char*>(ids.data()),
                     ids.size() * sizeof(int64_t));
   response->set_rows(reinterpret_cast<const char*>(rows.data()),

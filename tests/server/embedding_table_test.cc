@@ -6,7 +6,9 @@
 #include "server/embedding_table.h"
 
 #include <cmath>
+#include <map>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -326,6 +328,99 @@ TEST(EmbeddingTable, IdsSpreadEvenlyOverShards) {
   }
   const double mean = static_cast<double>(seen.size()) / kShards;
   for (int n : distinct) EXPECT_NEAR(n, mean, 0.05 * mean);
+}
+
+}  // namespace
+}  // namespace asyncps
+
+namespace asyncps {
+namespace {
+
+// Every page of one read (Read from snapshot 0 to the last page), its ids
+// and rows; `between` runs after the first page.
+struct Export {
+  std::vector<int64_t> ids;
+  std::vector<float> rows;
+};
+template <typename F>
+Export ReadPaged(EmbeddingTable* t, int64_t page, F between) {
+  Export e;
+  uint64_t snapshot = 0;
+  int64_t start = 0;
+  bool first = true;
+  while (start >= 0) {
+    absl::StatusOr<int64_t> next =
+        t->Read(&snapshot, start, page, &e.ids, &e.rows, absl::Now());
+    EXPECT_TRUE(next.ok()) << next.status();
+    if (!next.ok()) break;
+    start = *next;
+    if (first) between();
+    first = false;
+  }
+  return e;
+}
+
+// Issue #43: a read paged by slot while pushes evicted rows and reused
+// their slots skipped some rows and gave others twice. A read is now the
+// table at its first page: the rows held then, with their values then,
+// each once, whatever pushes and evictions came between the pages.
+TEST(EmbeddingTable, AReadIsTheTableAtItsFirstPage) {
+  EmbeddingTable t(Spec(v1::OptimizerSpec::SGD, 0, /*max_rows=*/6));
+  const std::vector<int64_t> held = {1, 2, 3, 4, 5, 6};
+  for (int64_t id : held) {
+    ASSERT_TRUE(t.Push({id}, {1, 2, 3, 4}).ok());
+  }
+  const std::vector<float> then = Rows(&t, held);
+  const Export e = ReadPaged(&t, 2, [&] {
+    // Rows 1-3 change, and 4 new ids evict four rows into their slots.
+    ASSERT_TRUE(t.Push({1, 2, 3}, std::vector<float>(12, 5.0f)).ok());
+    ASSERT_TRUE(t.Push({7, 8, 9, 10}, std::vector<float>(16, 1.0f)).ok());
+  });
+  ASSERT_EQ(t.evicted(), 4);
+  std::map<int64_t, std::vector<float>> got;
+  for (size_t k = 0; k < e.ids.size(); ++k) {
+    EXPECT_TRUE(got.emplace(e.ids[k], Row(e.rows, k)).second)
+        << "id " << e.ids[k] << " read twice";
+  }
+  ASSERT_EQ(got.size(), held.size());
+  for (size_t k = 0; k < held.size(); ++k) {
+    EXPECT_EQ(got[held[k]], Row(then, k)) << "id " << held[k];
+  }
+  // The next read sees the table as it is now.
+  const Export now = ReadPaged(&t, 4, [] {});
+  // (1-6 pushed in order, then 1-3: 4, 5, 6 and 1 were the least recent.)
+  EXPECT_EQ(std::set<int64_t>(now.ids.begin(), now.ids.end()),
+            (std::set<int64_t>{2, 3, 7, 8, 9, 10}));
+  EXPECT_EQ(now.ids.size(), 6u);
+}
+
+TEST(EmbeddingTable, ASnapshotEndsWithItsLastPageOrWhenLeftIdle) {
+  EmbeddingTable t(Spec(v1::OptimizerSpec::SGD));
+  ASSERT_TRUE(t.Push({1, 2, 3}, std::vector<float>(12, 1.0f)).ok());
+  std::vector<int64_t> ids;
+  std::vector<float> rows;
+  const absl::Time now = absl::Now();
+  uint64_t done = 0;
+  ASSERT_EQ(*t.Read(&done, 0, 10, &ids, &rows, now), -1);
+  ASSERT_NE(done, 0u);
+  // Read again from a snapshot that ended: refused, saying to start over.
+  absl::StatusOr<int64_t> gone = t.Read(&done, 0, 10, &ids, &rows, now);
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(gone.status().message().find("from the start"), std::string::npos)
+      << gone.status();
+  uint64_t idle = 0;
+  ASSERT_EQ(*t.Read(&idle, 0, 1, &ids, &rows, now), 1);
+  EXPECT_EQ(t.open_snapshots(), 1);
+  // A reader gone past kSnapshotIdle: its snapshot is dropped by the next
+  // read that opens one.
+  uint64_t other = 0;
+  ASSERT_TRUE(
+      t.Read(&other, 0, 1, &ids, &rows, now + kSnapshotIdle + absl::Seconds(1))
+          .ok());
+  EXPECT_EQ(t.open_snapshots(), 1);
+  EXPECT_EQ(
+      t.Read(&idle, 1, 1, &ids, &rows, now + kSnapshotIdle).status().code(),
+      absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace
