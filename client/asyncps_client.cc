@@ -205,6 +205,14 @@ absl::Status Client::DeclareEmbedding(const std::string& name,
   spec.set_num_rows(options.num_rows);
   spec.set_max_rows_per_shard(options.max_rows_per_shard);
   spec.set_seed(options.seed);
+  if (options.admit_count < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "embedding '", name, "': admit_count ", options.admit_count,
+        " is below 1 (1: a row at an id's first push)"));
+  }
+  spec.set_admit_count(options.admit_count > 1 ? options.admit_count : 0);
+  spec.set_ttl_pushes(options.ttl_pushes);
+  spec.set_ttl_seconds(options.ttl_seconds);
   if (options.init_stddev > 0) {
     spec.mutable_init()->set_kind(v1::Initializer::NORMAL);
     spec.mutable_init()->set_stddev(options.init_stddev);

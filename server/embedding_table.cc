@@ -5,6 +5,7 @@
 #include "server/embedding_table.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
@@ -74,6 +75,24 @@ absl::Status ValidateEmbedding(const v1::EmbeddingSpec& spec) {
         absl::StrCat(where, "max_rows_per_shard ", spec.max_rows_per_shard(),
                      " is not in [0, ", kMaxRowsPerShard, "]"));
   }
+  if (spec.admit_count() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "admit_count ", spec.admit_count(),
+                     " is below 1 (1: a row at an id's first push)"));
+  }
+  if (spec.ttl_pushes() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, "ttl_pushes ", spec.ttl_pushes(), " is negative (0: never)"));
+  }
+  if (!(spec.ttl_seconds() >= 0) || std::isinf(spec.ttl_seconds())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "ttl_seconds ", spec.ttl_seconds(),
+                     " is not a finite number >= 0 (0: never)"));
+  }
+  if (spec.ttl_pushes() > 0 && spec.ttl_seconds() > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "ttl_pushes and ttl_seconds: give one, not both"));
+  }
   RETURN_IF_ERROR(ValidateInitializer(spec.init(), spec.name()));
   absl::Status optimizer = ValidateOptimizer(spec.optimizer());
   if (!optimizer.ok()) {
@@ -95,7 +114,12 @@ EmbeddingTable::EmbeddingTable(const v1::EmbeddingSpec& spec)
       slots_(OptimizerSlotCount(spec.optimizer())),
       capacity_(static_cast<uint64_t>(spec.max_rows_per_shard() > 0
                                           ? spec.max_rows_per_shard()
-                                          : kMaxRowsPerShard)) {}
+                                          : kMaxRowsPerShard)) {
+  if (spec.admit_count() > 1) {
+    absl::MutexLock lock(&mu_);
+    sketch_.assign(kSketchDepth * kSketchWidth, 0);
+  }
+}
 
 absl::Status EmbeddingTable::CheckIds(absl::Span<const int64_t> ids,
                                       absl::Span<const float> grads) const {
@@ -135,6 +159,7 @@ uint32_t EmbeddingTable::Touch(int64_t id) {
     if (slots_ >= 1) slot1_.resize(slot1_.size() + dim_);
     if (slots_ >= 2) slot2_.resize(slot2_.size() + dim_);
     steps_.push_back(0);
+    touched_.push_back(0);
     prev_.push_back(kNone);
     next_.push_back(kNone);
   } else {
@@ -225,8 +250,17 @@ absl::Status EmbeddingTable::Push(absl::Span<const int64_t> ids,
 void EmbeddingTable::ApplyLocked(absl::Span<const int64_t> ids,
                                  absl::Span<const float> grads,
                                  float lr_scale) {
+  ++table_pushes_;
+  const int64_t stamp = StampLocked();
+  int64_t applied = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
+    if (!sketch_.empty() && !index_.contains(ids[i]) && !AdmitLocked(ids[i])) {
+      ++not_admitted_;  // Its gradient is dropped.
+      continue;
+    }
+    ++applied;
     const uint32_t slot = Touch(ids[i]);
+    touched_[slot] = stamp;
     KeepForSnapshotsLocked(slot);
     const size_t at = size_t{slot} * dim_;
     const absl::Span<float> none;
@@ -236,7 +270,8 @@ void EmbeddingTable::ApplyLocked(absl::Span<const int64_t> ids,
                    slots_ >= 2 ? absl::MakeSpan(&slot2_[at], dim_) : none,
                    absl::MakeSpan(&weights_[at], dim_));
   }
-  pushed_ += static_cast<int64_t>(ids.size());
+  pushed_ += applied;
+  ExpireLocked();
 }
 
 absl::Status EmbeddingTable::AddToStep(int rank, int64_t clock,
@@ -405,6 +440,8 @@ v1::EmbeddingStats EmbeddingTable::Stats() const {
   s.set_bytes_received(bytes_received_.load());
   s.set_bytes_sent(bytes_sent_.load());
   s.set_duplicate_pushes(duplicates_.load());
+  s.set_expired(expired_);
+  s.set_not_admitted(not_admitted_);
   return s;
 }
 

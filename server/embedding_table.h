@@ -1,14 +1,15 @@
 // EmbeddingTable: one shard's part of a sparse embedding table
 // (v1::EmbeddingSpec, docs/SPARSE.md): the rows whose ids hash to this shard
 // (RowShard), each with its own optimizer state and step count. A row is
-// made by its first push, from the initializer (the same values on every
-// shard and at every restart); rows are pulled by id in the caller's
-// order, and pushed by id: the gradients of a repeated id are summed, then
-// the optimizer is applied once to each distinct row and to no other (Adam
-// is "lazy": a row not pushed is not decayed). A pull only reads: a row not
-// held is answered with its initial values and is not stored, so whoever
-// pulls (a worker, an evaluator, psctl export) neither grows the table nor
-// evicts a trained row. With max_rows_per_shard, a new row takes the place
+// made by its first push (or, with admit_count, its admit_count-th), from
+// the initializer (the same values on every shard and at every restart),
+// and removed when untouched past ttl_pushes or ttl_seconds; rows are pulled by
+// id in the caller's order, and pushed by id: the gradients of a repeated id
+// are summed, then the optimizer is applied once to each distinct row and to no
+// other (Adam is "lazy": a row not pushed is not decayed). A pull only reads: a
+// row not held is answered with its initial values and is not stored, so
+// whoever pulls (a worker, an evaluator, psctl export) neither grows the table
+// nor evicts a trained row. With max_rows_per_shard, a new row takes the place
 // of the least recently pushed one.
 //
 // In bsp a push is added to the table's step instead (AddToStep): the
@@ -146,6 +147,9 @@ class EmbeddingTable {
   }
   void CountDuplicatePush() { duplicates_.fetch_add(1); }
 
+  // The clock ttl_seconds reads (absl::Now unless a test sets another).
+  void set_clock_for_testing(absl::Time (*clock)()) { clock_ = clock; }
+
   // Rows held now, and rows evicted to make room since the start.
   int64_t rows() const;
   int64_t evicted() const;
@@ -178,6 +182,17 @@ class EmbeddingTable {
   // bsp: applies the pending step's mean and starts the next.
   void ApplyStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ClearStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Admission and expiry (server/embedding_rows_policy.cc). Whether `id`,
+  // not held, gets a row at this push (counting the push towards it).
+  bool AdmitLocked(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What touched_ records for a push now: the table's pushes, or unix
+  // seconds with ttl_seconds.
+  int64_t StampLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the rows untouched past the ttl, least recently pushed first.
+  void ExpireLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the row of `slot`; the last slot's row moves into it (open
+  // reads keep both as they were).
+  void RemoveSlotLocked(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Before slot `slot`'s id or weights change: copies them into every
   // open snapshot that reads the slot and has no copy yet.
   void KeepForSnapshotsLocked(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -205,6 +220,18 @@ class EmbeddingTable {
   uint32_t newest_ ABSL_GUARDED_BY(mu_) = kNone;
   int64_t evicted_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pushed_ ABSL_GUARDED_BY(mu_) = 0;
+  // Admission's count-min sketch (kSketchDepth rows of kSketchWidth
+  // saturating counters; empty without admit_count > 1), each slot's last
+  // push (StampLocked), the table's pushes, and the rows expired and the
+  // row pushes not admitted since the start.
+  static constexpr size_t kSketchDepth = 4;
+  static constexpr size_t kSketchWidth = size_t{1} << 20;
+  std::vector<uint16_t> sketch_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> touched_ ABSL_GUARDED_BY(mu_);
+  int64_t table_pushes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t expired_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t not_admitted_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time (*clock_)() = absl::Now;
   // bsp: the last step applied (known once a bsp push came), and the sum
   // of step applied_step_ + 1's gradients so far by row (step_ids_[i]'s at
   // step_sum_[i * dim_]), from step_ranks_, the first at step_first_.

@@ -63,12 +63,13 @@ void EmbeddingTable::Save(v1::EmbeddingCheckpoint* out, bool pending) const {
   out->set_evicted(evicted_);
   // Least recently used first, so a restored table evicts in the same
   // order.
-  std::vector<int64_t> ids, steps;
+  std::vector<int64_t> ids, steps, touched;
   std::vector<float> weights, slot1, slot2;
   for (uint32_t s = oldest_; s != kNone; s = next_[s]) {
     const size_t at = size_t{s} * dim_;
     ids.push_back(ids_[s]);
     steps.push_back(steps_[s]);
+    touched.push_back(touched_[s]);
     weights.insert(weights.end(), &weights_[at], &weights_[at] + dim_);
     if (slots_ >= 1) slot1.insert(slot1.end(), &slot1_[at], &slot1_[at] + dim_);
     if (slots_ >= 2) slot2.insert(slot2.end(), &slot2_[at], &slot2_[at] + dim_);
@@ -78,6 +79,11 @@ void EmbeddingTable::Save(v1::EmbeddingCheckpoint* out, bool pending) const {
   out->set_weights(BytesOf(weights));
   out->set_slot1(BytesOf(slot1));
   out->set_slot2(BytesOf(slot2));
+  out->set_touched(BytesOf(touched));
+  out->set_admit_sketch(BytesOf(sketch_));
+  out->set_table_pushes(table_pushes_);
+  out->set_expired(expired_);
+  out->set_not_admitted(not_admitted_);
   if (!pending) return;
   out->set_applied_step(applied_step_);
   out->set_steps_known(steps_known_);
@@ -109,6 +115,12 @@ absl::StatusOr<std::unique_ptr<EmbeddingTable>> EmbeddingTable::Load(
   ASSIGN_OR_RETURN(
       std::vector<float> slot2,
       ValuesOf<float>(in.slot2(), table->slots_ >= 2 ? n * d : 0, "slot2"));
+  // A checkpoint from before expiry has no stamps: its rows count as
+  // pushed at its last push.
+  std::vector<int64_t> touched(n, in.table_pushes());
+  if (!in.touched().empty()) {
+    ASSIGN_OR_RETURN(touched, ValuesOf<int64_t>(in.touched(), n, "touched"));
+  }
   if (n > table->capacity_) {
     return absl::DataLossError(absl::StrCat("embedding checkpoint: ", n,
                                             " rows of '", in.spec().name(),
@@ -133,8 +145,20 @@ absl::StatusOr<std::unique_ptr<EmbeddingTable>> EmbeddingTable::Load(
     if (table->slots_ >= 1) std::copy_n(&slot1[k * d], d, &table->slot1_[at]);
     if (table->slots_ >= 2) std::copy_n(&slot2[k * d], d, &table->slot2_[at]);
     table->steps_[slot] = steps[k];
+    table->touched_[slot] = touched[k];
   }
   table->evicted_ = in.evicted();
+  table->table_pushes_ = in.table_pushes();
+  table->expired_ = in.expired();
+  table->not_admitted_ = in.not_admitted();
+  if (!table->sketch_.empty() || !in.admit_sketch().empty()) {
+    ASSIGN_OR_RETURN(
+        table->sketch_,
+        ValuesOf<uint16_t>(
+            in.admit_sketch(),
+            table->sketch_.empty() ? 0 : kSketchDepth * kSketchWidth,
+            "admit_sketch"));
+  }
   RETURN_IF_ERROR(table->LoadStepLocked(in));
   return table;
 }

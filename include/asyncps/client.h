@@ -84,6 +84,13 @@ struct EmbeddingOptions {
   // least recently used one (0: no limit).
   int64_t max_rows_per_shard = 0;
   uint64_t seed = 0;
+  // Admission: an id gets a row at its admit_count-th push (1: the first;
+  // earlier pushes are dropped). Expiry: a row not pushed for ttl_pushes of
+  // its table's pushes on its shard, or for ttl_seconds, is removed (0:
+  // never; at most one). docs/SPARSE.md.
+  int admit_count = 1;
+  int64_t ttl_pushes = 0;
+  double ttl_seconds = 0;
 };
 
 struct ClientOptions {

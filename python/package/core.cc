@@ -89,12 +89,17 @@ void BindRows(Bound& c) {
         py::arg("beta2") = 0.999f, py::arg("weight_decay") = 0.0f,
         py::arg("initial_accumulator_value") = 0.0f,
         py::arg("init_stddev") = 0.01f, py::arg("max_rows_per_shard") = 0,
-        py::arg("seed") = 0,
+        py::arg("seed") = 0, py::arg("admit_count") = 1,
+        py::arg("ttl") = py::none(),
         "Declares a sparse embedding table of `dim`-wide rows: ids in "
         "[0, num_rows), or any int64 id if num_rows is None (hashed "
         "features). Rows start N(0, init_stddev^2); the optimizer "
         "(sgd, adagrad, adam: lazy, per-row steps) is applied row by "
-        "row. Idempotent; a reader may declare a table that exists.")
+        "row. admit_count=N: an id gets a row at its N-th push (the "
+        "pushes before are dropped). ttl: a row not pushed for ttl of its "
+        "table's pushes on its shard (an int) or for a duration (\"10m\") "
+        "is removed (None: never). Idempotent; a reader may declare a "
+        "table that exists.")
       .def("pull_rows", &PyClient::PullRows, py::arg("name"), py::arg("ids"),
            "The rows of int64 `ids`: a new float32 array (len(ids), dim), "
            "in the ids' order.")

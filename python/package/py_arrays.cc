@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "python/package/py_client.h"
 
 namespace asyncps {
@@ -94,7 +95,8 @@ void PyClient::DeclareEmbedding(
     const std::string& name, int64_t dim, py::object num_rows,
     const std::string& optimizer, float lr, float eps, float beta1, float beta2,
     float weight_decay, float initial_accumulator_value, float init_stddev,
-    int64_t max_rows_per_shard, uint64_t seed) {
+    int64_t max_rows_per_shard, uint64_t seed, int admit_count,
+    py::object ttl) {
   EmbeddingOptions o;
   o.dim = dim;
   o.num_rows = num_rows.is_none() ? 0 : num_rows.cast<int64_t>();
@@ -112,6 +114,26 @@ void PyClient::DeclareEmbedding(
   o.init_stddev = init_stddev;
   o.max_rows_per_shard = max_rows_per_shard;
   o.seed = seed;
+  o.admit_count = admit_count;
+  // ttl: None (never), an int (the table's pushes), or "30s"/"10m"/"2h".
+  if (py::isinstance<py::str>(ttl)) {
+    absl::Duration d;
+    const std::string text = ttl.cast<std::string>();
+    if (!absl::ParseDuration(text, &d) || d <= absl::ZeroDuration() ||
+        d == absl::InfiniteDuration()) {
+      throw py::value_error(absl::StrCat(
+          "embedding '", name, "': ttl '", text,
+          "' (want a positive duration such as 30s, 10m, 2h; or pushes)"));
+    }
+    o.ttl_seconds = absl::ToDoubleSeconds(d);
+  } else if (!ttl.is_none()) {
+    o.ttl_pushes = ttl.cast<int64_t>();
+    if (o.ttl_pushes <= 0) {
+      throw py::value_error(absl::StrCat("embedding '", name, "': ttl ",
+                                         o.ttl_pushes,
+                                         " pushes (want >= 1; None: never)"));
+    }
+  }
   absl::Status s;
   {
     py::gil_scoped_release release;

@@ -91,7 +91,7 @@ class PyClient {
                         float lr, float eps, float beta1, float beta2,
                         float weight_decay, float initial_accumulator_value,
                         float init_stddev, int64_t max_rows_per_shard,
-                        uint64_t seed);
+                        uint64_t seed, int admit_count, py::object ttl);
   py::array PullRows(const std::string& name, py::object ids);
   void PushRows(const std::string& name, py::object ids, py::object grads);
   py::array PushPullRows(const std::string& name, py::object ids,

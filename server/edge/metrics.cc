@@ -177,6 +177,12 @@ void AddEmbeddings(const v1::StatsResponse& s, std::vector<MetricFamily>* out) {
       {"asyncps_shard_embedding_duplicate_pushes_total",
        "Retried pushes of rows answered from the ledger, not applied again.",
        &v1::EmbeddingStats::duplicate_pushes},
+      {"asyncps_shard_embedding_expired_rows_total",
+       "Rows removed untouched past the table's ttl.",
+       &v1::EmbeddingStats::expired},
+      {"asyncps_shard_embedding_not_admitted_total",
+       "Row pushes dropped before the id's admit_count-th push.",
+       &v1::EmbeddingStats::not_admitted},
   };
   if (s.embeddings_size() == 0) return;
   for (const TableMetric& m : kTableMetrics) {

@@ -378,3 +378,53 @@ def test_an_export_under_concurrent_eviction_gives_each_row_once(shards,
             stop.set()
             writer.join()
         assert not errors, errors
+
+
+# Issue #43: admission and expiry through real shards, against a model
+# written out here: an id's row starts at its admit_count-th push (per
+# call, repeats summed); a row not pushed for `ttl` of the table's pushes
+# is removed and comes back at its initial values (zeros here).
+def test_admission_and_expiry_follow_a_model(shards):
+    servers = shards.start(1)  # One shard: every push is the table's.
+    with client(servers, rank=0, num_workers=1) as c:
+        c.declare_embedding("adm", 2, optimizer="sgd", lr=1.0,
+                            init_stddev=0.0, admit_count=3, ttl=5)
+        rng = np.random.default_rng(3)
+        seen, model, touched = {}, {}, {}
+        dropped = expired = 0
+        for push in range(1, 41):
+            ids = rng.integers(0, 12, size=6)
+            g = rng.normal(size=(6, 2)).astype(np.float32)
+            c.push_rows("adm", ids, g)
+            for i in dict.fromkeys(ids.tolist()):  # Distinct, in order.
+                summed = g[ids == i].sum(axis=0)
+                if i not in model:
+                    seen[i] = seen.get(i, 0) + 1
+                    if seen[i] < 3:
+                        dropped += 1
+                        continue
+                    model[i] = np.zeros(2, np.float32)
+                model[i] = model[i] - summed
+                touched[i] = push
+            for i in [i for i in model if push - touched[i] >= 5]:
+                del model[i]
+                expired += 1
+        got = c.pull_rows("adm", np.arange(12))
+        for i in range(12):
+            want = model.get(i, np.zeros(2, np.float32))
+            np.testing.assert_allclose(got[i], want, rtol=1e-5, atol=1e-5,
+                                       err_msg=f"id {i}")
+        assert dropped > 0 and expired > 0, (dropped, expired)
+        out = subprocess.run([os.environ["ASYNCPS_PSCTL"],
+                              f"--servers={servers[0]}", "status"],
+                             capture_output=True, text=True, timeout=30)
+        line = next(x for x in out.stdout.splitlines()
+                    if x.startswith("adm "))
+        # rows, evicted, expired, not admitted (psctl status's columns).
+        assert line.split()[2:6] == [str(len(model)), "0", str(expired),
+                                     str(dropped)], line
+        for bad, words in ((dict(admit_count=0), "admit_count 0"),
+                           (dict(ttl=0), "ttl 0"),
+                           (dict(ttl="-5s"), "ttl '-5s'")):
+            with pytest.raises(ValueError, match=words):
+                c.declare_embedding("bad", 2, **bad)

@@ -101,6 +101,8 @@ void PrintEmbeddingTotals(const std::vector<v1::StatsResponse>& stats) {
       t.set_dim(e.dim());
       t.set_rows(t.rows() + e.rows());
       t.set_evicted(t.evicted() + e.evicted());
+      t.set_expired(t.expired() + e.expired());
+      t.set_not_admitted(t.not_admitted() + e.not_admitted());
       t.set_rows_pulled(t.rows_pulled() + e.rows_pulled());
       t.set_rows_pushed(t.rows_pushed() + e.rows_pushed());
       t.set_bytes_received(t.bytes_received() + e.bytes_received());
@@ -108,17 +110,20 @@ void PrintEmbeddingTotals(const std::vector<v1::StatsResponse>& stats) {
     }
   }
   if (tables.empty()) return;
-  std::printf("%-20s %6s %12s %12s %14s %14s %10s %10s\n", "embedding", "dim",
-              "rows", "evicted", "rows pulled", "rows pushed", "MB in",
-              "MB out");
+  std::printf("%-20s %6s %12s %12s %10s %12s %14s %14s %10s %10s\n",
+              "embedding", "dim", "rows", "evicted", "expired", "not admitted",
+              "rows pulled", "rows pushed", "MB in", "MB out");
   for (const auto& [name, t] : tables) {
-    std::printf("%-20s %6lld %12lld %12lld %14lld %14lld %10.1f %10.1f\n",
-                name.c_str(), static_cast<long long>(t.dim()),
-                static_cast<long long>(t.rows()),
-                static_cast<long long>(t.evicted()),
-                static_cast<long long>(t.rows_pulled()),
-                static_cast<long long>(t.rows_pushed()),
-                t.bytes_received() / 1e6, t.bytes_sent() / 1e6);
+    std::printf(
+        "%-20s %6lld %12lld %12lld %10lld %12lld %14lld %14lld %10.1f "
+        "%10.1f\n",
+        name.c_str(), static_cast<long long>(t.dim()),
+        static_cast<long long>(t.rows()), static_cast<long long>(t.evicted()),
+        static_cast<long long>(t.expired()),
+        static_cast<long long>(t.not_admitted()),
+        static_cast<long long>(t.rows_pulled()),
+        static_cast<long long>(t.rows_pushed()), t.bytes_received() / 1e6,
+        t.bytes_sent() / 1e6);
   }
 }
 
