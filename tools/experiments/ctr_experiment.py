@@ -121,7 +121,9 @@ def make_model(rank, args, config, port, servers, fields):
         table = asyncps.torch.Embedding(args.rows, dim, client=client,
                                         name="ctr", optimizer="adagrad",
                                         lr=0.05, init_stddev=0.01,
-                                        seed=args.seed)
+                                        seed=args.seed,
+                                        admit_count=args.row_admit_count,
+                                        ttl=args.ttl)
         model = Ctr(table, fields, dim)
         opt = asyncps.torch.DistributedOptimizer(
             torch.optim.Adagrad(model.top.parameters(), lr=0.01), client,
@@ -307,6 +309,13 @@ def main():
                    help="asyncps: 1, each push brings the next batch's rows "
                         "back (Embedding.prefetch); 0, forward pulls them "
                         "(on loopback 0 is faster: docs/SPARSE.md)")
+    p.add_argument("--row_admit_count", type=int, default=1,
+                   help="asyncps: an id gets a row at its N-th push "
+                        "(docs/SPARSE.md \"Admission\")")
+    p.add_argument("--row_ttl", default="",
+                   help="asyncps: a row not pushed for this many of its "
+                        "table's pushes (an integer) or this long (10m) is "
+                        "removed; empty: never")
     p.add_argument("--ps_server", default=os.environ.get(
         "ASYNCPS_PS_SERVER", "bazel-bin/server/ps_server"))
     p.add_argument("--out", default="")
@@ -318,6 +327,15 @@ def main():
                     f"{', '.join(CONFIGS)})")
     if args.samples < args.batch * args.workers:
         p.error("--samples: fewer than one step of every worker")
+    if args.row_admit_count < 1:
+        p.error(f"--row_admit_count {args.row_admit_count}: below 1 (1: a "
+                f"row at an id's first push)")
+    args.ttl = None
+    if args.row_ttl:
+        args.ttl = (int(args.row_ttl) if args.row_ttl.isdigit()
+                    else args.row_ttl)
+        if args.ttl == 0:
+            p.error("--row_ttl 0: empty for never, else >= 1")
     from asyncps.ctr import CtrData
     best = CtrData(args.rows, seed=args.seed).best_auc(args.test)
     results = []
