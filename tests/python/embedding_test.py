@@ -228,6 +228,9 @@ def test_psctl_export_writes_each_tables_ids_and_rows(shards, tmp_path):
              "export", f"--out={out}"], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         assert "1 embedding tables" in done.stdout
+        # Progress on stderr, a line a table.
+        assert "psctl export: table 1/1 'users': 4 rows; 4 of about 4 rows" \
+            in done.stderr, done.stderr
         with np.load(out) as npz:
             got_ids, got_rows = npz["users.ids"], npz["users"]
         assert got_ids.dtype == np.int64 and got_rows.shape == (4, 4)

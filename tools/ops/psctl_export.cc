@@ -7,6 +7,8 @@
 #include <map>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/embedding_client.h"
 #include "common/partitioner.h"
 #include "common/status_macros.h"
@@ -43,10 +45,17 @@ absl::StatusOr<int> ExportTables(PsClient* client,
                                  const std::vector<v1::StatsResponse>& stats,
                                  NpzWriter* npz) {
   std::map<std::string, int64_t> dims;  // Every shard holds every table.
+  int64_t total = 0;                    // Rows held when Stats answered.
   for (const auto& r : stats) {
-    for (const auto& e : r.embeddings()) dims[e.name()] = e.dim();
+    for (const auto& e : r.embeddings()) {
+      dims[e.name()] = e.dim();
+      total += e.rows();
+    }
   }
   EmbeddingClient tables(client->caller());
+  const absl::Time start = absl::Now();
+  int64_t done = 0;
+  int k = 0;
   for (const auto& [name, dim] : dims) {
     std::vector<int64_t> ids;
     std::vector<float> rows;
@@ -54,6 +63,17 @@ absl::StatusOr<int> ExportTables(PsClient* client,
     const int64_t n = static_cast<int64_t>(ids.size());
     RETURN_IF_ERROR(npz->Add(name, {n, dim}, rows));
     RETURN_IF_ERROR(npz->Add(name + ".ids", {n}, ids));
+    // Progress on stderr, the ETA by the rows read so far.
+    done += n;
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    const double left =
+        done > 0 && total > done ? seconds / done * (total - done) : 0;
+    std::fprintf(stderr,
+                 "psctl export: table %d/%zu '%s': %lld rows; %lld of about "
+                 "%lld rows in %.1f s, ~%.0f s left\n",
+                 ++k, dims.size(), name.c_str(), static_cast<long long>(n),
+                 static_cast<long long>(done), static_cast<long long>(total),
+                 seconds, left);
   }
   return static_cast<int>(dims.size());
 }
