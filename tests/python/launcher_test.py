@@ -245,15 +245,21 @@ def test_psctl_export_writes_every_tensor_by_name(shards, tmp_path):
 EXAMPLE = os.environ.get("ASYNCPS_EXAMPLE", "python/examples/fashion_cnn.py")
 
 
+def two_by_two(mode, *command, timeout=300):
+    """`command` under the launcher: 2 shards, 2 workers, `mode`; it must
+    exit 0."""
+    out = subprocess.run(
+        [sys.executable, "-m", "asyncps.run", "--ps_server", SERVER,
+         "--shards", "2", "--workers", "2", "--mode", mode, "--", *command],
+        capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out
+
+
 def test_the_cnn_example_runs_through_the_launcher(tmp_path):
     """The Fashion-MNIST example, as docs/PYTHON.md runs it: DataLoader,
     scheduler, clipping, asyncps.Client from the launcher's environment."""
-    out = subprocess.run(
-        [sys.executable, "-m", "asyncps.run", "--ps_server", SERVER,
-         "--shards", "2", "--workers", "2", "--mode", "async", "--",
-         EXAMPLE, "--steps=25", "--log_every=0"],
-        capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
+    out = two_by_two("async", EXAMPLE, "--steps=25", "--log_every=0")
     assert "done: rank 0" in out.stdout and "done: rank 1" in out.stdout
 
 
@@ -264,12 +270,8 @@ def test_a_command_not_python_runs_as_it_is_and_ps_worker_adopts_the_job():
     """ps_worker under the launcher, with no flag naming the job: it takes
     the servers, rank, workers and mode from the launcher's variables (bsp:
     both ranks end on the same weights)."""
-    out = subprocess.run(
-        [sys.executable, "-m", "asyncps.run", "--ps_server", SERVER,
-         "--shards", "2", "--workers", "2", "--mode", "bsp", "--",
-         PS_WORKER, "--steps=6", "--log_every=0"],
-        capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
+    out = two_by_two("bsp", PS_WORKER, "--steps=6", "--log_every=0",
+                     timeout=120)
     done = [line for line in out.stdout.splitlines() if " done: " in line]
     assert sorted(line.split()[1] for line in done) == ["0", "1"], out.stdout
     weights = {line.split("weights ")[1].split()[0] for line in done}

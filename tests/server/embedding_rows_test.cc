@@ -5,6 +5,7 @@
 // each against a model written out here, across a checkpoint.
 #include <cmath>
 #include <map>
+#include <memory>
 #include <set>
 #include <vector>
 
@@ -102,6 +103,16 @@ TEST(EmbeddingTable, ASnapshotEndsWithItsLastPageOrWhenLeftIdle) {
       absl::StatusCode::kFailedPrecondition);
 }
 
+// `t` through its checkpoint: a table loaded from what it saved (null,
+// the test failed, if the load was refused).
+std::unique_ptr<EmbeddingTable> SavedAndLoaded(const EmbeddingTable& t) {
+  v1::EmbeddingCheckpoint saved;
+  t.Save(&saved);
+  auto loaded = EmbeddingTable::Load(saved);
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  return loaded.ok() ? *std::move(loaded) : nullptr;
+}
+
 // Issue #43, admission: an id gets a row only at its admit_count-th push;
 // until then its pushes are dropped (counted) and a pull answers the
 // initial values. Against a model written out here: per id, the pushes
@@ -131,13 +142,11 @@ TEST(EmbeddingTable, AnIdGetsARowOnlyAtItsAdmitCountthPush) {
   }
   // The counts are in the checkpoint: a restored table admits id 3 at its
   // next push, as this one would.
-  v1::EmbeddingCheckpoint saved;
-  t.Save(&saved);
-  auto loaded = EmbeddingTable::Load(saved);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  ASSERT_TRUE((*loaded)->Push({3}, one).ok());
-  EXPECT_EQ((*loaded)->rows(), 3);
-  EXPECT_EQ((*loaded)->Stats().not_admitted(), 6);
+  std::unique_ptr<EmbeddingTable> loaded = SavedAndLoaded(t);
+  ASSERT_NE(loaded, nullptr);
+  ASSERT_TRUE(loaded->Push({3}, one).ok());
+  EXPECT_EQ(loaded->rows(), 3);
+  EXPECT_EQ(loaded->Stats().not_admitted(), 6);
 }
 
 // Expiry: a row not pushed for ttl_pushes of the table's pushes (on this
@@ -162,13 +171,11 @@ TEST(EmbeddingTable, ARowUntouchedForItsTtlExpires) {
   EXPECT_EQ(t.steps(2), 2);
   EXPECT_EQ(t.steps(4), 2);
   // The same after a checkpoint: the table's pushes and each row's last.
-  v1::EmbeddingCheckpoint saved;
-  t.Save(&saved);
-  auto loaded = EmbeddingTable::Load(saved);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  ASSERT_TRUE((*loaded)->Push({4}, one).ok());  // 7: row 2 (4) expires.
-  EXPECT_EQ((*loaded)->rows(), 1);
-  EXPECT_EQ((*loaded)->Stats().expired(), 3);
+  std::unique_ptr<EmbeddingTable> loaded = SavedAndLoaded(t);
+  ASSERT_NE(loaded, nullptr);
+  ASSERT_TRUE(loaded->Push({4}, one).ok());  // 7: row 2 (4) expires.
+  EXPECT_EQ(loaded->rows(), 1);
+  EXPECT_EQ(loaded->Stats().expired(), 3);
 }
 
 // An expired row's slot is filled by the last one: a read open across it
