@@ -208,7 +208,7 @@ TEST_P(ReplicaTest, AWorkersCredentialDoesNotJoinTheGroup) {
     return stats.ok() ? stats->rejected_requests() : -1;
   };
   const std::string token = member_token_;
-  for (const std::string& posing : {"token", "certificate"}) {
+  for (const std::string posing : {"token", "certificate"}) {
     const int64_t before = rejected();
     member_token_ =
         posing == "token" ? "a-worker-posing-as-a-member-0123" : token;
