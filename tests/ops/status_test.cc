@@ -1,8 +1,7 @@
 // psctl status's worker rows: steps a second between two refreshes, on
 // shard 0's clock, and each worker's lag behind the furthest.
-#include "tools/ops/psctl_status.h"
-
 #include "gtest/gtest.h"
+#include "tools/ops/psctl_status.h"
 
 namespace asyncps {
 namespace {
