@@ -68,6 +68,8 @@ void AddEmbeddings(v1::StatsResponse* s) {
     e->set_bytes_received(700 + t);
     e->set_bytes_sent(800 + t);
     e->set_duplicate_pushes(900 + t);
+    e->set_expired(1000 + t);
+    e->set_not_admitted(1100 + t);
   }
 }
 
