@@ -151,14 +151,10 @@ absl::StatusOr<std::unique_ptr<EmbeddingTable>> EmbeddingTable::Load(
   table->table_pushes_ = in.table_pushes();
   table->expired_ = in.expired();
   table->not_admitted_ = in.not_admitted();
-  if (!table->sketch_.empty() || !in.admit_sketch().empty()) {
-    ASSIGN_OR_RETURN(
-        table->sketch_,
-        ValuesOf<uint16_t>(
-            in.admit_sketch(),
-            table->sketch_.empty() ? 0 : kSketchDepth * kSketchWidth,
-            "admit_sketch"));
-  }
+  // As big as the spec's admission made it (empty without).
+  ASSIGN_OR_RETURN(table->sketch_,
+                   ValuesOf<uint16_t>(in.admit_sketch(), table->sketch_.size(),
+                                      "admit_sketch"));
   RETURN_IF_ERROR(table->LoadStepLocked(in));
   return table;
 }

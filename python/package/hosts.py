@@ -197,17 +197,15 @@ class Remote:
         """Closes its stdin (its host's script sends it SIGTERM: a shard
         drains), waits up to `grace`, then kills the local ssh (the remote
         script sees its stdin close all the same)."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
         if self.proc.returncode is None:
-            try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
             try:
                 self.proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-        else:
-            self.proc.stdin.close()
         self.proc.wait()
         self._pump.join(timeout=grace)
 

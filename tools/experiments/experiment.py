@@ -142,9 +142,9 @@ def main():
         except RuntimeError as e:  # A worker failed.
             print("   FAILED: %s" % e, flush=True)
             failed.append((label, workers, profile, seed, str(e)[-300:]))
-            progress.step()
             continue
-        progress.step()
+        finally:
+            progress.step()
         print("   final accuracy %s, %s samples/s, staleness %s, %s s, 0.85 "
               "at %s s" % (r["final_accuracy"], r["samples_per_s"],
                            r["mean_staleness"], r["wall_s"],

@@ -13,6 +13,14 @@
 namespace asyncps {
 namespace {
 
+// Seconds between two answers of one shard on its own clock (its uptime),
+// or 0 unless both come from the same process and time moved on.
+double SecondsBetween(const v1::StatsResponse& now,
+                      const v1::StatsResponse& before) {
+  if (now.incarnation() != before.incarnation()) return 0;
+  return std::max(0.0, now.uptime_seconds() - before.uptime_seconds());
+}
+
 // One line a shard: its model, its size and its updates a second (since
 // `previous`, the last refresh, if it is the same incarnation; else since
 // the shard started).
@@ -25,10 +33,10 @@ void PrintShards(const std::vector<v1::StatsResponse>& stats,
     const v1::StatsResponse& r = stats[s];
     double rate =
         r.uptime_seconds() > 0 ? r.updates_applied() / r.uptime_seconds() : 0.0;
-    if (s < previous.size() && previous[s].incarnation() == r.incarnation() &&
-        r.uptime_seconds() > previous[s].uptime_seconds()) {
-      rate = (r.updates_applied() - previous[s].updates_applied()) /
-             (r.uptime_seconds() - previous[s].uptime_seconds());
+    if (const double seconds =
+            s < previous.size() ? SecondsBetween(r, previous[s]) : 0;
+        seconds > 0) {
+      rate = (r.updates_applied() - previous[s].updates_applied()) / seconds;
     }
     const std::string checkpoint =
         r.checkpoint_age_seconds() < 0
@@ -134,13 +142,10 @@ std::vector<WorkerRow> WorkerRows(
     const std::vector<v1::StatsResponse>& previous) {
   const std::map<int, v1::WorkerInfo> now = Freshest(stats);
   const std::map<int, v1::WorkerInfo> before = Freshest(previous);
-  // The time between the refreshes, on shard 0's clock (its uptime), if
-  // it is the same process both times.
-  double elapsed = 0;
-  if (!stats.empty() && !previous.empty() &&
-      stats[0].incarnation() == previous[0].incarnation()) {
-    elapsed = stats[0].uptime_seconds() - previous[0].uptime_seconds();
-  }
+  // The time between the refreshes, on shard 0's clock.
+  const double elapsed = stats.empty() || previous.empty()
+                             ? 0
+                             : SecondsBetween(stats[0], previous[0]);
   int64_t furthest = 0;
   for (const auto& [rank, w] : now) furthest = std::max(furthest, w.clock());
   std::vector<WorkerRow> rows;
