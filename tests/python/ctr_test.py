@@ -64,3 +64,21 @@ def test_short_async_run_learns(tmp_path):
     curve = json.load(open(tmp_path / "ctr.json"))[0]["curve"]
     assert curve[0][2] < line["auc"]  # Trained beats untrained.
     assert (tmp_path / "auc.png").stat().st_size > 0
+
+
+def test_admission_and_ttl_flags(tmp_path):
+    """--row_admit_count and --row_ttl reach the table (issue #43): a short
+    run with both learns; bad values are refused naming the flag."""
+    tool = os.environ["ASYNCPS_CTR_EXPERIMENT"]
+    base = [sys.executable, tool, "--rows", "1000000", "--samples", "30720",
+            "--eval_every", "30720", "--test", "5000", "--configs", "async"]
+    out = subprocess.run(base + ["--row_admit_count", "2", "--row_ttl", "200"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    line = json.loads(out.stdout.splitlines()[-1])
+    assert line["auc"] > 0.55, line
+    for bad, words in ((["--row_admit_count", "0"], "--row_admit_count 0"),
+                       (["--row_ttl", "0"], "--row_ttl 0")):
+        r = subprocess.run(base + bad, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 2 and words in r.stderr, r.stderr
