@@ -321,6 +321,27 @@ Snapshot Client::latest() const { return impl_->latest(); }
 TrafficStats Client::traffic() const { return impl_->traffic(); }
 int Client::rank() const { return impl_->rank(); }
 int Client::num_workers() const { return impl_->num_workers(); }
+
+Members Client::members() const {
+  Members m;
+  m.index = std::max(0, impl_->rank());
+  m.size = impl_->num_workers();
+  const MembershipClient* joined = impl_->membership();
+  if (joined == nullptr) return m;
+  m.live_ranks = joined->live_ranks();
+  m.elastic = joined->elastic();
+  if (!m.elastic) return m;
+  const auto it =
+      std::lower_bound(m.live_ranks.begin(), m.live_ranks.end(), m.index);
+  if (it == m.live_ranks.end() || *it != m.index) {
+    m.live_ranks.insert(it, m.index);  // Shard 0's view lags its join.
+  }
+  m.index = static_cast<int>(
+      std::lower_bound(m.live_ranks.begin(), m.live_ranks.end(), m.index) -
+      m.live_ranks.begin());
+  m.size = static_cast<int>(m.live_ranks.size());
+  return m;
+}
 int64_t Client::clock() const { return impl_->clock(); }
 std::vector<TensorSpec> Client::tensors() const { return impl_->tensors(); }
 void Client::Leave() { impl_->Leave(); }

@@ -47,7 +47,10 @@ absl::StatusOr<std::unique_ptr<MembershipClient>> MembershipClient::Join(
     {
       absl::MutexLock lock(&m->mu_);
       m->incarnations_[s] = r.incarnation();
+      if (s == 0)
+        m->live_ranks_.assign(r.live_ranks().begin(), r.live_ranks().end());
     }
+    if (s == 0) m->elastic_ = r.elastic();
     m->start_clock_ = std::max(m->start_clock_, r.resume_clock());
   }
   m->left_ = false;
@@ -85,6 +88,11 @@ absl::Status MembershipClient::Heartbeat(int shard, bool leaving) {
           {&call}, ASYNCPS_RPC(Heartbeat))[0];
   if (s.ok() && call.response.fastest_steps_per_second() > 0) {
     fastest_.store(call.response.fastest_steps_per_second());
+  }
+  if (s.ok() && shard == 0 && !leaving) {
+    absl::MutexLock lock(&mu_);
+    live_ranks_.assign(call.response.live_ranks().begin(),
+                       call.response.live_ranks().end());
   }
   return Annotate(s, absl::StrCat("Heartbeat to shard ", shard));
 }

@@ -59,6 +59,15 @@ class MembershipClient {
   // (HeartbeatResponse.fastest_steps_per_second; 0 before one).
   double fastest_steps_per_second() const { return fastest_.load(); }
 
+  // The ranks live now as shard 0 last said (its answer to the
+  // registration, then to each heartbeat), ascending, and whether the job
+  // is elastic (ps_server --elastic).
+  std::vector<int> live_ranks() const {
+    absl::MutexLock lock(&mu_);
+    return live_ranks_;
+  }
+  bool elastic() const { return elastic_; }
+
   // Stops heartbeating and says, with the final clock, that this worker is
   // leaving. Idempotent.
   void Leave();
@@ -79,8 +88,10 @@ class MembershipClient {
   std::atomic<int64_t> clock_{0};
   std::atomic<double> fastest_{0};
   std::atomic<int64_t> nonfinite_{0};
-  absl::Mutex mu_;
+  bool elastic_ = false;
+  mutable absl::Mutex mu_;
   std::vector<int64_t> incarnations_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> live_ranks_ ABSL_GUARDED_BY(mu_);
   v1::WorkerProgress progress_ ABSL_GUARDED_BY(mu_);
   absl::Notification stop_;
   std::thread heartbeat_;

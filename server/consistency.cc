@@ -342,6 +342,7 @@ absl::Status Consistency::Heartbeat(const v1::HeartbeatRequest& request,
                                     v1::HeartbeatResponse* response) {
   RETURN_IF_ERROR(membership_->Heartbeat(request));
   response->set_fastest_steps_per_second(membership_->FastestStepsPerSecond());
+  for (int r : membership_->LiveRanks()) response->add_live_ranks(r);
   if (request.leaving() && replication_ != nullptr) {
     replication_->MembershipChanged();
   }

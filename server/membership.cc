@@ -10,12 +10,13 @@ namespace asyncps {
 
 Membership::Membership(Clock* clock, absl::Duration worker_timeout,
                        Resume resume, int job_workers,
-                       absl::Duration rejoin_grace)
+                       absl::Duration rejoin_grace, bool elastic)
     : clock_(clock),
       worker_timeout_(worker_timeout),
       resume_(resume),
       job_workers_(job_workers),
       rejoin_grace_(rejoin_grace),
+      elastic_(elastic),
       started_(clock->Now()),
       expected_(job_workers) {}
 
@@ -33,9 +34,10 @@ absl::StatusOr<int> Membership::RankFor(const v1::RegisterRequest& request,
          it = workers_.find(rank)) {
       ++rank;
     }
-    if (rank >= request.num_workers()) {
+    if (rank >= (elastic_ ? kMaxRank : request.num_workers())) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "every rank of the job's ", request.num_workers(),
+          "every rank of the job's ",
+          elastic_ ? kMaxRank : request.num_workers(),
           " is live; a worker asking for one (rank -1) gets the first that "
           "is not (after --worker_timeout without heartbeats)"));
     }
@@ -50,16 +52,17 @@ absl::Status Membership::CheckRegister(
         absl::StrCat("num_workers ", request.num_workers(), " is outside [1, ",
                      kMaxRank, "]"));
   }
-  if (request.rank() < -1 || request.rank() >= request.num_workers()) {
+  const int ranks = elastic_ ? kMaxRank : request.num_workers();
+  if (request.rank() < -1 || request.rank() >= ranks) {
     return absl::InvalidArgumentError(
-        absl::StrCat("rank ", request.rank(), " is outside [-1, num_workers ",
-                     request.num_workers(), ")"));
+        absl::StrCat("rank ", request.rank(), " is outside [-1, ",
+                     elastic_ ? "kMaxRank " : "num_workers ", ranks, ")"));
   }
   if (request.clock() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("clock ", request.clock(), " is negative"));
   }
-  if (job_workers_ > 0 && request.num_workers() != job_workers_) {
+  if (!elastic_ && job_workers_ > 0 && request.num_workers() != job_workers_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "this worker says the job has num_workers ", request.num_workers(),
         " but the server was started with --num_workers=", job_workers_));
@@ -84,7 +87,10 @@ absl::StatusOr<v1::RegisterResponse> Membership::Register(
           absl::FormatDuration(worker_timeout_), " or has left"));
     }
   }
-  if (request.num_workers() != expected_) {
+  if (elastic_ && expected_ == 0) {
+    expected_ = request.num_workers();  // How many a bsp start waits for.
+    expected_from_rank_ = request.rank();
+  } else if (!elastic_ && request.num_workers() != expected_) {
     for (const auto& [r, w] : workers_) {
       if (!Live(w, now) || r == request.rank()) continue;
       return absl::FailedPreconditionError(absl::StrCat(
@@ -108,23 +114,46 @@ absl::StatusOr<v1::RegisterResponse> Membership::Register(
   response.set_rank(rank);
   response.set_incarnation(w.incarnation);
   response.set_secret(w.secret);
-  // A (re)joining worker starts where the job is, not at 0: one step
-  // behind the front, so in bsp its first gradient completes the step the
-  // others are in (or is dropped as late where that step is done).
-  // A replacement in async or ssp goes on from where its rank stopped.
-  // A worker that says where it is (re-registering after a shard restart,
-  // or an allreduce survivor re-forming the ring) moves the job's front
-  // first, so a replacement registering next gets the same resume clock.
   NoteClock(request.clock());
-  int64_t resume = resume_ == Resume::kOwnClock
-                       ? std::max(known ? w.clock : 0, request.clock())
-                       : std::max<int64_t>(0, max_clock_ - 1);
+  const int64_t resume = ResumeFor(request, rank, known ? w.clock : 0, now);
+  w.first_step = elastic_ && resume_ == Resume::kJobFront
+                     ? std::max(resume, request.clock()) + 1
+                     : 0;
   w.clock = std::max(resume, request.clock());
   w.done = w.clock;  // It starts after `resume`: it sends none of those.
   w.reported_nonfinite = 0;  // A new process counts from 0.
   response.set_attempt(++w.attempt);
   response.set_resume_clock(resume);
+  response.set_elastic(elastic_);
+  for (int r : LiveRanksLocked(now)) response.add_live_ranks(r);
   return response;
+}
+
+int64_t Membership::ResumeFor(const v1::RegisterRequest& request, int rank,
+                              int64_t own, absl::Time now) const {
+  // A replacement in async or ssp goes on from where its rank stopped; in
+  // an elastic job not behind the slowest live worker, whom ssp would hold.
+  if (resume_ == Resume::kOwnClock) {
+    int64_t resume = std::max(own, request.clock());
+    bool any = false;
+    int64_t slowest = 0;
+    for (const auto& [r, w] : workers_) {
+      if (r == rank || !Live(w, now)) continue;
+      slowest = any ? std::min(slowest, w.clock) : w.clock;
+      any = true;
+    }
+    return elastic_ && any ? std::max(resume, slowest) : resume;
+  }
+  // A worker joining an elastic job starts at the front and sends the next
+  // step; one re-registering (a shard restarted) goes on where it says.
+  if (elastic_) return request.clock() > 0 ? request.clock() : max_clock_;
+  // A (re)joining worker starts where the job is, not at 0: one step
+  // behind the front, so in bsp its first gradient completes the step the
+  // others are in (or is dropped as late where that step is done).
+  // A worker that says where it is (re-registering after a shard restart,
+  // or an allreduce survivor re-forming the ring) moves the job's front
+  // first, so a replacement registering next gets the same resume clock.
+  return std::max<int64_t>(0, max_clock_ - 1);
 }
 
 absl::Status Membership::Heartbeat(const v1::HeartbeatRequest& request) {
@@ -272,140 +301,6 @@ std::vector<v1::WorkerInfo> Membership::Workers() const {
     out.push_back(std::move(info));
   }
   return out;
-}
-
-}  // namespace asyncps
-
-namespace asyncps {
-
-int Membership::LiveCount() const {
-  const absl::Time now = clock_->Now();
-  absl::MutexLock lock(&mu_);
-  int n = 0;
-  for (const auto& [rank, w] : workers_) n += Live(w, now);
-  return n;
-}
-
-int Membership::Presumed() const {
-  const absl::Time now = clock_->Now();
-  absl::MutexLock lock(&mu_);
-  if (now - started_ >= worker_timeout_) return 0;
-  if (expected_ <= 0) return -1;
-  int n = 0;
-  for (int rank = 0; rank < expected_; ++rank) {
-    const auto it = workers_.find(rank);
-    n += it == workers_.end() || (!Live(it->second, now) && !it->second.left &&
-                                  it->second.last_heard < started_);
-  }
-  return n;
-}
-
-void Membership::Restarted() {
-  const absl::Time now = clock_->Now();
-  absl::MutexLock lock(&mu_);
-  started_ = now;
-}
-
-v1::MembershipState Membership::Export() const {
-  absl::MutexLock lock(&mu_);
-  v1::MembershipState state;
-  for (const auto& [rank, w] : workers_) {
-    v1::MembershipState::Worker* out = state.add_workers();
-    out->set_rank(rank);
-    out->set_incarnation(w.incarnation);
-    out->set_secret(w.secret);
-    out->set_clock(w.clock);
-    out->set_left(w.left);
-    out->set_host(w.host);
-    out->set_attempt(w.attempt);
-  }
-  state.set_next_incarnation(next_incarnation_);
-  state.set_expected(expected_);
-  state.set_expected_from_rank(expected_from_rank_);
-  state.set_max_clock(max_clock_);
-  return state;
-}
-
-void Membership::Import(const v1::MembershipState& state) {
-  const absl::Time now = clock_->Now();
-  absl::MutexLock lock(&mu_);
-  workers_.clear();
-  for (const v1::MembershipState::Worker& in : state.workers()) {
-    Worker& w = workers_[in.rank()];
-    w.incarnation = in.incarnation();
-    w.secret = in.secret();
-    w.clock = in.clock();
-    w.left = in.left();
-    w.host = in.host();
-    w.attempt = in.attempt();
-    w.last_heard = now;
-  }
-  next_incarnation_ = std::max<int64_t>(state.next_incarnation(), 1);
-  expected_ = state.expected();
-  expected_from_rank_ = state.expected_from_rank();
-  max_clock_ = state.max_clock();
-}
-
-void Membership::NoteJobFront(int64_t clock) {
-  absl::MutexLock lock(&mu_);
-  NoteClock(clock);
-}
-
-int64_t Membership::MinLiveClock() const {
-  const absl::Time now = clock_->Now();
-  absl::MutexLock lock(&mu_);
-  bool any = false;
-  int64_t min = 0;
-  for (const auto& [rank, w] : workers_) {
-    if (!Live(w, now)) continue;
-    min = any ? std::min(min, w.clock) : w.clock;
-    any = true;
-  }
-  return min;
-}
-
-int Membership::Expected() const {
-  absl::MutexLock lock(&mu_);
-  return expected_;
-}
-
-bool Membership::AllFinished() const {
-  absl::MutexLock lock(&mu_);
-  if (expected_ <= 0) return false;
-  for (int rank = 0; rank < expected_; ++rank) {
-    const auto it = workers_.find(rank);
-    if (it == workers_.end() || !it->second.left) return false;
-  }
-  return true;
-}
-
-int Membership::Registered() const {
-  absl::MutexLock lock(&mu_);
-  return static_cast<int>(workers_.size());
-}
-
-int64_t Membership::MaxClock() const {
-  absl::MutexLock lock(&mu_);
-  return max_clock_;
-}
-
-absl::flat_hash_map<int, int64_t> Membership::DoneSteps() const {
-  absl::MutexLock lock(&mu_);
-  absl::flat_hash_map<int, int64_t> done;
-  for (const auto& [rank, w] : workers_) done[rank] = w.done;
-  return done;
-}
-
-std::vector<Membership::LivenessChange> Membership::LivenessChanges() {
-  const absl::Time now = clock_->Now();
-  absl::MutexLock lock(&mu_);
-  std::vector<LivenessChange> changes;
-  for (auto& [rank, w] : workers_) {
-    const bool live = Live(w, now);
-    if (live != w.was_live) changes.push_back({rank, live, w.left});
-    w.was_live = live;
-  }
-  return changes;
 }
 
 }  // namespace asyncps

@@ -38,9 +38,18 @@ class Membership {
   // saying otherwise is refused; 0 takes it from the workers.
   // `rejoin_grace`: how long after creation a rank that has not registered
   // may act (see Authorize).
+  // `elastic`: workers join and leave while the job trains (ps_server
+  // --elastic, docs/ELASTIC.md). A worker may then ask for any rank below
+  // kMaxRank and say any num_workers (the size it was started with; the
+  // first registration's, or job_workers, is how many a bsp job waits for
+  // at its start). One that joins (clock 0) resumes at the job's front and
+  // counts in a bsp quorum from the step after it (LiveCount); in async and
+  // ssp it resumes at the slowest live worker's clock, so it holds no one
+  // back.
   Membership(Clock* clock, absl::Duration worker_timeout,
              Resume resume = Resume::kJobFront, int job_workers = 0,
-             absl::Duration rejoin_grace = absl::ZeroDuration());
+             absl::Duration rejoin_grace = absl::ZeroDuration(),
+             bool elastic = false);
 
   // Adds or re-adds a worker. rank = -1 gives the lowest rank that is not
   // live; a rank that registers again gets a new incarnation (a restarted
@@ -88,8 +97,14 @@ class Membership {
   double FastestStepsPerSecond() const;
 
   // Live workers now, and the lowest and highest clock among them (0 if
-  // none is live).
+  // none is live). An elastic job's LiveCount leaves out the workers that
+  // joined for the step after the front (they do not send the step in
+  // progress): it is a bsp step's quorum.
   int LiveCount() const;
+  // The live ranks, ascending (those LiveCount leaves out too): an elastic
+  // job's workers split the data by their place among them.
+  std::vector<int> LiveRanks() const;
+  bool elastic() const { return elastic_; }
   int64_t MinLiveClock() const;
   // Ranks presumed in the job though not live here: a shard that (re)started
   // or was promoted to primary does not know who is there until heartbeats
@@ -151,6 +166,8 @@ class Membership {
     // The steps this incarnation said it completed (registration,
     // heartbeats): every share it had of them was sent, none will be again.
     int64_t done = 0;
+    // An elastic job's first bsp step this incarnation sends (LiveCount).
+    int64_t first_step = 0;
     // Pushes refused for a NaN or Inf: here, and by the worker itself (as
     // its heartbeats last said, this incarnation).
     int64_t nonfinite = 0;
@@ -171,12 +188,20 @@ class Membership {
   absl::StatusOr<int> RankFor(const v1::RegisterRequest& request,
                               absl::Time now) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Where a registration of `rank` resumes (see Resume and `elastic`);
+  // `own`: the clock the rank had here (0 if new).
+  int64_t ResumeFor(const v1::RegisterRequest& request, int rank, int64_t own,
+                    absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The ranks live now, and how many of them send the step in progress.
+  std::vector<int> LiveRanksLocked(absl::Time now) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   Clock* const clock_;
   const absl::Duration worker_timeout_;
   const Resume resume_;
   const int job_workers_;
   const absl::Duration rejoin_grace_;
+  const bool elastic_;
 
   mutable absl::Mutex mu_;
   // This object's creation, or the last Restarted().

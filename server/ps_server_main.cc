@@ -54,6 +54,12 @@ ABSL_FLAG(int, num_workers, 0,
           "The job's worker count: a worker registering with another "
           "--num_workers (or a rank outside it) is refused. 0 takes it from "
           "the first worker (and from the next one while none is live).");
+ABSL_FLAG(bool, elastic, false,
+          "Workers join and leave while the job trains (docs/ELASTIC.md): "
+          "any rank, any --num_workers; one that joins bsp sends from the "
+          "next step, and in async and ssp starts at the slowest live "
+          "worker's clock. --num_workers is then how many a bsp job waits "
+          "for at its start. Not with --mode=allreduce (not built).");
 ABSL_FLAG(absl::Duration, rejoin_grace, absl::ZeroDuration(),
           "After the shard starts, how long workers that have not registered "
           "with it (it restarted; their heartbeats register them within a "
@@ -213,6 +219,7 @@ absl::StatusOr<ShardServerConfig> ConfigFromFlags() {
   config.max_streams_per_connection =
       absl::GetFlag(FLAGS_max_streams_per_connection);
   config.num_workers = absl::GetFlag(FLAGS_num_workers);
+  config.elastic = absl::GetFlag(FLAGS_elastic);
   config.rejoin_grace = absl::GetFlag(FLAGS_rejoin_grace);
   config.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   config.timeline = absl::GetFlag(FLAGS_timeline);

@@ -63,7 +63,7 @@ ShardServer::ShardServer(const ShardServerConfig& config, Env env,
              config.incarnation != 0 ? config.incarnation : RandomId()),
       membership_(env.clock, config.worker_timeout,
                   ResumeFor(config.consistency.mode), config.num_workers,
-                  config.rejoin_grace),
+                  config.rejoin_grace, config.elastic),
       consistency_(Observed(config.consistency, observer()), &store_,
                    &membership_, env.clock, &tables_, config.num_shards),
       kv_(env.clock) {

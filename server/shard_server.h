@@ -55,6 +55,9 @@ struct ShardServerConfig {
   // The job's worker count, fixed (Membership's job_workers); 0: learned
   // from the workers.
   int num_workers = 0;
+  // Workers join and leave while the job trains (Membership's elastic;
+  // docs/ELASTIC.md); num_workers is then how many a bsp start waits for.
+  bool elastic = false;
   // After a start, how long ranks that have not registered (again) may
   // pull and push: a restarted shard's workers go on while their
   // heartbeats register them (Membership's rejoin_grace).

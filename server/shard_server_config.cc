@@ -79,6 +79,11 @@ absl::Status ShardServerConfig::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "--num_workers=", num_workers, " is outside [0, ", kMaxRank, "]"));
   }
+  if (elastic && consistency.mode == Mode::kAllreduce) {
+    return absl::InvalidArgumentError(
+        "--elastic with --mode=allreduce is not built yet (a ring that "
+        "re-forms at a new size; docs/ELASTIC.md): use async, ssp or bsp");
+  }
   if (max_message_bytes < 2 * kResponseOverhead ||
       max_message_bytes > (int64_t{1} << 31) - 1) {
     return absl::InvalidArgumentError(

@@ -233,10 +233,18 @@ absl::Status Train(const WorkerConfig& flags, const v1::ModelSpec& spec,
   }
   DataLoader loader(&data, config.rank, config.num_workers, config.seed,
                     config.max_train_examples);
-  // A replacement picks the rank's share up where the job has it.
-  loader.Skip(
-      membership->start_clock() * config.outer.local_steps * config.accumulate,
-      config.batch_size);
+  if (membership->elastic()) {
+    // Its place among the live workers, each epoch (docs/ELASTIC.md).
+    loader.FollowMembership([client] {
+      const Members m = client->members();
+      return std::make_pair(m.index, m.size);
+    });
+  } else {
+    // A replacement picks the rank's share up where the job has it.
+    loader.Skip(membership->start_clock() * config.outer.local_steps *
+                    config.accumulate,
+                config.batch_size);
+  }
   Mlp model(backend, config.layers, config.batch_size);
   std::unique_ptr<GradientExchange> exchange = MakeExchange(
       config, worker, backend->cuda_device(), model.LayerTensors());

@@ -156,6 +156,19 @@ struct PushStats {
   }
 };
 
+// Who trains now (Client::members()).
+struct Members {
+  // The ranks live now as shard 0 last said (at the registration, then at
+  // every heartbeat, ~1 s), ascending; this worker's among them.
+  std::vector<int> live_ranks;
+  bool elastic = false;  // ps_server --elastic: the job's size changes.
+  // The share of the data this worker trains on: `index` of `size`. In a
+  // job of fixed size its rank of num_workers; in an elastic one its place
+  // among live_ranks and their number (docs/ELASTIC.md).
+  int index = 0;
+  int size = 1;
+};
+
 // How much a client has moved: bytes of tensor requests sent and answers
 // received, and attempts repeated after a shard was unreachable.
 struct TrafficStats {
@@ -386,6 +399,8 @@ class Client {
 
   int rank() const;
   int num_workers() const;
+  // Who trains now, and this worker's share of the data (see Members).
+  Members members() const;
   // Steps this worker has completed (a replacement starts where its rank
   // or the job was).
   int64_t clock() const;

@@ -136,6 +136,12 @@ void BindRest(Bound& c) {
       .def("leave", &PyClient::Leave, "Tells the servers this worker is done.")
       .def_property_readonly("rank", &PyClient::rank)
       .def_property_readonly("num_workers", &PyClient::num_workers)
+      .def("members", &PyClient::Members,
+           "Who trains now, as shard 0 last said (at the join, then every "
+           "heartbeat): {'live_ranks': ascending, 'elastic': whether the job's "
+           "size changes (ps_server --elastic), 'index', 'size': this "
+           "worker's share of the data (its rank of num_workers, or in an "
+           "elastic job its place among live_ranks and their number)}.")
       .def_property_readonly("clock", &PyClient::clock)
       .def_property_readonly("tensors", &PyClient::Tensors,
                              "{name: shape} of the declared model.")

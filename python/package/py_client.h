@@ -111,6 +111,16 @@ class PyClient {
   std::string mode() const { return client_->mode(); }
   int rank() const { return client_->rank(); }
   int num_workers() const { return client_->num_workers(); }
+  // Client::members() as a dict: live_ranks, elastic, index, size.
+  py::dict Members() const {
+    const asyncps::Members m = client_->members();
+    py::dict d;
+    d["live_ranks"] = py::cast(m.live_ranks);
+    d["elastic"] = m.elastic;
+    d["index"] = m.index;
+    d["size"] = m.size;
+    return d;
+  }
   int64_t clock() const { return client_->clock(); }
 
   py::dict Tensors() const;

@@ -22,4 +22,5 @@ exec /usr/bin/python3 -m pytest -q -p no:cacheprovider \
   "$root/tests/python/optim_bsp_test.py" "$root/tests/python/launcher_test.py" \
   "$root/tests/python/embedding_test.py" \
   "$root/tests/python/embedding_bsp_test.py" "$root/tests/python/ctr_test.py" \
-  "$root/tests/python/outer_test.py" "$root/tests/python/doctor_test.py"
+  "$root/tests/python/outer_test.py" "$root/tests/python/doctor_test.py" \
+  "$root/tests/python/elastic_test.py"

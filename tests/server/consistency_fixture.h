@@ -31,6 +31,11 @@ struct Pulled {
 
 class ConsistencyTest : public ::testing::Test {
  protected:
+  // `elastic`: the Membership of an elastic job (ps_server --elastic).
+  explicit ConsistencyTest(bool elastic = false)
+      : membership_(&clock_, absl::Seconds(5), Membership::Resume::kJobFront,
+                    /*job_workers=*/0, absl::ZeroDuration(), elastic) {}
+
   void Start(ConsistencyConfig config, int workers) {
     consistency_.emplace(config, &store_, &membership_, &clock_);
     ASSERT_TRUE(store_.Declare(testing::SmallModel()).ok());
@@ -70,7 +75,7 @@ class ConsistencyTest : public ::testing::Test {
 
   ManualClock clock_;
   ShardStore store_{0, 1, 64 << 20};
-  Membership membership_{&clock_, absl::Seconds(5)};
+  Membership membership_;
   std::optional<Consistency> consistency_;
 };
 

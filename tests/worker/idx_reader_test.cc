@@ -4,7 +4,9 @@
 #include <zlib.h>
 
 #include <cstdlib>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -182,6 +184,47 @@ TEST(DataLoader, SharesAreDisjointAndReshuffled) {
           << "rank " << rank << " max " << max;
     }
   }
+}
+
+// An elastic job: two workers train epoch 0 on halves; a third joins, and
+// from each one's next epoch the three take thirds, disjoint and whole; a
+// worker's share changes only at an epoch's start, never within one.
+TEST(DataLoader, FollowsTheMembershipAtEachEpochsStart) {
+  Dataset d;
+  d.size = 12;
+  d.features = 1;
+  for (int i = 0; i < 12; ++i) {
+    d.pixels.push_back(static_cast<float>(i));
+    d.labels.push_back(0);
+  }
+  std::pair<int, int> shares[3] = {{0, 2}, {1, 2}, {2, 3}};
+  std::vector<std::unique_ptr<DataLoader>> loaders;
+  for (int w = 0; w < 2; ++w) {
+    loaders.push_back(std::make_unique<DataLoader>(&d, w, 2, 3));
+    loaders[w]->FollowMembership([&shares, w] { return shares[w]; });
+  }
+  std::vector<float> x;
+  std::vector<int> y;
+  std::vector<int> seen(12, 0);
+  loaders[0]->NextBatch(3, &x, &y);
+  for (float v : x) ++seen[static_cast<int>(v)];
+  shares[0] = {0, 3};  // Rank 2 joins in the middle of epoch 0.
+  shares[1] = {1, 3};
+  loaders[0]->NextBatch(3, &x, &y);  // The rest of its half: epoch 0's.
+  for (float v : x) ++seen[static_cast<int>(v)];
+  EXPECT_EQ(loaders[0]->epoch(), 1);
+  loaders[1]->NextBatch(6, &x, &y);
+  for (float v : x) ++seen[static_cast<int>(v)];
+  for (int c : seen) EXPECT_EQ(c, 1);  // Epoch 0: each example once.
+  loaders.push_back(std::make_unique<DataLoader>(&d, 0, 1, 3));
+  loaders[2]->FollowMembership([&shares] { return shares[2]; });
+  std::fill(seen.begin(), seen.end(), 0);
+  for (auto& loader : loaders) {
+    EXPECT_EQ(loader->share(), 4);
+    EXPECT_EQ(loader->NextBatch(4, &x, &y), 4);
+    for (float v : x) ++seen[static_cast<int>(v)];
+  }
+  for (int c : seen) EXPECT_EQ(c, 1);  // Thirds: each example once.
 }
 
 // A replacement worker skips the batches its rank already trained on and

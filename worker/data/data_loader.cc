@@ -7,12 +7,36 @@ namespace asyncps {
 
 DataLoader::DataLoader(const Dataset* data, int rank, int num_workers,
                        uint64_t seed, int64_t max_examples)
-    : data_(data), seed_(seed * 1000003 + rank) {
-  for (int64_t i = rank; i < data->size; i += num_workers) {
+    : data_(data), seed_(seed * 1000003 + rank), max_examples_(max_examples) {
+  Split(rank, num_workers);
+  Shuffle();
+}
+
+void DataLoader::Split(int rank, int num_workers) {
+  indices_.clear();
+  for (int64_t i = rank; i < data_->size; i += num_workers) {
     indices_.push_back(i);
-    if (max_examples > 0 &&
-        static_cast<int64_t>(indices_.size()) >= max_examples) {
+    if (max_examples_ > 0 &&
+        static_cast<int64_t>(indices_.size()) >= max_examples_) {
       break;
+    }
+  }
+}
+
+void DataLoader::FollowMembership(ShareFn share) {
+  share_ = std::move(share);
+  if (next_ == 0) {
+    --epoch_;  // Not a new epoch: this one's share, again.
+    NextEpoch();
+  }
+}
+
+void DataLoader::NextEpoch() {
+  ++epoch_;
+  if (share_) {
+    const auto [index, size] = share_();
+    if (size >= 1 && index >= 0 && index < size && index < data_->size) {
+      Split(index, size);
     }
   }
   Shuffle();
@@ -34,10 +58,7 @@ int64_t DataLoader::ShareSize(int64_t size, int rank, int num_workers,
 void DataLoader::Skip(int64_t batches, int batch) {
   for (int64_t b = 0; b < batches; ++b) {
     next_ += std::min<size_t>(batch, indices_.size() - next_);
-    if (next_ >= indices_.size()) {
-      ++epoch_;
-      Shuffle();
-    }
+    if (next_ >= indices_.size()) NextEpoch();
   }
 }
 
@@ -55,10 +76,7 @@ int DataLoader::NextBatch(int batch, std::vector<float>* x,
     (*y)[k] = data_->labels[i];
   }
   next_ += n;
-  if (next_ >= indices_.size()) {
-    ++epoch_;
-    Shuffle();
-  }
+  if (next_ >= indices_.size()) NextEpoch();
   return n;
 }
 

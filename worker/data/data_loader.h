@@ -4,7 +4,9 @@
 #define ASYNCPS_WORKER_DATA_DATA_LOADER_H_
 
 #include <cstdint>
+#include <functional>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "worker/data/idx_reader.h"
@@ -36,6 +38,15 @@ class DataLoader {
   static int64_t ShareSize(int64_t size, int rank, int num_workers,
                            int64_t max_examples = 0);
 
+  // Where the share comes from at the start of each epoch from now on (an
+  // elastic job: this worker's place among the live workers and their
+  // number, which change as workers join and leave): `share` returns
+  // (index, size), and the examples index, index + size, ... are the next
+  // epoch's. Applied at once to the epoch this loader is at the start of.
+  // Without it the share is fixed.
+  using ShareFn = std::function<std::pair<int, int>()>;
+  void FollowMembership(ShareFn share);
+
   int64_t epoch() const { return epoch_; }
   int64_t share() const { return static_cast<int64_t>(indices_.size()); }
   // Examples of this epoch served so far.
@@ -43,9 +54,14 @@ class DataLoader {
 
  private:
   void Shuffle();
+  // A new epoch: its share (FollowMembership), then its order.
+  void NextEpoch();
+  void Split(int rank, int num_workers);
 
   const Dataset* const data_;
   const uint64_t seed_;
+  const int64_t max_examples_;
+  ShareFn share_;
   std::vector<int64_t> indices_;
   size_t next_ = 0;
   int64_t epoch_ = 0;
