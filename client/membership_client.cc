@@ -36,6 +36,7 @@ absl::StatusOr<std::unique_ptr<MembershipClient>> MembershipClient::Join(
   std::unique_ptr<MembershipClient> m(
       new MembershipClient(client, join, heartbeat_every));
   m->left_ = true;  // Until every shard has us, there is nothing to leave.
+  std::vector<int64_t> resumes(client->num_shards());
   for (int s = 0; s < client->num_shards(); ++s) {
     ASSIGN_OR_RETURN(const v1::RegisterResponse r, client->Register(s, join));
     if (r.mode() != ModeName(mode)) {
@@ -51,7 +52,23 @@ absl::StatusOr<std::unique_ptr<MembershipClient>> MembershipClient::Join(
         m->live_ranks_.assign(r.live_ranks().begin(), r.live_ranks().end());
     }
     if (s == 0) m->elastic_ = r.elastic();
+    resumes[s] = r.resume_clock();
     m->start_clock_ = std::max(m->start_clock_, r.resume_clock());
+  }
+  if (m->elastic_) {
+    // Each shard answered the front it knew, and the job's is the highest:
+    // one behind it would count this worker in a bsp step it does not send
+    // (that step would wait for it). Told where it starts, it counts it
+    // from the step after.
+    v1::RegisterRequest again = join;
+    again.set_clock(m->start_clock_);
+    for (int s = 0; s < client->num_shards() && m->start_clock_ > 0; ++s) {
+      if (resumes[s] >= m->start_clock_) continue;
+      ASSIGN_OR_RETURN(const v1::RegisterResponse r,
+                       client->Register(s, again));
+      absl::MutexLock lock(&m->mu_);
+      m->incarnations_[s] = r.incarnation();
+    }
   }
   m->left_ = false;
   m->clock_ = m->start_clock_;
