@@ -15,6 +15,10 @@ started again on its port (it gets the model back from a worker's copy).
 Once every worker has finished, the shards are stopped and the launcher
 exits 0; when a worker fails past the restarts, everything is stopped and
 the launcher exits with that worker's status. Nothing is left running.
+With --elastic the shards take workers that join and leave while the job
+trains (docs/ELASTIC.md): `--elastic --servers ... --workers N` adds N
+workers to a running job (ASYNCPS_RANK=-1: the servers give each a rank),
+and a Ctrl-C or SIGTERM of that launcher takes them out again.
 A script not ending in .py (or any, with --no_python) runs as a command:
 ps_worker takes --servers, --rank, --num_workers and --mode from the same
 variables when they are not given.
@@ -87,6 +91,11 @@ def parse(argv):
     p.add_argument("--no_python", action="store_true",
                    help="run the script as a command (the default for one "
                         "not ending in .py, e.g. ps_worker)")
+    p.add_argument("--elastic", action="store_true",
+                   help="an elastic job (docs/ELASTIC.md): the shards take "
+                        "workers joining and leaving while it trains; with "
+                        "--servers, these workers join a running one (the "
+                        "servers give each a rank)")
     p.add_argument("--server_flag", action="append", default=[],
                    help="one more flag for every shard (repeatable)")
     p.add_argument("--log_dir", default="",
@@ -135,7 +144,8 @@ def start_shards(args, ready_dir, shards, placed=None, env=None):
     binary = find_server(args.ps_server)
     if args.log_dir:
         os.makedirs(args.log_dir, exist_ok=True)
-    flags = [f"--mode={args.mode}", *args.server_flag]
+    flags = [f"--mode={args.mode}", *(["--elastic"] if args.elastic else []),
+             *args.server_flag]
     for i in range(args.shards):
         log = (open(os.path.join(args.log_dir, f"shard{i}.log"), "a")
                if args.log_dir else None)
@@ -168,8 +178,11 @@ def worker_env(args, servers, rank, base=None, local=None):
     asyncps's variables and torchrun's; `local` is (LOCAL_RANK,
     LOCAL_WORLD_SIZE), by default rank and --workers (one host)."""
     local_rank, local_size = local or (rank, args.workers)
+    # Workers joining a running elastic job are given ranks by the servers.
+    joining = args.elastic and args.servers
     return dict(os.environ if base is None else base,
-                ASYNCPS_SERVERS=servers, ASYNCPS_RANK=str(rank),
+                ASYNCPS_SERVERS=servers,
+                ASYNCPS_RANK="-1" if joining else str(rank),
                 ASYNCPS_NUM_WORKERS=str(args.workers),
                 ASYNCPS_MODE=args.mode, RANK=str(rank),
                 WORLD_SIZE=str(args.workers), LOCAL_RANK=str(local_rank),
@@ -218,13 +231,18 @@ def supervise(args, workers, shards, launch):
 
 
 def stop_all(workers, shards, ready_dir):
-    """Stops the workers still running (SIGKILL here, SIGTERM on other
-    hosts), then the shards, and removes the shards' files."""
+    """Stops the workers still running (SIGTERM: each leaves the job after
+    its step; SIGKILL after 10 s. On other hosts: SIGTERM), then the
+    shards, and removes the shards' files."""
     for w in workers.values():
         if w.poll() is None:
-            w.kill()
+            w.terminate() if isinstance(w, subprocess.Popen) else w.kill()
     for w in workers.values():
-        w.wait()
+        try:
+            w.wait(timeout=10) if isinstance(w, subprocess.Popen) else w.wait()
+        except subprocess.TimeoutExpired:
+            w.kill()
+            w.wait()
     for s in shards:
         s.stop()
     shutil.rmtree(ready_dir, ignore_errors=True)

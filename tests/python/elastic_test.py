@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -230,3 +231,45 @@ def test_ps_workers_join_and_leave_and_the_rest_go_on(shards, tmp_path,
     for k in "ab":
         text = (tmp_path / f"{k}.log").read_text()
         assert " done: steps" in text, text[-2000:]
+
+
+def launcher(servers, workers, log):
+    return subprocess.Popen(
+        [sys.executable, "-m", "asyncps.run", "--elastic", "--servers",
+         servers, "--workers", str(workers), "--mode", "bsp", "--",
+         PS_WORKER, "--epochs=1000000", "--max_train_examples=2000",
+         "--batch_size=32", "--log_every=0", "--heartbeat_every=200ms"],
+        stdout=log, stderr=subprocess.STDOUT)
+
+
+def test_the_launcher_adds_workers_to_a_running_job_and_takes_them_out(
+        shards, tmp_path):
+    """A bsp job of 2 workers (one launcher); a second launcher with
+    --elastic --servers adds 2 (ranks 2 and 3, given by the servers); its
+    SIGTERM takes them out cleanly (each leaves after its step: none is
+    left for --worker_timeout to drop), and the job goes on with 2."""
+    addrs = shards.start(2, "--mode=bsp", "--elastic", "--worker_timeout=30s")
+    servers = ",".join(addrs)
+    with open(tmp_path / "first.log", "w") as a, \
+            open(tmp_path / "second.log", "w") as b:
+        first = launcher(servers, 2, a)
+        second = None
+        try:
+            trains(servers, 1)
+            second = launcher(servers, 2, b)
+            trains(servers, 3)
+            trains(servers, 2)
+            second.send_signal(signal.SIGTERM)
+            second.wait(timeout=60)
+            # Within --worker_timeout (30 s): they said they left.
+            seen = clocks(servers)
+            assert {r for (s, r), (_, live) in seen.items() if live} == \
+                {0, 1}, seen
+            trains(servers, 0)
+        finally:
+            for p in (first, second):
+                if p is not None and p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+                    p.wait(timeout=60)
+    log = (tmp_path / "second.log").read_text()
+    assert "rank 2 done:" in log and "rank 3 done:" in log, log[-3000:]
