@@ -1,7 +1,5 @@
-// ps_server: one shard of the asyncps parameter server.
-//
+// ps_server: one shard of the asyncps parameter server, e.g.
 //   ps_server --port=5000 --shard=0 --num_shards=2
-//
 // Serves the ParameterServer gRPC service (proto/asyncps.proto) until SIGTERM
 // or SIGINT, then drains in-flight calls and exits 0. Once listening it
 // writes --ready_file (JSON, if given: launchers wait for it), then prints
@@ -51,15 +49,10 @@ ABSL_FLAG(int, max_streams_per_connection, 256,
           "Calls one gRPC connection may have in flight at once (HTTP/2 "
           "SETTINGS_MAX_CONCURRENT_STREAMS); a client's further calls wait.");
 ABSL_FLAG(int, num_workers, 0,
-          "The job's worker count: a worker registering with another "
-          "--num_workers (or a rank outside it) is refused. 0 takes it from "
-          "the first worker (and from the next one while none is live).");
+          "The job's worker count: another --num_workers (or a rank outside "
+          "it) is refused. 0: the first worker's (the next's once none live).");
 ABSL_FLAG(bool, elastic, false,
-          "Workers join and leave while the job trains (docs/ELASTIC.md): "
-          "any rank, any --num_workers; one that joins bsp sends from the "
-          "next step, and in async and ssp starts at the slowest live "
-          "worker's clock. --num_workers is then how many a bsp job waits "
-          "for at its start. Not with --mode=allreduce (not built).");
+          "Workers join and leave while the job trains (docs/ELASTIC.md).");
 ABSL_FLAG(absl::Duration, rejoin_grace, absl::ZeroDuration(),
           "After the shard starts, how long workers that have not registered "
           "with it (it restarted; their heartbeats register them within a "

@@ -40,6 +40,20 @@ absl::Status CheckGroup(const ShardServerConfig& c) {
   return absl::OkStatus();
 }
 
+// The job's workers: --num_workers, and --elastic with the mode.
+absl::Status CheckWorkers(const ShardServerConfig& c) {
+  if (c.num_workers < 0 || c.num_workers > kMaxRank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--num_workers=", c.num_workers, " is outside [0, ", kMaxRank, "]"));
+  }
+  if (c.elastic && c.consistency.mode == Mode::kAllreduce) {
+    return absl::InvalidArgumentError(
+        "--elastic with --mode=allreduce is not built yet (a ring that "
+        "re-forms at a new size; docs/ELASTIC.md)");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ShardServerConfig::Validate() const {
@@ -75,15 +89,7 @@ absl::Status ShardServerConfig::Validate() const {
   if (rejoin_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--rejoin_grace must not be negative");
   }
-  if (num_workers < 0 || num_workers > kMaxRank) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--num_workers=", num_workers, " is outside [0, ", kMaxRank, "]"));
-  }
-  if (elastic && consistency.mode == Mode::kAllreduce) {
-    return absl::InvalidArgumentError(
-        "--elastic with --mode=allreduce is not built yet (a ring that "
-        "re-forms at a new size; docs/ELASTIC.md): use async, ssp or bsp");
-  }
+  RETURN_IF_ERROR(CheckWorkers(*this));
   if (max_message_bytes < 2 * kResponseOverhead ||
       max_message_bytes > (int64_t{1} << 31) - 1) {
     return absl::InvalidArgumentError(
