@@ -151,14 +151,20 @@ TEST(FashionMnist, RealFilesLoad) {
   for (int c : counts) EXPECT_EQ(c, 1000);  // The test set is balanced.
 }
 
-TEST(DataLoader, SharesAreDisjointAndReshuffled) {
+// A data set of `n` one-pixel images whose pixel is the image's index.
+Dataset Numbered(int n) {
   Dataset d;
-  d.size = 10;
+  d.size = n;
   d.features = 1;
-  for (int i = 0; i < 10; ++i) {
+  for (int i = 0; i < n; ++i) {
     d.pixels.push_back(static_cast<float>(i));
     d.labels.push_back(0);
   }
+  return d;
+}
+
+TEST(DataLoader, SharesAreDisjointAndReshuffled) {
+  const Dataset d = Numbered(10);
   std::vector<float> x;
   std::vector<int> y;
   std::vector<int> seen(10, 0);
@@ -190,13 +196,7 @@ TEST(DataLoader, SharesAreDisjointAndReshuffled) {
 // from each one's next epoch the three take thirds, disjoint and whole; a
 // worker's share changes only at an epoch's start, never within one.
 TEST(DataLoader, FollowsTheMembershipAtEachEpochsStart) {
-  Dataset d;
-  d.size = 12;
-  d.features = 1;
-  for (int i = 0; i < 12; ++i) {
-    d.pixels.push_back(static_cast<float>(i));
-    d.labels.push_back(0);
-  }
+  const Dataset d = Numbered(12);
   std::pair<int, int> shares[3] = {{0, 2}, {1, 2}, {2, 3}};
   std::vector<std::unique_ptr<DataLoader>> loaders;
   for (int w = 0; w < 2; ++w) {
@@ -231,13 +231,7 @@ TEST(DataLoader, FollowsTheMembershipAtEachEpochsStart) {
 // carries on with exactly the batches the dead one would have had next,
 // across epochs and their reshuffles.
 TEST(DataLoader, SkipLandsWhereNextBatchWouldHave) {
-  Dataset d;
-  d.size = 23;
-  d.features = 1;
-  for (int i = 0; i < 23; ++i) {
-    d.pixels.push_back(static_cast<float>(i));
-    d.labels.push_back(0);
-  }
+  const Dataset d = Numbered(23);
   std::vector<float> x, skipped_x;
   std::vector<int> y;
   for (int batches : {0, 1, 3, 4, 9}) {
