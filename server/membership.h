@@ -142,7 +142,8 @@ class Membership {
   int Registered() const;
   // Whether the job is done here: it expects N workers, and ranks 0..N-1
   // have all registered and left cleanly (finished). A shard that restarted
-  // after a worker finished does not know it did, and waits for it.
+  // after a worker finished does not know it did, and waits for it. An
+  // elastic job is not done while any worker is live.
   bool AllFinished() const;
   // The largest gap between the clocks of two live workers seen so far.
   int64_t MaxClockGap() const;

@@ -125,6 +125,11 @@ bool Membership::AllFinished() const {
     const auto it = workers_.find(rank);
     if (it == workers_.end() || !it->second.left) return false;
   }
+  // An elastic job is not done while a worker that joined still trains.
+  const absl::Time now = clock_->Now();
+  for (const auto& [rank, w] : workers_) {
+    if (elastic_ && Live(w, now)) return false;
+  }
   return true;
 }
 

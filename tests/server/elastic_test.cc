@@ -131,6 +131,37 @@ TEST(ElasticMembership, AnSspJoinerStartsAtTheSlowestLiveClock) {
   EXPECT_EQ(second->resume_clock(), 0);
 }
 
+// --exit_when_done: a job of 2 whose ranks 0 and 1 finished is not done
+// while a worker that joined is still training; it is once that one has
+// left, or has been silent past --worker_timeout (SIGKILLed).
+TEST(ElasticMembership, TheJobIsNotDoneWhileAJoinerTrains) {
+  ManualClock clock;
+  Membership m = Elastic(&clock, Membership::Resume::kOwnClock);
+  std::vector<v1::RegisterResponse> joined;
+  for (int r : {0, 1, -1}) {
+    auto j = m.Register(Join(r, 2));
+    ASSERT_TRUE(j.ok());
+    joined.push_back(*j);
+  }
+  auto leave = [&](const v1::RegisterResponse& j) {
+    v1::HeartbeatRequest bye;
+    bye.set_rank(j.rank());
+    bye.set_incarnation(j.incarnation());
+    bye.set_secret(j.secret());
+    bye.set_leaving(true);
+    ASSERT_TRUE(m.Heartbeat(bye).ok());
+  };
+  leave(joined[0]);
+  leave(joined[1]);
+  EXPECT_FALSE(m.AllFinished());
+  clock.Advance(absl::Seconds(3));  // Rank 2 silent past the timeout.
+  EXPECT_TRUE(m.AllFinished());
+  Membership fixed(&clock, absl::Seconds(2), Membership::Resume::kOwnClock);
+  auto a = fixed.Register(Join(0, 1));
+  ASSERT_TRUE(a.ok());
+  EXPECT_FALSE(fixed.AllFinished());
+}
+
 class ElasticBspTest : public ConsistencyTest {
  protected:
   ElasticBspTest() : ConsistencyTest(/*elastic=*/true) {}
