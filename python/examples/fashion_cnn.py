@@ -28,7 +28,10 @@ Or one process per worker by hand:
     python3 python/examples/fashion_cnn.py --ddp --rank=1 --num_workers=2 --port=29500
 
 Each worker trains on its own share of the training set (example i goes to
-rank i mod num_workers) and prints "done: rank R samples/s S"; --evaluate
+rank i mod num_workers; in an elastic job, ps_server --elastic, its place
+among the live workers of their number, taken again at each epoch's start:
+docs/ELASTIC.md) and prints "done: rank R samples S samples/s S"; a SIGTERM
+ends its training after the step (it leaves the job); --evaluate
 prints "test_accuracy A" of the servers' weights (DDP's rank 0 prints its
 own model's).
 """
@@ -36,6 +39,7 @@ own model's).
 import argparse
 import gzip
 import os
+import signal
 import struct
 import sys
 import time
@@ -98,18 +102,33 @@ def accuracy(model, x, y, batch=1000):
     return correct / len(x)
 
 
-def batches(x, y, rank, num_workers, batch, epochs, seed):
-    """This rank's share through a DataLoader (DistributedSampler: example
-    i of each epoch's seeded shuffle goes to rank i mod num_workers)."""
+def batches(x, y, share, batch, epochs, seed):
+    """This worker's share through a DataLoader (DistributedSampler: example
+    i of each epoch's seeded shuffle goes to the worker i mod size), where
+    share["now"]() says (index, size) at each epoch's start."""
     dataset = torch.utils.data.TensorDataset(x, y)
-    sampler = torch.utils.data.distributed.DistributedSampler(
-        dataset, num_replicas=num_workers, rank=rank, shuffle=True,
-        seed=seed, drop_last=True)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=batch,
-                                         sampler=sampler, drop_last=True)
     for epoch in range(epochs):
+        index, size = share["now"]()
+        sampler = torch.utils.data.distributed.DistributedSampler(
+            dataset, num_replicas=size, rank=index, shuffle=True,
+            seed=seed, drop_last=True)
         sampler.set_epoch(epoch)
-        yield from loader
+        yield from torch.utils.data.DataLoader(
+            dataset, batch_size=batch, sampler=sampler, drop_last=True)
+
+
+STOP = []  # Set by SIGTERM: train() ends after the step in progress.
+
+
+class Batches:
+    """The minibatches, and the share they are cut by (an elastic job's
+    worker sets share["now"] once it has joined)."""
+
+    def __init__(self, it, share):
+        self.it, self.share = it, share
+
+    def __iter__(self):
+        return iter(self.it)
 
 
 def train(model, opt, data, steps=None, log_every=0, clip=1.0,
@@ -121,7 +140,7 @@ def train(model, opt, data, steps=None, log_every=0, clip=1.0,
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1000, gamma=0.5)
     samples, start, paused = 0, time.perf_counter(), 0.0
     for step, (xb, yb) in enumerate(data):
-        if steps is not None and step >= steps:
+        if (steps is not None and step >= steps) or STOP:
             break
         opt.zero_grad()
         loss = F.cross_entropy(model(xb), yb)
@@ -254,6 +273,12 @@ def train_asyncps(args, model, data, curve, tx, ty):
     import asyncps.torch
     client = asyncps.Client(args.servers, rank=args.rank,
                             num_workers=args.num_workers, mode=args.mode)
+    args.rank = client.rank  # The servers' choice, with rank -1.
+    if client.members()["elastic"]:
+        def now():
+            m = client.members()
+            return m["index"], m["size"]
+        data.share["now"] = now
     opt = asyncps.torch.DistributedOptimizer(
         torch.optim.SGD(model.parameters(), lr=args.lr,
                         momentum=args.momentum),
@@ -283,13 +308,15 @@ def main():
         evaluate(args, model, tx, ty)
         return 0
     x, y = load("train", args.data)
-    data = batches(x, y, args.rank, args.num_workers, args.batch, args.epochs,
-                   args.seed)
+    signal.signal(signal.SIGTERM, lambda *_: STOP.append(True))
+    share = {"now": lambda: (max(args.rank, 0), args.num_workers)}
+    data = Batches(batches(x, y, share, args.batch, args.epochs, args.seed),
+                   share)
     curve = curve_writer(args, model, tx, ty)
     train_with = train_ddp if args.ddp else train_asyncps
     samples, seconds = train_with(args, model, data, curve, tx, ty)
-    print(f"done: rank {args.rank} samples/s {samples / seconds:.0f}",
-          flush=True)
+    print(f"done: rank {args.rank} samples {samples} samples/s "
+          f"{samples / seconds:.0f}", flush=True)
     return 0
 
 

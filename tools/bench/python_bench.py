@@ -52,7 +52,7 @@ def run_job(name, args, out, epochs, extra):
             raise SystemExit(f"{name} failed:\n{done.stdout}{done.stderr}")
         text = done.stdout
     found = sorted((int(r), float(v)) for r, v in
-                   re.findall(r"done: rank (\d+) samples/s (\d+)", text))
+                   re.findall(r"done: rank (\d+) samples \d+ samples/s (\d+)", text))
     rates = [v for _, v in found]  # By rank.
     wrapper = [float(v) for v in re.findall(r"wrapper_fraction ([\d.]+)",
                                             text)]
