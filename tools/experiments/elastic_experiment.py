@@ -124,8 +124,8 @@ def main(argv=None):
         json.dump({"mode": args.mode, "epochs": args.epochs,
                    "add_at": args.add_at, "remove_at": args.remove_at,
                    "runs": rows}, f, indent=1)
-    print(f"\n| seed | fixed 2: accuracy, samples, s | 2 -> 4 -> 2: "
-          f"accuracy, samples, s |\n| --- | --- | --- |")
+    print("\n| seed | fixed 2: accuracy, samples, s | 2 -> 4 -> 2: "
+          "accuracy, samples, s |\n| --- | --- | --- |")
     for r in rows:
         f, e = r["fixed"], r["elastic"]
         print(f"| {r['seed']} | {f['test_accuracy']}, {f['samples']}, "
