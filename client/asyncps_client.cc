@@ -122,10 +122,11 @@ absl::StatusOr<std::unique_ptr<Client::Impl>> ConnectImpl(
     return absl::InvalidArgumentError(
         absl::StrCat("num_workers ", options.num_workers, " must be >= 1"));
   }
-  if (options.rank < -1 || options.rank >= options.num_workers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", options.rank, " is outside [-1, num_workers ",
-                     options.num_workers, ")"));
+  // A rank at or past num_workers is the servers' to refuse (an elastic
+  // job takes one).
+  if (options.rank < -1 || options.rank >= (1 << 16)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", options.rank, " is outside [-1, 65536) (-1: assigned)"));
   }
   if (options.slice_bytes < 4) {
     return absl::InvalidArgumentError(

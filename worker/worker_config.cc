@@ -41,10 +41,14 @@ absl::Status CheckCounts(const WorkerFlags& f) {
   if (!(f.slowdown >= 1.0)) {
     return absl::InvalidArgumentError("--slowdown must be >= 1");
   }
-  if (f.num_workers < 1 || f.rank < -1 || f.rank >= f.num_workers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--rank=", f.rank, " must be in [0, --num_workers=", f.num_workers,
-        "), or -1 (the servers assign one)"));
+  // A rank at or past --num_workers is the servers' to refuse (an elastic
+  // job, ps_server --elastic, takes one).
+  if (f.num_workers < 1 || f.rank < -1 || f.rank >= (1 << 16)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rank=", f.rank,
+                     " must be in [0, 65536), or -1 (the servers "
+                     "assign one); --num_workers=",
+                     f.num_workers, " must be >= 1"));
   }
   if (f.batch_size < 1 || f.batch_size > 65536) {
     return absl::InvalidArgumentError("--batch_size must be in [1, 65536]");

@@ -155,12 +155,15 @@ def test_wrong_input_raises_and_changes_no_weight(shards):
                    "b": np.zeros(4, np.float32)})
     np.testing.assert_array_equal(c.pull()["w"], model()["w"])
     np.testing.assert_array_equal(c.pull()["b"], model()["b"])
+    # A rank outside the job (not elastic): the servers refuse it.
+    with pytest.raises(ValueError, match="rank 5 is outside"):
+        client(servers, rank=5, num_workers=2)
+    with pytest.raises(ValueError, match="rank -2 is outside"):
+        client(servers, rank=-2, num_workers=2)
     # Every server gone: the call gives up after retry_for, saying so.
     shards.kill()
     with pytest.raises(ConnectionError, match="giving up"):
         c.push({"w": g})
-    with pytest.raises(ValueError, match="rank 5 is outside"):
-        client(servers, rank=5, num_workers=2)
 
 
 def test_gil_is_released_while_a_bsp_pull_waits(shards):

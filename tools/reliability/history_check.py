@@ -11,11 +11,13 @@ limits"; docs/RELIABILITY.md "The history checker" describes the run).
                                      [--minutes M] [--combos LIST|all]
                                      [--known NAMES]
 
-A combo is mode[/rows][/r2]: mode async, ssp or bsp (allreduce keeps no
+A combo is mode[/rows][/r2][/elastic]: mode async, ssp or bsp (allreduce keeps no
 state on the servers, only the initial weights and rank 0's hand-overs:
 there is nothing there to check a push against); /rows pushes rows of an
 embedding table too; /r2 runs each shard as a group of 2 ps_server members
-with a private etcd (its tables too).
+with a private etcd (its tables too); /elastic runs the shards with
+--elastic and has workers of ranks 2 and 3 join and leave (SIGTERM) while
+the job trains (docs/ELASTIC.md).
 --seeds A-B runs those seeds over every combo; --seeds N with --minutes M
 is a soak: seeds 1, 2, ... (the combo taking turns) until N runs or M
 minutes. One line per run, then a summary; the exit status is 1 if a
@@ -48,18 +50,19 @@ from tools.reliability import history_worker as hw  # noqa: E402
 MODES = ("async", "ssp", "bsp")
 ALL_COMBOS = ["async", "ssp", "bsp", "async/rows", "ssp/rows", "bsp/rows",
               "async/r2", "ssp/r2", "bsp/r2", "async/rows/r2", "ssp/rows/r2",
-              "bsp/rows/r2"]
+              "bsp/rows/r2", "async/elastic", "ssp/elastic", "bsp/elastic",
+              "bsp/rows/elastic"]
 
 
 def combo_arg(text):
     combos = ALL_COMBOS if text == "all" else text.split(",")
     for c in combos:
         parts = c.split("/")
-        if (parts[0] not in MODES or any(x not in ("rows", "r2")
+        if (parts[0] not in MODES or any(x not in ("rows", "r2", "elastic")
                                          for x in parts[1:])
                 or len(set(parts)) != len(parts)):
             raise argparse.ArgumentTypeError(
-                f"'{c}' is not mode[/rows][/r2] with mode in "
+                f"'{c}' is not mode[/rows][/r2][/elastic] with mode in "
                 f"{', '.join(MODES)} (allreduce has no server state)")
     return combos
 
@@ -239,7 +242,8 @@ def replay(d):
     rows = {int(i): z["rows"][k] for k, i in enumerate(z["row_ids"])}
     config = {"mode": parts[0], "workers": hf.WORKERS, "shards": hf.SHARDS,
               "replicated": "r2" in parts, "t0": faults["t0"],
-              "worker_timeout": hf.WORKER_TIMEOUT}
+              "worker_timeout": hf.WORKER_TIMEOUT,
+              "elastic": "elastic" in parts}
     history = history_model.History(journals, faults["faults"], dense, rows,
                                     config)
     violations = history_model.Checker(history, d).run()

@@ -16,7 +16,11 @@ a seeded schedule one of
 - worker_kill: SIGKILL a worker (mid-push: they push all the time) and
   start it again with the same rank (a new journal file);
 - drop_conn: close a worker's TCP connections to one shard (ss -K, as
-  root), which the client must survive by retrying.
+  root), which the client must survive by retrying;
+- elastic runs (ps_server --elastic, docs/ELASTIC.md) also: worker_join,
+  a worker of rank 2 or 3 started while the job trains; worker_leave, one
+  of them SIGTERMed (it leaves after its step). Every rank then has
+  ELEMS / 4 slots.
 
 Shards are started through asyncps.cluster's Shard (python/package), as
 tools/reliability/chaos.py does; group members learn their primary from etcd,
@@ -40,6 +44,7 @@ from asyncps import cluster  # noqa: I100
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 SHARDS, WORKERS = 2, 2
+JOINERS = (2, 3)  # Elastic runs: the ranks that join and leave.
 WORKER_TIMEOUT = 3.0
 LEASE = 1.0
 
@@ -96,6 +101,7 @@ class Job:
         parts = combo.split("/")
         self.mode, self.rows = parts[0], "rows" in parts
         self.replicated = "r2" in parts
+        self.elastic = "elastic" in parts
         self.args, self.seed, self.dir, self.pypath = args, seed, directory, \
             pypath
         self.members = []  # Every ps_server process: (shard, Shard).
@@ -110,6 +116,8 @@ class Job:
     def start(self):
         flags = ["--host=127.0.0.1", f"--mode={self.mode}",
                  f"--worker_timeout={WORKER_TIMEOUT:g}s"]
+        if self.elastic:
+            flags.append("--elastic")
         binary = os.path.join(self.args.bin, "ps_server")
         try:
             if self.replicated:
@@ -169,7 +177,9 @@ class Job:
                  f"--servers={self.servers}", f"--rank={rank}",
                  f"--workers={WORKERS}", f"--mode={self.mode}",
                  f"--dir={self.dir}", f"--seed={self.seed}"] +
-                (["--rows"] if self.rows else []),
+                (["--rows"] if self.rows else []) +
+                ([f"--slots={hw.ELEMS // 4}", "--elastic"]
+                 if self.elastic else []),
                 stdout=log, stderr=log, env=env)
 
     def finish(self, wait=90.0):
@@ -231,7 +241,7 @@ class Job:
     def model_config(self):
         return {"mode": self.mode, "workers": WORKERS, "shards": SHARDS,
                 "replicated": self.replicated, "t0": self.t0,
-                "worker_timeout": WORKER_TIMEOUT}
+                "worker_timeout": WORKER_TIMEOUT, "elastic": self.elastic}
 
     # Faults.
 
@@ -240,6 +250,8 @@ class Job:
                   "etcd_restart", "worker_kill", "drop_conn"]
                  if self.replicated else
                  ["shard_kill", "worker_kill", "drop_conn"])
+        if self.elastic:
+            kinds = kinds + ["worker_join", "worker_leave"] * 2
         until = time.monotonic() + seconds
         while time.monotonic() + every < until:
             time.sleep(every)  # The pace of the faults, not a sync.
@@ -249,6 +261,8 @@ class Job:
                 self.worker_kill(rng.randrange(WORKERS))
             elif kind == "drop_conn":
                 self.drop_conn(rng.randrange(WORKERS), rng.randrange(SHARDS))
+            elif kind in ("worker_join", "worker_leave"):
+                self.join_or_leave(rng.choice(JOINERS))
             elif kind == "shard_kill":
                 self.shard_kill(rng.randrange(SHARDS))
             elif kind == "etcd_restart":
@@ -269,6 +283,25 @@ class Job:
                                     "rank": r, "end": time.time(),
                                     "status": w.returncode})
                 self.start_worker(r)
+
+    def join_or_leave(self, rank):
+        """Elastic runs: starts `rank` if it is not running, else SIGTERMs
+        it (it leaves the job after its step) and waits for it."""
+        t = time.time()
+        w = self.workers.get(rank)
+        if w is None or w.poll() is not None:
+            self.start_worker(rank)
+            kind = "worker_join"
+        else:
+            w.send_signal(signal.SIGTERM)
+            try:
+                w.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                raise JobFailed(f"worker {rank} did not leave within 60 s "
+                                "of its SIGTERM")
+            kind = "worker_leave"
+        self.faults.append({"t": t, "kind": kind, "rank": rank,
+                            "end": time.time()})
 
     def worker_kill(self, rank):
         t = time.time()

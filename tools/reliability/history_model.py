@@ -18,7 +18,9 @@ pattern makes a count of applications, or in bsp a share 1/n):
 - bsp: every push of a step on one slice (one table's shard) got the same
   share 1/n, n the ranks in the step (a rank without a gradient counts as
   zero); n is the job's ranks unless the step was left by a dead or
-  finished rank (a worker fault's window, a rank that left). A short step
+  finished rank (a worker fault's window, a rank that left); in an
+  elastic job, the ranks that completed the step (their pull after it),
+  as they join and leave. A short step
   right after its shard restarted or its group promoted a backup, with
   nobody dead, is `restart_quorum`.
 """
@@ -76,7 +78,12 @@ class History:
         for (rank, gen), events in sorted(journals.items()):
             for ev in events:
                 self._take(ev, rank, gen)
-        self.g = hw.grad_value(cfg["mode"])
+        self.g = hw.grad_value(cfg["mode"], cfg.get("elastic", False))
+        # bsp: the ranks that completed each step (pulled after it): an
+        # elastic job's members of that step.
+        self.step_ranks = collections.defaultdict(set)
+        for rank, clock, _, _ in self.pulls:
+            self.step_ranks[clock].add(rank)
         self.place = hw.placement(cfg["shards"])
         self.t0 = cfg["t0"]
 
@@ -280,13 +287,22 @@ class Checker:
             self.add(kind_twice, where, p, f"at most once", f"{got} "
                      f"(applied {int(a)} times)", shard)
 
+    def expected_ranks(self, step):
+        """bsp: the ranks a step is the mean over (elastic: its members;
+        0 where no rank's pull after it was journaled)."""
+        h = self.h
+        if h.cfg.get("elastic"):
+            return len(h.step_ranks.get(step, ()))
+        return h.cfg["workers"]
+
     def judge_bsp(self, obs):
         h = self.h
         groups = collections.defaultdict(list)
         for o in obs:
             groups[(o[0].step, o[1])].append(o)
-        workers = h.cfg["workers"]
+        most = len(hw.ALL_RANKS) if h.cfg.get("elastic") else h.cfg["workers"]
         for (step, unit), items in sorted(groups.items(), key=str):
+            workers = self.expected_ranks(step)
             pushes = [o[0] for o in items]
             lo = min(p.sent for p in pushes)
             hi = max(p.answered or p.sent for p in pushes)
@@ -295,7 +311,7 @@ class Checker:
             n_seen = None
             for p, _, _, a, where, init, got in items:
                 if a != 0 and (a <= 0 or abs(1 / a - round(1 / a)) > 1e-9
-                               or round(1 / a) > workers):
+                               or round(1 / a) > most):
                     self.add("bad_value", where, p, "a share 1/n of the "
                              "gradient", f"{got} (share {a})", shard)
             if len(shares) > 1:
@@ -315,10 +331,10 @@ class Checker:
                          f"share 1/{n_seen} ({len(pushes)} pushes)", shard)
             for p, _, _, a, where, init, got in items:
                 self.judge_bsp_zero(p, a, where, init, got, shard, short_ok,
-                                    change, n_seen)
+                                    change, n_seen, max(workers, 1))
 
     def judge_bsp_zero(self, p, a, where, init, got, shard, short_ok, change,
-                       n_seen):
+                       n_seen, workers):
         h = self.h
         if a != 0 or p.outcome != "acked" or h.may_lose(p, shard):
             return
@@ -326,7 +342,7 @@ class Checker:
         if (p.dropped or silent) and short_ok or h.redone(p):
             return
         if change and (p.dropped or silent or n_seen is None or
-                       n_seen < h.cfg["workers"]):
+                       n_seen < workers):
             # Dropped as late from a step the restarted shard completed
             # with the ranks it had heard since (or answered as applied).
             kind = "restart_quorum"
@@ -335,7 +351,7 @@ class Checker:
         else:
             kind = "dropped_push" if p.dropped else "lost_ack"
         self.add(kind, where, p, f"a share of the step (1/"
-                 f"{h.cfg['workers']}: {init - h.g / h.cfg['workers']})",
+                 f"{workers}: {init - h.g / workers})",
                  f"{got} (not applied)", shard)
 
     def phantoms(self):

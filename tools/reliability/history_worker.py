@@ -6,12 +6,14 @@ touches, with which gradient, so that the final weights say which pushes
 were applied and how often.
 
     history_worker.py --servers S --rank R --workers W --mode M --dir D
-                      --seed N [--rows] [--pace SECONDS]
+                      --seed N [--rows] [--pace SECONDS] [--slots N]
+                      [--elastic]
 
 The pattern. The model is TENSORS dense tensors of ELEMS float32 each, cut
 by the partitioner into slices of SLICE elements (common/partitioner.h; a
 copy of its rule is `placement`). Push number `slot` (unique in the job:
-rank R uses slots R*SLOTS .. R*SLOTS+SLOTS-1, a restarted process goes on
+rank R uses slots R*SLOTS .. R*SLOTS+SLOTS-1, or --slots instead of SLOTS
+for a job of more ranks (an elastic one's), a restarted process goes on
 after the last slot its rank journaled) sends, for each tensor it picks,
 GRAD at one element, `element(t, slot)`, and zero elsewhere; the elements
 of one push lie in different slices, on both shards. With --rows it also
@@ -23,7 +25,9 @@ of its one push.
 
 The journal. Every event is a JSON line in D/journal-R-G.jsonl (G: this
 process's generation for the rank), flushed before a push leaves and after
-its answer: a SIGKILL leaves a push "sent" with no outcome (unknown).
+its answer: a SIGKILL leaves a push "sent" with no outcome (unknown). A
+SIGTERM ends the worker after its step: it leaves the job (an elastic
+job's worker_leave).
 Events: start, send, ack (with the slices dropped), err (the exception's
 text), pull (bsp: the elements that changed since this process's previous
 pull, with the clock), end.
@@ -34,6 +38,7 @@ import glob
 import json
 import os
 import random
+import signal
 import sys
 import time
 
@@ -44,11 +49,15 @@ SLOTS = 2048  # Pushes per rank at most (ranks: 2).
 DIM = 2  # Embedding row width.
 TABLE = "emb"
 NAMES = [f"d{t}" for t in range(TENSORS)]
+ALL_RANKS = (0, 1, 2, 3)  # An elastic run's, ELEMS / 4 slots each.
 
 
-def grad_value(mode):
-    """bsp divides by the ranks in the step (1 or 2): 2 keeps it whole."""
-    return 2.0 if mode == "bsp" else 1.0
+def grad_value(mode, elastic=False):
+    """bsp divides by the ranks in the step (1 or 2): 2 keeps it whole; an
+    elastic job's steps have up to 4 ranks: 12."""
+    if mode != "bsp":
+        return 1.0
+    return 12.0 if elastic else 2.0
 
 
 def element(t, slot):
@@ -122,10 +131,10 @@ def choose(rng, mode, rows):
 class Journal:
     """This process's journal file; every line flushed at once."""
 
-    def __init__(self, directory, rank):
+    def __init__(self, directory, rank, slots=SLOTS):
         gens = glob.glob(os.path.join(directory, f"journal-{rank}-*.jsonl"))
         self.gen = len(gens)
-        self.next_slot = rank * SLOTS
+        self.next_slot = rank * slots
         for path in gens:
             for ev in read_journal(path):
                 if ev.get("slot") is not None:
@@ -162,6 +171,8 @@ def parse():
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--rows", action="store_true")
     p.add_argument("--pace", type=float, default=0.03)
+    p.add_argument("--slots", type=int, default=SLOTS)
+    p.add_argument("--elastic", action="store_true")
     return p.parse_args()
 
 
@@ -237,16 +248,19 @@ def pull_diff(client, np, journal, previous, bsp):
 
 
 def run(args):
-    journal = Journal(args.dir, args.rank)
+    journal = Journal(args.dir, args.rank, args.slots)
     rng = random.Random(args.seed * 1000 + args.rank * 100 + journal.gen)
+    leaving = []
+    signal.signal(signal.SIGTERM, lambda *_: leaving.append(True))
     client, np = connect(args, journal)
-    g = grad_value(args.mode)
+    g = grad_value(args.mode, args.elastic)
     stop = os.path.join(args.dir, "stop")
-    last = (args.rank + 1) * SLOTS
+    last = (args.rank + 1) * args.slots
     bsp = args.mode == "bsp"
     previous = pull_diff(client, np, journal, None, bsp)
     failures = 0
-    while journal.next_slot < last and not os.path.exists(stop):
+    while (journal.next_slot < last and not os.path.exists(stop) and
+           not leaving):
         slot = journal.next_slot
         journal.next_slot += 1
         step = client.clock + 1
@@ -271,7 +285,8 @@ def run(args):
             return 3
         time.sleep(args.pace)
     client.leave()
-    journal.write(ev="end", why="stop" if os.path.exists(stop) else "slots")
+    journal.write(ev="end", why="sigterm" if leaving else
+                  "stop" if os.path.exists(stop) else "slots")
     return 0
 
 
