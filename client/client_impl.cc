@@ -71,7 +71,28 @@ absl::Status Client::Impl::DeclareSpec(
     }
   }
   RETURN_IF_ERROR(ps_->SetWireDtypes(wire));
-  return Adopt();
+  RETURN_IF_ERROR(Adopt());
+  return AwaitJoinedStep();
+}
+
+absl::Status Client::Impl::AwaitJoinedStep() {
+  if (mode_ != Mode::kBsp || membership_ == nullptr ||
+      !membership_->elastic() || membership_->start_clock() == 0 ||
+      awaited_join_) {
+    return absl::OkStatus();
+  }
+  awaited_join_ = true;
+  std::vector<std::string> names;
+  std::vector<std::vector<float>> scratch;
+  for (const TensorSpec& t : tensors()) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    names.push_back(t.name);
+    scratch.emplace_back(static_cast<size_t>(n));
+  }
+  ASSIGN_OR_RETURN(const TensorSet set, Resolve(names));
+  std::vector<absl::Span<float>> out(scratch.begin(), scratch.end());
+  return Pull(set, out, CallOptions());
 }
 
 absl::Status Client::Impl::PullOptimizerState(

@@ -66,7 +66,8 @@ class Client::Impl {
 
   absl::Status Attach() {
     RETURN_IF_ERROR(ps_->FetchModel());
-    return Adopt();
+    RETURN_IF_ERROR(Adopt());
+    return AwaitJoinedStep();
   }
 
   // `names` resolved (see Client::Resolve).
@@ -183,6 +184,13 @@ class Client::Impl {
 
   // Takes the model PsClient adopted: names, and versions all unknown.
   absl::Status Adopt();
+  // A worker that joined an elastic bsp job at its front M sends step M + 1
+  // first, which a shard refuses before step M is applied there: once the
+  // model is known (Declare, Attach) it pulls every tensor once, held until
+  // that step is applied, so its first push may come before a pull of its
+  // own. Once; nothing elsewhere.
+  absl::Status AwaitJoinedStep();
+  bool awaited_join_ = false;  // The trainer's thread only.
 
   // The indices of `names`, which `buffers` buffers go with.
   absl::StatusOr<std::vector<int>> Indices(

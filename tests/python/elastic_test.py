@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -81,7 +82,6 @@ def test_bsp_each_step_is_the_mean_of_its_members_as_they_join_and_leave(
     members[0].push(g[0])
     members[0].end_step()
     joiner = client(servers, "bsp")
-    joiner.attach()
     assert joiner.rank == 2
     assert joiner.clock == 3  # Step 2 is clock 3: it sends clock 4 first.
     m = joiner.members()
@@ -89,6 +89,7 @@ def test_bsp_each_step_is_the_mean_of_its_members_as_they_join_and_leave(
     assert (m["index"], m["size"]) == (2, 3)
     members[1].push(g[1])
     members[1].end_step()
+    joiner.attach()  # Returns once step 2 is applied (AwaitJoinedStep).
     for n in want:
         want[n] = want[n] - (g[0][n] + g[1][n]) * (np.float32(1) /
                                                    np.float32(2))
@@ -112,6 +113,44 @@ def test_bsp_each_step_is_the_mean_of_its_members_as_they_join_and_leave(
     step({r: grads() for r in members})
     for c in members.values():
         c.leave()
+
+
+def test_bsp_a_joiner_may_push_before_it_pulls(shards):
+    """A joiner at front M sends step M + 1 first; attach() waits for step
+    M (a shard would refuse a push of M + 1 before M is applied). Rank 0
+    has pushed step M when rank 2 joins and pushes at once; rank 1 pushes
+    step M after that: M is the mean of 0 and 1, M + 1 of all three."""
+    servers = shards.start(2, "--mode=bsp", "--elastic")
+    init = {"w": np.zeros(8, np.float32)}
+    a, b = client(servers, "bsp", rank=0), client(servers, "bsp", rank=1)
+    a.declare(init, optimizer="sgd", lr=1.0)
+    b.attach()
+    a.push({"w": np.full(8, 2.0, np.float32)})
+    a.end_step()
+    result = {}
+
+    def join():
+        c = client(servers, "bsp")
+        c.attach()  # Held until step 1 is applied.
+        c.push({"w": np.full(8, 9.0, np.float32)})
+        c.end_step()
+        result["c"] = c
+
+    t = threading.Thread(target=join)
+    t.start()
+    wait_for(lambda: len(a.members()["live_ranks"]) == 3)
+    b.push({"w": np.full(8, 4.0, np.float32)})
+    b.end_step()
+    t.join(timeout=60)
+    assert "c" in result, "the joiner did not get in"
+    c = result["c"]
+    np.testing.assert_array_equal(a.pull()["w"], np.full(8, -3.0))
+    for x in (a, b):
+        x.push({"w": np.full(8, 3.0, np.float32)})
+        x.end_step()
+    for x in (a, b, c):
+        np.testing.assert_array_equal(x.pull()["w"], np.full(8, -8.0))
+        x.leave()
 
 
 def test_ssp_a_joiner_starts_at_the_slowest_and_holds_no_one(shards):
