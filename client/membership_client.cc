@@ -48,10 +48,11 @@ absl::StatusOr<std::unique_ptr<MembershipClient>> MembershipClient::Join(
     {
       absl::MutexLock lock(&m->mu_);
       m->incarnations_[s] = r.incarnation();
-      if (s == 0)
+      if (s == 0) {
         m->live_ranks_.assign(r.live_ranks().begin(), r.live_ranks().end());
+        m->elastic_ = r.elastic();
+      }
     }
-    if (s == 0) m->elastic_ = r.elastic();
     resumes[s] = r.resume_clock();
     m->start_clock_ = std::max(m->start_clock_, r.resume_clock());
   }
