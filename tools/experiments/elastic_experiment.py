@@ -79,6 +79,7 @@ def run(args, seed, elastic, fixed_seconds=None):
     from asyncps.cluster import Shards
     name = f"{'elastic' if elastic else 'fixed'}-{seed}"
     logs = [os.path.join(args.out, f"{name}-{k}.log") for k in "ab"]
+    os.makedirs(os.path.join(args.out, name), exist_ok=True)
     shards = Shards(os.path.join(args.bin, "server", "ps_server"),
                     mode=args.mode, log_dir=os.path.join(args.out, name))
     procs = []
