@@ -230,6 +230,7 @@ absl::StatusOr<v1::DeclareModelResponse> Consistency::Declare(
       store_->num_slices() > 0) {
     absl::MutexLock lock(&restore_mu_);
     awaiting_ = true;
+    awaiting_initial_ = request.weights_follow();
     awaiting_fast_ = true;
     await_until_ = clock_->Now() + config_.restore_wait;
     restored_slices_ = 0;
@@ -288,10 +289,16 @@ absl::Status Consistency::Assign(const v1::AssignRequest& request) {
     for (const v1::SliceData& w : request.weights()) {
       newest = std::max(newest, w.version());
     }
-    LOG(WARNING) << "shard " << store_->shard()
-                 << " restored its lost model from rank " << request.rank()
-                 << "'s copy (slice versions up to " << newest
-                 << "): only the updates in flight at the crash are lost";
+    if (awaiting_initial_) {
+      LOG(INFO) << "shard " << store_->shard()
+                << " has the model's initial weights, from rank "
+                << request.rank();
+    } else {
+      LOG(WARNING) << "shard " << store_->shard()
+                   << " restored its lost model from rank " << request.rank()
+                   << "'s copy (slice versions up to " << newest
+                   << "): only the updates in flight at the crash are lost";
+    }
   }
   return absl::OkStatus();
 }

@@ -315,6 +315,9 @@ class Consistency {
   // Set while a lost model awaits a worker's copy: until when, and which
   // of its slices have come.
   bool awaiting_ ABSL_GUARDED_BY(restore_mu_) = false;
+  // What it awaits: a new model's initial weights (DeclareModelRequest.
+  // weights_follow), not a lost one's copy.
+  bool awaiting_initial_ ABSL_GUARDED_BY(restore_mu_) = false;
   absl::Time await_until_ ABSL_GUARDED_BY(restore_mu_);
   int64_t restored_slices_ ABSL_GUARDED_BY(restore_mu_) = 0;
 };
