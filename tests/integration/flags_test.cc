@@ -184,7 +184,7 @@ TEST(Flags, WorkerRefusesBadFlagsNamingThem) {
   };
   for (const Case& c : std::vector<Case>{{"--mode=eventual", "--mode=eventual"},
                                          {"--lr=-1", "learning_rate"},
-                                         {"--rank=2", "--rank=2"},
+                                         {"--rank=-2", "--rank=-2"},
                                          {"--eval_every=0", "--eval_every"}}) {
     auto p =
         Subprocess::Start({RunfilePath("worker/ps_worker"),
