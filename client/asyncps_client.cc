@@ -332,6 +332,13 @@ Members Client::members() const {
   m.live_ranks = joined->live_ranks();
   m.elastic = joined->elastic();
   if (!m.elastic) return m;
+  // The job's first workers split by the size it starts with until every
+  // one of them has registered (until then each sees only those before it).
+  const int start = joined->start_size();
+  if (start > 0 && m.index < start) {
+    m.size = start;
+    return m;
+  }
   const auto it =
       std::lower_bound(m.live_ranks.begin(), m.live_ranks.end(), m.index);
   if (it == m.live_ranks.end() || *it != m.index) {

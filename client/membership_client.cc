@@ -51,6 +51,7 @@ absl::StatusOr<std::unique_ptr<MembershipClient>> MembershipClient::Join(
       if (s == 0) {
         m->live_ranks_.assign(r.live_ranks().begin(), r.live_ranks().end());
         m->elastic_ = r.elastic();
+        m->start_size_.store(r.start_size());
       }
     }
     resumes[s] = r.resume_clock();
@@ -111,6 +112,7 @@ absl::Status MembershipClient::Heartbeat(int shard, bool leaving) {
     absl::MutexLock lock(&mu_);
     live_ranks_.assign(call.response.live_ranks().begin(),
                        call.response.live_ranks().end());
+    start_size_.store(call.response.start_size());
   }
   return Annotate(s, absl::StrCat("Heartbeat to shard ", shard));
 }

@@ -67,6 +67,9 @@ class MembershipClient {
     return live_ranks_;
   }
   bool elastic() const { return elastic_; }
+  // As shard 0 last said (RegisterResponse.start_size): the job's starting
+  // size while its first workers are still registering, else 0.
+  int start_size() const { return start_size_.load(); }
 
   // Stops heartbeating and says, with the final clock, that this worker is
   // leaving. Idempotent.
@@ -89,6 +92,7 @@ class MembershipClient {
   std::atomic<double> fastest_{0};
   std::atomic<int64_t> nonfinite_{0};
   bool elastic_ = false;
+  std::atomic<int> start_size_{0};
   mutable absl::Mutex mu_;
   std::vector<int64_t> incarnations_ ABSL_GUARDED_BY(mu_);
   std::vector<int> live_ranks_ ABSL_GUARDED_BY(mu_);

@@ -350,6 +350,7 @@ absl::Status Consistency::Heartbeat(const v1::HeartbeatRequest& request,
   RETURN_IF_ERROR(membership_->Heartbeat(request));
   response->set_fastest_steps_per_second(membership_->FastestStepsPerSecond());
   for (int r : membership_->LiveRanks()) response->add_live_ranks(r);
+  response->set_start_size(membership_->StartSize());
   if (request.leaving() && replication_ != nullptr) {
     replication_->MembershipChanged();
   }

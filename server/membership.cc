@@ -125,6 +125,7 @@ absl::StatusOr<v1::RegisterResponse> Membership::Register(
   response.set_attempt(++w.attempt);
   response.set_resume_clock(resume);
   response.set_elastic(elastic_);
+  response.set_start_size(StartSizeLocked());
   for (int r : LiveRanksLocked(now)) response.add_live_ranks(r);
   return response;
 }

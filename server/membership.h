@@ -105,6 +105,9 @@ class Membership {
   // job's workers split the data by their place among them.
   std::vector<int> LiveRanks() const;
   bool elastic() const { return elastic_; }
+  // While some rank below the job's starting size (Expected) has never
+  // registered: that size (RegisterResponse.start_size); 0 after.
+  int StartSize() const;
   int64_t MinLiveClock() const;
   // Ranks presumed in the job though not live here: a shard that (re)started
   // or was promoted to primary does not know who is there until heartbeats
@@ -196,6 +199,7 @@ class Membership {
   // The ranks live now, and how many of them send the step in progress.
   std::vector<int> LiveRanksLocked(absl::Time now) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  int StartSizeLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   Clock* const clock_;
   const absl::Duration worker_timeout_;

@@ -25,6 +25,18 @@ std::vector<int> Membership::LiveRanks() const {
   return LiveRanksLocked(now);
 }
 
+int Membership::StartSize() const {
+  absl::MutexLock lock(&mu_);
+  return StartSizeLocked();
+}
+
+int Membership::StartSizeLocked() const {
+  for (int rank = 0; rank < expected_; ++rank) {
+    if (workers_.find(rank) == workers_.end()) return expected_;
+  }
+  return 0;
+}
+
 std::vector<int> Membership::LiveRanksLocked(absl::Time now) const {
   std::vector<int> ranks;
   for (const auto& [rank, w] : workers_) {

@@ -117,7 +117,9 @@ struct Members {
   bool elastic = false;  // ps_server --elastic: the job's size changes.
   // The share of the data this worker trains on: `index` of `size`. In a
   // job of fixed size its rank of num_workers; in an elastic one its place
-  // among live_ranks and their number (docs/ELASTIC.md).
+  // among live_ranks and their number, or while the job's first workers
+  // are still registering its rank of the size the job started with
+  // (docs/ELASTIC.md).
   int index = 0;
   int size = 1;
 };

@@ -109,6 +109,8 @@ def batches(x, y, share, batch, epochs, seed):
     dataset = torch.utils.data.TensorDataset(x, y)
     for epoch in range(epochs):
         index, size = share["now"]()
+        if share.get("elastic"):
+            print(f"epoch {epoch}: share {index} of {size}", flush=True)
         sampler = torch.utils.data.distributed.DistributedSampler(
             dataset, num_replicas=size, rank=index, shuffle=True,
             seed=seed, drop_last=True)
@@ -279,6 +281,7 @@ def train_asyncps(args, model, data, curve, tx, ty):
             m = client.members()
             return m["index"], m["size"]
         data.share["now"] = now
+        data.share["elastic"] = True
     opt = asyncps.torch.DistributedOptimizer(
         torch.optim.SGD(model.parameters(), lr=args.lr,
                         momentum=args.momentum),

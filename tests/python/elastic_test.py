@@ -180,6 +180,9 @@ def test_ssp_a_joiner_starts_at_the_slowest_and_holds_no_one(shards):
 def test_async_a_joiners_first_push_is_applied(shards):
     servers = shards.start(2, "--mode=async", "--elastic")
     a = client(servers, "async", rank=0)
+    # Alone so far, but the job starts with 2: half the data, not all.
+    m = a.members()
+    assert (m["live_ranks"], m["index"], m["size"]) == ([0], 0, 2), m
     a.declare({"w": np.zeros(8, np.float32)}, optimizer="sgd", lr=0.5)
     a.push({"w": np.ones(8, np.float32)})
     started = time.monotonic()

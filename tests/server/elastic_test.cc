@@ -45,8 +45,15 @@ TEST(ElasticMembership, AnyRankAndSizeJoinAndAreToldWhoIsLive) {
             absl::StatusCode::kInvalidArgument);
 
   Membership m = Elastic(&clock, Membership::Resume::kJobFront);
-  ASSERT_TRUE(m.Register(Join(0, 2)).ok());
-  ASSERT_TRUE(m.Register(Join(1, 2)).ok());
+  auto first = m.Register(Join(0, 2));
+  ASSERT_TRUE(first.ok());
+  // Rank 1 has not come yet: the job's first workers split by its start.
+  EXPECT_EQ(first->start_size(), 2);
+  EXPECT_EQ(m.StartSize(), 2);
+  auto second = m.Register(Join(1, 2));
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->start_size(), 0);
+  EXPECT_EQ(m.StartSize(), 0);
   auto third = m.Register(Join(-1, 2));
   ASSERT_TRUE(third.ok()) << third.status();
   EXPECT_EQ(third->rank(), 2);
