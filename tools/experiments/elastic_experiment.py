@@ -4,12 +4,14 @@ example (python/examples/fashion_cnn.py) trained by a job whose worker
 count goes 2 -> 4 -> 2 while it trains, against the same job at a fixed 2.
 
   tools/experiments/elastic_experiment.py [--mode async|bsp] [--epochs E]
-      [--seeds 1,2,3] [--add_at F] [--remove_at F] [--out DIR] [--bin DIR]
+      [--seeds 1,2,3] [--add_at STEPS] [--joiner_steps STEPS] [--out DIR]
+      [--bin DIR]
 
 Per seed: the fixed run (2 shards, 2 workers through asyncps.run, E
 epochs); then the elastic one (2 shards with --elastic, the same 2 workers,
-and a second launcher adding 2 workers at F=--add_at of the fixed run's
-wall time and SIGTERMed at --remove_at; they leave after their step). The
+and a second launcher adding 2 workers once rank 0 has done --add_at steps,
+SIGTERMed once both have trained --joiner_steps steps (psctl workers says);
+they leave after their step). The
 result is rank 0's test accuracy on the 10,000 test images (its model
 after its last pull), the samples every worker trained on (summed: the
 data the job saw, some examples twice, some not in the epochs the size
@@ -37,8 +39,8 @@ def parse(argv=None):
     p.add_argument("--mode", default="async", choices=["async", "ssp", "bsp"])
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--seeds", default="1,2,3")
-    p.add_argument("--add_at", type=float, default=0.25)
-    p.add_argument("--remove_at", type=float, default=0.6)
+    p.add_argument("--add_at", type=int, default=300)
+    p.add_argument("--joiner_steps", type=int, default=400)
     p.add_argument("--out", default="/tmp/elastic-experiment")
     p.add_argument("--bin", default=os.path.join(ROOT, "bazel-bin"))
     a = p.parse_args(argv)
@@ -46,10 +48,31 @@ def parse(argv=None):
         a.seed_list = [int(s) for s in a.seeds.split(",")]
     except ValueError:
         p.error(f"--seeds: a comma list of integers, not '{a.seeds}'")
-    if not 0 < a.add_at < a.remove_at < 1:
-        p.error("want 0 < --add_at < --remove_at < 1 (fractions of the "
-                "fixed run's time)")
+    if a.add_at < 1 or a.joiner_steps < 1:
+        p.error("--add_at and --joiner_steps are steps, at least 1")
     return a
+
+
+def clocks(args, servers):
+    """{rank: clock} on shard 0, as psctl workers prints them."""
+    out = subprocess.run(
+        [os.path.join(args.bin, "tools", "psctl"), f"--servers={servers}",
+         "workers"], capture_output=True, text=True).stdout
+    seen = {}
+    for line in out.splitlines()[1:]:
+        shard, rank, clock, live, _ = line.split(",")
+        if shard == "0" and live == "1":
+            seen[int(rank)] = int(clock)
+    return seen
+
+
+def wait_until(what, proc, poll=0.5):
+    """Polls `what()` until true; False if `proc` ended first."""
+    while not what():
+        if proc.poll() is not None:
+            return False
+        time.sleep(poll)
+    return True
 
 
 def launcher(args, servers, workers, epochs, seed, log, elastic):
@@ -74,7 +97,7 @@ def result(texts, seconds):
             "seconds": round(seconds, 1)}
 
 
-def run(args, seed, elastic, fixed_seconds=None):
+def run(args, seed, elastic):
     sys.path.insert(0, os.path.join(args.bin, "python"))
     from asyncps.cluster import Shards
     name = f"{'elastic' if elastic else 'fixed'}-{seed}"
@@ -90,11 +113,22 @@ def run(args, seed, elastic, fixed_seconds=None):
         with open(logs[0], "w") as a, open(logs[1], "w") as b:
             procs.append(launcher(args, servers, 2, args.epochs, seed, a,
                                   elastic))
-            if elastic:
-                time.sleep(args.add_at * fixed_seconds)
+            if elastic and wait_until(
+                    lambda: clocks(args, servers).get(0, 0) >= args.add_at,
+                    procs[0]):
                 procs.append(launcher(args, servers, 2, 1000, seed + 100, b,
                                       True))
-                time.sleep((args.remove_at - args.add_at) * fixed_seconds)
+                first = {}
+
+                def trained():
+                    now = clocks(args, servers)
+                    for r in (2, 3):
+                        if r in now:
+                            first.setdefault(r, now[r])
+                    return len(first) == 2 and all(
+                        now.get(r, 0) - first[r] >= args.joiner_steps
+                        for r in first)
+                wait_until(trained, procs[0])
                 procs[1].send_signal(signal.SIGTERM)
                 procs[1].wait(timeout=120)
             if procs[0].wait() != 0:
@@ -117,13 +151,12 @@ def main(argv=None):
     for seed in args.seed_list:
         fixed = run(args, seed, elastic=False)
         print(f"seed {seed} fixed 2: {fixed}", flush=True)
-        elastic = run(args, seed, elastic=True,
-                      fixed_seconds=fixed["seconds"])
+        elastic = run(args, seed, elastic=True)
         print(f"seed {seed} elastic 2-4-2: {elastic}", flush=True)
         rows.append({"seed": seed, "fixed": fixed, "elastic": elastic})
     with open(os.path.join(args.out, "result.json"), "w") as f:
         json.dump({"mode": args.mode, "epochs": args.epochs,
-                   "add_at": args.add_at, "remove_at": args.remove_at,
+                   "add_at": args.add_at, "joiner_steps": args.joiner_steps,
                    "runs": rows}, f, indent=1)
     print("\n| seed | fixed 2: accuracy, samples, s | 2 -> 4 -> 2: "
           "accuracy, samples, s |\n| --- | --- | --- |")
