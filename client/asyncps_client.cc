@@ -11,6 +11,7 @@
 #include "client/client_impl.h"
 #include "common/cluster_spec.h"
 #include "common/optimizer.h"
+#include "common/partitioner.h"  // kMaxRank
 #include "common/security.h"
 #include "common/status.h"
 #include "common/wire_dtype.h"
@@ -124,9 +125,10 @@ absl::StatusOr<std::unique_ptr<Client::Impl>> ConnectImpl(
   }
   // A rank at or past num_workers is the servers' to refuse (an elastic
   // job takes one).
-  if (options.rank < -1 || options.rank >= (1 << 16)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", options.rank, " is outside [-1, 65536) (-1: assigned)"));
+  if (options.rank < -1 || options.rank >= kMaxRank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", options.rank, " is outside [-1, ", kMaxRank,
+                     ") (-1: assigned)"));
   }
   if (options.slice_bytes < 4) {
     return absl::InvalidArgumentError(

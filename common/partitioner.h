@@ -34,6 +34,9 @@ inline constexpr uint64_t kMaxSlices = uint64_t{1} << 20;
 // The most shards a job may have (found by fuzzing: a spec claiming 5·10^8
 // shards made the partitioner allocate 4 GB of per-shard loads).
 inline constexpr uint32_t kMaxShards = 1 << 16;
+// Largest rank a worker may ask for, and largest job (server/membership.h
+// checks both; a client and ps_worker refuse a rank outside it themselves).
+inline constexpr int kMaxRank = 1 << 16;
 
 struct SliceInfo {
   int tensor = 0;      // Index into ModelSpec.tensors.

@@ -34,10 +34,9 @@ absl::StatusOr<int> Membership::RankFor(const v1::RegisterRequest& request,
          it = workers_.find(rank)) {
       ++rank;
     }
-    if (rank >= (elastic_ ? kMaxRank : request.num_workers())) {
+    if (rank >= RankLimit(request)) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "every rank of the job's ",
-          elastic_ ? kMaxRank : request.num_workers(),
+          "every rank of the job's ", RankLimit(request),
           " is live; a worker asking for one (rank -1) gets the first that "
           "is not (after --worker_timeout without heartbeats)"));
     }
@@ -52,7 +51,7 @@ absl::Status Membership::CheckRegister(
         absl::StrCat("num_workers ", request.num_workers(), " is outside [1, ",
                      kMaxRank, "]"));
   }
-  const int ranks = elastic_ ? kMaxRank : request.num_workers();
+  const int ranks = RankLimit(request);
   if (request.rank() < -1 || request.rank() >= ranks) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", request.rank(), " is outside [-1, ",
@@ -135,15 +134,9 @@ int64_t Membership::ResumeFor(const v1::RegisterRequest& request, int rank,
   // A replacement in async or ssp goes on from where its rank stopped; in
   // an elastic job not behind the slowest live worker, whom ssp would hold.
   if (resume_ == Resume::kOwnClock) {
-    int64_t resume = std::max(own, request.clock());
-    bool any = false;
-    int64_t slowest = 0;
-    for (const auto& [r, w] : workers_) {
-      if (r == rank || !Live(w, now)) continue;
-      slowest = any ? std::min(slowest, w.clock) : w.clock;
-      any = true;
-    }
-    return elastic_ && any ? std::max(resume, slowest) : resume;
+    const int64_t resume = std::max(own, request.clock());
+    if (!elastic_) return resume;
+    return std::max(resume, MinLiveClockLocked(now, rank).value_or(0));
   }
   // A worker joining an elastic job starts at the front and sends the next
   // step; one re-registering (a shard restarted) goes on where it says.

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,12 +16,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/partitioner.h"  // kMaxRank
 #include "proto/asyncps.pb.h"
 
 namespace asyncps {
-
-// Largest rank a worker may ask for, and largest job.
-inline constexpr int kMaxRank = 1 << 16;
 
 class Membership {
  public:
@@ -187,6 +186,11 @@ class Membership {
   // Register's checks of the request alone: INVALID_ARGUMENT for a bad
   // num_workers, rank or clock, FAILED_PRECONDITION against --num_workers.
   absl::Status CheckRegister(const v1::RegisterRequest& request) const;
+  // The ranks a registration may have: [0, num_workers), or in an elastic
+  // job [0, kMaxRank).
+  int RankLimit(const v1::RegisterRequest& request) const {
+    return elastic_ ? kMaxRank : request.num_workers();
+  }
   // The rank a registration gets: its own, or for -1 the lowest not live
   // (RESOURCE_EXHAUSTED if every one is).
   absl::StatusOr<int> RankFor(const v1::RegisterRequest& request,
@@ -196,8 +200,13 @@ class Membership {
   // `own`: the clock the rank had here (0 if new).
   int64_t ResumeFor(const v1::RegisterRequest& request, int rank, int64_t own,
                     absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // The ranks live now, and how many of them send the step in progress.
+  // The ranks live now, ascending.
   std::vector<int> LiveRanksLocked(absl::Time now) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The lowest clock among the live workers other than `except` (nullopt:
+  // none is live).
+  std::optional<int64_t> MinLiveClockLocked(absl::Time now,
+                                            int except = -1) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   int StartSizeLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 

@@ -115,12 +115,15 @@ void Membership::NoteJobFront(int64_t clock) {
 int64_t Membership::MinLiveClock() const {
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
-  bool any = false;
-  int64_t min = 0;
+  return MinLiveClockLocked(now).value_or(0);
+}
+
+std::optional<int64_t> Membership::MinLiveClockLocked(absl::Time now,
+                                                      int except) const {
+  std::optional<int64_t> min;
   for (const auto& [rank, w] : workers_) {
-    if (!Live(w, now)) continue;
-    min = any ? std::min(min, w.clock) : w.clock;
-    any = true;
+    if (rank == except || !Live(w, now)) continue;
+    min = std::min(min.value_or(w.clock), w.clock);
   }
   return min;
 }

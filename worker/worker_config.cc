@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/optimizer.h"
+#include "common/partitioner.h"  // kMaxRank
 #include "common/status.h"
 #include "common/wire_dtype.h"
 #include "worker/device.h"
@@ -43,12 +44,11 @@ absl::Status CheckCounts(const WorkerFlags& f) {
   }
   // A rank at or past --num_workers is the servers' to refuse (an elastic
   // job, ps_server --elastic, takes one).
-  if (f.num_workers < 1 || f.rank < -1 || f.rank >= (1 << 16)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--rank=", f.rank,
-                     " must be in [0, 65536), or -1 (the servers "
-                     "assign one); --num_workers=",
-                     f.num_workers, " must be >= 1"));
+  if (f.num_workers < 1 || f.rank < -1 || f.rank >= kMaxRank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rank=", f.rank, " must be in [0, ", kMaxRank,
+        "), or -1 (the servers assign one); --num_workers=", f.num_workers,
+        " must be >= 1"));
   }
   if (f.batch_size < 1 || f.batch_size > 65536) {
     return absl::InvalidArgumentError("--batch_size must be in [1, 65536]");
