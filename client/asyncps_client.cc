@@ -341,14 +341,11 @@ Members Client::members() const {
     m.size = start;
     return m;
   }
-  const auto it =
-      std::lower_bound(m.live_ranks.begin(), m.live_ranks.end(), m.index);
+  auto it = std::lower_bound(m.live_ranks.begin(), m.live_ranks.end(), m.index);
   if (it == m.live_ranks.end() || *it != m.index) {
-    m.live_ranks.insert(it, m.index);  // Shard 0's view lags its join.
+    it = m.live_ranks.insert(it, m.index);  // Shard 0's view lags its join.
   }
-  m.index = static_cast<int>(
-      std::lower_bound(m.live_ranks.begin(), m.live_ranks.end(), m.index) -
-      m.live_ranks.begin());
+  m.index = static_cast<int>(it - m.live_ranks.begin());
   m.size = static_cast<int>(m.live_ranks.size());
   return m;
 }

@@ -4,6 +4,7 @@
 // bsp implicit step in client_step.cc, recovery in client_recovery.cc.
 #include "client/client_impl.h"
 
+#include <numeric>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -82,17 +83,14 @@ absl::Status Client::Impl::AwaitJoinedStep() {
     return absl::OkStatus();
   }
   awaited_join_ = true;
-  std::vector<std::string> names;
-  std::vector<std::vector<float>> scratch;
-  for (const TensorSpec& t : tensors()) {
-    int64_t n = 1;
-    for (int64_t d : t.shape) n *= d;
-    names.push_back(t.name);
-    scratch.emplace_back(static_cast<size_t>(n));
-  }
-  ASSIGN_OR_RETURN(const TensorSet set, Resolve(names));
-  std::vector<absl::Span<float>> out(scratch.begin(), scratch.end());
-  return Pull(set, out, CallOptions());
+  std::vector<int> all(NumTensors());
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<std::vector<float>> weights;
+  for (int t : all) weights.emplace_back(ps_->partition().tensor_elements(t));
+  std::vector<SliceVersion> versions = Versions();
+  RETURN_IF_ERROR(ps_->Pull(all, &weights, &versions, rank(), clock()));
+  KeepVersions(all, versions);
+  return absl::OkStatus();
 }
 
 absl::Status Client::Impl::PullOptimizerState(

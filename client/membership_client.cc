@@ -48,11 +48,10 @@ absl::StatusOr<std::unique_ptr<MembershipClient>> MembershipClient::Join(
     {
       absl::MutexLock lock(&m->mu_);
       m->incarnations_[s] = r.incarnation();
-      if (s == 0) {
-        m->live_ranks_.assign(r.live_ranks().begin(), r.live_ranks().end());
-        m->elastic_ = r.elastic();
-        m->start_size_.store(r.start_size());
-      }
+    }
+    if (s == 0) {
+      m->NoteMembers(r);
+      m->elastic_ = r.elastic();
     }
     resumes[s] = r.resume_clock();
     m->start_clock_ = std::max(m->start_clock_, r.resume_clock());
@@ -108,12 +107,7 @@ absl::Status MembershipClient::Heartbeat(int shard, bool leaving) {
   if (s.ok() && call.response.fastest_steps_per_second() > 0) {
     fastest_.store(call.response.fastest_steps_per_second());
   }
-  if (s.ok() && shard == 0 && !leaving) {
-    absl::MutexLock lock(&mu_);
-    live_ranks_.assign(call.response.live_ranks().begin(),
-                       call.response.live_ranks().end());
-    start_size_.store(call.response.start_size());
-  }
+  if (s.ok() && shard == 0 && !leaving) NoteMembers(call.response);
   return Annotate(s, absl::StrCat("Heartbeat to shard ", shard));
 }
 

@@ -79,6 +79,14 @@ class MembershipClient {
   MembershipClient(ShardCaller* client, v1::RegisterRequest join,
                    absl::Duration heartbeat_every);
   absl::Status Heartbeat(int shard, bool leaving);
+  // Keeps what shard 0 answered (a RegisterResponse or HeartbeatResponse)
+  // of who is live and the job's start size.
+  template <typename Response>
+  void NoteMembers(const Response& r) {
+    absl::MutexLock lock(&mu_);
+    live_ranks_.assign(r.live_ranks().begin(), r.live_ranks().end());
+    start_size_.store(r.start_size());
+  }
   // The join request again, saying where this worker is now: its clock may
   // be ahead of its last heartbeat (a restarted shard).
   v1::RegisterRequest Again() const;
