@@ -25,21 +25,24 @@ void DataLoader::Split(int rank, int num_workers) {
 
 void DataLoader::FollowMembership(ShareFn share) {
   share_ = std::move(share);
-  if (next_ == 0) {
-    --epoch_;  // Not a new epoch: this one's share, again.
-    NextEpoch();
+  if (next_ == 0) {  // At an epoch's start: its share, now.
+    Reshare();
+    Shuffle();
   }
 }
 
 void DataLoader::NextEpoch() {
   ++epoch_;
-  if (share_) {
-    const auto [index, size] = share_();
-    if (size >= 1 && index >= 0 && index < size && index < data_->size) {
-      Split(index, size);
-    }
-  }
+  Reshare();
   Shuffle();
+}
+
+void DataLoader::Reshare() {
+  if (!share_) return;
+  const auto [index, size] = share_();
+  if (size >= 1 && index >= 0 && index < size && index < data_->size) {
+    Split(index, size);
+  }
 }
 
 void DataLoader::Shuffle() {

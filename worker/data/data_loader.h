@@ -56,6 +56,8 @@ class DataLoader {
   void Shuffle();
   // A new epoch: its share (FollowMembership), then its order.
   void NextEpoch();
+  // The share FollowMembership's function says now (none: unchanged).
+  void Reshare();
   void Split(int rank, int num_workers);
 
   const Dataset* const data_;
