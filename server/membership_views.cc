@@ -141,11 +141,7 @@ bool Membership::AllFinished() const {
     if (it == workers_.end() || !it->second.left) return false;
   }
   // An elastic job is not done while a worker that joined still trains.
-  const absl::Time now = clock_->Now();
-  for (const auto& [rank, w] : workers_) {
-    if (elastic_ && Live(w, now)) return false;
-  }
-  return true;
+  return !elastic_ || LiveRanksLocked(clock_->Now()).empty();
 }
 
 int Membership::Registered() const {
