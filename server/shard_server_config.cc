@@ -40,16 +40,11 @@ absl::Status CheckGroup(const ShardServerConfig& c) {
   return absl::OkStatus();
 }
 
-// The job's workers: --num_workers, and --elastic with the mode.
+// The job's workers: --num_workers.
 absl::Status CheckWorkers(const ShardServerConfig& c) {
   if (c.num_workers < 0 || c.num_workers > kMaxRank) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--num_workers=", c.num_workers, " is outside [0, ", kMaxRank, "]"));
-  }
-  if (c.elastic && c.consistency.mode == Mode::kAllreduce) {
-    return absl::InvalidArgumentError(
-        "--elastic with --mode=allreduce is not built yet (a ring that "
-        "re-forms at a new size; docs/ELASTIC.md)");
   }
   return absl::OkStatus();
 }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/admin_client.h"
+#include "common/status_macros.h"
 #include "common/wire_dtype.h"
 #include "glog/logging.h"
 
@@ -55,7 +56,21 @@ AllreduceExchange::AllreduceExchange(
       config_(std::move(config)),
       ring_(&store_, CollectiveFor(config_), config_.clock),
       layer_tensors_(std::move(layer_tensors)),
-      all_tensors_(AllTensors(layer_tensors_)) {}
+      all_tensors_(AllTensors(layer_tensors_)) {
+  if (config_.elastic) {
+    elastic_ = std::make_unique<ElasticRing>(&store_, CollectiveFor(config_),
+                                             config_.live, config_.clock);
+  }
+}
+
+int AllreduceExchange::RingSize() const {
+  return elastic_ != nullptr ? static_cast<int>(elastic_->members().size())
+                             : config_.num_workers;
+}
+
+int AllreduceExchange::RingIndex() const {
+  return elastic_ != nullptr ? elastic_->index() : config_.rank;
+}
 
 absl::Status AllreduceExchange::Start(std::vector<std::vector<float>>* weights,
                                       int64_t clock) {
@@ -96,23 +111,24 @@ absl::Status AllreduceExchange::Start(std::vector<std::vector<float>>* weights,
 
 absl::Status AllreduceExchange::FormRing(int64_t clock, absl::Time deadline) {
   while (true) {
-    auto joined = ring_.Join(deadline);
+    auto joined =
+        elastic_ != nullptr ? elastic_->Join(deadline) : ring_.Join(deadline);
     if (!joined.ok()) return joined.status();
     collective_ = *std::move(joined);
     absl::Status s = Sync(clock);
     if (s.ok()) return s;
     LOG(WARNING) << "rank " << config_.rank << ": ring generation "
-                 << ring_.generation() << " broke as it formed: " << s;
+                 << Generation() << " broke as it formed: " << s;
     collective_.reset();
-    ring_.Broke();
+    ring_.Broke();  // Elastic: the next Join re-forms the ring anyway.
     if (config_.clock->Now() >= deadline) return s;
   }
 }
 
 absl::Status AllreduceExchange::Sync(int64_t clock) {
-  const int n = config_.num_workers;
+  const int n = RingSize();
   std::vector<float> said(kSaid * n, 0.0f);
-  float* mine = &said[kSaid * config_.rank];
+  float* mine = &said[kSaid * RingIndex()];
   mine[0] = trained_ ? 1.0f : 0.0f;
   Put(clock, &mine[1]);
   Put(slots_.empty() ? 0 : slots_[0].steps(), &mine[3]);
@@ -140,7 +156,9 @@ absl::Status AllreduceExchange::Sync(int64_t clock) {
     got.push_back(slots_[t].slot1());
     got.push_back(slots_[t].slot2());
     for (size_t k = got.size() - 3; k < got.size(); ++k) {
-      if (config_.rank != source) std::fill(got[k].begin(), got[k].end(), 0.0f);
+      if (RingIndex() != source) {
+        std::fill(got[k].begin(), got[k].end(), 0.0f);
+      }
       absl::Status s =
           collective_->AllreduceSum(&got[k], static_cast<uint32_t>(t));
       if (!s.ok()) return s;
@@ -152,9 +170,10 @@ absl::Status AllreduceExchange::Sync(int64_t clock) {
                       Get(&from[3]));
   }
   resumed_clock_ = Get(&from[1]);
-  if (source != config_.rank || resumed_clock_ != clock) {
-    LOG(INFO) << "rank " << config_.rank << ": ring generation "
-              << ring_.generation() << " goes on from rank " << source
+  if (source != RingIndex() || resumed_clock_ != clock) {
+    LOG(INFO) << "rank " << config_.rank << ": ring generation " << Generation()
+              << " goes on from rank "
+              << (elastic_ != nullptr ? elastic_->members()[source] : source)
               << "'s step " << resumed_clock_ << " (this rank was at " << clock
               << ")";
   }
@@ -165,7 +184,7 @@ absl::Status AllreduceExchange::Sync(int64_t clock) {
 void AllreduceExchange::LayerReady(int layer,
                                    const std::vector<std::vector<float>>& grads,
                                    int64_t clock) {
-  if (config_.num_workers == 1) {
+  if (RingSize() == 1) {
     // Nothing to reduce: FinishStep applies the model's own gradients.
     alone_grads_ = &grads;
     return;
@@ -211,8 +230,13 @@ absl::Status AllreduceExchange::FinishStep(
       }
     }
   }
+  bool change = false, leave = false;
+  if (elastic_ != nullptr) {
+    s = Vote(clock, &change, &leave);
+    if (!s.ok()) return Reform(clock, s, stats);
+  }
   // The same arithmetic as a bsp server: sum, times 1/n, then the optimizer.
-  const float inv = 1.0f / static_cast<float>(config_.num_workers);
+  const float inv = 1.0f / static_cast<float>(RingSize());
   const v1::OptimizerSpec& opt = client_->spec().optimizer();
   for (size_t t = 0; t < sums_.size(); ++t) {
     if (alone_grads_ != nullptr) {
@@ -223,15 +247,57 @@ absl::Status AllreduceExchange::FinishStep(
     for (float& g : sums_[t]) g *= inv;
     slots_[t].Apply(opt, 1.0f, sums_[t], absl::MakeSpan((*weights)[t]));
   }
+  alone_grads_ = nullptr;
   if (stats != nullptr) *stats = StepStats();
   if (config_.assign_every > 0 && clock % config_.assign_every == 0) {
-    return Flush(clock);
+    RETURN_IF_ERROR(Flush(clock));
+  }
+  if (!change || leave) return absl::OkStatus();
+  // The step is applied everywhere; the ring changes before the next.
+  collective_.reset();
+  s = FormRing(clock, config_.clock->Now() + config_.timeout);
+  if (!s.ok()) {
+    return Explain(absl::StrCat("re-forming the ring after step ", clock, ": ",
+                                s.message()),
+                   clock);
+  }
+  LOG(INFO) << "rank " << config_.rank << ": the ring re-formed after step "
+            << clock << " (generation " << Generation() << ", " << RingSize()
+            << " ranks)";
+  if (stats != nullptr) stats->next_clock = resumed_clock_;
+  return absl::OkStatus();
+}
+
+absl::Status AllreduceExchange::Vote(int64_t clock, bool* change, bool* leave) {
+  std::vector<float> votes(RingSize(), 0.0f);
+  const bool leaving = config_.leaving != nullptr && config_.leaving->load();
+  votes[RingIndex()] = leaving                       ? 2.0f
+                       : elastic_->OutsiderWaiting() ? 1.0f
+                                                     : 0.0f;
+  if (RingSize() > 1) {
+    const uint32_t tag = static_cast<uint32_t>(weights_->size() + 1);
+    RETURN_IF_ERROR(collective_->AllreduceSum(&votes, tag));
+  }
+  *leave = leaving;
+  *change = std::any_of(votes.begin(), votes.end(),
+                        [](float v) { return v != 0.0f; });
+  if (*change) {
+    std::vector<int> leavers;
+    for (size_t i = 0; i < votes.size(); ++i) {
+      if (votes[i] == 2.0f) leavers.push_back(elastic_->members()[i]);
+    }
+    LOG(INFO) << "rank " << config_.rank << ": step " << clock
+              << "'s vote changes the ring"
+              << (leavers.empty()
+                      ? std::string(" (a rank waits to join)")
+                      : absl::StrCat(" (rank ", absl::StrJoin(leavers, ", "),
+                                     " leaves)"));
   }
   return absl::OkStatus();
 }
 
 absl::Status AllreduceExchange::Flush(int64_t clock) {
-  if (config_.rank != 0 || weights_ == nullptr) return absl::OkStatus();
+  if (RingIndex() != 0 || weights_ == nullptr) return absl::OkStatus();
   absl::Status s =
       client_->Assign(all_tensors_, *weights_, clock, config_.rank);
   if (s.code() != absl::StatusCode::kFailedPrecondition) return s;
@@ -250,11 +316,12 @@ absl::Status AllreduceExchange::Reform(int64_t clock,
                                        StepStats* stats) {
   const std::string what =
       absl::StrCat("all-reduce of step ", clock, ": ", failure.message());
-  if (!config_.reform || config_.num_workers == 1) return Explain(what, clock);
+  if (!config_.reform || RingSize() == 1) return Explain(what, clock);
   LOG(WARNING) << "rank " << config_.rank << ": " << what
                << "; re-forming the ring, waiting up to "
                << absl::FormatDuration(config_.timeout)
-               << " for a replacement of the dead rank";
+               << (elastic_ != nullptr ? " for the live ranks"
+                                       : " for a replacement of the dead rank");
   // The servers' copy is what the evaluator scores and a shard restored
   // from: bring it up to date before the wait.
   if (absl::Status flushed = Flush(clock - 1); !flushed.ok()) {
@@ -269,7 +336,8 @@ absl::Status AllreduceExchange::Reform(int64_t clock,
                    clock);
   }
   LOG(WARNING) << "rank " << config_.rank << ": the ring re-formed (generation "
-               << ring_.generation() << ") at step " << resumed_clock_;
+               << Generation() << ", " << RingSize() << " ranks) at step "
+               << resumed_clock_;
   if (stats != nullptr) {
     *stats = StepStats();
     stats->next_clock = resumed_clock_;
@@ -287,8 +355,12 @@ absl::Status AllreduceExchange::Explain(const std::string& what,
     auto stats = AdminClient(client_->caller()).Stats(0);
     if (!stats.ok()) break;
     for (const auto& w : stats->workers()) {
-      if (!w.live() && w.rank() != config_.rank &&
-          w.rank() < config_.num_workers) {
+      const bool in_ring =
+          elastic_ != nullptr
+              ? std::count(elastic_->members().begin(),
+                           elastic_->members().end(), w.rank()) > 0
+              : w.rank() < config_.num_workers;
+      if (!w.live() && w.rank() != config_.rank && in_ring) {
         dead.push_back(w.rank());
       }
     }

@@ -15,10 +15,16 @@
 // and optimizer state. So a replacement that started with a stale clock (the
 // shards that would tell it the job's may have restarted) goes on at the
 // survivors' step with their model. No ring within the timeout: each rank
-// exits naming the dead ones. Used by one trainer thread.
+// exits naming the dead ones. In an elastic job (ps_server --elastic) the
+// ring instead re-forms with the ranks that are live (ElasticRing): after a
+// failure, and after any step whose vote asks for it (a rank leaves, one
+// waits outside), so the ring grows and shrinks like Horovod elastic's.
+// Used by one trainer thread.
 #ifndef ASYNCPS_WORKER_ALLREDUCE_EXCHANGE_H_
 #define ASYNCPS_WORKER_ALLREDUCE_EXCHANGE_H_
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +35,7 @@
 #include "common/clock.h"
 #include "common/optimizer.h"
 #include "worker/collective.h"
+#include "worker/elastic_ring.h"
 #include "worker/exchange.h"
 #include "worker/ring_rendezvous.h"
 #include "worker/task_queue.h"
@@ -52,6 +59,14 @@ struct AllreduceConfig {
   // Whether a failed all-reduce re-forms the ring (ps_worker); false: it
   // ends the worker.
   bool reform = false;
+  // ps_server --elastic: rings of any size and ranks (ElasticRing). Each
+  // step ends with a vote, one float per member: 2 if it leaves after the
+  // step (`leaving` is set), 1 if a rank outside the ring waits to join
+  // (`live`: the ranks shard 0 counts live), else 0; any but 0 re-forms
+  // the ring after the step. A mean divides by the ring's size.
+  bool elastic = false;
+  ElasticRing::LiveFn live;
+  const std::atomic<bool>* leaving = nullptr;  // Borrowed.
   Clock* clock = Clock::Real();  // Borrowed; the deadlines' clock.
 };
 
@@ -80,14 +95,26 @@ class AllreduceExchange final : public GradientExchange {
   absl::Status Flush(int64_t clock);
 
   // After the all-reduce of step `clock` failed with `failure`: re-forms the
-  // ring with a replacement of the dead peer and sets stats->next_clock to
-  // where the job resumes, or returns the failure explained.
+  // ring with a replacement of the dead peer (elastic: with the live ranks)
+  // and sets stats->next_clock to where the job resumes, or returns the
+  // failure explained.
   absl::Status Reform(int64_t clock, const absl::Status& failure,
                       StepStats* stats);
 
   // Joins a ring (again after each failure, until `deadline`) and takes up
   // its state (Sync); `clock` is the steps this worker has completed.
   absl::Status FormRing(int64_t clock, absl::Time deadline);
+
+  // Elastic: step `clock`'s vote (AllreduceConfig::elastic). Sets *change
+  // when the ring re-forms after the step, *leave when this rank leaves.
+  absl::Status Vote(int64_t clock, bool* change, bool* leave);
+
+  // The ring this worker is in: its size and this worker's place.
+  int RingSize() const;
+  int RingIndex() const;
+  int64_t Generation() const {
+    return elastic_ != nullptr ? elastic_->generation() : ring_.generation();
+  }
 
   // On a ring just joined: every rank says its clock and whether it holds
   // trained state; the rank with the most sends its step, weights and
@@ -103,6 +130,7 @@ class AllreduceExchange final : public GradientExchange {
   RendezvousClient store_;  // The collectives meet here (shard 0).
   const AllreduceConfig config_;
   RingRendezvous ring_;
+  std::unique_ptr<ElasticRing> elastic_;  // With config_.elastic.
   const std::vector<std::vector<int>> layer_tensors_;
   const std::vector<int> all_tensors_;  // Every tensor, ascending.
   std::unique_ptr<Collective> collective_;

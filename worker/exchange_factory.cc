@@ -10,7 +10,8 @@ namespace asyncps {
 
 std::unique_ptr<GradientExchange> MakeExchange(
     const WorkerConfig& config, const WorkerClient& worker, int cuda_device,
-    std::vector<std::vector<int>> layer_tensors) {
+    std::vector<std::vector<int>> layer_tensors,
+    const std::atomic<bool>* stop) {
   if (config.mode != Mode::kAllreduce) {
     auto exchange = std::make_unique<PsExchange>(
         worker.client.get(), layer_tensors, config.Exchange(),
@@ -45,6 +46,11 @@ std::unique_ptr<GradientExchange> MakeExchange(
   ar.reform = true;
   ar.collective = config.CollectiveKind(cuda_device);
   ar.f16 = config.compress.kind == Compression::kF16;
+  if (worker.membership != nullptr && worker.membership->elastic()) {
+    ar.elastic = true;
+    ar.live = [m = worker.membership] { return m->live_ranks(); };
+    ar.leaving = stop;
+  }
   return std::make_unique<AllreduceExchange>(worker.ps, ar,
                                              std::move(layer_tensors));
 }

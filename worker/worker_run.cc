@@ -247,7 +247,7 @@ absl::Status Train(const WorkerConfig& flags, const v1::ModelSpec& spec,
   }
   Mlp model(backend, config.layers, config.batch_size);
   std::unique_ptr<GradientExchange> exchange = MakeExchange(
-      config, worker, backend->cuda_device(), model.LayerTensors());
+      config, worker, backend->cuda_device(), model.LayerTensors(), stop);
   TrainerConfig tc = TrainerConfigFor(config, data, membership);
   tc.timeline = timeline;
   tc.on_step = HeartbeatProgress(membership, metrics, tc.clock);

@@ -5,45 +5,17 @@
 // rank that reads it.
 #include "worker/ring_rendezvous.h"
 
-#include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "tests/worker/memory_store.h"
 
 namespace asyncps {
 namespace {
-
-// The rendezvous store in memory. Thread-safe.
-class MemoryStore final : public RendezvousStore {
- public:
-  absl::Status StoreSet(const std::string& key,
-                        const std::string& value) override {
-    absl::MutexLock lock(&mu_);
-    values_[key] = value;
-    return absl::OkStatus();
-  }
-
-  absl::StatusOr<std::string> StoreGet(const std::string& key,
-                                       absl::Duration wait) override {
-    absl::MutexLock lock(&mu_);
-    auto set = [this, &key]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return values_.count(key) > 0;
-    };
-    if (!mu_.AwaitWithTimeout(absl::Condition(&set), wait)) {
-      return absl::DeadlineExceededError(key);
-    }
-    return values_[key];
-  }
-
- private:
-  absl::Mutex mu_;
-  std::map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
-};
 
 CollectiveConfig Ring(int rank) {
   CollectiveConfig c;
