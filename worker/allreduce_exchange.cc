@@ -68,6 +68,14 @@ int AllreduceExchange::RingSize() const {
                              : config_.num_workers;
 }
 
+std::string AllreduceExchange::RingSays() const {
+  if (elastic_ == nullptr) {
+    return absl::StrCat("generation ", ring_.generation());
+  }
+  return absl::StrCat("generation ", elastic_->generation(), ", ranks ",
+                      absl::StrJoin(elastic_->members(), ","));
+}
+
 int AllreduceExchange::RingIndex() const {
   return elastic_ != nullptr ? elastic_->index() : config_.rank;
 }
@@ -262,8 +270,7 @@ absl::Status AllreduceExchange::FinishStep(
                    clock);
   }
   LOG(INFO) << "rank " << config_.rank << ": the ring re-formed after step "
-            << clock << " (generation " << Generation() << ", " << RingSize()
-            << " ranks)";
+            << clock << " (" << RingSays() << ")";
   if (stats != nullptr) stats->next_clock = resumed_clock_;
   return absl::OkStatus();
 }
@@ -335,9 +342,8 @@ absl::Status AllreduceExchange::Reform(int64_t clock,
     return Explain(absl::StrCat(what, "; re-forming the ring: ", s.message()),
                    clock);
   }
-  LOG(WARNING) << "rank " << config_.rank << ": the ring re-formed (generation "
-               << Generation() << ", " << RingSize() << " ranks) at step "
-               << resumed_clock_;
+  LOG(WARNING) << "rank " << config_.rank << ": the ring re-formed ("
+               << RingSays() << ") at step " << resumed_clock_;
   if (stats != nullptr) {
     *stats = StepStats();
     stats->next_clock = resumed_clock_;

@@ -112,6 +112,8 @@ class AllreduceExchange final : public GradientExchange {
   // The ring this worker is in: its size and this worker's place.
   int RingSize() const;
   int RingIndex() const;
+  // "generation 3", and elastic ", ranks 0,2" (the log's words).
+  std::string RingSays() const;
   int64_t Generation() const {
     return elastic_ != nullptr ? elastic_->generation() : ring_.generation();
   }

@@ -3,10 +3,12 @@ ps_server processes: workers join and leave while the job trains, in bsp
 (each step exactly the mean of its members: a joiner counts from the next
 step, a leaver not after it), ssp (a joiner holds no one back) and async
 (a joiner's first push is applied); and ps_worker processes joining,
-SIGTERMed and SIGKILLed in each mode, the rest finishing."""
+SIGTERMed and SIGKILLed in each mode, allreduce included, the rest
+finishing."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -200,12 +202,12 @@ def test_async_a_joiners_first_push_is_applied(shards):
 PSCTL = os.environ.get("ASYNCPS_PSCTL", "tools/psctl")
 
 
-def ps_worker(servers, mode, rank, log):
+def ps_worker(servers, mode, rank, log, *extra):
     return subprocess.Popen(
         [PS_WORKER, f"--servers={servers}", f"--rank={rank}",
          "--num_workers=2", f"--mode={mode}", "--epochs=1000000",
          "--max_train_examples=2000", "--batch_size=32", "--log_every=0",
-         "--heartbeat_every=200ms"],
+         "--heartbeat_every=200ms", *extra],
         stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -227,13 +229,15 @@ def trains(servers, rank, steps=5):
     wait_for(lambda: clocks(servers)[(0, rank)][0] >= first + steps, 60)
 
 
-@pytest.mark.parametrize("mode", ["async", "ssp", "bsp"])
+@pytest.mark.parametrize("mode", ["async", "ssp", "bsp", "allreduce"])
 def test_ps_workers_join_and_leave_and_the_rest_go_on(shards, tmp_path,
                                                       mode):
     """Real ps_worker processes: ranks 0 and 1 train; a third (--rank=-1)
     joins and trains; rank 1 is SIGTERMed (it leaves after its step, exit
     0) and the joiner SIGKILLed (dropped after --worker_timeout); rank 0
-    goes on training alone, and exits 0 at its own SIGTERM."""
+    goes on training alone, and exits 0 at its own SIGTERM. allreduce: the
+    ring grows to 3, shrinks to 2 by the vote, and re-forms alone after the
+    SIGKILL fails its all-reduce."""
     extra = ["--staleness=2"] if mode == "ssp" else []
     addrs = shards.start(2, f"--mode={mode}", "--elastic",
                          "--worker_timeout=2s", *extra)
@@ -252,6 +256,8 @@ def test_ps_workers_join_and_leave_and_the_rest_go_on(shards, tmp_path,
             assert [int(s.get("stepsShort", 0)) for s in stats] == [0, 0]
         procs["b"].send_signal(signal.SIGTERM)
         assert procs["b"].wait(timeout=60) == 0
+        if mode == "allreduce":  # The ring of 0 and 2 trains.
+            trains(servers, 2)
         procs["c"].kill()
         procs["c"].wait()
         # bsp: the step in progress waits --worker_timeout for it.
@@ -273,6 +279,52 @@ def test_ps_workers_join_and_leave_and_the_rest_go_on(shards, tmp_path,
     for k in "ab":
         text = (tmp_path / f"{k}.log").read_text()
         assert " done: steps" in text, text[-2000:]
+    if mode == "allreduce":
+        a = (tmp_path / "a.log").read_text()
+        for ring in ("0,1,2", "0,2", "0"):
+            assert f"ranks {ring})" in a, a[-3000:]
+        assert "rank 1 leaves" in a, a[-3000:]
+
+
+def done_line(text):
+    """The numbers of ps_worker's closing line: {"steps": ..., ...}."""
+    m = re.search(r" done: (.*)", text)
+    assert m, text[-2000:]
+    words = m.group(1).split()
+    return dict(zip(words[::2], words[1::2]))
+
+
+def test_allreduce_a_joiner_ends_with_the_rings_exact_weights(shards,
+                                                             tmp_path):
+    """Ranks 0 and 1 train 800 steps by all-reduce; a third joins while
+    they train. All three end at the same step with the same weights, bit
+    for bit: the joiner took the ring's step, weights and optimizer state,
+    and every step after was the same mean on each."""
+    addrs = shards.start(1, "--mode=allreduce", "--elastic",
+                         "--worker_timeout=2s")
+    servers = ",".join(addrs)
+    logs = {k: open(tmp_path / f"{k}.log", "w") for k in "abc"}
+    steps = ["--steps=800", "--optimizer=adam", "--lr=0.001"]
+    procs = {"a": ps_worker(servers, "allreduce", 0, logs["a"], *steps),
+             "b": ps_worker(servers, "allreduce", 1, logs["b"], *steps)}
+    try:
+        trains(servers, 1)
+        procs["c"] = ps_worker(servers, "allreduce", -1, logs["c"], *steps)
+        for p in procs.values():
+            assert p.wait(timeout=120) == 0
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for f in logs.values():
+            f.close()
+    done = {k: done_line((tmp_path / f"{k}.log").read_text()) for k in "abc"}
+    assert {d["clock"] for d in done.values()} == {"800"}, done
+    assert len({d["weights"] for d in done.values()}) == 1, done
+    # The joiner trained in the ring, not after it (its own steps count).
+    assert 0 < int(done["c"]["steps"]) < 800, done
+    assert "ranks 0,1,2)" in (tmp_path / "a.log").read_text()
 
 
 def launcher(servers, workers, log):
