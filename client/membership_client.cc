@@ -82,6 +82,10 @@ MembershipClient::~MembershipClient() { Leave(); }
 v1::RegisterRequest MembershipClient::Again() const {
   v1::RegisterRequest again = join_;
   again.set_clock(clock_.load());
+  if (elastic_) {
+    // Who the restarted shard should wait for meanwhile.
+    for (int r : live_ranks()) again.add_known_live(r);
+  }
   return again;
 }
 

@@ -61,6 +61,17 @@ absl::Status Membership::CheckRegister(
     return absl::InvalidArgumentError(
         absl::StrCat("clock ", request.clock(), " is negative"));
   }
+  if (request.known_live_size() > kMaxRank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("known_live lists ", request.known_live_size(),
+                     " ranks, more than ", kMaxRank));
+  }
+  for (int r : request.known_live()) {
+    if (r < 0 || r >= kMaxRank) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "known_live has rank ", r, ", outside [0, ", kMaxRank, ")"));
+    }
+  }
   if (!elastic_ && job_workers_ > 0 && request.num_workers() != job_workers_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "this worker says the job has num_workers ", request.num_workers(),
@@ -100,6 +111,15 @@ absl::StatusOr<v1::RegisterResponse> Membership::Register(
     }
     expected_ = request.num_workers();
     expected_from_rank_ = request.rank();
+  }
+  if (elastic_ && presumed_ranks_.empty() && request.known_live_size() > 0 &&
+      now - started_ < worker_timeout_) {
+    presumed_ranks_.assign(request.known_live().begin(),
+                           request.known_live().end());
+    std::sort(presumed_ranks_.begin(), presumed_ranks_.end());
+    presumed_ranks_.erase(
+        std::unique(presumed_ranks_.begin(), presumed_ranks_.end()),
+        presumed_ranks_.end());
   }
   ASSIGN_OR_RETURN(const int rank, RankFor(request, now));
   Worker& w = workers_[rank];

@@ -111,10 +111,11 @@ class Membership {
   // Ranks presumed in the job though not live here: a shard that (re)started
   // or was promoted to primary does not know who is there until heartbeats
   // register the ranks, so for --worker_timeout after it each rank of the
-  // job (in [0, Expected())) that is not live and has not been heard from
-  // since is counted, and none after. -1 within that window while the
-  // job's size is unknown (no worker has registered): any number may be
-  // there. A bsp step's quorum is the live ranks plus these.
+  // job (in [0, Expected()); elastic, the live ranks the first worker to
+  // register again knew of, RegisterRequest.known_live) that is not live
+  // and has not been heard from since is counted, and none after. -1 within
+  // that window while the job's size is unknown (no worker has registered): any
+  // number may be there. A bsp step's quorum is the live ranks plus these.
   int Presumed() const;
   // Starts that window again now: a backup promoted to primary (the job's
   // workers registered with the old primary), also for rejoin_grace.
@@ -220,6 +221,10 @@ class Membership {
   mutable absl::Mutex mu_;
   // This object's creation, or the last Restarted().
   absl::Time started_ ABSL_GUARDED_BY(mu_);
+  // Elastic: the live ranks the first worker to register since started_
+  // knew of (RegisterRequest.known_live), presumed in the job instead of
+  // [0, expected_); empty: none told yet.
+  std::vector<int> presumed_ranks_ ABSL_GUARDED_BY(mu_);
   std::map<int, Worker> workers_ ABSL_GUARDED_BY(mu_);
   int64_t next_incarnation_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t max_gap_ ABSL_GUARDED_BY(mu_) = 0;

@@ -50,12 +50,18 @@ int Membership::Presumed() const {
   absl::MutexLock lock(&mu_);
   if (now - started_ >= worker_timeout_) return 0;
   if (expected_ <= 0) return -1;
-  int n = 0;
-  for (int rank = 0; rank < expected_; ++rank) {
+  auto presumed = [&](int rank) ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     const auto it = workers_.find(rank);
-    n += it == workers_.end() || (!Live(it->second, now) && !it->second.left &&
-                                  it->second.last_heard < started_);
+    return it == workers_.end() ||
+           (!Live(it->second, now) && !it->second.left &&
+            it->second.last_heard < started_);
+  };
+  int n = 0;
+  if (!presumed_ranks_.empty()) {
+    for (int rank : presumed_ranks_) n += presumed(rank);
+    return n;
   }
+  for (int rank = 0; rank < expected_; ++rank) n += presumed(rank);
   return n;
 }
 
@@ -63,6 +69,7 @@ void Membership::Restarted() {
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
   started_ = now;
+  presumed_ranks_.clear();
 }
 
 v1::MembershipState Membership::Export() const {

@@ -141,6 +141,54 @@ TEST(ElasticMembership, AnSspJoinerStartsAtTheSlowestLiveClock) {
 // --exit_when_done: a job of 2 whose ranks 0 and 1 finished is not done
 // while a worker that joined is still training; it is once that one has
 // left, or has been silent past --worker_timeout (SIGKILLed).
+// A shard that (re)started presumes for --worker_timeout the ranks it has
+// not heard from since. In an elastic job those are the live ranks the
+// first worker to register again knew of (RegisterRequest.known_live), not
+// [0, num_workers): ranks may have moved past those, and a step must not
+// wait for one that left (nor go without one past the starting size).
+TEST(ElasticMembership, ARestartedShardPresumesTheRanksAWorkerKnewLive) {
+  ManualClock clock;
+  Membership m = Elastic(&clock, Membership::Resume::kJobFront);
+  v1::RegisterRequest again = Join(0, 2, 10);
+  for (int r : {0, 2, 5, 5}) again.add_known_live(r);
+  ASSERT_TRUE(m.Register(again).ok());
+  EXPECT_EQ(m.Presumed(), 2);  // Ranks 2 and 5, not rank 1.
+  v1::RegisterRequest five = Join(5, 2, 10);
+  five.add_known_live(1);  // Told later: the first list stands.
+  ASSERT_TRUE(m.Register(five).ok());
+  EXPECT_EQ(m.Presumed(), 1);  // Rank 2.
+  clock.Advance(absl::Seconds(2.5));
+  EXPECT_EQ(m.Presumed(), 0);
+
+  // Restarted (promoted) again: the next worker's list is the one.
+  m.Restarted();
+  m.Touch(0, 11);
+  v1::RegisterRequest two = Join(2, 2, 11);
+  two.add_known_live(0);
+  two.add_known_live(2);
+  ASSERT_TRUE(m.Register(two).ok());
+  EXPECT_EQ(m.Presumed(), 0);  // Rank 5 is silent but not presumed.
+
+  // Hostile lists change nothing.
+  for (int bad : {-1, kMaxRank}) {
+    v1::RegisterRequest r = Join(3, 2);
+    r.add_known_live(bad);
+    const auto refused = m.Register(r);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find("known_live"), std::string::npos)
+        << refused.status();
+  }
+  EXPECT_EQ(m.LiveRanks(), (std::vector<int>{0, 2}));
+
+  // A fixed-size job keeps [0, num_workers).
+  Membership fixed(&clock, absl::Seconds(2), Membership::Resume::kJobFront,
+                   /*job_workers=*/2);
+  v1::RegisterRequest zero = Join(0, 2, 4);
+  zero.add_known_live(7);
+  ASSERT_TRUE(fixed.Register(zero).ok());
+  EXPECT_EQ(fixed.Presumed(), 1);  // Rank 1.
+}
+
 TEST(ElasticMembership, TheJobIsNotDoneWhileAJoinerTrains) {
   ManualClock clock;
   Membership m = Elastic(&clock, Membership::Resume::kOwnClock);
