@@ -77,9 +77,7 @@ absl::Status Client::Impl::DeclareSpec(
 }
 
 absl::Status Client::Impl::AwaitJoinedStep() {
-  if (mode_ != Mode::kBsp || membership_ == nullptr ||
-      !membership_->elastic() || membership_->start_clock() == 0 ||
-      awaited_join_) {
+  if (mode_ != Mode::kBsp || JoinedAt() == 0 || awaited_join_) {
     return absl::OkStatus();
   }
   awaited_join_ = true;

@@ -41,7 +41,8 @@ class Client::Impl {
   Impl(std::unique_ptr<PsClient> ps, Mode mode, int num_workers,
        int64_t slice_bytes)
       : ps_(std::move(ps)),
-        embeddings_(ps_->caller(), {mode, [this] { return clock(); }}),
+        embeddings_(ps_->caller(), {mode, [this] { return clock(); },
+                                    [this] { return JoinedAt(); }}),
         mode_(mode),
         num_workers_(num_workers),
         slice_bytes_(slice_bytes) {}
@@ -123,6 +124,13 @@ class Client::Impl {
   void EndStep();
 
   int rank() const { return membership_ != nullptr ? membership_->rank() : -1; }
+  // The front at which this worker joined an elastic job (0: a fixed one,
+  // or at its start).
+  int64_t JoinedAt() const {
+    return membership_ != nullptr && membership_->elastic()
+               ? membership_->start_clock()
+               : 0;
+  }
   int num_workers() const { return num_workers_; }
   int64_t clock() const {
     return membership_ != nullptr ? membership_->clock()->load() : 0;

@@ -171,6 +171,21 @@ absl::Status EmbeddingClient::Push(const std::string& table,
   return Send(spec, step_ids, step_grads, pull_ids, rows, /*fused=*/true);
 }
 
+absl::Status EmbeddingClient::AwaitJoinedStep(const std::string& table) {
+  if (!every_shard() || !steps_.joined_at || steps_.joined_at() <= 0) {
+    return absl::OkStatus();
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (awaited_.contains(table)) return absl::OkStatus();
+  }
+  // Held on each shard until the table's step clock() (>= M) is applied.
+  RETURN_IF_ERROR(PullRows(table, {}, {}));
+  absl::MutexLock lock(&mu_);
+  awaited_.insert(table);
+  return absl::OkStatus();
+}
+
 absl::Status EmbeddingClient::Send(const v1::EmbeddingSpec& spec,
                                    absl::Span<const int64_t> ids,
                                    absl::Span<const float> grads,
@@ -178,6 +193,7 @@ absl::Status EmbeddingClient::Send(const v1::EmbeddingSpec& spec,
                                    absl::Span<float> rows, bool fused) {
   const std::string& table = spec.name();
   const size_t d = static_cast<size_t>(spec.dim());
+  RETURN_IF_ERROR(AwaitJoinedStep(table));
   // Each shard gets its ids once, their gradients summed here (the shard
   // would sum them too; this sends fewer bytes), and the ids to pull.
   const int num_shards = caller_->num_shards();

@@ -49,6 +49,11 @@ class EmbeddingClient {
   struct Steps {
     Mode mode = Mode::kAsync;
     std::function<int64_t()> clock;  // Empty: always 0.
+    // The front M at which this worker joined an elastic bsp job (0: it
+    // did not). Its first push of a table is of step M + 1, which a shard
+    // refuses before step M is applied there; so that push first waits for
+    // step M with an empty pull of the table (AwaitJoinedStep).
+    std::function<int64_t()> joined_at;
   };
 
   // `caller` is borrowed and must outlive this client.
@@ -164,6 +169,10 @@ class EmbeddingClient {
   absl::flat_hash_map<std::string, StepRows> step_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> step_sent_ ABSL_GUARDED_BY(mu_);
   absl::Status step_error_ ABSL_GUARDED_BY(mu_);
+  // Tables whose joined step was awaited (Steps::joined_at).
+  absl::flat_hash_set<std::string> awaited_ ABSL_GUARDED_BY(mu_);
+  absl::Status AwaitJoinedStep(const std::string& table)
+      ABSL_LOCKS_EXCLUDED(mu_);
 };
 
 }  // namespace asyncps

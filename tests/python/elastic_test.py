@@ -155,6 +155,50 @@ def test_bsp_a_joiner_may_push_before_it_pulls(shards):
         x.leave()
 
 
+def test_bsp_a_joiner_may_push_rows_before_it_pulls_any(shards):
+    """The same for a table: rank 0 has pushed rows of step M when rank 2
+    joins and pushes rows at once, before any pull_rows; rank 1 pushes
+    step M after that. Step M is the mean of 0 and 1, M + 1 of all
+    three (SGD, lr 1, so each row moves by exactly the mean)."""
+    servers = shards.start(2, "--mode=bsp", "--elastic")
+    ids = np.arange(6, dtype=np.int64)
+    a, b = client(servers, "bsp", rank=0), client(servers, "bsp", rank=1)
+    for x in (a, b):
+        x.declare_embedding("e", 2, num_rows=6, optimizer="sgd", lr=1.0,
+                            init_stddev=0.0)
+    a.push_rows("e", ids, np.full((6, 2), 2.0, np.float32))
+    a.end_step()
+    result = {}
+
+    def join():
+        try:
+            c = client(servers, "bsp")
+            c.declare_embedding("e", 2, num_rows=6, optimizer="sgd", lr=1.0,
+                                init_stddev=0.0)
+            c.push_rows("e", ids, np.full((6, 2), 9.0, np.float32))
+            c.end_step()
+            result["c"] = c
+        except Exception as e:  # noqa: BLE001 (asserted below)
+            result["error"] = e
+
+    t = threading.Thread(target=join)
+    t.start()
+    wait_for(lambda: len(a.members()["live_ranks"]) == 3)
+    b.push_rows("e", ids, np.full((6, 2), 4.0, np.float32))
+    b.end_step()
+    t.join(timeout=60)
+    assert "c" in result, result
+    c = result["c"]
+    np.testing.assert_array_equal(a.pull_rows("e", ids), np.full((6, 2), -3.0))
+    for x in (a, b):
+        x.push_rows("e", ids, np.full((6, 2), 3.0, np.float32))
+        x.end_step()
+    for x in (a, b, c):
+        np.testing.assert_array_equal(x.pull_rows("e", ids),
+                                      np.full((6, 2), -8.0))
+        x.leave()
+
+
 def test_ssp_a_joiner_starts_at_the_slowest_and_holds_no_one(shards):
     servers = shards.start(1, "--mode=ssp", "--staleness=1", "--elastic")
     a, b = client(servers, "ssp", rank=0), client(servers, "ssp", rank=1)
