@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -118,6 +119,12 @@ class PosixFileSystem final : public FileSystem {
     return std::make_unique<PosixSequentialFile>(path, fd);
   }
 
+  absl::StatusOr<uint64_t> FileSize(const std::string& path) override {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) return Errno("stat", path, errno);
+    return static_cast<uint64_t>(st.st_size);
+  }
+
   absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
       const std::string& path) override {
     const int fd =
@@ -182,6 +189,12 @@ class PosixFileSystem final : public FileSystem {
 };
 
 }  // namespace
+
+absl::StatusOr<uint64_t> FileSystem::FileSize(const std::string& path) {
+  absl::StatusOr<std::string> data = ReadFile(path);
+  if (!data.ok()) return data.status();
+  return static_cast<uint64_t>(data->size());
+}
 
 absl::StatusOr<std::unique_ptr<SequentialFile>> FileSystem::NewSequentialFile(
     const std::string& path) {

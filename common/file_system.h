@@ -50,6 +50,9 @@ class FileSystem {
   // default reads the whole file first (in-memory doubles need no more).
   virtual absl::StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(
       const std::string& path);
+  // The size of `path` in bytes; NOT_FOUND if it does not exist. This
+  // default reads the whole file (in-memory doubles need no more).
+  virtual absl::StatusOr<uint64_t> FileSize(const std::string& path);
   // Atomically replaces `to` with `from`.
   virtual absl::Status Rename(const std::string& from,
                               const std::string& to) = 0;

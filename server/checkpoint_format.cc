@@ -83,6 +83,25 @@ absl::Status WriteRecords(FileSystem* fs, const std::string& tmp,
 
 // Reads a format-2 or format-1 file into a sink, with the file's path in
 // every error.
+// A file that says how much has been read of it.
+class CountingFile final : public SequentialFile {
+ public:
+  CountingFile(SequentialFile* file, const ReadProgress& progress)
+      : file_(file), progress_(progress) {}
+  absl::Status Read(size_t n, std::string* out) override {
+    const size_t before = out->size();
+    RETURN_IF_ERROR(file_->Read(n, out));
+    bytes_ += out->size() - before;
+    progress_(bytes_);
+    return absl::OkStatus();
+  }
+
+ private:
+  SequentialFile* const file_;
+  const ReadProgress& progress_;
+  uint64_t bytes_ = 0;
+};
+
 class Reader {
  public:
   Reader(std::string path, SequentialFile* file, CheckpointSink* sink)
@@ -245,10 +264,13 @@ absl::Status WriteChunkedFile(FileSystem* fs, const std::string& path,
 }
 
 absl::Status ReadChunkedFile(FileSystem* fs, const std::string& path,
-                             CheckpointSink* sink) {
+                             CheckpointSink* sink,
+                             const ReadProgress& progress) {
   ASSIGN_OR_RETURN(std::unique_ptr<SequentialFile> file,
                    fs->NewSequentialFile(path));
-  return Reader(path, file.get(), sink).Read();
+  if (!progress) return Reader(path, file.get(), sink).Read();
+  CountingFile counted(file.get(), progress);
+  return Reader(path, &counted, sink).Read();
 }
 
 }  // namespace asyncps

@@ -38,8 +38,12 @@ absl::Status WriteChunkedFile(FileSystem* fs, const std::string& path,
 // unknown format, truncated, a chunk's or the whole checksum mismatch,
 // unparsable), NOT_FOUND if it is missing; the sink's own errors as they
 // are. Memory: a chunk at a time (format 1: the whole file).
+// `progress`, if given, is called with the bytes read so far after each
+// read from the file (a chunk or less at a time).
+using ReadProgress = std::function<void(uint64_t bytes)>;
 absl::Status ReadChunkedFile(FileSystem* fs, const std::string& path,
-                             CheckpointSink* sink);
+                             CheckpointSink* sink,
+                             const ReadProgress& progress = nullptr);
 
 }  // namespace asyncps
 

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 
 namespace asyncps {
@@ -52,6 +53,50 @@ absl::Status RestoreSink::Finish() {
     RETURN_IF_ERROR(Refused(store_->FinishRestore(std::move(restoring_))));
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+double Mb(uint64_t bytes) { return static_cast<double>(bytes) / 1e6; }
+
+}  // namespace
+
+RestoreProgress::RestoreProgress(std::string path, uint64_t total, Clock* clock,
+                                 Say say, absl::Duration every)
+    : path_(std::move(path)),
+      total_(total),
+      clock_(clock),
+      say_(std::move(say)),
+      every_(every),
+      start_(clock->Now()),
+      said_(start_) {}
+
+void RestoreProgress::operator()(uint64_t bytes) {
+  bytes_ = bytes;
+  const absl::Time now = clock_->Now();
+  if (now - said_ < every_) return;
+  said_ = now;
+  const double seconds = absl::ToDoubleSeconds(now - start_);
+  const double rate = seconds > 0 ? Mb(bytes) / seconds : 0;
+  std::string line = absl::StrFormat("restoring %s: %.0f", path_, Mb(bytes));
+  if (total_ > 0 && bytes <= total_) {
+    absl::StrAppendFormat(
+        &line, " of %.0f MB (%.0f %%)", Mb(total_),
+        100.0 * static_cast<double>(bytes) / static_cast<double>(total_));
+  } else {
+    absl::StrAppend(&line, " MB");
+  }
+  absl::StrAppendFormat(&line, ", %.0f MB/s", rate);
+  if (total_ > 0 && bytes <= total_ && rate > 0) {
+    absl::StrAppendFormat(&line, ", ETA %.0f s", Mb(total_ - bytes) / rate);
+  }
+  say_(line);
+}
+
+std::string RestoreProgress::Done() const {
+  const double seconds = absl::ToDoubleSeconds(clock_->Now() - start_);
+  return absl::StrFormat("%.0f MB in %.1f s (%.0f MB/s)", Mb(bytes_), seconds,
+                         seconds > 0 ? Mb(bytes_) / seconds : 0.0);
 }
 
 }  // namespace asyncps

@@ -4,6 +4,7 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include <chrono>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -163,10 +164,14 @@ absl::Status ShardServer::Restore() {
   }
   for (const std::string& path : paths) {
     RestoreSink sink(&store_, &tables_);
-    absl::Status s = ReadChunkedFile(env_.fs, path, &sink);
+    RestoreProgress progress(
+        path, env_.fs->FileSize(path).value_or(0), env_.clock,
+        [](const std::string& line) { LOG(INFO) << line; });
+    absl::Status s = ReadChunkedFile(env_.fs, path, &sink, std::ref(progress));
     if (s.ok()) {
       LOG(INFO) << "restored model '" << sink.head().spec().name() << "' from "
-                << path << " (" << sink.slices() << " slices, " << sink.tables()
+                << path << " (" << progress.Done() << "; " << sink.slices()
+                << " slices, " << sink.tables()
                 << " embedding tables, taken at "
                 << absl::FormatTime(
                        absl::FromUnixMicros(sink.head().unix_micros()))

@@ -16,7 +16,7 @@ export ASYNCPS_README=$root/README.md
 # One intra-op thread per process: the tests start several at once.
 export OMP_NUM_THREADS=1
 cd "$TEST_TMPDIR"
-exec /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+exec /usr/bin/python3 -m pytest -q -p no:cacheprovider --durations=25 \
   "$root/tests/python/client_test.py" "$root/tests/python/torch_test.py" \
   "$root/tests/python/optim_test.py" "$root/tests/python/optim_state_test.py" \
   "$root/tests/python/optim_bsp_test.py" "$root/tests/python/launcher_test.py" \

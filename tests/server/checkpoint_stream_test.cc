@@ -6,9 +6,11 @@
 // into a store that changes nothing unless the whole file checked out.
 #include "server/checkpoint_stream.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/tensor_bytes.h"
 #include "common/testing/fault_file_system.h"
 #include "gtest/gtest.h"
@@ -278,6 +280,56 @@ TEST(CheckpointStream, ACheckpointerWritesSmallChunksThatRestore) {
   ASSERT_TRUE(ReadChunkedFile(&fs, *path, &sink).ok());
   EXPECT_EQ(fresh.Snapshot()->SerializeAsString(),
             t.store.Snapshot()->SerializeAsString());
+}
+
+// Issue #44: a restore says how far it is and when it will be done, at
+// most every `every`, and ends with the whole read.
+TEST(CheckpointStream, ARestoreSaysHowFarItIsAndWhenItWillBeDone) {
+  ManualClock clock;
+  std::vector<std::string> said;
+  auto say = [&said](const std::string& line) { said.push_back(line); };
+  RestoreProgress known("/c", 1000000000, &clock, say, absl::Seconds(1));
+  known(100000000);  // Not a second yet: nothing said.
+  clock.Advance(absl::Seconds(1));
+  known(400000000);
+  RestoreProgress unknown("/d", 0, &clock, say, absl::Seconds(1));
+  clock.Advance(absl::Seconds(2));
+  unknown(300000000);
+  EXPECT_EQ(said, (std::vector<std::string>{
+                      "restoring /c: 400 of 1000 MB (40 %), 400 MB/s, ETA 2 s",
+                      "restoring /d: 300 MB, 150 MB/s"}));
+  EXPECT_EQ(unknown.Done(), "300 MB in 2.0 s (150 MB/s)");
+
+  // Through a real read: the bytes grow to the file's size, and the lines
+  // come once per `every` of the read, not once per chunk.
+  Trained t;
+  FaultFileSystem fs;
+  Checkpointer checkpointer(&t.store, &fs, "/ckpt", 0, 3, absl::ZeroDuration(),
+                            Clock::Real());
+  checkpointer.set_chunk_bytes(kTinyChunk);
+  auto path = checkpointer.Write();
+  ASSERT_TRUE(path.ok()) << path.status();
+  auto size = fs.FileSize(*path);
+  ASSERT_TRUE(size.ok()) << size.status();
+  said.clear();
+  RestoreProgress progress(*path, *size, &clock, say, absl::Seconds(2));
+  std::vector<uint64_t> seen;
+  ShardStore fresh(0, 1, 64 << 20);
+  RestoreSink sink(&fresh, nullptr);
+  ASSERT_TRUE(ReadChunkedFile(&fs, *path, &sink, [&](uint64_t bytes) {
+                seen.push_back(bytes);
+                clock.Advance(absl::Milliseconds(100));
+                progress(bytes);
+              }).ok());
+  ASSERT_GT(seen.size(), 40u);
+  EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end()));
+  EXPECT_EQ(seen.back(), *size);
+  EXPECT_EQ(said.size(), seen.size() / 20);
+  for (const std::string& line : said) {
+    EXPECT_NE(line.find("restoring " + *path), std::string::npos) << line;
+    EXPECT_NE(line.find(" %), "), std::string::npos) << line;
+    EXPECT_NE(line.find(", ETA "), std::string::npos) << line;
+  }
 }
 
 }  // namespace
