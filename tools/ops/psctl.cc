@@ -221,6 +221,20 @@ int Run(const std::string& command) {
                  servers.status().ToString().c_str());
     return 2;
   }
+  std::vector<Finding> etcd_findings;
+  if (command == "doctor") {
+    // --etcd: the shards are found there, not in --servers.
+    auto job = EtcdJobFromFlags();
+    if (!job.ok()) {
+      std::fprintf(stderr, "psctl: %s\n", job.status().ToString().c_str());
+      return 2;
+    }
+    if (job->has_value()) {
+      etcd_findings = (*job)->findings;
+      if ((*job)->servers.empty()) return PrintFindings(etcd_findings);
+      *servers = (*job)->servers;
+    }
+  }
   auto security = LoadSecurity(SecurityFlagsFromCommandLine());
   if (!security.ok()) {
     std::fprintf(stderr, "psctl: %s\n", security.status().ToString().c_str());
@@ -249,7 +263,7 @@ int Run(const std::string& command) {
   }
   if (command == "checkpoint") return CheckpointCommand(&admin);
   if (command == "doctor") {
-    return DoctorCommand(&admin, *servers, security->tls());
+    return DoctorCommand(&admin, *servers, security->tls(), etcd_findings);
   }
   if (command == "status") return StatusCommand(&admin, (*client)->caller());
   return StatsCommand(command, &admin);
@@ -274,6 +288,9 @@ int main(int argc, char** argv) {
       "  stats       every shard's Stats, in full\n"
       "  histogram   the staleness histogram, summed over shards (CSV)\n"
       "  workers     every shard's view of every worker (CSV)\n"
+      "  psctl doctor --etcd=H:P --job=NAME\n"
+      "              the same for a replicated job found in etcd: its\n"
+      "              records there too (etcd down, no group, no primary)\n"
       "  psctl group init --etcd=H:P --job=NAME --num_shards=N\n"
       "              create a new job's replicated groups in etcd (once;\n"
       "              or ps_server --bootstrap on one member of each)\n"

@@ -302,18 +302,24 @@ std::vector<ShardProbe> ProbeShards(AdminClient* admin,
   return probes;
 }
 
-int DoctorCommand(AdminClient* admin, const std::vector<ServerAddress>& servers,
-                  bool tls) {
-  const std::vector<ShardProbe> probes = ProbeShards(admin, servers, tls);
-  DoctorContext context;
-  context.version = kAsyncpsVersion;
-  context.commit = kAsyncpsCommit;
-  const std::vector<Finding> findings = Diagnose(probes, context);
+int PrintFindings(const std::vector<Finding>& findings) {
   bool problem = false;
   for (const Finding& f : findings) {
     std::printf("%s: %s\n", f.problem ? "PROBLEM" : "note", f.text.c_str());
     problem = problem || f.problem;
   }
+  return problem ? 1 : 0;
+}
+
+int DoctorCommand(AdminClient* admin, const std::vector<ServerAddress>& servers,
+                  bool tls, std::vector<Finding> first) {
+  const std::vector<ShardProbe> probes = ProbeShards(admin, servers, tls);
+  DoctorContext context;
+  context.version = kAsyncpsVersion;
+  context.commit = kAsyncpsCommit;
+  std::vector<Finding> findings = std::move(first);
+  for (Finding& f : Diagnose(probes, context)) findings.push_back(std::move(f));
+  const bool problem = PrintFindings(findings) != 0;
   if (!problem) {
     int answered = 0, live = 0;
     std::string mode;

@@ -68,10 +68,14 @@ std::vector<ShardProbe> ProbeShards(AdminClient* admin,
 // `deadline` (its certificate is not checked: only that it speaks TLS).
 bool SpeaksTls(const ServerAddress& address, absl::Time deadline);
 
-// psctl doctor: prints each finding ("PROBLEM: ..." or "note: ..."), or
-// that none was found; 1 if there is a problem, else 0.
+// psctl doctor: prints `first` (what etcd said, psctl doctor --etcd) and
+// each finding ("PROBLEM: ..." or "note: ..."), or that none was found; 1
+// if there is a problem, else 0.
 int DoctorCommand(AdminClient* admin, const std::vector<ServerAddress>& servers,
-                  bool tls);
+                  bool tls, std::vector<Finding> first = {});
+
+// Prints `findings` as DoctorCommand does; 1 if one is a problem, else 0.
+int PrintFindings(const std::vector<Finding>& findings);
 
 }  // namespace asyncps
 

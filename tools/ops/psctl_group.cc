@@ -1,18 +1,21 @@
 #include "tools/ops/psctl_group.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "server/replica/etcd_coordinator.h"
 #include "server/replica/etcd_flags.h"
 #include "server/replica/group_records.h"
 
 ABSL_FLAG(std::string, etcd, "",
-          "group init: etcd's client address (host:port), as the members' "
-          "--etcd.");
+          "group init, doctor: etcd's client address (host:port), as the "
+          "members' --etcd (doctor: finds the job's shards there instead of "
+          "--servers).");
 ABSL_FLAG(std::string, job, "default",
-          "group init: the job's name, as the members' --job.");
+          "group init, doctor: the job's name, as the members' --job.");
 ABSL_FLAG(int, num_shards, 0,
           "group init: the job's shards, as the members' --num_shards.");
 ABSL_FLAG(absl::Duration, etcd_timeout, absl::Seconds(5),
@@ -56,6 +59,16 @@ int GroupCommand(const std::vector<std::string>& args) {
                          : "has its records already; left as it is");
   }
   return 0;
+}
+
+absl::StatusOr<std::optional<EtcdJob>> EtcdJobFromFlags() {
+  const std::string etcd = absl::GetFlag(FLAGS_etcd);
+  if (etcd.empty()) return std::nullopt;
+  ASSIGN_OR_RETURN(const EtcdTls tls, EtcdTlsFromFlags());
+  EtcdCoordinator coordinator(
+      etcd, std::min(absl::GetFlag(FLAGS_etcd_timeout), absl::Seconds(3)), tls);
+  return ReadEtcdJob(&coordinator, etcd,
+                     absl::StrCat("/asyncps/", absl::GetFlag(FLAGS_job)));
 }
 
 }  // namespace asyncps

@@ -5,13 +5,22 @@
 #ifndef ASYNCPS_TOOLS_OPS_PSCTL_GROUP_H_
 #define ASYNCPS_TOOLS_OPS_PSCTL_GROUP_H_
 
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "absl/status/statusor.h"
+#include "tools/ops/psctl_doctor_etcd.h"
 
 namespace asyncps {
 
 // `args`: what follows "group" on the command line. Returns the exit code.
 int GroupCommand(const std::vector<std::string>& args);
+
+// psctl doctor --etcd=H:P --job=NAME: the job as etcd holds it
+// (ReadEtcdJob, each etcd call within min(--etcd_timeout, 3 s)); nullopt
+// without --etcd; a bad --etcd_tls_* flag is the error.
+absl::StatusOr<std::optional<EtcdJob>> EtcdJobFromFlags();
 
 }  // namespace asyncps
 
