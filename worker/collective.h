@@ -4,6 +4,7 @@
 #ifndef ASYNCPS_WORKER_COLLECTIVE_H_
 #define ASYNCPS_WORKER_COLLECTIVE_H_
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +48,25 @@ struct CollectiveConfig {
   // Rendezvous keys go under this prefix in the servers' store.
   std::string prefix;
 };
+
+// How long one attempt at joining may wait, with `left` until the join's
+// deadline: the config's join timeout (0: its timeout), at least 1 s.
+inline absl::Duration JoinAttemptTimeout(const CollectiveConfig& config,
+                                         absl::Duration left) {
+  const absl::Duration join = config.join_timeout > absl::ZeroDuration()
+                                  ? config.join_timeout
+                                  : config.timeout;
+  return std::max(absl::Seconds(1), std::min(join, left));
+}
+
+// Whether a failed join is worth an attempt at a newer ring (a peer died,
+// came late or left an address behind), not a mistake that would fail
+// again (nccl without CUDA, a bad address).
+inline bool JoinMayBeRetried(const absl::Status& failed) {
+  return failed.code() == absl::StatusCode::kUnavailable ||
+         failed.code() == absl::StatusCode::kAborted ||
+         failed.code() == absl::StatusCode::kDeadlineExceeded;
+}
 
 // Joins the collective of every worker. `store` is borrowed and must
 // outlive the result. FAILED_PRECONDITION for nccl in a build without CUDA.

@@ -155,19 +155,10 @@ absl::StatusOr<std::unique_ptr<Collective>> ElasticRing::Join(
     cc.rank = index_;
     cc.num_workers = static_cast<int>(next.size());
     cc.prefix = absl::StrCat("allreduce/elastic/", generation_, "/ring");
-    const absl::Duration join = config_.join_timeout > absl::ZeroDuration()
-                                    ? config_.join_timeout
-                                    : config_.timeout;
-    cc.join_timeout =
-        std::max(absl::Seconds(1), std::min(join, deadline - clock_->Now()));
+    cc.join_timeout = JoinAttemptTimeout(config_, deadline - clock_->Now());
     auto joined = JoinCollective(cc, store_);
     if (joined.ok()) return joined;
-    const absl::StatusCode code = joined.status().code();
-    if (code != absl::StatusCode::kUnavailable &&
-        code != absl::StatusCode::kAborted &&
-        code != absl::StatusCode::kDeadlineExceeded) {
-      return joined.status();
-    }
+    if (!JoinMayBeRetried(joined.status())) return joined.status();
     LOG(WARNING) << "rank " << config_.rank << ": joining ring generation "
                  << generation_ << " failed (" << joined.status().message()
                  << "); forming the next";

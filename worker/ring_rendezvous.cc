@@ -120,11 +120,7 @@ absl::StatusOr<std::unique_ptr<Collective>> RingRendezvous::Join(
     cc.prefix = absl::StrCat("allreduce/ring", *g);
     // A join waits only for ranks that asked for this generation: it is
     // quick unless one of them died meanwhile, and then the next is tried.
-    const absl::Duration join = config_.join_timeout > absl::ZeroDuration()
-                                    ? config_.join_timeout
-                                    : config_.timeout;
-    cc.join_timeout =
-        std::max(absl::Seconds(1), std::min(join, deadline - clock_->Now()));
+    cc.join_timeout = JoinAttemptTimeout(config_, deadline - clock_->Now());
     Guarded guarded(this, *g);
     // The collective keeps no reference to the store once joined.
     auto joined = JoinCollective(cc, &guarded);
@@ -132,12 +128,7 @@ absl::StatusOr<std::unique_ptr<Collective>> RingRendezvous::Join(
       generation_ = *g;
       return joined;
     }
-    const absl::StatusCode code = joined.status().code();
-    if (code != absl::StatusCode::kUnavailable &&
-        code != absl::StatusCode::kAborted &&
-        code != absl::StatusCode::kDeadlineExceeded) {
-      return joined.status();
-    }
+    if (!JoinMayBeRetried(joined.status())) return joined.status();
     LOG(WARNING) << "rank " << config_.rank << ": joining ring generation "
                  << *g << " failed (" << joined.status().message()
                  << "); asking for generation " << *g + 1;

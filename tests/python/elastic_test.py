@@ -255,6 +255,16 @@ def ps_worker(servers, mode, rank, log, *extra):
         stdout=log, stderr=subprocess.STDOUT)
 
 
+def stop(procs, logs):
+    """Kills what is still running of `procs` and closes `logs`."""
+    for p in procs.values():
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    for f in logs.values():
+        f.close()
+
+
 def clocks(servers):
     """{(shard, rank): (clock, live)} as psctl workers prints them."""
     out = subprocess.run([PSCTL, f"--servers={servers}", "workers"],
@@ -314,12 +324,7 @@ def test_ps_workers_join_and_leave_and_the_rest_go_on(shards, tmp_path,
         procs["a"].send_signal(signal.SIGTERM)
         assert procs["a"].wait(timeout=60) == 0
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        for f in logs.values():
-            f.close()
+        stop(procs, logs)
     for k in "ab":
         text = (tmp_path / f"{k}.log").read_text()
         assert " done: steps" in text, text[-2000:]
@@ -357,12 +362,7 @@ def test_allreduce_a_joiner_ends_with_the_rings_exact_weights(shards,
         for p in procs.values():
             assert p.wait(timeout=120) == 0
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        for f in logs.values():
-            f.close()
+        stop(procs, logs)
     done = {k: done_line((tmp_path / f"{k}.log").read_text()) for k in "abc"}
     assert {d["clock"] for d in done.values()} == {"400"}, done
     assert len({d["weights"] for d in done.values()}) == 1, done

@@ -264,17 +264,26 @@ TEST(CheckpointStream, ARestoreStreamsInOnlyOnceTheWholeFileCheckedOut) {
   EXPECT_EQ(again->SerializeAsString(), t.checkpoint.SerializeAsString());
 }
 
-TEST(CheckpointStream, ACheckpointerWritesSmallChunksThatRestore) {
-  Trained t;
-  FaultFileSystem fs;
-  Checkpointer checkpointer(&t.store, &fs, "/ckpt", 0, 3, absl::ZeroDuration(),
+// `t`'s store as a Checkpointer writes it into `fs` in tiny chunks; the
+// file's path, and in `*bytes` (if given) the size the Checkpointer says.
+absl::StatusOr<std::string> WriteInTinyChunks(Trained* t, FaultFileSystem* fs,
+                                              int64_t* bytes = nullptr) {
+  Checkpointer checkpointer(&t->store, fs, "/ckpt", 0, 3, absl::ZeroDuration(),
                             Clock::Real());
   checkpointer.set_chunk_bytes(kTinyChunk);
   auto path = checkpointer.Write();
+  if (bytes != nullptr) *bytes = checkpointer.record().bytes;
+  return path;
+}
+
+TEST(CheckpointStream, ACheckpointerWritesSmallChunksThatRestore) {
+  Trained t;
+  FaultFileSystem fs;
+  int64_t bytes = 0;
+  auto path = WriteInTinyChunks(&t, &fs, &bytes);
   ASSERT_TRUE(path.ok()) << path.status();
   EXPECT_GT(Records(*fs.ReadFile(*path)).size(), 30u);
-  EXPECT_EQ(checkpointer.record().bytes,
-            static_cast<int64_t>(fs.ReadFile(*path)->size()));
+  EXPECT_EQ(bytes, static_cast<int64_t>(fs.ReadFile(*path)->size()));
   ShardStore fresh(0, 1, 64 << 20);
   RestoreSink sink(&fresh, nullptr);
   ASSERT_TRUE(ReadChunkedFile(&fs, *path, &sink).ok());
@@ -304,10 +313,7 @@ TEST(CheckpointStream, ARestoreSaysHowFarItIsAndWhenItWillBeDone) {
   // come once per `every` of the read, not once per chunk.
   Trained t;
   FaultFileSystem fs;
-  Checkpointer checkpointer(&t.store, &fs, "/ckpt", 0, 3, absl::ZeroDuration(),
-                            Clock::Real());
-  checkpointer.set_chunk_bytes(kTinyChunk);
-  auto path = checkpointer.Write();
+  auto path = WriteInTinyChunks(&t, &fs);
   ASSERT_TRUE(path.ok()) << path.status();
   auto size = fs.FileSize(*path);
   ASSERT_TRUE(size.ok()) << size.status();
