@@ -32,8 +32,12 @@ trap cleanup EXIT
 wheel=$(cd "$dir/context" && ls asyncps-*.whl)
 [[ "$wheel" =~ ^asyncps-[0-9.]+-cp311-cp311-linux_x86_64\.whl$ ]] ||
   fail "the wheel is '$wheel', not tagged cp311-cp311-linux_x86_64"
+# The listing read whole first: unzip writes it line by line, and grep -q
+# leaving at its match made unzip die of SIGPIPE, which pipefail took for a
+# missing file (2 checks in 1200 failed so).
+listing=$(unzip -l "$dir/context/$wheel") || fail "unzip -l $wheel failed"
 for f in asyncps/_core.so asyncps/bin/ps_server asyncps/bin/psctl asyncps/run.py; do
-  unzip -l "$dir/context/$wheel" | grep -q " $f\$" || fail "$wheel lacks $f"
+  grep -q " $f\$" <<<"$listing" || fail "$wheel lacks $f"
 done
 
 started_dockerd=$(deploy/docker/ensure_dockerd.sh) || fail "no Docker engine"
