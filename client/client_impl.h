@@ -159,9 +159,10 @@ class Client::Impl {
 
   std::vector<TensorSpec> tensors() const;
 
-  void Leave() {
-    if (membership_ != nullptr) membership_->Leave();
-  }
+  // Leaves the job (MembershipClient::Leave). A failure of the last
+  // EndStep waits for the next call, and there is none: it is logged
+  // (WARNING) rather than lost without a word.
+  void Leave();
 
  private:
   absl::Status MustBeWorker(const char* what) const;

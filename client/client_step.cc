@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/client_impl.h"
 #include "common/status.h"
+#include "glog/logging.h"
 
 namespace asyncps {
 
@@ -130,6 +131,18 @@ void Client::Impl::MarkPushed(const std::vector<int>& indices, int64_t step) {
   for (int t : indices) {
     if (static_cast<size_t>(t) < pushed_.size()) pushed_[t] = true;
   }
+}
+
+void Client::Impl::Leave() {
+  absl::Status lost = TakeStepError();
+  if (lost.ok()) lost = embeddings_.TakeStepError();
+  if (!lost.ok()) {
+    LOG(WARNING) << "rank " << rank()
+                 << " leaves with its last step's failure unreported (no "
+                    "call came after end_step to return it): "
+                 << lost;
+  }
+  if (membership_ != nullptr) membership_->Leave();
 }
 
 absl::Status Client::Impl::TakeStepError() {

@@ -112,6 +112,10 @@ class EmbeddingClient {
   absl::Status ReadAll(const std::string& table, std::vector<int64_t>* ids,
                        std::vector<float>* rows);
 
+  // The failure of the last EndStep, returned once (by the next call, or
+  // to Client::Impl::Leave).
+  absl::Status TakeStepError() ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   // ReadAll's part of one shard, from its first page.
   absl::Status ReadShard(int shard, const std::string& table,
@@ -146,8 +150,6 @@ class EmbeddingClient {
   // `ids` and `grads`, marking the table sent for the step.
   void TakeStep(const std::string& table, std::vector<int64_t>* ids,
                 std::vector<float>* grads) ABSL_LOCKS_EXCLUDED(mu_);
-  // The failure of the last EndStep, returned once.
-  absl::Status TakeStepError() ABSL_LOCKS_EXCLUDED(mu_);
 
   int64_t clock() const { return steps_.clock ? steps_.clock() : 0; }
   // bsp: every shard gets each call.

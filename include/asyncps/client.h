@@ -401,7 +401,8 @@ class Client {
                             absl::Span<float> rows);
 
   // Tells the servers this worker is done (ssp and bsp stop waiting for
-  // it). Idempotent; the destructor calls it.
+  // it). Idempotent; the destructor calls it. A failure of the last
+  // EndStep that no call returned (see EndStep) is logged as a WARNING.
   void Leave();
 
   // The implementation, defined inside the library (not part of the

@@ -138,3 +138,36 @@ def test_bsp_sums_a_ranks_pushes_and_counts_an_unused_table_as_zero(
                                       want[t].astype(np.float32), t)
     for c in clients:
         c.leave()
+
+
+LEAVER = r"""
+import sys
+import numpy as np
+import asyncps
+c = asyncps.Client(sys.argv[1].split(","), rank=0, num_workers=1,
+                   mode="bsp", retry_for=5.0)
+c.declare_embedding("e", 2, optimizer="sgd", lr=1.0, init_stddev=0.0,
+                    max_rows_per_shard=2)
+c.push_rows("e", np.arange(5, dtype=np.int64), np.ones((5, 2), np.float32))
+c.end_step()  # The shard refuses 5 new rows where 2 fit.
+c.leave()
+print("left", flush=True)
+"""
+
+
+def test_a_failure_of_the_last_step_is_not_lost_at_leave(shards):
+    """A bsp step's row push fails at end_step (a table holds 2 rows per
+    shard; 5 come), and end_step keeps the failure for the next call. A
+    worker that leaves then makes no next call: leave() says it (WARNING)
+    instead of the failure going unseen."""
+    import subprocess
+    import sys
+
+    servers = ",".join(shards.start(1, "--mode=bsp"))
+    out = subprocess.run([sys.executable, "-c", LEAVER, servers],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "left" in out.stdout
+    assert "leaves with its last step's failure unreported" in out.stderr, \
+        out.stderr
+    assert "embedding 'e'" in out.stderr, out.stderr
