@@ -172,7 +172,9 @@ class ReplicaTest : public ::testing::TestWithParam<Case> {
     options.rpc_timeout = absl::Seconds(5);
     auto client = PsClient::Create(options);
     EXPECT_TRUE(client.ok()) << client.status();
-    if (rank >= 0) EXPECT_TRUE((*client)->Join(rank, workers_).ok());
+    if (rank >= 0) {
+      EXPECT_TRUE((*client)->Join(rank, workers_).ok());
+    }
     return *std::move(client);
   }
   // A client of member `m` alone that gives up after 300 ms of retries.

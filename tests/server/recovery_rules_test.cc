@@ -25,7 +25,9 @@ class RecoveryTest : public ::testing::Test {
     config.mode = mode;
     config.restore_wait = absl::Seconds(10);
     consistency_.emplace(config, &store_, &membership_, &clock_);
-    if (declare) ASSERT_TRUE(store_.Declare(testing::SmallModel()).ok());
+    if (declare) {
+      ASSERT_TRUE(store_.Declare(testing::SmallModel()).ok());
+    }
   }
 
   // A push of `value` computed from `version` of incarnation `from`.

@@ -41,6 +41,33 @@ def done_line(path):
     return dict(zip(words[::2], words[1::2]))
 
 
+def judge(procs, killed, termed, steps):
+    """What is wrong with a finished seed (every process exited): a rank
+    not killed that did not exit 0 or print its closing line, and the
+    ranks left at the end (not SIGTERMed) apart in clock or weights.
+    Returns the problems and how many ranks were left."""
+    problems = []
+    finals = {}
+    for name, (p, log) in procs.items():
+        if name in killed:
+            continue
+        if p.returncode != 0:
+            problems.append(f"{name} exited {p.returncode}")
+            continue
+        d = done_line(log)
+        if d is None:
+            problems.append(f"{name} printed no closing line")
+        elif name not in termed:
+            finals[name] = d
+    clocks = {d["clock"] for d in finals.values()}
+    weights = {d["weights"] for d in finals.values()}
+    if clocks != {str(steps)}:
+        problems.append(f"clocks {sorted(clocks)}")
+    if len(weights) != 1:
+        problems.append(f"weights differ: {finals}")
+    return problems, len(finals)
+
+
 def run(seed, steps, bins, work):
     """One seed; returns (ok, what happened)."""
     rng = random.Random(seed)
@@ -97,27 +124,9 @@ def run(seed, steps, bins, work):
                 p.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 return False, f"{name} still running; " + " ".join(events)
-        problems = []
-        finals = {}
-        for name, (p, log) in procs.items():
-            if name in killed:
-                continue
-            if p.returncode != 0:
-                problems.append(f"{name} exited {p.returncode}")
-                continue
-            d = done_line(log)
-            if d is None:
-                problems.append(f"{name} printed no closing line")
-            elif name not in termed:
-                finals[name] = d
-        clocks = {d["clock"] for d in finals.values()}
-        weights = {d["weights"] for d in finals.values()}
-        if clocks != {str(steps)}:
-            problems.append(f"clocks {sorted(clocks)}")
-        if len(weights) != 1:
-            problems.append(f"weights differ: {finals}")
+        problems, finals = judge(procs, killed, termed, steps)
         what = (f"{len(events)} events ({' '.join(events)}); "
-                f"{len(finals)} ranks at the end")
+                f"{finals} ranks at the end")
         return not problems, what + ("; " + "; ".join(problems)
                                      if problems else "")
     finally:
