@@ -21,7 +21,7 @@ workers to a running job (ASYNCPS_RANK=-1: the servers give each a rank),
 and a Ctrl-C or SIGTERM of that launcher takes them out again.
 A script not ending in .py (or any, with --no_python) runs as a command:
 ps_worker takes --servers, --rank, --num_workers and --mode from the same
-variables when they are not given.
+variables when they are not given; --mode allreduce is for it alone.
 
 With -H (or --hostfile) the shards and workers run on those hosts over ssh
 (as horovodrun does; asyncps.hosts): workers fill each host's slots in
@@ -73,7 +73,8 @@ def parse(argv):
     p.add_argument("--workers", type=int, default=None,
                    help="workers (default: the hosts' slots, or 1)")
     p.add_argument("--mode", default="async",
-                   choices=["async", "ssp", "bsp"])
+                   choices=["async", "ssp", "bsp", "allreduce"],
+                   help="allreduce: ps_worker's ring (not a Python script's)")
     p.add_argument("--servers", default="",
                    help="join these shards (host:port,...) instead")
     p.add_argument("--max_restarts", type=int, default=3,
@@ -121,6 +122,10 @@ def parse(argv):
     if is_python(args, script):
         if not os.path.exists(script[0]):
             p.error(f"no script '{script[0]}'")
+        if args.mode == "allreduce":
+            p.error("--mode allreduce trains through ps_worker's ring; "
+                    "asyncps.Client has no all-reduce: run ps_worker "
+                    "(-- ps_worker ...), or a PS mode")
     elif not (os.path.exists(script[0]) or shutil.which(script[0])):
         p.error(f"no command '{script[0]}'")
     return args, script

@@ -371,30 +371,33 @@ def test_allreduce_a_joiner_ends_with_the_rings_exact_weights(shards,
     assert "ranks 0,1,2)" in (tmp_path / "a.log").read_text()
 
 
-def launcher(servers, workers, log):
+def launcher(servers, workers, log, mode):
     return subprocess.Popen(
         [sys.executable, "-m", "asyncps.run", "--elastic", "--servers",
-         servers, "--workers", str(workers), "--mode", "bsp", "--",
+         servers, "--workers", str(workers), "--mode", mode, "--",
          PS_WORKER, "--epochs=1000000", "--max_train_examples=2000",
          "--batch_size=32", "--log_every=0", "--heartbeat_every=200ms"],
         stdout=log, stderr=subprocess.STDOUT)
 
 
+@pytest.mark.parametrize("mode", ["bsp", "allreduce"])
 def test_the_launcher_adds_workers_to_a_running_job_and_takes_them_out(
-        shards, tmp_path):
-    """A bsp job of 2 workers (one launcher); a second launcher with
-    --elastic --servers adds 2 (ranks 2 and 3, given by the servers); its
-    SIGTERM takes them out cleanly (each leaves after its step: none is
-    left for --worker_timeout to drop), and the job goes on with 2."""
-    addrs = shards.start(2, "--mode=bsp", "--elastic", "--worker_timeout=30s")
+        shards, tmp_path, mode):
+    """A bsp (or allreduce) job of 2 workers (one launcher); a second
+    launcher with --elastic --servers adds 2 (ranks 2 and 3, given by the
+    servers); its SIGTERM takes them out cleanly (each leaves after its
+    step: none is left for --worker_timeout to drop), and the job goes on
+    with 2 (allreduce: its ring of 4 back to 2)."""
+    addrs = shards.start(2, f"--mode={mode}", "--elastic",
+                         "--worker_timeout=30s")
     servers = ",".join(addrs)
     with open(tmp_path / "first.log", "w") as a, \
             open(tmp_path / "second.log", "w") as b:
-        first = launcher(servers, 2, a)
+        first = launcher(servers, 2, a, mode)
         second = None
         try:
             trains(servers, 1)
-            second = launcher(servers, 2, b)
+            second = launcher(servers, 2, b, mode)
             trains(servers, 3)
             trains(servers, 2)
             second.send_signal(signal.SIGTERM)
@@ -411,3 +414,6 @@ def test_the_launcher_adds_workers_to_a_running_job_and_takes_them_out(
                     p.wait(timeout=60)
     log = (tmp_path / "second.log").read_text()
     assert "rank 2 done:" in log and "rank 3 done:" in log, log[-3000:]
+    if mode == "allreduce":
+        first_log = (tmp_path / "first.log").read_text()
+        assert "ranks 0,1,2,3)" in first_log, first_log[-3000:]

@@ -153,6 +153,13 @@ def test_bad_launcher_arguments_are_named(tmp_path):
                           str(tmp_path / "missing.py")],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "no script" in out.stderr
+    script = tmp_path / "train.py"
+    script.write_text("")
+    out = subprocess.run([sys.executable, "-m", "asyncps.run", "--mode",
+                          "allreduce", "--", str(script)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "asyncps.Client has no all-reduce" in \
+        out.stderr, out.stderr
 
 
 def test_client_adopts_the_servers_mode_and_names_a_mismatch(shards,
