@@ -286,6 +286,7 @@ absl::Status AllreduceExchange::Vote(int64_t clock, bool* change, bool* leave) {
     RETURN_IF_ERROR(collective_->AllreduceSum(&votes, tag));
   }
   *leave = leaving;
+  voted_leave_ = voted_leave_ || leaving;
   *change = std::any_of(votes.begin(), votes.end(),
                         [](float v) { return v != 0.0f; });
   if (*change) {

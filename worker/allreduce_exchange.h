@@ -89,6 +89,10 @@ class AllreduceExchange final : public GradientExchange {
                           StepStats* stats) override;
   // Rank 0 uploads the final weights.
   absl::Status Finish(int64_t clock) override { return Flush(clock); }
+  // Elastic, in a ring of others, until a step's vote said it leaves.
+  bool StepToLeave() const override {
+    return elastic_ != nullptr && !voted_leave_ && RingSize() > 1;
+  }
 
  private:
   // Rank 0 uploads the current weights (also done every assign_every).
@@ -147,6 +151,7 @@ class AllreduceExchange final : public GradientExchange {
   // Whether weights_ came from a ring (training, or a Sync); a fresh
   // process holds the servers' copy, older than any survivor's.
   bool trained_ = false;
+  bool voted_leave_ = false;    // A step's vote said this rank leaves.
   int64_t resumed_clock_ = -1;  // Where the last ring formed goes on from.
   TaskQueue queue_;             // Last: its thread stops first.
 };

@@ -58,6 +58,11 @@ class GradientExchange {
                                   StepStats* stats) = 0;
   // Training is over (the weights given to Start are still alive).
   virtual absl::Status Finish(int64_t clock) { return absl::OkStatus(); }
+  // Told to stop (SIGTERM): whether the worker must do one more step to
+  // leave cleanly (an elastic allreduce rank says it leaves in a step's
+  // vote; one that stopped after the vote would fail the others' next
+  // step instead).
+  virtual bool StepToLeave() const { return false; }
 };
 
 inline std::vector<int> AllTensors(

@@ -244,7 +244,7 @@ absl::Status Train(const TrainerConfig& config, Mlp* model, DataLoader* loader,
   RunProgress progress(config, loader);
   std::vector<float> x;
   std::vector<int> y;
-  while (!stop->load(std::memory_order_relaxed)) {
+  while (!stop->load(std::memory_order_relaxed) || exchange->StepToLeave()) {
     if (config.steps > 0 && done_clock >= config.steps) break;
     if (loader->epoch() >= config.epochs) break;
     model->SetWeights(weights);
