@@ -68,7 +68,9 @@ class History:
         shards, replicated, t0, worker_timeout."""
         self.faults, self.dense, self.rows, self.cfg = faults, dense, rows, cfg
         self.pushes = {}
-        self.pulls = []  # (rank, clock, t, diff)
+        # (rank, clock, t, diff); t: when the pull was asked (a journal
+        # before 2026-12-08 has only its answer's time).
+        self.pulls = []
         self.ends = []  # Times a rank's process ended its run.
         # (rank, time) a process joined the job: its first push or pull (a
         # replacement may take seconds to get in, the job's steps going on
@@ -102,7 +104,8 @@ class History:
                 p.dropped = ev.get("dropped", 0)
                 p.err = ev.get("err", "")
         elif e == "pull":
-            self.pulls.append((rank, ev["clock"], ev["t"], ev["diff"]))
+            self.pulls.append(
+                (rank, ev["clock"], ev.get("asked", ev["t"]), ev["diff"]))
         elif e == "end":
             self.ends.append(ev["t"])
         elif e == "start":
@@ -389,8 +392,11 @@ class Checker:
                         f"phantom_update: rank {rank} pulled {name}[{e}] = "
                         f"{v} after step {clock}, no push sent it"))
                     continue
-                # A restart after the pull's answer (its SIGKILL, not the
-                # fault's start: the pull may win that race) may roll the
+                # A restart after the pull was asked (its SIGKILL, not the
+                # fault's start: the pull may win that race; and the
+                # pull's start, not the journal's time of its answer: the
+                # old process may have answered just before its SIGKILL,
+                # 2026-12-08, seed 2 bsp/rows in the suite) may roll the
                 # step back to the checkpoint before it.
                 later = [f for f in h.restarts(shard)
                          if f.get("killed", f["t"]) > t]

@@ -229,6 +229,7 @@ def pull_diff(client, np, journal, previous, bsp):
     of this process (the step's update as this rank sees it). A shard that
     lost the model (killed before its first checkpoint) gets it back as the
     API says: recover() with the weights this process holds."""
+    asked = time.time()
     try:
         now = client.pull()
     except RuntimeError as e:
@@ -237,13 +238,16 @@ def pull_diff(client, np, journal, previous, bsp):
         if "FAILED_PRECONDITION" not in str(e) or not client.recover(held):
             raise
         journal.write(ev="recover", clock=client.clock)
+        asked = time.time()
         now = client.pull()
     if previous is not None and bsp:
         diff = []
         for t, name in enumerate(NAMES):
             for e in np.nonzero(now[name] != previous[name])[0]:
                 diff.append([t, int(e), float(now[name][e])])
-        journal.write(ev="pull", clock=client.clock, diff=diff)
+        # `asked`: the pull's start; the journal's own time is after its
+        # answer, which a shard may have sent just before a SIGKILL.
+        journal.write(ev="pull", clock=client.clock, diff=diff, asked=asked)
     return now
 
 
