@@ -81,8 +81,6 @@ absl::Status WriteRecords(FileSystem* fs, const std::string& tmp,
   return file->Close();
 }
 
-// Reads a format-2 or format-1 file into a sink, with the file's path in
-// every error.
 // A file that says how much has been read of it.
 class CountingFile final : public SequentialFile {
  public:
@@ -102,6 +100,8 @@ class CountingFile final : public SequentialFile {
   uint64_t bytes_ = 0;
 };
 
+// Reads a format-2 or format-1 file into a sink, with the file's path in
+// every error.
 class Reader {
  public:
   Reader(std::string path, SequentialFile* file, CheckpointSink* sink)

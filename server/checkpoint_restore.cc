@@ -78,8 +78,9 @@ void RestoreProgress::operator()(uint64_t bytes) {
   said_ = now;
   const double seconds = absl::ToDoubleSeconds(now - start_);
   const double rate = seconds > 0 ? Mb(bytes) / seconds : 0;
+  const bool known = total_ > 0 && bytes <= total_;  // The file's size.
   std::string line = absl::StrFormat("restoring %s: %.0f", path_, Mb(bytes));
-  if (total_ > 0 && bytes <= total_) {
+  if (known) {
     absl::StrAppendFormat(
         &line, " of %.0f MB (%.0f %%)", Mb(total_),
         100.0 * static_cast<double>(bytes) / static_cast<double>(total_));
@@ -87,7 +88,7 @@ void RestoreProgress::operator()(uint64_t bytes) {
     absl::StrAppend(&line, " MB");
   }
   absl::StrAppendFormat(&line, ", %.0f MB/s", rate);
-  if (total_ > 0 && bytes <= total_ && rate > 0) {
+  if (known && rate > 0) {
     absl::StrAppendFormat(&line, ", ETA %.0f s", Mb(total_ - bytes) / rate);
   }
   say_(line);

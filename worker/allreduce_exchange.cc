@@ -238,9 +238,9 @@ absl::Status AllreduceExchange::FinishStep(
       }
     }
   }
-  bool change = false, leave = false;
+  bool change = false;
   if (elastic_ != nullptr) {
-    s = Vote(clock, &change, &leave);
+    s = Vote(clock, &change);
     if (!s.ok()) return Reform(clock, s, stats);
   }
   // The same arithmetic as a bsp server: sum, times 1/n, then the optimizer.
@@ -260,7 +260,7 @@ absl::Status AllreduceExchange::FinishStep(
   if (config_.assign_every > 0 && clock % config_.assign_every == 0) {
     RETURN_IF_ERROR(Flush(clock));
   }
-  if (!change || leave) return absl::OkStatus();
+  if (!change || voted_leave_) return absl::OkStatus();
   // The step is applied everywhere; the ring changes before the next.
   collective_.reset();
   s = FormRing(clock, config_.clock->Now() + config_.timeout);
@@ -275,7 +275,7 @@ absl::Status AllreduceExchange::FinishStep(
   return absl::OkStatus();
 }
 
-absl::Status AllreduceExchange::Vote(int64_t clock, bool* change, bool* leave) {
+absl::Status AllreduceExchange::Vote(int64_t clock, bool* change) {
   std::vector<float> votes(RingSize(), 0.0f);
   const bool leaving = config_.leaving != nullptr && config_.leaving->load();
   votes[RingIndex()] = leaving                       ? 2.0f
@@ -285,7 +285,6 @@ absl::Status AllreduceExchange::Vote(int64_t clock, bool* change, bool* leave) {
     const uint32_t tag = static_cast<uint32_t>(weights_->size() + 1);
     RETURN_IF_ERROR(collective_->AllreduceSum(&votes, tag));
   }
-  *leave = leaving;
   voted_leave_ = voted_leave_ || leaving;
   *change = std::any_of(votes.begin(), votes.end(),
                         [](float v) { return v != 0.0f; });
@@ -362,11 +361,8 @@ absl::Status AllreduceExchange::Explain(const std::string& what,
     auto stats = AdminClient(client_->caller()).Stats(0);
     if (!stats.ok()) break;
     for (const auto& w : stats->workers()) {
-      const bool in_ring =
-          elastic_ != nullptr
-              ? std::count(elastic_->members().begin(),
-                           elastic_->members().end(), w.rank()) > 0
-              : w.rank() < config_.num_workers;
+      const bool in_ring = elastic_ != nullptr ? elastic_->InRing(w.rank())
+                                               : w.rank() < config_.num_workers;
       if (!w.live() && w.rank() != config_.rank && in_ring) {
         dead.push_back(w.rank());
       }

@@ -110,8 +110,9 @@ class AllreduceExchange final : public GradientExchange {
   absl::Status FormRing(int64_t clock, absl::Time deadline);
 
   // Elastic: step `clock`'s vote (AllreduceConfig::elastic). Sets *change
-  // when the ring re-forms after the step, *leave when this rank leaves.
-  absl::Status Vote(int64_t clock, bool* change, bool* leave);
+  // when the ring re-forms after the step, and voted_leave_ when this rank
+  // leaves after it.
+  absl::Status Vote(int64_t clock, bool* change);
 
   // The ring this worker is in: its size and this worker's place.
   int RingSize() const;

@@ -63,9 +63,11 @@ bool ElasticRing::SaidNext(int64_t g, int rank) {
   return store_->StoreGet(NextKey(g, rank), absl::ZeroDuration()).ok();
 }
 
+bool ElasticRing::InRing(int rank) const { return Has(members_, rank); }
+
 bool ElasticRing::OutsiderWaiting() {
   for (int r : live_()) {
-    if (!Has(members_, r) && SaidNext(generation_, r)) return true;
+    if (!InRing(r) && SaidNext(generation_, r)) return true;
   }
   return false;
 }

@@ -64,6 +64,7 @@ class ElasticRing {
   // The ring last joined: its ranks, and this worker's place among them.
   const std::vector<int>& members() const { return members_; }
   int index() const { return index_; }
+  bool InRing(int rank) const;
 
   // The store keys (tests).
   static std::string MembersKey(int64_t g);

@@ -22,6 +22,14 @@ ABSL_FLAG(absl::Duration, etcd_timeout, absl::Seconds(5),
           "group init: how long one etcd call may take.");
 
 namespace asyncps {
+namespace {
+
+// Where the job's records live in etcd, as the members' --job puts them.
+std::string JobPrefix() {
+  return absl::StrCat("/asyncps/", absl::GetFlag(FLAGS_job));
+}
+
+}  // namespace
 
 int GroupCommand(const std::vector<std::string>& args) {
   if (args.size() != 1 || args[0] != "init") {
@@ -45,8 +53,7 @@ int GroupCommand(const std::vector<std::string>& args) {
     return 2;
   }
   EtcdCoordinator coordinator(etcd, absl::GetFlag(FLAGS_etcd_timeout), *tls);
-  const std::string prefix =
-      absl::StrCat("/asyncps/", absl::GetFlag(FLAGS_job));
+  const std::string prefix = JobPrefix();
   for (int s = 0; s < shards; ++s) {
     absl::StatusOr<bool> created = CreateGroup(&coordinator, prefix, s);
     if (!created.ok()) {
@@ -67,8 +74,7 @@ absl::StatusOr<std::optional<EtcdJob>> EtcdJobFromFlags() {
   ASSIGN_OR_RETURN(const EtcdTls tls, EtcdTlsFromFlags());
   EtcdCoordinator coordinator(
       etcd, std::min(absl::GetFlag(FLAGS_etcd_timeout), absl::Seconds(3)), tls);
-  return ReadEtcdJob(&coordinator, etcd,
-                     absl::StrCat("/asyncps/", absl::GetFlag(FLAGS_job)));
+  return ReadEtcdJob(&coordinator, etcd, JobPrefix());
 }
 
 }  // namespace asyncps
